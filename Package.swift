@@ -1,0 +1,54 @@
+// swift-tools-version: 6.1
+import CompilerPluginSupport
+import PackageDescription
+
+let package = Package(
+    name: "ContextStack",
+    // `Synchronization.Mutex` and `Atomic` need these floors on Apple platforms; Linux has them
+    // with any Swift 6 toolchain.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
+    products: [
+        .library(name: "ContextStack", targets: ["ContextStack"]),
+        .executable(name: "demo", targets: ["demo"]),
+    ],
+    dependencies: [
+        // The only dependency: `@Entity` and its companions are macros, and macros need
+        // swift-syntax. Nothing else is linked into the library.
+        .package(url: "https://github.com/swiftlang/swift-syntax.git", exact: "603.0.1"),
+    ],
+    targets: [
+        // The system SQLite, found through pkg-config. Only `Sources/ContextStack/SQLite/` imports it.
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]
+        ),
+        .macro(
+            name: "ContextStackMacros",
+            dependencies: [
+                .product(name: "SwiftSyntax", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
+                .product(name: "SwiftDiagnostics", package: "swift-syntax"),
+            ]
+        ),
+        .target(name: "ContextStack", dependencies: ["CSQLite", "ContextStackMacros"]),
+        .executableTarget(name: "demo", dependencies: ["ContextStack"]),
+        .testTarget(name: "ContextStackTests", dependencies: ["ContextStack"]),
+        .testTarget(
+            name: "ContextStackMacrosTests",
+            dependencies: [
+                "ContextStackMacros",
+                .product(name: "SwiftSyntaxMacrosTestSupport", package: "swift-syntax"),
+            ]
+        ),
+    ]
+)
+
+// One place for the settings every target shares.
+for target in package.targets where target.type != .system {
+    var settings = target.swiftSettings ?? []
+    settings.append(.enableUpcomingFeature("ExistentialAny"))
+    target.swiftSettings = settings
+}
+package.swiftLanguageModes = [.v6]

@@ -1,0 +1,558 @@
+import Foundation
+import Synchronization
+
+/// The object engine behind `MainContext` and `UpdateContext`: an identity map, change
+/// tracking, fetches that merge pending changes with the store, and relationship upkeep.
+///
+/// All mutable state is confined to the context's execution — the main thread for a main
+/// context, the running block for an update context — and `checkRead` enforces it on every
+/// object access. That confinement is what makes `@unchecked Sendable` sound here; the
+/// main context's inbox, the one thing other threads touch, is behind a `Mutex`.
+final class ObjectContext: @unchecked Sendable {
+    enum Kind { case main, update }
+
+    struct WeakObject {
+        weak var object: ManagedObject?
+    }
+
+    let kind: Kind
+    let stack: Stack
+    let graph: ModelGraph
+    /// Every object of this context, held weakly unless it has changes.
+    private var registry: [ObjectID: WeakObject] = [:]
+    private var registrySweepThreshold = 1024
+    /// Inserted, updated and deleted objects, held strongly until commit or rollback.
+    private(set) var changed: [ObjectID: ManagedObject] = [:]
+    /// Join-table pairs added (`true`) or removed (`false`) since the last commit.
+    private var links: [LinkKey: Bool] = [:]
+    /// Bumped whenever loaded to-many relationships may be out of date.
+    private(set) var generation = 0
+
+    /// Change sets handed to a main context, applied before its next read.
+    private let inbox = Mutex<[ChangeSet]>([])
+    private let inboxHasWork = Atomic<Bool>(false)
+
+    init(kind: Kind, stack: Stack) {
+        self.kind = kind
+        self.stack = stack
+        self.graph = stack.graph
+    }
+
+    var isUpdate: Bool { kind == .update }
+    var store: Store { stack.store }
+
+    // MARK: - Confinement
+
+    /// Checks that `object` is used where its context runs; on a main context, first applies
+    /// commits handed over since the last read.
+    @inline(__always)
+    func checkRead(_ object: ManagedObject) {
+        switch kind {
+        case .main:
+            Self.checkMainActor("\(object) belongs to a MainContext and is used off the main actor: read it on the main actor, or bring it into an update with `try update.use(object)`.")
+            if object.state == .invalidated {
+                preconditionFailure("\(object) was used after its MainContext was reset: fetch it again (world.fetch(_:id:)) after reset().")
+            }
+            if inboxHasWork.load(ordering: .relaxed) { applyInbox() }
+        case .update:
+            guard Execution.isRunning(self) else {
+                preconditionFailure("\(object) belongs to an update context and is used outside its update: use it only inside that update's block or its `update.perform { }` continuations, or pass its objectID and fetch it where you are.")
+            }
+            if object.state == .invalidated {
+                preconditionFailure("\(object) was used after its update was rolled back or finished: fetch it again by its objectID.")
+            }
+        }
+    }
+
+    /// Traps with `message` unless the caller runs on the main actor. The main thread is the
+    /// fast path; on Linux an async `main` services the main actor from a worker thread, which
+    /// the runtime's isolation check recognizes.
+    @inline(__always)
+    static func checkMainActor(_ message: @autoclosure () -> String) {
+        if Thread.isMainThread { return }
+        MainActor.preconditionIsolated(message())
+    }
+
+    /// Checks that the caller runs where this context does (for context-level calls).
+    func checkExecution(_ operation: @autoclosure () -> String) {
+        switch kind {
+        case .main:
+            Self.checkMainActor("\(operation()) on a MainContext must run on the main actor.")
+            if inboxHasWork.load(ordering: .relaxed) { applyInbox() }
+        case .update:
+            precondition(Execution.isRunning(self), "\(operation()) was called outside its update: use the `update` handed to your block only inside that block or its `update.perform { }` continuations.")
+        }
+    }
+
+    /// Checks that `object` may be changed, and starts tracking its changes.
+    func willChange(_ object: ManagedObject) {
+        checkRead(object)
+        guard kind == .update else {
+            preconditionFailure("\(object) belongs to a MainContext, whose objects are read-only: change it in an update — world.beginUpdate { update in let object = try update.use(object); …; try update.commit() }.")
+        }
+        guard object.state != .deleted else {
+            preconditionFailure("\(object) is deleted in this update: a deleted object cannot be changed or related (its last values stay readable).")
+        }
+        markChanged(object)
+    }
+
+    /// Starts tracking `object`'s changes (no checks: internal upkeep of inverses and deletes).
+    private func markChanged(_ object: ManagedObject) {
+        if object.state == .clean {
+            object.snapshot = object.values
+            object.state = .updated
+            changed[object.objectID] = object
+        }
+    }
+
+    private func checkRelatable(_ object: ManagedObject, _ other: ManagedObject, _ property: Property) {
+        guard other.context === self else {
+            preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': they belong to different contexts. Bring \(other.entity.name) into this update first: `let other = try update.use(other)`.")
+        }
+        guard other.state != .deleted else {
+            preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': \(other) is deleted in this update.")
+        }
+        guard let destination = property.destination, destination.includes(other.entity) else {
+            preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': it holds \(property.destination?.name ?? "?") objects.")
+        }
+    }
+
+    // MARK: - Registry
+
+    func registered(_ id: ObjectID) -> ManagedObject? {
+        registry[id]?.object
+    }
+
+    private func register(_ object: ManagedObject) {
+        registry[object.objectID] = WeakObject(object: object)
+        if registry.count >= registrySweepThreshold {
+            registry = registry.filter { $0.value.object != nil }
+            registrySweepThreshold = max(1024, registry.count * 2)
+        }
+    }
+
+    /// The context's object for a row it read: the registered one (refreshed when it has no
+    /// changes of its own), or a new one.
+    func materialize(_ id: ObjectID, _ row: RowData) -> ManagedObject {
+        if let existing = registered(id) {
+            if existing.state == .clean {
+                existing.values = row.values
+            }
+            return existing
+        }
+        let object = row.entity.type.init(_ObjectSeed(id: id, entity: row.entity, context: self, values: row.values))
+        register(object)
+        return object
+    }
+
+    /// A new object of `entity`, with its permanent ID and default values.
+    func create(_ entity: Entity) throws -> ManagedObject {
+        let key = try store.reserveKey(for: entity.rootDescription)
+        let id = ObjectID(rootEntity: entity.rootDescription, primaryKey: key)
+        let object = entity.type.init(_ObjectSeed(id: id, entity: entity, context: self, values: entity.defaults))
+        object.state = .inserted
+        register(object)
+        changed[id] = object
+        return object
+    }
+
+    /// The object with `id` in this context, loading it if needed; `nil` if it does not exist
+    /// or is deleted.
+    func object(for id: ObjectID) throws -> ManagedObject? {
+        if let object = registered(id) {
+            return object.state == .deleted ? nil : object
+        }
+        return try objects(for: [id]).first
+    }
+
+    /// The objects for `ids`, in order, skipping those that do not exist; one read for all.
+    func objects(for ids: [ObjectID]) throws -> [ManagedObject] {
+        var result: [ManagedObject] = []
+        var missing: [ObjectID] = []
+        for id in ids {
+            if let object = registered(id) {
+                if object.state != .deleted { result.append(object) }
+            } else {
+                missing.append(id)
+            }
+        }
+        guard !missing.isEmpty else { return result }
+        let rows = try store.read { session in
+            var reader = RowReader(session: session, context: self)
+            return try missing.map { ($0, try reader.row($0)) }
+        }
+        for (id, row) in rows {
+            if let row { result.append(materialize(id, row)) }
+        }
+        return result
+    }
+
+    // MARK: - Fetching
+
+    /// The rows matching `query`, in order, windowed by `offset` and `limit`, merging this
+    /// context's pending changes and the writer's pending commits with the store.
+    func fetchRows(_ query: CompiledQuery, offset: Int = 0, limit: Int? = nil) throws -> [(id: ObjectID, row: RowData)] {
+        try store.read { session in
+            var reader = RowReader(session: session, context: self)
+            let root = query.entity.rootDescription
+            var recheck = Set(session.overlay.rows(of: root).keys)
+            for id in changed.keys where id.rootEntity === root { recheck.insert(id) }
+            for chain in query.hopChains {
+                recheck.formUnion(try reader.referencing(chain, from: query.entity))
+            }
+            var sql = query.fromWhere()
+            sql.text = "SELECT \(reader.selectColumns(query.entity.table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
+            if let limit {
+                sql.text += " LIMIT \(offset + limit + recheck.count)"
+            } else if offset > 0 && recheck.isEmpty {
+                sql.text += " LIMIT -1 OFFSET \(offset)"
+            }
+            var rows = try reader.rows(sql, table: query.entity.table).filter { !recheck.contains($0.id) }
+            guard !recheck.isEmpty else {
+                if limit != nil && offset > 0 { rows.removeFirst(min(offset, rows.count)) }
+                if let limit, rows.count > limit { rows.removeLast(rows.count - limit) }
+                return rows
+            }
+            for id in recheck {
+                guard let row = try reader.row(id), query.entity.includes(row.entity) else { continue }
+                if try query.matches(row.values, resolve: { try reader.row($0) }) { rows.append((id, row)) }
+            }
+            try rows.sort { a, b in
+                try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try reader.row($0) })
+            }
+            if offset > 0 { rows.removeFirst(min(offset, rows.count)) }
+            if let limit, rows.count > limit { rows.removeLast(rows.count - limit) }
+            return rows
+        }
+    }
+
+    /// The objects matching `query`.
+    func fetchObjects(_ query: CompiledQuery, offset: Int = 0, limit: Int? = nil) throws -> [ManagedObject] {
+        try fetchRows(query, offset: offset, limit: limit).map { materialize($0.id, $0.row) }
+    }
+
+    /// How many objects match `query`; a `count(*)` when nothing is pending.
+    func fetchCount(_ query: CompiledQuery) throws -> Int {
+        let root = query.entity.rootDescription
+        let hasPending = try changed.keys.contains { $0.rootEntity === root } || store.read { !$0.overlay.isEmpty }
+        if hasPending { return try fetchRows(query).count }
+        return try store.read { session in
+            let sql = query.fromWhere()
+            return Int(try session.db.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)
+        }
+    }
+
+    // MARK: - Relationships
+
+    private func foreignKey(_ object: ManagedObject, _ property: Property) -> ObjectID? {
+        guard case .integer(let key) = object.values[property.slot], let destination = property.destination else { return nil }
+        return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+    }
+
+    /// The object a to-one relationship points at.
+    func toOne(of object: ManagedObject, slot: Int) -> ManagedObject? {
+        guard let id = foreignKey(object, object.entity.properties[slot]) else { return nil }
+        do {
+            return try self.object(for: id)
+        } catch {
+            stack.report(error)
+            return nil
+        }
+    }
+
+    /// The IDs a to-many relationship holds, loaded once and kept in sync afterwards.
+    private func toManyIDs(of object: ManagedObject, _ property: Property) throws -> Set<ObjectID> {
+        if let cached = object.toManyCache[property.slot], cached.generation == generation {
+            return cached.ids
+        }
+        var ids: Set<ObjectID>
+        switch property.storage {
+        case .inverseColumn:
+            guard let inverse = property.inverse, let destination = property.destination else { return [] }
+            let query = try CompiledQuery(entity: destination, condition: Key(inverse.name) == object.objectID, orderBy: nil)
+            ids = Set(try fetchRows(query).map(\.id))
+        case .joinTable:
+            ids = try store.read { session in try RowReader(session: session, context: self).joined(object, property) }
+            guard let join = property.joinTable, let destination = property.destination else { return ids }
+            for (key, present) in links where key.table == join.name {
+                let (mine, theirs) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
+                guard mine == object.objectID.primaryKey else { continue }
+                let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: theirs)
+                if present { ids.insert(id) } else { ids.remove(id) }
+            }
+        case .column:
+            return []
+        }
+        object.toManyCache[property.slot] = (ids, generation)
+        return ids
+    }
+
+    /// The objects a to-many relationship holds.
+    func toMany(of object: ManagedObject, slot: Int) -> [ManagedObject] {
+        do {
+            return try objects(for: Array(try toManyIDs(of: object, object.entity.properties[slot])))
+        } catch {
+            stack.report(error)
+            return []
+        }
+    }
+
+    private func updateCache(_ object: ManagedObject, _ property: Property, _ change: (inout Set<ObjectID>) -> Void) {
+        guard var cached = object.toManyCache[property.slot], cached.generation == generation else { return }
+        change(&cached.ids)
+        object.toManyCache[property.slot] = cached
+    }
+
+    /// Points a to-one relationship at `target`, keeping the inverse side in sync.
+    func setToOne(of object: ManagedObject, slot: Int, to target: ManagedObject?) {
+        let property = object.entity.properties[slot]
+        if let target { checkRelatable(object, target, property) }
+        link(object, property, to: target)
+    }
+
+    private func link(_ object: ManagedObject, _ property: Property, to target: ManagedObject?) {
+        let oldID = foreignKey(object, property)
+        guard oldID != target?.objectID else { return }
+        markChanged(object)
+        object.values[property.slot] = target.map { .integer($0.objectID.primaryKey) } ?? .null
+        guard let inverse = property.inverse else { return }
+        if let oldID {
+            if inverse.isToMany {
+                if let old = registered(oldID) { updateCache(old, inverse) { $0.remove(object.objectID) } }
+            } else if let old = try? self.object(for: oldID), foreignKey(old, inverse) == object.objectID {
+                markChanged(old)
+                old.values[inverse.slot] = .null
+            }
+        }
+        guard let target else { return }
+        if inverse.isToMany {
+            updateCache(target, inverse) { $0.insert(object.objectID) }
+        } else {
+            // One-to-one: the target's previous partner lets go of it.
+            if let previousID = foreignKey(target, inverse), previousID != object.objectID,
+               let previous = try? self.object(for: previousID) {
+                markChanged(previous)
+                previous.values[property.slot] = .null
+            }
+            markChanged(target)
+            target.values[inverse.slot] = .integer(object.objectID.primaryKey)
+        }
+    }
+
+    /// Makes a to-many relationship hold exactly `targets`, keeping inverses in sync.
+    func setToMany(of object: ManagedObject, slot: Int, to targets: [ManagedObject]) {
+        let property = object.entity.properties[slot]
+        for target in targets { checkRelatable(object, target, property) }
+        do {
+            try replaceMembers(object, property, with: targets)
+        } catch {
+            stack.report(error)
+        }
+    }
+
+    private func replaceMembers(_ object: ManagedObject, _ property: Property, with targets: [ManagedObject]) throws {
+        let current = try toManyIDs(of: object, property)
+        let wanted = Set(targets.map(\.objectID))
+        let removed = current.subtracting(wanted)
+        let added = targets.filter { !current.contains($0.objectID) }
+        switch property.storage {
+        case .inverseColumn:
+            guard let inverse = property.inverse else { break }
+            for member in try objects(for: Array(removed)) where foreignKey(member, inverse) == object.objectID {
+                markChanged(member)
+                member.values[inverse.slot] = .null
+            }
+            for member in added { link(member, inverse, to: object) }
+        case .joinTable:
+            guard let join = property.joinTable else { break }
+            func record(_ other: ObjectID, present: Bool) {
+                let (source, target) = property.isJoinSource
+                    ? (object.objectID.primaryKey, other.primaryKey) : (other.primaryKey, object.objectID.primaryKey)
+                links[LinkKey(table: join.name, source: source, target: target)] = present
+                if let inverse = property.inverse, let member = registered(other) {
+                    updateCache(member, inverse) { ids in
+                        if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }
+                    }
+                }
+            }
+            removed.forEach { record($0, present: false) }
+            added.forEach { record($0.objectID, present: true) }
+        case .column:
+            break
+        }
+        object.toManyCache[property.slot] = (wanted, generation)
+    }
+
+    // MARK: - Deleting
+
+    /// Deletes `object`, applying its relationships' delete rules now (`.deny` is checked at commit).
+    func delete(_ object: ManagedObject) throws {
+        checkRead(object)
+        guard kind == .update else {
+            preconditionFailure("\(object) belongs to a MainContext: delete it in an update — try update.delete(update.use(object)).")
+        }
+        guard object.state != .deleted else { return }
+        markChanged(object)
+        let wasInserted = object.state == .inserted
+        object.state = .deleted
+        var cascade: [ManagedObject] = []
+        for property in object.entity.properties where property.isRelationship {
+            switch property.deleteRule {
+            case .deny, .noAction:
+                continue
+            case .cascade:
+                if property.isToMany {
+                    cascade += try objects(for: Array(try toManyIDs(of: object, property)))
+                } else if let id = foreignKey(object, property), let target = try self.object(for: id) {
+                    cascade.append(target)
+                }
+                fallthrough
+            case .nullify:
+                if property.isToMany {
+                    try replaceMembers(object, property, with: [])
+                } else {
+                    link(object, property, to: nil)
+                }
+            }
+        }
+        if wasInserted {
+            // Never stored: nothing to delete below.
+            changed[object.objectID] = nil
+        }
+        for target in cascade { try delete(target) }
+    }
+
+    // MARK: - Committing
+
+    /// The change set of everything pending, after checking `.deny` rules.
+    func makeChangeSet() throws -> ChangeSet {
+        var changes = ChangeSet()
+        var gone = Set<Int64>()
+        for object in changed.values where object.state == .deleted {
+            for property in object.entity.properties where property.isRelationship && property.deleteRule == .deny {
+                let isEmpty = property.isToMany
+                    ? try objects(for: Array(try toManyIDs(of: object, property))).isEmpty
+                    : (try foreignKey(object, property).flatMap { try self.object(for: $0) }) == nil
+                if !isEmpty {
+                    throw SaveError(.deleteDenied, "Cannot delete \(object): its relationship '\(property.name)' has the delete rule .deny and is not empty. Remove or delete the related objects first.", objects: [object.objectID])
+                }
+            }
+        }
+        for object in changed.values {
+            switch object.state {
+            case .inserted:
+                changes.inserts.append((object.objectID, RowData(entity: object.entity, values: object.values)))
+            case .updated:
+                guard let snapshot = object.snapshot else { continue }
+                var slots: [Int] = []
+                var values: [Value] = []
+                for slot in object.entity.storedSlots where Value.compare(object.values[slot], snapshot[slot]) != 0
+                    || !sameStorageClass(object.values[slot], snapshot[slot]) {
+                    slots.append(slot)
+                    values.append(object.values[slot])
+                }
+                if !slots.isEmpty { changes.updates.append(.init(id: object.objectID, entity: object.entity, slots: slots, values: values)) }
+            case .deleted:
+                changes.deletes.append((object.objectID, object.entity))
+                gone.insert(object.objectID.primaryKey)
+            case .clean, .invalidated:
+                continue
+            }
+        }
+        for (key, present) in links {
+            if present && (gone.contains(key.source) || gone.contains(key.target)) { continue }
+            changes.links.append((key, present))
+        }
+        return changes
+    }
+
+    private func sameStorageClass(_ a: Value, _ b: Value) -> Bool {
+        switch (a, b) {
+        case (.integer, .integer), (.double, .double), (.null, .null), (.text, .text), (.blob, .blob): true
+        default: false
+        }
+    }
+
+    /// After a commit: every object is clean again, deleted ones leave the context.
+    func didCommit() {
+        for object in changed.values {
+            switch object.state {
+            case .deleted:
+                registry[object.objectID] = nil
+                object.snapshot = nil
+            default:
+                object.state = .clean
+                object.snapshot = nil
+            }
+        }
+        changed.removeAll()
+        links.removeAll()
+    }
+
+    /// Forgets every uncommitted change: changed objects get their saved values back, created
+    /// ones become invalid.
+    func rollback() {
+        for object in changed.values {
+            if let snapshot = object.snapshot {
+                object.values = snapshot
+                object.snapshot = nil
+                object.state = .clean
+            } else {
+                object.state = .invalidated
+                registry[object.objectID] = nil
+            }
+        }
+        // Objects created then deleted are no longer in `changed`; they are dropped with the registry entries.
+        changed.removeAll()
+        links.removeAll()
+        generation += 1
+    }
+
+    /// Drops every object: later use of them is a precondition failure.
+    func reset() {
+        for entry in registry.values {
+            entry.object?.state = .invalidated
+        }
+        for object in changed.values { object.state = .invalidated }
+        registry.removeAll()
+        changed.removeAll()
+        links.removeAll()
+        generation += 1
+    }
+
+    // MARK: - Receiving commits (main contexts)
+
+    /// Hands a commit to this main context from any thread; it is applied before the next
+    /// read on the main actor, and on the main actor's next turn otherwise.
+    func handOver(_ changes: ChangeSet) {
+        inbox.withLock { $0.append(changes) }
+        inboxHasWork.store(true, ordering: .releasing)
+        DispatchQueue.main.async { [self] in
+            if inboxHasWork.load(ordering: .acquiring) { applyInbox() }
+        }
+    }
+
+    /// Applies handed-over commits to registered objects (main thread only).
+    func applyInbox() {
+        inboxHasWork.store(false, ordering: .releasing)
+        let pending = inbox.withLock { inbox in
+            defer { inbox.removeAll() }
+            return inbox
+        }
+        guard !pending.isEmpty else { return }
+        for changes in pending {
+            for update in changes.updates {
+                guard let object = registered(update.id), object.state == .clean else { continue }
+                for (slot, value) in zip(update.slots, update.values) where slot < object.values.count {
+                    object.values[slot] = value
+                }
+            }
+            for delete in changes.deletes {
+                guard let object = registered(delete.id) else { continue }
+                object.state = .deleted
+                registry[delete.id] = nil
+            }
+        }
+        generation += 1
+    }
+}

@@ -1,0 +1,141 @@
+/// Reads rows for one fetch, inside one read session: from the store, overlaid with the
+/// writer's pending commits and the reading context's own changes, with a per-read cache.
+struct RowReader {
+    let session: ReadSession
+    let context: ObjectContext
+    private var cache: [ObjectID: RowData?] = [:]
+
+    init(session: ReadSession, context: ObjectContext) {
+        self.session = session
+        self.context = context
+    }
+
+    private var graph: ModelGraph { context.graph }
+
+    /// `t0."Z_PK", [t0."Z_ENT",] t0."a", t0."b", …` for a table.
+    func selectColumns(_ table: Table, alias: String) -> String {
+        var columns = ["\(alias).\"Z_PK\""]
+        if table.hasEntityColumn { columns.append("\(alias).\"Z_ENT\"") }
+        columns += table.columns.map { "\(alias).\($0.name.quotedIdentifier)" }
+        return columns.joined(separator: ", ")
+    }
+
+    /// Runs a SELECT made with `selectColumns` and decodes its rows.
+    func rows(_ sql: CompiledQuery.SQL, table: Table) throws -> [(id: ObjectID, row: RowData)] {
+        let statement = try session.db.cachedStatement(sql.text)
+        defer { statement.reset() }
+        try statement.bind(sql.arguments)
+        var result: [(id: ObjectID, row: RowData)] = []
+        while try statement.step() {
+            if let decoded = decode(statement, table: table) { result.append(decoded) }
+        }
+        return result
+    }
+
+    private func decode(_ statement: Statement, table: Table) -> (id: ObjectID, row: RowData)? {
+        guard let root = graph.entity(named: table.name) else { return nil }
+        let key = statement.int64(0)
+        var entity = root
+        var base = 1
+        if table.hasEntityColumn {
+            let code = statement.int64(1)
+            guard let member = root.family.first(where: { $0.entityCode == code }) else { return nil }
+            entity = member
+            base = 2
+        }
+        var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
+        for slot in entity.storedSlots {
+            values[slot] = statement.column(base + entity.properties[slot].column)
+        }
+        return (ObjectID(rootEntity: root.description_, primaryKey: key), RowData(entity: entity, values: values))
+    }
+
+    /// The row of `id` as the reading context sees it; `nil` when it does not exist or is deleted.
+    mutating func row(_ id: ObjectID) throws -> RowData? {
+        if let cached = cache[id] { return cached }
+        let row = try uncachedRow(id)
+        cache[id] = .some(row)
+        return row
+    }
+
+    private func uncachedRow(_ id: ObjectID) throws -> RowData? {
+        if let object = context.changed[id] {
+            return object.state == .deleted ? nil : RowData(entity: object.entity, values: object.values)
+        }
+        switch session.overlay.entry(for: id)?.pending {
+        case .inserted(let row)?:
+            return row
+        case .deleted?:
+            return nil
+        case .updated(_, let slots)?:
+            guard var row = try storedRow(id) else { return nil }
+            for (slot, value) in slots where slot < row.values.count { row.values[slot] = value }
+            return row
+        case nil:
+            return try storedRow(id)
+        }
+    }
+
+    private func storedRow(_ id: ObjectID) throws -> RowData? {
+        guard let root = graph.entity(for: id.rootEntity) else { return nil }
+        let table = root.table!
+        let sql = CompiledQuery.SQL(text: "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" = ?",
+                                    arguments: [.integer(id.primaryKey)])
+        return try rows(sql, table: table).first?.row
+    }
+
+    /// Primary keys of `root`'s table with changes pending in the overlay or the context.
+    private func pendingKeys(of root: EntityDescription) -> Set<Int64> {
+        var keys = Set(session.overlay.rows(of: root).keys.map(\.primaryKey))
+        for id in context.changed.keys where id.rootEntity === root { keys.insert(id.primaryKey) }
+        return keys
+    }
+
+    /// Objects of `entity` whose values along `chain` (to-one hops) may differ from what the
+    /// store says, because an object along the chain has pending changes. Their predicate is
+    /// evaluated in memory instead of trusting SQL.
+    func referencing(_ chain: [Property], from entity: Entity) throws -> Set<ObjectID> {
+        var affected: Set<Int64> = []
+        for index in chain.indices.reversed() {
+            let hop = chain[index]
+            guard let destination = hop.destination else { return [] }
+            let targets = pendingKeys(of: destination.rootDescription).union(affected)
+            if targets.isEmpty { return [] }
+            let source = index == 0 ? entity : chain[index - 1].destination!
+            affected = try keys(in: source.table, where: hop.name, in: targets)
+        }
+        return Set(affected.map { ObjectID(rootEntity: entity.rootDescription, primaryKey: $0) })
+    }
+
+    /// Primary keys of rows whose `column` holds one of `values`.
+    private func keys(in table: Table, where column: String, in values: Set<Int64>) throws -> Set<Int64> {
+        var result: Set<Int64> = []
+        let all = Array(values)
+        for start in stride(from: 0, to: all.count, by: 500) {
+            let chunk = all[start..<min(start + 500, all.count)]
+            let placeholders = Array(repeating: "?", count: chunk.count).joined(separator: ", ")
+            let statement = try session.db.cachedStatement("SELECT \"Z_PK\" FROM \(table.quotedName) WHERE \(column.quotedIdentifier) IN (\(placeholders))")
+            defer { statement.reset() }
+            try statement.bind(chunk.map { Value.integer($0) })
+            while try statement.step() { result.insert(statement.int64(0)) }
+        }
+        return result
+    }
+
+    /// The IDs related to `object` through a join-table relationship, store plus overlay.
+    func joined(_ object: ManagedObject, _ property: Property) throws -> Set<ObjectID> {
+        guard let join = property.joinTable, let destination = property.destination else { return [] }
+        let (mine, theirs) = property.isJoinSource ? ("source", "target") : ("target", "source")
+        let statement = try session.db.cachedStatement("SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) = ?")
+        defer { statement.reset() }
+        try statement.bind(.integer(object.objectID.primaryKey), at: 1)
+        var keys: Set<Int64> = []
+        while try statement.step() { keys.insert(statement.int64(0)) }
+        for (key, present) in session.overlay.links(of: join.name) {
+            let (me, other) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
+            guard me == object.objectID.primaryKey else { continue }
+            if present { keys.insert(other) } else { keys.remove(other) }
+        }
+        return Set(keys.map { ObjectID(rootEntity: destination.rootDescription, primaryKey: $0) })
+    }
+}

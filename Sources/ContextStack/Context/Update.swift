@@ -1,0 +1,184 @@
+/// The handle an update block receives: create, fetch, change, delete, then `commit()`.
+///
+/// For example:
+///
+/// ```swift
+/// try world.beginUpdateAndWait { update in
+///     let farmer = try update.create(Person.self)
+///     farmer.name = "Farmer"
+///     let knight = try update.fetchOrCreate(Person.self, %"name" == "Knight" && %"age" == 18)
+///     knight.friend = farmer
+///     try update.commit()
+/// }
+/// ```
+///
+/// Use an `Update` only inside the block it was handed to, or inside `update.perform { }`
+/// continuations; objects it returns belong to its context. Reads see the update's own
+/// uncommitted changes: objects created in it, changed values, deletions.
+public struct Update: Sendable {
+    let context: UpdateContext
+
+    private var core: ObjectContext { context.core }
+
+    // MARK: Creating
+
+    /// A new object of `type`, with its permanent ID and default values.
+    public func create<T: ManagedObject>(_ type: T.Type) throws -> T {
+        core.checkExecution("update.create(\(T.self).self)")
+        return try core.create(core.graph.entity(for: type)) as! T
+    }
+
+    /// The first object matching `condition`, or a new one with the condition's `==` values.
+    ///
+    /// The condition must be `key == constant` terms joined by `&&`
+    /// (`%"name" == "Knight" && %"age" == 18`); anything else throws
+    /// `QueryError.Code.invalidFetchOrCreate` before anything is fetched or created.
+    public func fetchOrCreate<T: ManagedObject>(_ type: T.Type, _ condition: Condition) throws -> T {
+        core.checkExecution("update.fetchOrCreate(\(T.self).self, …)")
+        let entity = core.graph.entity(for: type)
+        let assignments = try FetchOrCreate.assignments(of: condition, in: entity)
+        if let existing = try core.fetchFirst(type, condition, orderBy: nil, options: FetchOptions()) {
+            return existing
+        }
+        let object = try core.create(entity)
+        for (slot, value) in assignments {
+            let property = entity.properties[slot]
+            if property.isToOne, case .integer(let key) = value, let destination = property.destination {
+                // Through the relationship setter, so the inverse side learns of it too.
+                let target = try core.object(for: ObjectID(rootEntity: destination.rootDescription, primaryKey: key))
+                core.setToOne(of: object, slot: slot, to: target)
+            } else {
+                object.values[slot] = value
+            }
+        }
+        return object as! T
+    }
+
+    // MARK: Reading
+
+    /// The first object matching `condition` in `orderBy` order, or `nil`.
+    public func fetch<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
+                                        options: FetchOptions = FetchOptions()) throws -> T? {
+        try core.fetchFirst(type, condition, orderBy: orderBy, options: options)
+    }
+
+    /// Every object matching `condition`, in `orderBy` order, windowed by `options`.
+    public func fetchAll<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
+                                           options: FetchOptions = FetchOptions()) throws -> [T] {
+        try core.fetchAll(type, condition, orderBy: orderBy, options: options)
+    }
+
+    /// How many objects match `condition`.
+    public func fetchCount<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil) throws -> Int {
+        try core.fetchCount(type, condition)
+    }
+
+    /// The IDs of the objects matching `condition`, without materializing them.
+    public func fetchIDs<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
+                                           options: FetchOptions = FetchOptions()) throws -> [ObjectID] {
+        try core.fetchIDs(type, condition, orderBy: orderBy, options: options)
+    }
+
+    /// The object with `id`, or `nil` when there is none (or it is deleted).
+    public func fetch<T: ManagedObject>(_ type: T.Type, id: ObjectID) throws -> T? {
+        try core.fetch(type, id: id)
+    }
+
+    /// This update's copy of an object from another context (the main context, say).
+    ///
+    /// - Throws: `QueryError.Code.objectNotFound` when the object no longer exists.
+    public func use<T: ManagedObject>(_ object: T) throws -> T {
+        core.checkExecution("update.use(_:)")
+        if object.context === core { return object }
+        guard let mine = try core.object(for: object.objectID) as? T else {
+            throw QueryError(.objectNotFound, "\(object.objectID) no longer exists: it was deleted.", entity: object.objectID.entityName)
+        }
+        return mine
+    }
+
+    // MARK: Deleting
+
+    /// Deletes `object`, applying the delete rules of its relationships.
+    public func delete(_ object: ManagedObject) throws {
+        core.checkExecution("update.delete(_:)")
+        guard object.context === core else {
+            preconditionFailure("\(object) belongs to another context: delete this update's copy — try update.delete(update.use(object)).")
+        }
+        try core.delete(object)
+    }
+
+    /// Deletes every object matching `condition` in this context; returns how many.
+    @discardableResult
+    public func deleteAll<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil) throws -> Int {
+        let objects = try core.fetchAll(type, condition, orderBy: nil, options: FetchOptions())
+        for object in objects { try core.delete(object) }
+        return objects.count
+    }
+
+    // MARK: Saving
+
+    /// Saves the update's changes into its target. Nothing is saved without it.
+    ///
+    /// - Throws: `SaveError` (a `.deny` rule, say); the changes stay pending then.
+    public func commit() throws {
+        try context.commit()
+    }
+
+    /// Forgets every uncommitted change of this update.
+    public func rollback() {
+        core.checkExecution("update.rollback()")
+        core.rollback()
+    }
+
+    /// Continues this update later (from a callback, say), in the same context.
+    public func perform(_ block: @escaping @Sendable (Update) throws -> Void) {
+        context.perform(block)
+    }
+}
+
+/// The `==` terms of a `fetchOrCreate` condition, as slot values for the new object.
+enum FetchOrCreate {
+    static func assignments(of condition: Condition, in entity: Entity) throws(QueryError) -> [(Int, Value)] {
+        // Resolving checks every key and value type first.
+        _ = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
+        var result: [(Int, Value)] = []
+        func collect(_ node: Condition.Node) throws(QueryError) {
+            switch node {
+            case .and(let a, let b):
+                try collect(a)
+                try collect(b)
+            case .compare(let key, .equal, let operand):
+                guard let property = entity.property(named: key), property.isStored else { throw invalid() }
+                switch operand {
+                case .value(let value, _):
+                    result.append((property.slot, try normalize(value, for: property, key: key)))
+                case .object(let id):
+                    result.append((property.slot, .integer(id.primaryKey)))
+                case .key:
+                    throw invalid()
+                }
+            default:
+                throw invalid()
+            }
+        }
+        func invalid() -> QueryError {
+            QueryError(.invalidFetchOrCreate, "fetchOrCreate(\(entity.name).self, \(condition)) needs `key == constant` terms joined by && (keys of \(entity.name) itself), to know what to create.", entity: entity.name)
+        }
+        try collect(condition.node)
+        return result
+    }
+
+    /// The value as the attribute stores it (a whole number for an `Int`, a double for a `Double`).
+    private static func normalize(_ value: Value, for property: Property, key: String) throws(QueryError) -> Value {
+        guard let kind = property.attributeKind else { return value }
+        switch (kind.columnType, value) {
+        case ("REAL", .integer(let int)): return .double(Double(int))
+        case ("INTEGER", .double(let double)):
+            guard let int = Int64(exactly: double) else {
+                throw QueryError(.typeMismatch, "fetchOrCreate cannot store \(double) in the whole-number attribute '\(key)'.", key: key)
+            }
+            return .integer(int)
+        default: return value
+        }
+    }
+}

@@ -1,0 +1,112 @@
+import Dispatch
+import Synchronization
+
+/// A context that changes objects: it hands an `Update` to the blocks you give it, and its
+/// `commit()` saves into its target (the main context in the three-tier stack).
+///
+/// `beginUpdate` and `beginUpdateAndWait` make a fresh one for each update; a long-lived one
+/// from `beginUpdateContext()` accumulates changes across its `perform` blocks until a commit.
+/// Blocks of one update context run one at a time, on its own queue (or, for the `AndWait`
+/// forms, on the calling thread while the queue is held).
+public final class UpdateContext: Sendable {
+    let core: ObjectContext
+    let stack: Stack
+    /// Saves a change set into the target; returns the root's sequence number when the
+    /// change goes through the root writer.
+    let deliver: @Sendable (ChangeSet) throws -> UInt64?
+    private let queue = DispatchQueue(label: "ContextStack.UpdateContext")
+    private let isOneShot: Bool
+    private let state = Mutex(State())
+
+    private struct State {
+        /// Blocks scheduled or running; a one-shot context resets when it drops to zero.
+        var activeBlocks = 0
+        var lastSequence: UInt64?
+    }
+
+    init(stack: Stack, isOneShot: Bool, deliver: @escaping @Sendable (ChangeSet) throws -> UInt64?) {
+        self.core = ObjectContext(kind: .update, stack: stack)
+        self.stack = stack
+        self.isOneShot = isOneShot
+        self.deliver = deliver
+    }
+
+    deinit {
+        // Nothing can run on this context any more: drop its objects and their strong references.
+        core.reset()
+    }
+
+    /// Runs `block` later, on this context. An error it throws rolls back the context's
+    /// uncommitted changes and goes to `stack.onError`.
+    ///
+    /// For example:
+    ///
+    /// ```swift
+    /// let ctx = world.beginUpdateContext()
+    /// ctx.perform { update in
+    ///     let knight = try update.fetch(Person.self, %"name" == "Knight")
+    ///     knight?.age += 1
+    ///     try update.commit()
+    /// }
+    /// ```
+    public func perform(_ block: @escaping @Sendable (Update) throws -> Void) {
+        state.withLock { $0.activeBlocks += 1 }
+        queue.async { [self] in
+            run { update in
+                do {
+                    try block(update)
+                } catch {
+                    core.rollback()
+                    stack.report(error)
+                }
+            }
+        }
+    }
+
+    /// Runs `block` on this context now and waits for it; rethrows what it throws, after
+    /// rolling back the context's uncommitted changes.
+    public func performAndWait<T>(_ block: (Update) throws -> T) throws -> T {
+        state.withLock { $0.activeBlocks += 1 }
+        return try queue.sync {
+            try run { update in
+                do {
+                    return try block(update)
+                } catch {
+                    core.rollback()
+                    throw error
+                }
+            }
+        }
+    }
+
+    /// Runs `body` marked as this context's execution, then retires the block.
+    private func run<T>(_ body: (Update) throws -> T) rethrows -> T {
+        defer { finishBlock() }
+        return try Execution.run(as: core) { try body(Update(context: self)) }
+    }
+
+    private func finishBlock() {
+        let remaining = state.withLock { state in
+            state.activeBlocks -= 1
+            return state.activeBlocks
+        }
+        if remaining == 0 && isOneShot {
+            // The update is over: what it did not commit is dropped.
+            Execution.run(as: core) { core.reset() }
+        }
+    }
+
+    /// Commits pending changes into the target; called by `Update.commit()`.
+    func commit() throws {
+        core.checkExecution("update.commit()")
+        let changes = try core.makeChangeSet()
+        if !changes.isEmpty {
+            let sequence = try deliver(changes)
+            state.withLock { $0.lastSequence = sequence }
+        }
+        core.didCommit()
+    }
+
+    /// The root sequence number of the last commit, for durability waits.
+    var lastSequence: UInt64? { state.withLock { $0.lastSequence } }
+}

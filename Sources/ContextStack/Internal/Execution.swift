@@ -1,0 +1,34 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Which context the current thread is executing for: a thread-local marker set while an
+/// update context runs a block, so every property access can check confinement cheaply.
+enum Execution {
+    // Created once, never changed.
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    /// True while the current thread runs a block of `context`.
+    static func isRunning(_ context: AnyObject) -> Bool {
+        pthread_getspecific(key) == UnsafeRawPointer(Unmanaged.passUnretained(context).toOpaque())
+    }
+
+    /// The context the current thread runs a block of, if any.
+    static var current: UnsafeMutableRawPointer? { pthread_getspecific(key) }
+
+    /// Runs `body` marked as executing for `context`, restoring the previous marker after.
+    static func run<T>(as context: AnyObject, _ body: () throws -> T) rethrows -> T {
+        let previous = pthread_getspecific(key)
+        pthread_setspecific(key, Unmanaged.passUnretained(context).toOpaque())
+        defer { pthread_setspecific(key, previous) }
+        return try body()
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+
+/// An entity resolved within a `Model`: its properties with slots, destinations and inverses,
+/// and where it lives in the schema. Immutable once the model is built.
+final class Entity: Sendable, CustomStringConvertible {
+    let description_: EntityDescription
+    let name: String
+    let type: ManagedObject.Type
+    let properties: [Property]
+    let propertyIndex: [String: Int]
+    /// The initial slot values of a new object: attribute defaults, `.null` elsewhere.
+    let defaults: ContiguousArray<Value>
+    /// This entity and every entity below it (for fetches that include sub-entities).
+    nonisolated(unsafe) private(set) var family: [Entity] = []
+    nonisolated(unsafe) private(set) var superentity: Entity?
+    nonisolated(unsafe) private(set) var table: Table!
+    /// The value of the table's entity column for rows of this entity (when the table has one).
+    nonisolated(unsafe) var entityCode: Int64 = 0
+    /// The slots of attribute and to-one properties, in column order of this entity's own row.
+    nonisolated(unsafe) private(set) var storedSlots: [Int] = []
+
+    var description: String { name }
+    var rootDescription: EntityDescription { description_.root }
+
+    init(_ description: EntityDescription) {
+        self.description_ = description
+        self.name = description.name
+        self.type = description.type
+        var index: [String: Int] = [:]
+        var defaults = ContiguousArray<Value>()
+        var properties: [Property] = []
+        for (slot, declared) in description.properties.enumerated() {
+            index[declared.name] = slot
+            properties.append(Property(slot: slot, declared: declared))
+            if case .attribute(_, _, let value, _) = declared.kind { defaults.append(value) } else { defaults.append(.null) }
+        }
+        self.properties = properties
+        self.propertyIndex = index
+        self.defaults = defaults
+    }
+
+    // Resolution happens once, inside `Model.init`, before the model is shared: the
+    // `nonisolated(unsafe)` members above are written only then.
+    func resolve(superentity: Entity?, family: [Entity], table: Table) {
+        self.superentity = superentity
+        self.family = family
+        self.table = table
+        self.storedSlots = properties.filter { $0.isStored }.map(\.slot)
+    }
+
+    func property(named name: String) -> Property? {
+        propertyIndex[name].map { properties[$0] }
+    }
+
+    /// Whether `other` is this entity or one below it.
+    func includes(_ other: Entity) -> Bool {
+        var entity: Entity? = other
+        while let current = entity {
+            if current === self { return true }
+            entity = current.superentity
+        }
+        return false
+    }
+}
+
+/// A property resolved within a model.
+final class Property: Sendable {
+    enum Storage: Sendable {
+        /// A column of the entity's table (attributes and to-one relationships).
+        case column
+        /// Derived from the inverse to-one's column (a to-many whose inverse is to-one).
+        case inverseColumn
+        /// Rows of a join table (many-to-many, or a to-many without inverse).
+        case joinTable
+    }
+
+    let slot: Int
+    let name: String
+    let declared: PropertyDescription
+    let attributeKind: AttributeKind?
+    let isOptional: Bool
+    let options: Set<AttributeOption>
+    let isToMany: Bool
+    let deleteRule: DeleteRule
+    // Written once during `Model.init`, before the model is shared.
+    nonisolated(unsafe) var destination: Entity?
+    nonisolated(unsafe) var inverse: Property?
+    nonisolated(unsafe) var storage: Storage = .column
+    nonisolated(unsafe) var joinTable: JoinTable?
+    /// Whether this property is the `source` side of its join table.
+    nonisolated(unsafe) var isJoinSource = true
+    /// The column in the entity's table, for attributes and to-one relationships.
+    nonisolated(unsafe) var column: Int = -1
+
+    init(slot: Int, declared: PropertyDescription) {
+        self.slot = slot
+        self.name = declared.name
+        self.declared = declared
+        switch declared.kind {
+        case .attribute(let kind, let isOptional, _, let options):
+            attributeKind = kind
+            self.isOptional = isOptional
+            self.options = options
+            isToMany = false
+            deleteRule = .nullify
+        case .relationship(_, let isToMany, _, let deleteRule):
+            attributeKind = nil
+            isOptional = true
+            options = []
+            self.isToMany = isToMany
+            self.deleteRule = deleteRule
+        }
+    }
+
+    var isAttribute: Bool { attributeKind != nil }
+    var isRelationship: Bool { attributeKind == nil }
+    var isToOne: Bool { isRelationship && !isToMany }
+    /// Attributes and to-one relationships have a column of their own.
+    var isStored: Bool { isAttribute || isToOne }
+}

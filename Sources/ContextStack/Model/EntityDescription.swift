@@ -1,0 +1,107 @@
+import Foundation
+
+/// What to do with related objects when an object is deleted.
+public enum DeleteRule: String, Sendable, Hashable {
+    /// Remove the deleted object from the inverse relationship of each related object (the default).
+    case nullify
+    /// Delete the related objects too.
+    case cascade
+    /// Refuse the deletion while the relationship is not empty: `commit()` throws.
+    case deny
+    /// Do nothing: related objects keep pointing at the deleted object's ID.
+    case noAction
+}
+
+/// Options of an attribute: `@Attribute(.unique)`, `@Attribute(.indexed)`.
+public struct AttributeOption: Hashable, Sendable {
+    enum Kind: Hashable, Sendable { case unique, indexed }
+    let kind: Kind
+    /// A unique index backs the attribute; a duplicate value makes the commit throw.
+    public static let unique = AttributeOption(kind: .unique)
+    /// An index backs the attribute, for fast predicates and sorting.
+    public static let indexed = AttributeOption(kind: .indexed)
+}
+
+/// One persisted property of an entity as the `@Entity` macro declares it.
+public struct PropertyDescription: Sendable {
+    enum Kind: Sendable {
+        case attribute(AttributeKind, isOptional: Bool, defaultValue: Value, options: Set<AttributeOption>)
+        case relationship(destination: @Sendable () -> EntityDescription, isToMany: Bool, inverse: String?, deleteRule: DeleteRule)
+    }
+
+    /// The property's name, as written in Swift and as used in predicates.
+    public let name: String
+    let kind: Kind
+
+    /// An attribute of an `AttributeValue` type.
+    public static func attribute<T: AttributeValue>(
+        _ name: String, _ type: T.Type, default defaultValue: T, options: [AttributeOption] = []
+    ) -> PropertyDescription {
+        PropertyDescription(name: name, kind: .attribute(T.attributeKind, isOptional: T.isOptionalAttribute,
+                                                         defaultValue: defaultValue.storedValue, options: Set(options)))
+    }
+
+    /// An attribute of a `RawRepresentable` type, stored through its raw value.
+    public static func attribute<T: RawRepresentable>(
+        _ name: String, _ type: T.Type, default defaultValue: T, options: [AttributeOption] = []
+    ) -> PropertyDescription where T.RawValue: AttributeValue {
+        PropertyDescription(name: name, kind: .attribute(T.RawValue.attributeKind, isOptional: false,
+                                                         defaultValue: defaultValue.rawValue.storedValue, options: Set(options)))
+    }
+
+    /// An optional attribute of a `RawRepresentable` type.
+    public static func attribute<T: RawRepresentable>(
+        _ name: String, _ type: T?.Type, default defaultValue: T?, options: [AttributeOption] = []
+    ) -> PropertyDescription where T.RawValue: AttributeValue {
+        PropertyDescription(name: name, kind: .attribute(T.RawValue.attributeKind, isOptional: true,
+                                                         defaultValue: defaultValue?.rawValue.storedValue ?? .null, options: Set(options)))
+    }
+
+    /// A relationship to one object of `destination` (or none).
+    public static func toOne<T: ManagedObject>(
+        _ name: String, _ destination: T.Type, inverse: String? = nil, deleteRule: DeleteRule = .nullify
+    ) -> PropertyDescription {
+        PropertyDescription(name: name, kind: .relationship(destination: { T.entityDescription }, isToMany: false,
+                                                            inverse: inverse, deleteRule: deleteRule))
+    }
+
+    /// A relationship to a set of objects of `destination`.
+    public static func toMany<T: ManagedObject>(
+        _ name: String, _ destination: T.Type, inverse: String? = nil, deleteRule: DeleteRule = .nullify
+    ) -> PropertyDescription {
+        PropertyDescription(name: name, kind: .relationship(destination: { T.entityDescription }, isToMany: true,
+                                                            inverse: inverse, deleteRule: deleteRule))
+    }
+}
+
+/// An entity as the `@Entity` macro declares it: its name, class, parent entity and properties.
+///
+/// One description exists per entity class, for the life of the process; a `Model` resolves
+/// descriptions against each other (inverses, destinations) and derives the schema.
+public final class EntityDescription: Sendable, CustomStringConvertible {
+    /// The entity's name: the class name unless `@Entity(name:)` says otherwise.
+    public let name: String
+    let type: ManagedObject.Type
+    /// The parent entity, for a sub-entity.
+    public let superentity: EntityDescription?
+    /// The properties declared by this entity's own class (not inherited ones).
+    public let ownProperties: [PropertyDescription]
+    /// All properties, inherited ones first; a property's index here is its slot.
+    let properties: [PropertyDescription]
+
+    public init(name: String, type: ManagedObject.Type, superentity: EntityDescription?, properties: [PropertyDescription]) {
+        self.name = name
+        self.type = type
+        self.superentity = superentity
+        self.ownProperties = properties
+        self.properties = (superentity?.properties ?? []) + properties
+    }
+
+    /// The first slot of this class's own properties: the number of inherited properties.
+    public var slotBase: Int { superentity?.properties.count ?? 0 }
+
+    /// The entity at the top of this entity's hierarchy, whose table it shares.
+    var root: EntityDescription { superentity?.root ?? self }
+
+    public var description: String { name }
+}

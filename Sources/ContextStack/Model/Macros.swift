@@ -1,0 +1,50 @@
+/// Makes a class a persisted entity.
+///
+/// For example:
+///
+/// ```swift
+/// @Entity final class Person: ManagedObject {
+///     var name: String = ""                 // non-optional attributes need a default
+///     var location: String?
+///     @Attribute(.unique) var email: String?
+///     @Transient var scratch = 0            // not stored
+///     @Relationship(inverse: \Person.friendOf) var friend: Person?
+///     @Relationship var friendOf: Set<Person>
+/// }
+/// ```
+///
+/// The macro turns each persisted property into accessors over the object's slots, generates
+/// the entity's static description, and restates `@unchecked Sendable` (see `ManagedObject`).
+/// Sub-entities: declare the parent without `final` and subclass it with `@Entity` too.
+///
+/// - Parameter name: the entity's name in the store; the class name by default.
+@attached(member, names: named(_cs_entity), named(entityDescription))
+@attached(memberAttribute)
+@attached(extension, conformances: Sendable)
+public macro Entity(name: String? = nil) = #externalMacro(module: "ContextStackMacros", type: "EntityMacro")
+
+/// Options for an attribute: `@Attribute(.unique)`, `@Attribute(.indexed)`.
+@attached(peer)
+public macro Attribute(_ options: AttributeOption...) = #externalMacro(module: "ContextStackMacros", type: "MarkerMacro")
+
+/// A property that is not stored: it keeps its value only in the object in memory.
+@attached(peer)
+public macro Transient() = #externalMacro(module: "ContextStackMacros", type: "MarkerMacro")
+
+/// A relationship: to-one (`Person?`) or to-many (`Set<Person>`).
+///
+/// - Parameters:
+///   - deleteRule: what deleting this object does to the related ones (`.nullify` by default).
+///   - inverse: the relationship on the other side that points back (`\Person.friendOf`). One
+///     side declaring it is enough; both sides are kept in sync in memory as soon as either is set.
+@attached(peer)
+public macro Relationship(deleteRule: DeleteRule = .nullify, inverse: AnyKeyPath? = nil) = #externalMacro(module: "ContextStackMacros", type: "MarkerMacro")
+
+/// How `@_PersistedProperty` stores a property. Used by the `@Entity` expansion only.
+public enum _PersistedPropertyKind {
+    case attribute, toOne, toMany
+}
+
+/// The slot accessors of one persisted property; attached by `@Entity`, not written by hand.
+@attached(accessor, names: named(init), named(get), named(set))
+public macro _PersistedProperty(_ slot: Int, _ kind: _PersistedPropertyKind) = #externalMacro(module: "ContextStackMacros", type: "PersistedPropertyMacro")

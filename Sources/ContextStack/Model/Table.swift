@@ -1,0 +1,39 @@
+/// The SQLite table of one entity hierarchy: the root entity's name, a `Z_PK` primary key, a
+/// `Z_ENT` column when the hierarchy has sub-entities, and one column per attribute and to-one
+/// relationship of every entity in the hierarchy.
+final class Table: Sendable {
+    struct Column: Sendable {
+        let name: String
+        let type: String
+        let isUnique: Bool
+        let isIndexed: Bool
+    }
+
+    let name: String
+    let columns: [Column]
+    let hasEntityColumn: Bool
+    /// How many entities share the table.
+    let familyCount: Int
+
+    init(name: String, columns: [Column], familyCount: Int) {
+        self.name = name
+        self.columns = columns
+        self.hasEntityColumn = familyCount > 1
+        self.familyCount = familyCount
+    }
+
+    var quotedName: String { name.quotedIdentifier }
+}
+
+/// The table of a many-to-many relationship (or a to-many one without inverse): one row per
+/// related pair, `source` on the side that owns the table.
+final class JoinTable: Sendable {
+    let name: String
+    init(name: String) { self.name = name }
+    var quotedName: String { name.quotedIdentifier }
+}
+
+extension String {
+    /// The string as an SQL identifier in double quotes, with inner quotes doubled.
+    var quotedIdentifier: String { "\"" + replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+}

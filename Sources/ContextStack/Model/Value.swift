@@ -1,0 +1,135 @@
+import Foundation
+
+/// A value as SQLite stores it: the currency of the store, of object slots, of query rows
+/// and of in-memory predicate evaluation.
+///
+/// Because objects hold exactly what the store holds, a predicate has one meaning in SQL and in
+/// memory: both compare `Value`s with SQLite's rules (NULL before numbers, numbers compared
+/// numerically, then text by bytes, then blobs by bytes).
+///
+/// For example:
+///
+/// ```swift
+/// let avg: Value = try world.queryValue(Person.self, .average("age"))
+/// print(avg.doubleValue ?? 0)
+/// ```
+public enum Value: Sendable, CustomStringConvertible {
+    case null
+    case integer(Int64)
+    case double(Double)
+    case text(String)
+    case blob(Data)
+
+    /// True for `.null`.
+    public var isNull: Bool { if case .null = self { true } else { false } }
+
+    /// The value as an `Int64`: integers as they are, doubles truncated, otherwise `nil`.
+    public var int64Value: Int64? {
+        switch self {
+        case .integer(let value): value
+        case .double(let value): Int64(exactly: value.rounded(.towardZero))
+        default: nil
+        }
+    }
+
+    /// The value as an `Int`, like `int64Value`.
+    public var intValue: Int? { int64Value.map { Int(truncatingIfNeeded: $0) } }
+
+    /// The value as a `Double`: numbers converted, otherwise `nil`.
+    public var doubleValue: Double? {
+        switch self {
+        case .integer(let value): Double(value)
+        case .double(let value): value
+        default: nil
+        }
+    }
+
+    /// The text, or `nil` for anything else.
+    public var stringValue: String? { if case .text(let value) = self { value } else { nil } }
+
+    /// The bytes, or `nil` for anything else.
+    public var dataValue: Data? { if case .blob(let value) = self { value } else { nil } }
+
+    public var description: String {
+        switch self {
+        case .null: "NULL"
+        case .integer(let value): String(value)
+        case .double(let value): String(value)
+        case .text(let value): String(reflecting: value)
+        case .blob(let value): "<\(value.count) bytes>"
+        }
+    }
+}
+
+extension Value: Hashable {
+    /// Equality as SQLite's `IS`: the same storage class and the same bytes, except that an
+    /// integer and a double are equal when numerically equal. Text is compared by its UTF-8
+    /// bytes, not by Unicode canonical equivalence (Swift's `String ==`), as SQLite does.
+    public static func == (lhs: Value, rhs: Value) -> Bool { compare(lhs, rhs) == 0 }
+
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .null: hasher.combine(0)
+        case .integer(let value): hasher.combine(Double(value))
+        case .double(let value): hasher.combine(value)
+        case .text(let value): hasher.combine(2); value.utf8.forEach { hasher.combine($0) }
+        case .blob(let value): hasher.combine(3); hasher.combine(value)
+        }
+    }
+
+    /// SQLite's ordering of two values: `-1`, `0` or `1`.
+    ///
+    /// NULL sorts first, then integers and doubles compared numerically, then text by bytes
+    /// (the BINARY collation), then blobs by bytes.
+    static func compare(_ lhs: Value, _ rhs: Value) -> Int {
+        switch (lhs, rhs) {
+        case (.null, .null): return 0
+        case (.null, _): return -1
+        case (_, .null): return 1
+        case (.integer(let a), .integer(let b)): return a < b ? -1 : (a == b ? 0 : 1)
+        case (.double(let a), .double(let b)): return a < b ? -1 : (a == b ? 0 : 1)
+        case (.integer(let a), .double(let b)): return -compareNumeric(b, a)
+        case (.double(let a), .integer(let b)): return compareNumeric(a, b)
+        case (.integer, _), (.double, _): return -1
+        case (_, .integer), (_, .double): return 1
+        case (.text(let a), .text(let b)): return compareBytes(a.utf8, b.utf8)
+        case (.text, .blob): return -1
+        case (.blob, .text): return 1
+        case (.blob(let a), .blob(let b)): return compareBytes(a, b)
+        }
+    }
+
+    /// Compares a double with an integer exactly, as SQLite does (no rounding through `Double`).
+    private static func compareNumeric(_ a: Double, _ b: Int64) -> Int {
+        if a.isNaN { return -1 }
+        if a < -9.223372036854775808e18 { return -1 }
+        if a >= 9.223372036854775808e18 { return 1 }
+        let truncated = Int64(a.rounded(.towardZero))
+        if truncated != b { return truncated < b ? -1 : 1 }
+        let fraction = a - Double(truncated)
+        return fraction > 0 ? 1 : (fraction < 0 ? -1 : 0)
+    }
+
+    private static func compareBytes<C: Collection<UInt8>>(_ a: C, _ b: C) -> Int {
+        var left = a.makeIterator()
+        var right = b.makeIterator()
+        while true {
+            switch (left.next(), right.next()) {
+            case (nil, nil): return 0
+            case (nil, _): return -1
+            case (_, nil): return 1
+            case (let x?, let y?): if x != y { return x < y ? -1 : 1 }
+            }
+        }
+    }
+}
+
+extension Value: ExpressibleByNilLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByStringLiteral, ExpressibleByBooleanLiteral
+{
+    public init(nilLiteral: ()) { self = .null }
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(stringLiteral value: String) { self = .text(value) }
+    public init(booleanLiteral value: Bool) { self = .integer(value ? 1 : 0) }
+}

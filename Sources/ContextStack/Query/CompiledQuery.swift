@@ -1,0 +1,304 @@
+import Foundation
+
+/// A key resolved against an entity: the to-one hops, then the property it ends at.
+struct ResolvedPath: Sendable {
+    let key: String
+    let hops: [Property]
+    let leaf: Property
+
+    /// The alias of the table the leaf is read from: one alias per distinct hop prefix.
+    var joinKey: String { hops.map(\.name).joined(separator: ".") }
+}
+
+/// A condition and an order resolved against one entity, ready to become SQL or to run in memory.
+///
+/// Both forms come from this one structure, which is what keeps their meaning the same.
+struct CompiledQuery: Sendable {
+    indirect enum Node: Sendable {
+        case constant(Bool)
+        case compare(ResolvedPath, ComparisonOperator, Operand)
+        case and(Node, Node)
+        case or(Node, Node)
+        case not(Node)
+    }
+
+    enum Operand: Sendable {
+        case value(Value)
+        case path(ResolvedPath)
+    }
+
+    struct SortTerm: Sendable {
+        let path: ResolvedPath
+        let ascending: Bool
+    }
+
+    let entity: Entity
+    let node: Node?
+    let order: [SortTerm]
+    /// Every distinct chain of to-one hops the query reads through.
+    let hopChains: [[Property]]
+
+    init(entity: Entity, condition: Condition?, orderBy: OrderBy?) throws(QueryError) {
+        self.entity = entity
+        var chains: [String: [Property]] = [:]
+        func note(_ path: ResolvedPath) {
+            if !path.hops.isEmpty { chains[path.joinKey] = path.hops }
+        }
+        var node: Node?
+        if let condition {
+            node = try Self.resolve(condition.node, in: entity, note: note)
+        }
+        var order: [SortTerm] = []
+        for term in orderBy?.terms ?? [] {
+            let path = try Self.resolvePath(term.key, in: entity)
+            guard path.leaf.isStored else {
+                throw QueryError(.unsupported, "Cannot sort \(entity.name) by '\(term.key)': it is a to-many relationship.", key: term.key, entity: entity.name)
+            }
+            if path.leaf.attributeKind == .decimal {
+                throw QueryError(.unsupported, "Cannot sort \(entity.name) by '\(term.key)': decimals are stored as text, whose order is not numeric.", key: term.key, entity: entity.name)
+            }
+            note(path)
+            order.append(SortTerm(path: path, ascending: term.ascending))
+        }
+        self.node = node
+        self.order = order
+        self.hopChains = chains.keys.sorted().map { chains[$0]! }
+    }
+
+    // MARK: - Resolution
+
+    static func resolvePath(_ key: String, in entity: Entity) throws(QueryError) -> ResolvedPath {
+        let parts = key.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        var current = entity
+        var hops: [Property] = []
+        for (index, part) in parts.enumerated() {
+            guard let property = current.property(named: part) else {
+                let known = current.properties.map(\.name).joined(separator: ", ")
+                throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)': \(current.name) has no property '\(part)' (it has \(known)).", key: key, entity: entity.name)
+            }
+            if index == parts.count - 1 {
+                if property.isToMany {
+                    throw QueryError(.unsupported, "'\(key)' on \(entity.name) is a to-many relationship: compare its members with a quantifier or count it.", key: key, entity: entity.name)
+                }
+                return ResolvedPath(key: key, hops: hops, leaf: property)
+            }
+            guard property.isToOne, let destination = property.destination else {
+                throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)': '\(part)' is not a to-one relationship, so the path cannot continue past it.", key: key, entity: entity.name)
+            }
+            hops.append(property)
+            current = destination
+        }
+        throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)'.", key: key, entity: entity.name)
+    }
+
+    private static func resolve(_ node: Condition.Node, in entity: Entity, note: (ResolvedPath) -> Void) throws(QueryError) -> Node {
+        switch node {
+        case .constant(let value): return .constant(value)
+        case .and(let a, let b): return .and(try resolve(a, in: entity, note: note), try resolve(b, in: entity, note: note))
+        case .or(let a, let b): return .or(try resolve(a, in: entity, note: note), try resolve(b, in: entity, note: note))
+        case .not(let a): return .not(try resolve(a, in: entity, note: note))
+        case .compare(let key, let op, let operand):
+            let path = try resolvePath(key, in: entity)
+            note(path)
+            let leaf = path.leaf
+            func mismatch(_ what: String) -> QueryError {
+                QueryError(.typeMismatch, "\(entity.name).\(key) \(op.rawValue) \(what): \(describe(leaf)) cannot be compared with \(what).", key: key, entity: entity.name)
+            }
+            switch operand {
+            case .value(let value, let kind):
+                if let kind {
+                    guard let leafKind = leaf.attributeKind else { throw mismatch("a \(kind.rawValue) value") }
+                    guard leafKind.isComparable(with: kind) else { throw mismatch("a \(kind.rawValue) value") }
+                    if op.isOrdering && leafKind == .decimal {
+                        throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue): decimals are stored as text and support only == and !=.", key: key, entity: entity.name)
+                    }
+                } else if op.isOrdering {
+                    throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue) nil never matches: use == nil or != nil.", key: key, entity: entity.name)
+                }
+                return .compare(path, op, .value(value))
+            case .key(let otherKey):
+                let other = try resolvePath(otherKey, in: entity)
+                note(other)
+                switch (leaf.attributeKind, other.leaf.attributeKind) {
+                case (let a?, let b?) where a.isComparable(with: b):
+                    if op.isOrdering && a == .decimal { throw mismatch("key '\(otherKey)' with \(op.rawValue)") }
+                case (nil, nil) where !op.isOrdering && leaf.destination?.rootDescription === other.leaf.destination?.rootDescription:
+                    break
+                default:
+                    throw mismatch("key '\(otherKey)' (\(describe(other.leaf)))")
+                }
+                return .compare(path, op, .path(other))
+            case .object(let id):
+                guard leaf.isToOne, let destination = leaf.destination, destination.rootDescription === id.rootEntity else {
+                    throw mismatch("the object \(id)")
+                }
+                guard !op.isOrdering else {
+                    throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue) an object: relationships support only == and !=.", key: key, entity: entity.name)
+                }
+                return .compare(path, op, .value(.integer(id.primaryKey)))
+            }
+        }
+    }
+
+    private static func describe(_ property: Property) -> String {
+        if let kind = property.attributeKind { return "the \(kind.rawValue) attribute '\(property.name)'" }
+        return "the relationship '\(property.name)' to \(property.destination?.name ?? "?")"
+    }
+
+    // MARK: - In memory
+
+    /// Resolves an object's row by ID, as the evaluating context sees it (nil: no such object).
+    typealias RowResolver = (ObjectID) throws -> RowData?
+
+    /// The value at `path` for a row, following to-one hops through `resolve`.
+    static func value(at path: ResolvedPath, in values: ContiguousArray<Value>, resolve: RowResolver) rethrows -> Value {
+        var current = values
+        for hop in path.hops {
+            guard case .integer(let key) = current[hop.slot], let destination = hop.destination,
+                  let row = try resolve(ObjectID(rootEntity: destination.rootDescription, primaryKey: key))
+            else { return .null }
+            current = row.values
+        }
+        return current[path.leaf.slot]
+    }
+
+    /// Whether a row matches, with SQL's three-valued logic (`nil` is unknown: not a match).
+    func matches(_ values: ContiguousArray<Value>, resolve: RowResolver) rethrows -> Bool {
+        guard let node else { return true }
+        return try Self.evaluate(node, values, resolve) == true
+    }
+
+    private static func evaluate(_ node: Node, _ values: ContiguousArray<Value>, _ resolve: RowResolver) rethrows -> Bool? {
+        switch node {
+        case .constant(let value): return value
+        case .and(let a, let b):
+            let left = try evaluate(a, values, resolve)
+            if left == false { return false }
+            let right = try evaluate(b, values, resolve)
+            if right == false { return false }
+            return left == nil || right == nil ? nil : true
+        case .or(let a, let b):
+            let left = try evaluate(a, values, resolve)
+            if left == true { return true }
+            let right = try evaluate(b, values, resolve)
+            if right == true { return true }
+            return left == nil || right == nil ? nil : false
+        case .not(let a):
+            return try evaluate(a, values, resolve).map(!)
+        case .compare(let path, let op, let operand):
+            let left = try value(at: path, in: values, resolve: resolve)
+            let right: Value
+            switch operand {
+            case .value(let value): right = value
+            case .path(let other): right = try value(at: other, in: values, resolve: resolve)
+            }
+            switch op {
+            case .equal: return Value.compare(left, right) == 0
+            case .notEqual: return Value.compare(left, right) != 0
+            default:
+                if left.isNull || right.isNull { return nil }
+                let order = Value.compare(left, right)
+                switch op {
+                case .less: return order < 0
+                case .lessOrEqual: return order <= 0
+                case .greater: return order > 0
+                default: return order >= 0
+                }
+            }
+        }
+    }
+
+    /// Whether row `a` sorts before row `b`: the order terms, then primary key.
+    func sortsBefore(_ a: (id: ObjectID, values: ContiguousArray<Value>), _ b: (id: ObjectID, values: ContiguousArray<Value>),
+                     resolve: RowResolver) rethrows -> Bool {
+        for term in order {
+            let order = Value.compare(try Self.value(at: term.path, in: a.values, resolve: resolve),
+                                      try Self.value(at: term.path, in: b.values, resolve: resolve))
+            if order != 0 { return term.ascending ? order < 0 : order > 0 }
+        }
+        return a.id.primaryKey < b.id.primaryKey
+    }
+
+    // MARK: - SQL
+
+    /// SQL text and its bound arguments.
+    struct SQL {
+        var text: String
+        var arguments: [Value]
+    }
+
+    /// `FROM … JOIN … WHERE …` for this query, with `t0` the entity's table.
+    func fromWhere(extraWhere: [String] = [], extraArguments: [Value] = []) -> SQL {
+        var aliases: [String: String] = ["": "t0"]
+        var text = "FROM \(entity.table.quotedName) AS t0"
+        for chain in hopChains {
+            var prefix = ""
+            for hop in chain {
+                let parentAlias = aliases[prefix]!
+                prefix = prefix.isEmpty ? hop.name : prefix + "." + hop.name
+                if aliases[prefix] == nil {
+                    let alias = "t\(aliases.count)"
+                    aliases[prefix] = alias
+                    text += " LEFT JOIN \(hop.destination!.table.quotedName) AS \(alias) ON \(alias).\"Z_PK\" = \(parentAlias).\(hop.name.quotedIdentifier)"
+                }
+            }
+        }
+        var conditions: [String] = []
+        var arguments: [Value] = []
+        if entity.table.hasEntityColumn && entity.family.count < entity.table.familyCount {
+            conditions.append("t0.\"Z_ENT\" IN (\(entity.family.map { String($0.entityCode) }.joined(separator: ", ")))")
+        }
+        if let node {
+            conditions.append(Self.sql(node, aliases: aliases, arguments: &arguments))
+        }
+        conditions += extraWhere
+        arguments += extraArguments
+        if !conditions.isEmpty { text += " WHERE " + conditions.joined(separator: " AND ") }
+        return SQL(text: text, arguments: arguments)
+    }
+
+    /// `ORDER BY …, t0."Z_PK"`.
+    func orderBySQL() -> String {
+        var aliases: [String: String] = ["": "t0"]
+        var count = 1
+        for chain in hopChains {
+            var prefix = ""
+            for hop in chain {
+                prefix = prefix.isEmpty ? hop.name : prefix + "." + hop.name
+                if aliases[prefix] == nil { aliases[prefix] = "t\(count)"; count += 1 }
+            }
+        }
+        let terms = order.map { "\(Self.column($0.path, aliases)) \($0.ascending ? "ASC" : "DESC")" }
+        return "ORDER BY " + (terms + ["t0.\"Z_PK\" ASC"]).joined(separator: ", ")
+    }
+
+    private static func column(_ path: ResolvedPath, _ aliases: [String: String]) -> String {
+        "\(aliases[path.joinKey]!).\(path.leaf.name.quotedIdentifier)"
+    }
+
+    private static func sql(_ node: Node, aliases: [String: String], arguments: inout [Value]) -> String {
+        switch node {
+        case .constant(let value): return value ? "1" : "0"
+        case .and(let a, let b): return "(\(sql(a, aliases: aliases, arguments: &arguments)) AND \(sql(b, aliases: aliases, arguments: &arguments)))"
+        case .or(let a, let b): return "(\(sql(a, aliases: aliases, arguments: &arguments)) OR \(sql(b, aliases: aliases, arguments: &arguments)))"
+        case .not(let a): return "(NOT \(sql(a, aliases: aliases, arguments: &arguments)))"
+        case .compare(let path, let op, let operand):
+            let left = column(path, aliases)
+            let right: String
+            switch operand {
+            case .value(.null):
+                return op == .equal ? "\(left) IS NULL" : "\(left) IS NOT NULL"
+            case .value(let value):
+                arguments.append(value)
+                right = "?"
+            case .path(let other):
+                right = column(other, aliases)
+            }
+            switch op {
+            case .equal: return "\(left) IS \(right)"
+            case .notEqual: return "\(left) IS NOT \(right)"
+            default: return "\(left) \(op.rawValue) \(right)"
+            }
+        }
+    }
+}

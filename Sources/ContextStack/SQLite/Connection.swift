@@ -1,0 +1,112 @@
+import CSQLite
+import Foundation
+
+/// One SQLite connection: a handle plus its cache of prepared statements.
+///
+/// A `Connection` is not thread-safe and says so by not being `Sendable`: the `ConnectionPool`
+/// that owns it hands it out to one caller at a time.
+final class Connection {
+    let handle: OpaquePointer
+    let path: String
+    private var statements: [String: Statement] = [:]
+
+    /// Opens (or creates, when `create` is true) the database at `path`.
+    init(path: String, readOnly: Bool = false, create: Bool = true) throws(SQLiteError) {
+        var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
+        flags |= readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
+        if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
+        var handle: OpaquePointer?
+        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        guard code == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            if let handle { sqlite3_close_v2(handle) }
+            throw SQLiteError(code: .init(rawValue: code), message: message)
+        }
+        self.handle = handle
+        self.path = path
+        sqlite3_extended_result_codes(handle, 1)
+    }
+
+    deinit {
+        statements.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    /// The error SQLite reports for `code` on this connection.
+    func error(_ code: Int32, sql: String?) -> SQLiteError {
+        let extended = sqlite3_extended_errcode(handle)
+        let message = String(cString: sqlite3_errmsg(handle))
+        // sqlite3_errmsg describes the last failing call; trust the code we were given if they differ.
+        let reported = (extended & 0xFF) == (code & 0xFF) ? extended : code
+        return SQLiteError(code: .init(rawValue: reported), message: message, sql: sql)
+    }
+
+    /// A prepared statement for `sql`, prepared on first use and reused afterwards.
+    func cachedStatement(_ sql: String) throws(SQLiteError) -> Statement {
+        if let statement = statements[sql] {
+            return statement
+        }
+        let statement = try Statement(connection: self, sql: sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Runs one or more statements that return nothing (no parameters).
+    func execute(_ sql: String) throws(SQLiteError) {
+        let code = sqlite3_exec(handle, sql, nil, nil, nil)
+        guard code == SQLITE_OK else { throw error(code, sql: sql) }
+    }
+
+    /// Runs `sql` with `arguments` and returns every row as an array of values.
+    func rows(_ sql: String, _ arguments: [Value] = []) throws(SQLiteError) -> [[Value]] {
+        let statement = try cachedStatement(sql)
+        defer { statement.reset() }
+        try statement.bind(arguments)
+        var rows: [[Value]] = []
+        let count = statement.columnCount
+        while try statement.step() {
+            rows.append((0..<count).map(statement.column))
+        }
+        return rows
+    }
+
+    /// The first column of the first row, or `.null` when there is no row.
+    func scalar(_ sql: String, _ arguments: [Value] = []) throws(SQLiteError) -> Value {
+        let statement = try cachedStatement(sql)
+        defer { statement.reset() }
+        try statement.bind(arguments)
+        return try statement.step() ? statement.column(0) : .null
+    }
+
+    /// Sets how long a statement retries on `SQLITE_BUSY` before it fails.
+    func setBusyTimeout(milliseconds: Int32) {
+        sqlite3_busy_timeout(handle, milliseconds)
+    }
+
+    var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws.
+    ///
+    /// `commit` runs the final `COMMIT`; the store passes a closure that takes its publication
+    /// lock around it, so readers never see the store ahead of the pending-change overlay.
+    func writeTransaction<T>(_ body: () throws -> T, commit: ((() throws -> Void) throws -> Void)? = nil) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            if let commit {
+                try commit { try self.execute("COMMIT") }
+            } else {
+                try execute("COMMIT")
+            }
+            return result
+        } catch {
+            if isInTransaction { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// The options SQLite was compiled with (`PRAGMA compile_options`), checked at run time.
+    func compileOptions() throws(SQLiteError) -> Set<String> {
+        Set(try rows("PRAGMA compile_options").compactMap { $0.first?.stringValue })
+    }
+}

@@ -1,0 +1,117 @@
+import CSQLite
+import Foundation
+
+/// `SQLITE_TRANSIENT`: SQLite copies bound text and blobs before the call returns.
+nonisolated(unsafe) private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// A valid pointer for binding empty text (`""` has no buffer of its own in `withUTF8`).
+nonisolated(unsafe) private let emptyCString: UnsafePointer<CChar> = {
+    let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: 1)
+    pointer.initialize(to: 0)
+    return UnsafePointer(pointer)
+}()
+
+/// A prepared statement, owned by one `Connection` and used only where that connection is.
+///
+/// Statements are cached by their connection: `connection.cachedStatement(sql)` prepares once,
+/// and every later use only resets and rebinds.
+final class Statement {
+    let handle: OpaquePointer
+    let sql: String
+    unowned let connection: Connection
+
+    init(connection: Connection, sql: String) throws(SQLiteError) {
+        var handle: OpaquePointer?
+        let code = sqlite3_prepare_v3(connection.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &handle, nil)
+        guard code == SQLITE_OK, let handle else {
+            throw connection.error(code, sql: sql)
+        }
+        self.handle = handle
+        self.sql = sql
+        self.connection = connection
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    var columnCount: Int { Int(sqlite3_column_count(handle)) }
+
+    func columnName(_ index: Int) -> String { String(cString: sqlite3_column_name(handle, Int32(index))) }
+
+    /// Binds `value` to the parameter at `index` (1-based, as in SQLite).
+    func bind(_ value: Value, at index: Int) throws(SQLiteError) {
+        let position = Int32(index)
+        let code: Int32
+        switch value {
+        case .null: code = sqlite3_bind_null(handle, position)
+        case .integer(let int): code = sqlite3_bind_int64(handle, position, int)
+        case .double(let double): code = sqlite3_bind_double(handle, position, double)
+        case .text(let text):
+            var text = text
+            code = text.withUTF8 { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { chars in
+                    // An empty string still binds as text: SQLite wants a non-null pointer for that.
+                    sqlite3_bind_text(handle, position, chars.baseAddress ?? emptyCString, Int32(chars.count), transient)
+                }
+            }
+        case .blob(let data):
+            code = data.withUnsafeBytes { buffer in
+                // A zero-length blob must still be a blob, not NULL.
+                sqlite3_bind_blob(handle, position, buffer.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(buffer.count), transient)
+            }
+        }
+        guard code == SQLITE_OK else { throw connection.error(code, sql: sql) }
+    }
+
+    /// Binds `values` to parameters 1, 2, …
+    func bind(_ values: some Sequence<Value>) throws(SQLiteError) {
+        var index = 1
+        for value in values {
+            try bind(value, at: index)
+            index += 1
+        }
+    }
+
+    /// Steps once: `true` when a row is available, `false` when the statement is done.
+    func step() throws(SQLiteError) -> Bool {
+        switch sqlite3_step(handle) {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        case let code: throw connection.error(code, sql: sql)
+        }
+    }
+
+    /// Runs a statement that returns no rows, then resets it for the next use.
+    func execute() throws(SQLiteError) {
+        defer { reset() }
+        while try step() {}
+    }
+
+    /// Resets the statement and clears its bindings, ready for reuse.
+    func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Reads column `index` (0-based) of the current row.
+    func column(_ index: Int) -> Value {
+        let position = Int32(index)
+        switch sqlite3_column_type(handle, position) {
+        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, position))
+        case SQLITE_FLOAT: return .double(sqlite3_column_double(handle, position))
+        case SQLITE_TEXT:
+            let count = Int(sqlite3_column_bytes(handle, position))
+            guard let bytes = sqlite3_column_text(handle, position) else { return .text("") }
+            return .text(String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self))
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_column_bytes(handle, position))
+            guard count > 0, let bytes = sqlite3_column_blob(handle, position) else { return .blob(Data()) }
+            return .blob(Data(bytes: bytes, count: count))
+        default: return .null
+        }
+    }
+
+    /// Reads column `index` as an integer (SQLite converts as it does for `sqlite3_column_int64`).
+    func int64(_ index: Int) -> Int64 { sqlite3_column_int64(handle, Int32(index)) }
+
+    func isNull(_ index: Int) -> Bool { sqlite3_column_type(handle, Int32(index)) == SQLITE_NULL }
+}

@@ -1,0 +1,142 @@
+import Foundation
+import Synchronization
+
+/// The top of ContextStack: a model, the store that holds it, and the root writer.
+///
+/// For example:
+///
+/// ```swift
+/// let stack = try Stack(model: Model(Person.self, Pet.self))
+/// try stack.addDatabaseStore(at: url)
+/// let world = try MainContext(stack: stack)
+/// ```
+///
+/// With `rootContext: .shared` (the default) commits reach SQLite through a root writer on a
+/// background queue: `commit()` returns after the first hop, and `flush()` waits until
+/// everything committed before it is in SQLite. With `.none` there is no root: whatever saves
+/// into the store writes SQLite before `commit()` returns.
+public final class Stack: Sendable {
+    /// Whether the stack has a root writer between contexts and the store.
+    public enum RootContext: Sendable, Hashable {
+        /// A root writer on a background queue, with group commit (the default).
+        case shared
+        /// No root: saving into the store writes SQLite on the committing thread.
+        case none
+    }
+
+    let graph: ModelGraph
+    /// The stack's root: `.shared` or `.none`.
+    public let rootContext: RootContext
+    private let state = Mutex(State())
+
+    private struct State: Sendable {
+        var store: Store?
+        var storeSettings: StoreSettings?
+        var onError: (@Sendable (any Error) -> Void)?
+    }
+
+    private struct StoreSettings: Equatable, Sendable {
+        let path: String?
+        let configuration: String?
+        let autoMigrating: Bool
+        let resetOnFailure: Bool
+    }
+
+    /// A stack for `model`.
+    ///
+    /// - Parameters:
+    ///   - model: the entities the stack stores.
+    ///   - rootContext: `.shared` for a background root writer, `.none` to write on commit.
+    public init(model: Model, rootContext: RootContext = .shared) throws {
+        self.graph = model.graph
+        self.rootContext = rootContext
+    }
+
+    /// Called with errors that no caller can receive: failed background saves and errors
+    /// thrown inside `beginUpdate` and `perform` blocks. It runs on the thread where the error
+    /// happened; hop to the main actor yourself if you update UI state.
+    public var onError: (@Sendable (any Error) -> Void)? {
+        get { state.withLock { $0.onError } }
+        set { state.withLock { $0.onError = newValue } }
+    }
+
+    /// Adds an SQLite file store, creating the file and its tables when they do not exist.
+    ///
+    /// For example:
+    ///
+    /// ```swift
+    /// try stack.addDatabaseStore(at: URL(fileURLWithPath: "people.sqlite"))
+    /// ```
+    ///
+    /// The store uses write-ahead logging with `synchronous=NORMAL`: a crash of the application
+    /// loses nothing committed to SQLite; a power loss may lose the last commits, never
+    /// corrupting the file.
+    ///
+    /// - Parameters:
+    ///   - url: the file.
+    ///   - configuration: the model configuration it holds; `nil` for every entity.
+    ///   - autoMigrating: accepted for the migration feature; a store written by a different
+    ///     model currently throws `StoreError.Code.modelMismatch` either way.
+    ///   - resetOnFailure: replace a store written by a different model with an empty one
+    ///     (every table in the file is dropped) instead of throwing.
+    /// - Throws: `StoreError` when the file cannot be opened or holds another model.
+    public func addDatabaseStore(at url: URL, configuration: String? = nil, autoMigrating: Bool = true, resetOnFailure: Bool = false) throws {
+        try addStore(StoreSettings(path: url.standardizedFileURL.path, configuration: configuration,
+                                   autoMigrating: autoMigrating, resetOnFailure: resetOnFailure), url: url)
+    }
+
+    /// Adds an in-memory store: fast, private to this stack, gone when the stack is.
+    public func addInMemoryStore(configuration: String? = nil) throws {
+        try addStore(StoreSettings(path: nil, configuration: configuration, autoMigrating: true, resetOnFailure: false), url: nil)
+    }
+
+    private func addStore(_ settings: StoreSettings, url: URL?) throws {
+        if let configuration = settings.configuration, graph.configurations[configuration] == nil {
+            throw StoreError(.noStore, "The model has no configuration named '\(configuration)'; it has \(graph.configurations.keys.sorted()).")
+        }
+        let existing = state.withLock { $0.storeSettings }
+        if let existing {
+            if existing == settings && settings.path != nil { return }
+            throw StoreError(.alreadyAdded, "This stack already has a store (\(existing.path ?? "in memory")); a stack holds one store.")
+        }
+        let store = try Store(graph: graph, url: url, resetOnFailure: settings.resetOnFailure) { [weak self] error in
+            self?.report(error)
+        }
+        try state.withLock { state in
+            guard state.store == nil else {
+                throw StoreError(.alreadyAdded, "This stack already has a store; a stack holds one store.")
+            }
+            state.store = store
+            state.storeSettings = settings
+        }
+    }
+
+    /// The stack's store; a precondition failure naming the fix when there is none.
+    var store: Store {
+        guard let store = state.withLock({ $0.store }) else {
+            preconditionFailure("The stack has no store yet: call `try stack.addDatabaseStore(at: url)` or `try stack.addInMemoryStore()` before fetching or saving.")
+        }
+        return store
+    }
+
+    var hasStore: Bool { state.withLock { $0.store != nil } }
+
+    /// Hands an error to `onError`, if set.
+    func report(_ error: any Error) {
+        state.withLock { $0.onError }?(error)
+    }
+
+    /// Waits until everything committed before the call is in SQLite.
+    ///
+    /// - Throws: the first error of a background save that failed since the last flush.
+    public func flush() async throws {
+        guard hasStore else { return }
+        try await store.flush()
+    }
+
+    /// Blocks until everything committed before the call is in SQLite; see `flush()`.
+    public func flushAndWait() throws {
+        guard hasStore else { return }
+        try store.flushAndWait()
+    }
+}

@@ -1,0 +1,104 @@
+/// The values of one object as a context sees them: its entity and its slots.
+struct RowData: Sendable {
+    let entity: Entity
+    var values: ContiguousArray<Value>
+}
+
+/// A pair added to or removed from a join table.
+struct LinkKey: Hashable, Sendable {
+    let table: String
+    let source: Int64
+    let target: Int64
+}
+
+/// Everything one commit changes, as it travels from a context down to the store.
+struct ChangeSet: Sendable {
+    struct Update: Sendable {
+        let id: ObjectID
+        let entity: Entity
+        /// The changed slots and their new values.
+        let slots: [Int]
+        let values: [Value]
+    }
+
+    var inserts: [(id: ObjectID, row: RowData)] = []
+    var updates: [Update] = []
+    var deletes: [(id: ObjectID, entity: Entity)] = []
+    /// Join-table pairs: `true` to add, `false` to remove.
+    var links: [(key: LinkKey, present: Bool)] = []
+
+    var isEmpty: Bool { inserts.isEmpty && updates.isEmpty && deletes.isEmpty && links.isEmpty }
+}
+
+/// Commits handed to the writer but not yet in SQLite, by object, so that every read — on
+/// any context — sees them as if they were stored.
+struct Overlay: Sendable {
+    enum Pending: Sendable {
+        case inserted(RowData)
+        /// Changed slots only: unchanged ones come from the store.
+        case updated(Entity, [Int: Value])
+        case deleted(Entity)
+    }
+
+    struct Entry: Sendable {
+        var pending: Pending
+        /// The sequence number of the last commit that touched the entry.
+        var sequence: UInt64
+    }
+
+    /// Pending rows by the root entity of their table.
+    private(set) var rows: [ObjectIdentifier: [ObjectID: Entry]] = [:]
+    private(set) var links: [LinkKey: (present: Bool, sequence: UInt64)] = [:]
+
+    var isEmpty: Bool { rows.isEmpty && links.isEmpty }
+
+    /// Pending rows of the table whose root entity is `root`.
+    func rows(of root: EntityDescription) -> [ObjectID: Entry] { rows[ObjectIdentifier(root)] ?? [:] }
+
+    func entry(for id: ObjectID) -> Entry? { rows[ObjectIdentifier(id.rootEntity)]?[id] }
+
+    /// Pending pairs of a join table.
+    func links(of table: String) -> [LinkKey: Bool] {
+        var result: [LinkKey: Bool] = [:]
+        for (key, value) in links where key.table == table { result[key] = value.present }
+        return result
+    }
+
+    mutating func apply(_ changes: ChangeSet, sequence: UInt64) {
+        for insert in changes.inserts {
+            rows[ObjectIdentifier(insert.id.rootEntity), default: [:]][insert.id] = Entry(pending: .inserted(insert.row), sequence: sequence)
+        }
+        for update in changes.updates {
+            let root = ObjectIdentifier(update.id.rootEntity)
+            var entry = rows[root]?[update.id]
+            switch entry?.pending {
+            case .inserted(var row)?:
+                for (slot, value) in zip(update.slots, update.values) { row.values[slot] = value }
+                entry = Entry(pending: .inserted(row), sequence: sequence)
+            case .updated(let entity, var slots)?:
+                for (slot, value) in zip(update.slots, update.values) { slots[slot] = value }
+                entry = Entry(pending: .updated(entity, slots), sequence: sequence)
+            case .deleted?:
+                continue
+            case nil:
+                entry = Entry(pending: .updated(update.entity, Dictionary(uniqueKeysWithValues: zip(update.slots, update.values))), sequence: sequence)
+            }
+            rows[root, default: [:]][update.id] = entry
+        }
+        for delete in changes.deletes {
+            rows[ObjectIdentifier(delete.id.rootEntity), default: [:]][delete.id] = Entry(pending: .deleted(delete.entity), sequence: sequence)
+        }
+        for link in changes.links {
+            links[link.key] = (link.present, sequence)
+        }
+    }
+
+    /// Forgets what commits up to `sequence` changed: they are in the store now.
+    mutating func removeWritten(upTo sequence: UInt64) {
+        for (root, entries) in rows {
+            let remaining = entries.filter { $0.value.sequence > sequence }
+            rows[root] = remaining.isEmpty ? nil : remaining
+        }
+        links = links.filter { $0.value.sequence > sequence }
+    }
+}

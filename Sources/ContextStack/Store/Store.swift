@@ -1,0 +1,451 @@
+import Dispatch
+import Foundation
+import Synchronization
+
+/// One SQLite database holding a model's tables, plus the writer that saves commits into it.
+///
+/// Writes go through one writer connection on a serial queue; commits that arrive while it is
+/// busy are written together in one transaction (group commit), each in its own savepoint so
+/// that one failing commit fails alone. Until a commit is written it sits in the `Overlay`,
+/// which every read merges in, so a commit is visible to all contexts as soon as it is handed
+/// over. File stores read through a small pool of reader connections (WAL: readers never wait
+/// for the writer); in-memory stores share one connection.
+final class Store: Sendable {
+    let graph: ModelGraph
+    /// The file, or `nil` for an in-memory store.
+    let url: URL?
+    let writer: Locked<WriterState>
+    private let readers: Locked<[Connection]>
+    private let state = Mutex(State())
+    private let keys = Mutex<[String: KeyBlock]>([:])
+    private let writeQueue = DispatchQueue(label: "ContextStack.Store.writer", qos: .utility)
+    /// Receives errors of background saves (set by the stack to forward to `onError`).
+    let reportError: @Sendable (any Error) -> Void
+
+    static let maximumIdleReaders = 4
+
+    struct WriterState {
+        let connection: Connection
+        var insertSQL: [ObjectIdentifier: String] = [:]
+        var updateSQL: [String: String] = [:]
+    }
+
+    private struct State: Sendable {
+        var overlay = Overlay()
+        var queue: [(sequence: UInt64, changes: ChangeSet)] = []
+        var lastSequence: UInt64 = 0
+        var writtenSequence: UInt64 = 0
+        var isDraining = false
+        var errors: [any Error] = []
+        /// Why a commit failed, by sequence number, for `waitUntilWritten`.
+        var failures: [UInt64: any Error] = [:]
+        var waiters: [(sequence: UInt64, waiter: FlushWaiter)] = []
+    }
+
+    private struct KeyBlock: Sendable {
+        var next: Int64
+        var limit: Int64
+        var size: Int64
+    }
+
+    // MARK: - Opening
+
+    /// Opens or creates the store at `url` (or in memory), creating the model's tables in a new
+    /// file and checking the model of an existing one.
+    init(graph: ModelGraph, url: URL?, resetOnFailure: Bool, reportError: @escaping @Sendable (any Error) -> Void) throws {
+        self.graph = graph
+        self.url = url
+        self.reportError = reportError
+        let connection: Connection
+        if let url {
+            connection = try Self.openFile(url, graph: graph, resetOnFailure: resetOnFailure)
+        } else {
+            connection = try Connection(path: ":memory:")
+            try Self.prepareSchema(connection, graph: graph, resetOnFailure: resetOnFailure)
+        }
+        writer = Locked(WriterState(connection: connection))
+        readers = Locked([])
+    }
+
+    private static func openFile(_ url: URL, graph: ModelGraph, resetOnFailure: Bool) throws -> Connection {
+        let connection: Connection
+        do {
+            connection = try Connection(path: url.path)
+        } catch {
+            throw StoreError(.cannotOpen, "Cannot open or create the store at \(url.path).", underlying: error)
+        }
+        connection.setBusyTimeout(milliseconds: 10_000)
+        do {
+            let mode = try connection.scalar("PRAGMA journal_mode = WAL").stringValue
+            if mode?.lowercased() != "wal" {
+                throw StoreError(.cannotOpen, "The store at \(url.path) cannot use write-ahead logging (journal mode is \(mode ?? "unknown")).")
+            }
+            try connection.execute("PRAGMA synchronous = NORMAL")
+        } catch let error as SQLiteError where error.code.primary == .notADatabase || error.code.primary == .corrupt {
+            throw StoreError(.notADatabase, "The file at \(url.path) is not an SQLite database, or is damaged.", underlying: error)
+        }
+        try prepareSchema(connection, graph: graph, resetOnFailure: resetOnFailure)
+        return connection
+    }
+
+    /// Creates the tables of a new store, or checks that an existing one holds this model.
+    private static func prepareSchema(_ db: Connection, graph: ModelGraph, resetOnFailure: Bool) throws {
+        try db.writeTransaction {
+            let hasMetadata = try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'Z_METADATA'").int64Value == 1
+            if hasMetadata {
+                let storedHash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'").stringValue
+                if storedHash == graph.versionHash { return }
+                guard resetOnFailure else {
+                    throw StoreError(.modelMismatch, "The store was written by a different model (hash \(storedHash ?? "none"), this model \(graph.versionHash)); open it with the model that wrote it, or pass resetOnFailure: true to replace it with an empty store.")
+                }
+                // Drop every table of the old model: the store starts empty.
+                let tables = try db.rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+                for row in tables { if let name = row[0].stringValue { try db.execute("DROP TABLE \(name.quotedIdentifier)") } }
+            }
+            for statement in schemaStatements(graph) { try db.execute(statement) }
+        }
+    }
+
+    static func schemaStatements(_ graph: ModelGraph) -> [String] {
+        var statements = [
+            "CREATE TABLE Z_METADATA (key TEXT PRIMARY KEY, value)",
+            "CREATE TABLE Z_KEYS (name TEXT PRIMARY KEY, next INTEGER NOT NULL)",
+        ]
+        for table in graph.tables {
+            var columns = ["\"Z_PK\" INTEGER PRIMARY KEY"]
+            if table.hasEntityColumn { columns.append("\"Z_ENT\" INTEGER NOT NULL") }
+            for column in table.columns { columns.append("\(column.name.quotedIdentifier) \(column.type)") }
+            statements.append("CREATE TABLE \(table.quotedName) (\(columns.joined(separator: ", ")))")
+            for column in table.columns where column.isUnique || column.isIndexed {
+                let name = "Z_\(table.name)_\(column.name)".quotedIdentifier
+                statements.append("CREATE \(column.isUnique ? "UNIQUE " : "")INDEX \(name) ON \(table.quotedName) (\(column.name.quotedIdentifier))")
+            }
+            statements.append("INSERT INTO Z_KEYS (name, next) VALUES ('\(table.name.replacingOccurrences(of: "'", with: "''"))', 1)")
+        }
+        for join in graph.joinTables {
+            statements.append("CREATE TABLE \(join.quotedName) (source INTEGER NOT NULL, target INTEGER NOT NULL, PRIMARY KEY (source, target)) WITHOUT ROWID")
+            statements.append("CREATE INDEX \("\(join.name)_target".quotedIdentifier) ON \(join.quotedName) (target)")
+        }
+        let schema = graph.schemaDescription.replacingOccurrences(of: "'", with: "''")
+        statements.append("INSERT INTO Z_METADATA (key, value) VALUES ('hash', '\(graph.versionHash)'), ('schema', '\(schema)'), ('format', 1)")
+        return statements
+    }
+
+    // MARK: - Keys
+
+    /// A primary key for a new row of `root`'s table, never handed out before.
+    ///
+    /// Keys are reserved from the store in blocks (a write to `Z_KEYS`), so IDs are permanent
+    /// from `create` on, and two processes sharing the file never collide.
+    func reserveKey(for root: EntityDescription) throws -> Int64 {
+        let name = root.name
+        if let key = keys.withLock({ blocks -> Int64? in
+            guard var block = blocks[name], block.next < block.limit else { return nil }
+            defer { block.next += 1; blocks[name] = block }
+            return block.next
+        }) {
+            return key
+        }
+        let size = keys.withLock { min(($0[name]?.size ?? 32) * 2, 8192) }
+        let first = try writer.withLock { state -> Int64 in
+            let db = state.connection
+            return try db.writeTransaction {
+                let next = try db.scalar("SELECT next FROM Z_KEYS WHERE name = ?", [.text(name)]).int64Value ?? 1
+                // Keys in the table may be ahead of Z_KEYS when rows were written by other means.
+                let floor = try db.scalar("SELECT coalesce(max(Z_PK), 0) + 1 FROM \(name.quotedIdentifier)").int64Value ?? 1
+                let first = max(next, floor)
+                try db.cachedStatement("UPDATE Z_KEYS SET next = ? WHERE name = ?").bindAndExecute([.integer(first + size), .text(name)])
+                return first
+            }
+        }
+        return keys.withLock { blocks in
+            blocks[name] = KeyBlock(next: first + 1, limit: first + size, size: size)
+            return first
+        }
+    }
+
+    // MARK: - Reading
+
+    /// Runs `body` with a reader connection and the overlay, taken so that the overlay holds
+    /// exactly what the connection's snapshot lacks: every commit is seen wholly or not at all.
+    func read<T>(_ body: (ReadSession) throws -> T) throws -> T {
+        if url == nil {
+            return try writer.withLock { writerState in
+                let overlay = state.withLock { $0.overlay }
+                return try body(ReadSession(store: self, db: writerState.connection, overlay: overlay))
+            }
+        }
+        let db = try takeReader()
+        defer { returnReader(db) }
+        let overlay = try state.withLock { state -> Overlay in
+            // Start the read transaction under the same lock the writer commits under.
+            try db.execute("BEGIN DEFERRED")
+            _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
+            return state.overlay
+        }
+        defer { if db.isInTransaction { try? db.execute("COMMIT") } }
+        return try body(ReadSession(store: self, db: db, overlay: overlay))
+    }
+
+    private func takeReader() throws -> Connection {
+        if let db = readers.withLock({ $0.popLast() }) { return db }
+        guard let url else { preconditionFailure("in-memory stores read through the writer connection") }
+        let db = try Connection(path: url.path, readOnly: true)
+        db.setBusyTimeout(milliseconds: 10_000)
+        return db
+    }
+
+    private func returnReader(_ db: Connection) {
+        readers.withLock { idle in
+            if idle.count < Self.maximumIdleReaders { idle.append(db) }
+        }
+    }
+
+    // MARK: - Writing
+
+    /// Hands a commit to the writer: visible to every read at once, in SQLite soon after.
+    ///
+    /// - Returns: the commit's sequence number, for `waitUntilWritten(_:)`.
+    /// `handOver` runs under the same lock, so main contexts receive commits in sequence order.
+    @discardableResult
+    func enqueue(_ changes: ChangeSet, handOver: () -> Void = {}) -> UInt64 {
+        let (sequence, start) = state.withLock { state -> (UInt64, Bool) in
+            state.lastSequence += 1
+            state.overlay.apply(changes, sequence: state.lastSequence)
+            handOver()
+            state.queue.append((state.lastSequence, changes))
+            let start = !state.isDraining
+            state.isDraining = true
+            return (state.lastSequence, start)
+        }
+        if start { writeQueue.async { self.drain() } }
+        return sequence
+    }
+
+    /// Writes `changes` now, on the caller's thread, in one transaction; `handOver` runs under
+    /// the writer lock once it is committed, so receivers get commits in the order written.
+    func writeNow(_ changes: ChangeSet, handOver: () -> Void = {}) throws {
+        try writer.withLock { writerState in
+            try writerState.connection.writeTransaction {
+                try apply(changes, writer: &writerState)
+            }
+            handOver()
+        }
+    }
+
+    /// Writes queued commits until none is left, each batch in one transaction.
+    private func drain() {
+        while true {
+            let batch = state.withLock { state -> [(sequence: UInt64, changes: ChangeSet)] in
+                let batch = state.queue
+                state.queue.removeAll()
+                if batch.isEmpty { state.isDraining = false }
+                return batch
+            }
+            guard let last = batch.last?.sequence else { return }
+            var failures: [(sequence: UInt64, error: any Error)] = []
+            do {
+                try writer.withLock { writerState in
+                    let db = writerState.connection
+                    try db.writeTransaction({
+                        for (index, item) in batch.enumerated() {
+                            let savepoint = "commit\(index)"
+                            try db.execute("SAVEPOINT \(savepoint)")
+                            do {
+                                try apply(item.changes, writer: &writerState)
+                                try db.execute("RELEASE \(savepoint)")
+                            } catch {
+                                try db.execute("ROLLBACK TO \(savepoint)")
+                                try db.execute("RELEASE \(savepoint)")
+                                failures.append((item.sequence, error))
+                            }
+                        }
+                    }, commit: { commit in
+                        try self.state.withLock { state in
+                            try commit()
+                            state.overlay.removeWritten(upTo: last)
+                        }
+                    })
+                }
+            } catch {
+                // The whole transaction failed: nothing of the batch is stored.
+                state.withLock { $0.overlay.removeWritten(upTo: last) }
+                failures = batch.map { ($0.sequence, error) }
+            }
+            for failure in failures { reportError(failure.error) }
+            let ready = state.withLock { state -> [FlushWaiter] in
+                state.writtenSequence = last
+                state.errors += failures.map(\.error)
+                for failure in failures { state.failures[failure.sequence] = failure.error }
+                if state.failures.count > 1024 {
+                    state.failures = state.failures.filter { $0.key > last - min(last, 1024) }
+                }
+                let ready = state.waiters.filter { $0.sequence <= last }.map(\.waiter)
+                state.waiters.removeAll { $0.sequence <= last }
+                return ready
+            }
+            for waiter in ready { waiter.resume(store: self) }
+        }
+    }
+
+    /// Applies one commit with the writer connection, inside the caller's transaction.
+    private func apply(_ changes: ChangeSet, writer: inout WriterState) throws {
+        let db = writer.connection
+        for insert in changes.inserts {
+            let entity = insert.row.entity
+            let sql = writer.insertSQL[ObjectIdentifier(entity)] ?? {
+                let table = entity.table!
+                var columns = ["\"Z_PK\""]
+                if table.hasEntityColumn { columns.append("\"Z_ENT\"") }
+                columns += entity.storedSlots.map { entity.properties[$0].name.quotedIdentifier }
+                let sql = "INSERT INTO \(table.quotedName) (\(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
+                writer.insertSQL[ObjectIdentifier(entity)] = sql
+                return sql
+            }()
+            let statement = try db.cachedStatement(sql)
+            var index = 1
+            try statement.bind(.integer(insert.id.primaryKey), at: index)
+            index += 1
+            if entity.table.hasEntityColumn {
+                try statement.bind(.integer(entity.entityCode), at: index)
+                index += 1
+            }
+            for slot in entity.storedSlots {
+                try statement.bind(insert.row.values[slot], at: index)
+                index += 1
+            }
+            try statement.execute()
+        }
+        for update in changes.updates where !update.slots.isEmpty {
+            let entity = update.entity
+            let names = update.slots.map { entity.properties[$0].name }
+            let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
+            let sql = writer.updateSQL[cacheKey] ?? {
+                let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
+                let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
+                writer.updateSQL[cacheKey] = sql
+                return sql
+            }()
+            let statement = try db.cachedStatement(sql)
+            try statement.bind(update.values)
+            try statement.bind(.integer(update.id.primaryKey), at: update.values.count + 1)
+            try statement.execute()
+        }
+        for delete in changes.deletes {
+            let table = delete.entity.table!
+            try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            for property in delete.entity.properties where property.storage == .joinTable {
+                guard let join = property.joinTable else { continue }
+                let column = property.isJoinSource ? "source" : "target"
+                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(column) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            }
+        }
+        for link in changes.links {
+            let join = link.key.table.quotedIdentifier
+            let sql = link.present
+                ? "INSERT OR IGNORE INTO \(join) (source, target) VALUES (?, ?)"
+                : "DELETE FROM \(join) WHERE source = ? AND target = ?"
+            try db.cachedStatement(sql).bindAndExecute([.integer(link.key.source), .integer(link.key.target)])
+        }
+    }
+
+    // MARK: - Flushing
+
+    /// Waits until every commit handed over before the call is in SQLite, then throws the
+    /// first error of a failed background save since the last flush, if any.
+    func flush() async throws {
+        let waiter = FlushWaiter()
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            waiter.setContinuation(continuation)
+            register(waiter, upTo: nil)
+        }
+    }
+
+    /// Blocks until every commit handed over before the call is in SQLite; see `flush()`.
+    func flushAndWait() throws {
+        let waiter = FlushWaiter()
+        register(waiter, upTo: nil)
+        try waiter.wait()
+    }
+
+    /// Waits until the commit with `sequence` is in SQLite; throws if saving it failed.
+    func waitUntilWritten(_ sequence: UInt64) async throws {
+        let waiter = FlushWaiter(sequence: sequence)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            waiter.setContinuation(continuation)
+            register(waiter, upTo: sequence)
+        }
+    }
+
+    private func register(_ waiter: FlushWaiter, upTo sequence: UInt64?) {
+        let ready = state.withLock { state -> Bool in
+            let target = sequence ?? state.lastSequence
+            if state.writtenSequence >= target { return true }
+            state.waiters.append((target, waiter))
+            return false
+        }
+        if ready { waiter.resume(store: self) }
+    }
+
+    /// Takes the errors of failed background saves, oldest first.
+    fileprivate func takeErrors() -> [any Error] {
+        state.withLock { state in
+            defer { state.errors.removeAll() }
+            return state.errors
+        }
+    }
+
+    /// Why the commit with `sequence` failed to save, if it did.
+    fileprivate func takeFailure(_ sequence: UInt64) -> (any Error)? {
+        state.withLock { $0.failures.removeValue(forKey: sequence) }
+    }
+
+    /// A waiter for `flush`, resumed by the writer once its sequence is written.
+    final class FlushWaiter: Sendable {
+        private let continuation = Mutex<CheckedContinuation<Void, any Error>?>(nil)
+        private let semaphore = DispatchSemaphore(value: 0)
+        private let outcome = Mutex<(any Error)?>(nil)
+        /// The one commit waited for; `nil` for a flush, which reports any background error.
+        private let sequence: UInt64?
+
+        init(sequence: UInt64? = nil) { self.sequence = sequence }
+
+        func setContinuation(_ continuation: CheckedContinuation<Void, any Error>) {
+            self.continuation.withLock { $0 = continuation }
+        }
+
+        func resume(store: Store) {
+            let error: (any Error)?
+            if let sequence {
+                error = store.takeFailure(sequence)
+            } else {
+                error = store.takeErrors().first
+            }
+            outcome.withLock { $0 = error }
+            if let continuation = continuation.withLock({ $0.take() }) {
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+            semaphore.signal()
+        }
+
+        func wait() throws {
+            semaphore.wait()
+            if let error = outcome.withLock({ $0 }) { throw error }
+        }
+    }
+}
+
+/// A read in progress: one connection, in one read transaction, and the overlay that goes with it.
+struct ReadSession {
+    let store: Store
+    let db: Connection
+    let overlay: Overlay
+}
+
+extension Statement {
+    /// Binds `values` to parameters 1, 2, … and runs the statement.
+    func bindAndExecute(_ values: [Value]) throws(SQLiteError) {
+        try bind(values)
+        try execute()
+    }
+}

@@ -1,0 +1,109 @@
+// The CoreDataMonk README story, on Linux: a farmer, a knight, a monk and a warrior.
+//
+//     swift run demo                 # a store in a temporary directory
+//     swift run demo people.sqlite   # or a file you name (run twice: it is still there)
+import ContextStack
+import Foundation
+
+@Entity final class Person: ManagedObject {
+    var name: String = ""
+    var age: Int = 0
+    var location: String?
+    @Relationship(inverse: \Person.friendOf) var friend: Person?
+    @Relationship var friendOf: Set<Person>
+    @Relationship(deleteRule: .cascade, inverse: \Pet.owner) var pets: Set<Pet>
+}
+
+@Entity final class Pet: ManagedObject {
+    var name: String = ""
+    @Relationship var owner: Person?
+}
+
+func describe(_ person: Person) -> String {
+    var text = "\(person.name), \(person.age)"
+    if let location = person.location { text += ", from \(location)" }
+    if let friend = person.friend { text += ", friend of \(friend.name)" }
+    if !person.pets.isEmpty { text += ", owns \(person.pets.map(\.name).sorted().joined(separator: " and "))" }
+    return text
+}
+
+@MainActor func show(_ title: String, _ world: MainContext) throws {
+    print("\n\(title)")
+    for person in try world.fetchAll(Person.self, orderBy: .ascending("name")) {
+        print("  - \(describe(person))")
+    }
+}
+
+let url: URL
+if CommandLine.arguments.count > 1 {
+    url = URL(fileURLWithPath: CommandLine.arguments[1])
+} else {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("contextstack-demo-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    url = directory.appendingPathComponent("world.sqlite")
+}
+print("ContextStack demo — store at \(url.path)")
+
+let stack = try Stack(model: Model(Person.self, Pet.self))
+stack.onError = { error in print("background error: \(error)") }
+try stack.addDatabaseStore(at: url)
+let world = try MainContext(stack: stack)
+let before = try world.fetchCount(Person.self)
+if before > 0 { print("The store already holds \(before) people from an earlier run.") }
+
+// An update creates the farmer, and the knight if there is none yet, and makes them friends.
+try world.beginUpdateAndWait { update in
+    let farmer = try update.create(Person.self)
+    farmer.name = "Farmer"
+    farmer.age = 28
+    farmer.location = "Taipei"
+    let knight = try update.fetchOrCreate(Person.self, %"name" == "Knight" && %"age" == 18)
+    knight.friend = farmer
+    let dog = try update.create(Pet.self)
+    dog.name = "Rex"
+    dog.owner = farmer
+    try update.commit()
+    print("Update: created \(farmer.objectID) (the farmer) and \(knight.objectID) (the knight) — IDs are permanent from create on.")
+}
+// commit() returned: the main context sees the change already, though SQLite may not have it yet.
+let knight = try world.fetch(Person.self, %"name" == "Knight")
+print("Main context: the knight's friend is \(knight?.friend?.name ?? "nobody"); the farmer has \(knight?.friend?.friendOf.count ?? 0) friend(s).")
+try await stack.flush()
+print("flush(): everything committed is now in SQLite.")
+
+// A monk and a warrior, in a background update; we wait for durability with transaction.
+let created = try await world.transaction { update in
+    let monk = try update.create(Person.self)
+    monk.name = "Monk"
+    monk.age = 63
+    let warrior = try update.create(Person.self)
+    warrior.name = "Warrior"
+    warrior.age = 35
+    warrior.friend = try update.fetch(Person.self, %"name" == "Knight")
+    return 2
+}
+print("transaction: created \(created) more people, durable when it resumed.")
+try show("The main context sees:", world)
+
+// The monk ages; the main context's object shows the new age as soon as commit() returns.
+let monk = try world.fetch(Person.self, %"name" == "Monk")!
+try world.beginUpdateAndWait { update in
+    let mine = try update.use(monk)
+    mine.age += 1
+    try update.commit()
+}
+print("\nThe monk had a birthday: the main context's monk is now \(monk.age).")
+
+// The warrior leaves: deleting nullifies the knight's friendOf; the farmer's pets cascade.
+let warrior = try world.fetch(Person.self, %"name" == "Warrior")!
+try world.beginUpdateAndWait { update in
+    try update.delete(update.use(warrior))
+    try update.commit()
+}
+print("The warrior was deleted: isDeleted = \(warrior.isDeleted), last known name \(warrior.name).")
+
+let adults = try world.fetchAll(Person.self, %"age" >= 18 && %"location" == nil, orderBy: .descending("age"))
+print("Adults with no location, oldest first: \(adults.map(\.name).joined(separator: ", "))")
+print("People whose friend is older than 25: \(try world.fetchAll(Person.self, %"friend.age" > 25).map(\.name))")
+try await stack.flush()
+try show("Finally, in SQLite and the main context:", world)
