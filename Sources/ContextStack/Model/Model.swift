@@ -58,7 +58,9 @@ final class ModelGraph: Sendable {
             if let parent = description.superentity { add(parent) }
             if seen.insert(ObjectIdentifier(description)).inserted { all.append(description) }
         }
-        descriptions.forEach(add)
+        // Sorted by name: the same entities give the same schema, hash and entity codes
+        // whatever order they are listed in.
+        descriptions.sorted { $0.name < $1.name }.forEach(add)
 
         var byName: [String: Entity] = [:]
         var byDescription: [ObjectIdentifier: Entity] = [:]

@@ -106,14 +106,15 @@ struct CompiledQuery: Sendable {
             }
             switch operand {
             case .value(let value, let kind):
+                if value.isNull && op.isOrdering {
+                    throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue) nil never matches: use == nil or != nil.", key: key, entity: entity.name)
+                }
                 if let kind {
                     guard let leafKind = leaf.attributeKind else { throw mismatch("a \(kind.rawValue) value") }
                     guard leafKind.isComparable(with: kind) else { throw mismatch("a \(kind.rawValue) value") }
                     if op.isOrdering && leafKind == .decimal {
                         throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue): decimals are stored as text and support only == and !=.", key: key, entity: entity.name)
                     }
-                } else if op.isOrdering {
-                    throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue) nil never matches: use == nil or != nil.", key: key, entity: entity.name)
                 }
                 return .compare(path, op, .value(value))
             case .key(let otherKey):

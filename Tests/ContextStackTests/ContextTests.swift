@@ -1,0 +1,259 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Suite(.timeLimit(.minutes(2))) struct ContextTests {
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func theMainContextSeesACommitWhenCommitReturns(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let farmer = try update.create(Person.self)
+            farmer.name = "Farmer"
+            farmer.age = 28
+            try update.commit()
+        }
+        // No flush: the root may not have written yet; the main context sees it all the same.
+        #expect(try world.fetch(Person.self, %"name" == "Farmer")?.age == 28)
+        #expect(try world.fetchCount(Person.self) == 1)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func registeredObjectsShowCommittedChangesWithoutRefetching(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.commit()
+        }
+        let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
+        try world.beginUpdateAndWait { update in
+            try update.use(monk).age = 44
+            try update.commit()
+        }
+        #expect(monk.age == 44)
+        try world.beginUpdateAndWait { update in
+            try update.delete(update.use(monk))
+            try update.commit()
+        }
+        #expect(monk.isDeleted)
+        #expect(monk.name == "Monk")  // last values stay readable
+        #expect(try world.fetch(Person.self, id: monk.objectID) == nil)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func flushMakesCommitsDurable(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        for index in 0..<20 {
+            world.beginUpdate { update in
+                let pet = try update.create(Pet.self)
+                pet.age = index
+                try update.commit()
+            }
+        }
+        // beginUpdate is asynchronous: wait until each block has committed, then flush.
+        while try world.fetchCount(Pet.self) < 20 { await Task.yield() }
+        try await store.stack.flush()
+        #expect(try store.scalar("SELECT count(*) FROM Pet") == .integer(20))
+    }
+
+    @Test @MainActor func transactionResumesOnceDurable() async throws {
+        let store = try TestStore(.file)
+        let world = try MainContext(stack: store.stack)
+        let name = try await world.transaction { update in
+            let pet = try update.create(Pet.self)
+            pet.name = "Rex"
+            return pet.name
+        }
+        #expect(name == "Rex")
+        let db = try store.rawConnection()
+        #expect(try db.scalar("SELECT name FROM Pet") == .text("Rex"))
+    }
+
+    @Test @MainActor func transactionRethrowsAndRollsBack() async throws {
+        struct Boom: Error {}
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        await #expect(throws: Boom.self) {
+            try await world.transaction { update in
+                try update.create(Pet.self).name = "Ghost"
+                throw Boom()
+            }
+        }
+        #expect(try world.fetchCount(Pet.self) == 0)
+    }
+
+    @Test @MainActor func aThrowingUpdateBlockRollsBackAndAndWaitRethrows() throws {
+        struct Boom: Error {}
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        #expect(throws: Boom.self) {
+            try world.beginUpdateAndWait { update in
+                try update.create(Pet.self).name = "Ghost"
+                throw Boom()
+            }
+        }
+        #expect(try world.fetchCount(Pet.self) == 0)
+    }
+
+    @Test @MainActor func beginUpdateDeliversErrorsToOnError() async throws {
+        struct Boom: Error {}
+        let store = try TestStore(.memory)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        world.beginUpdate { _ in throw Boom() }
+        try await store.stack.flush()
+        while recorder.all.isEmpty { await Task.yield() }
+        #expect(recorder.all.first is Boom)
+    }
+
+    @Test @MainActor func nothingIsSavedWithoutCommit() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Uncommitted"
+        }
+        try await store.stack.flush()
+        #expect(try world.fetchCount(Pet.self) == 0)
+        world.beginUpdate { update in update.rollback() }
+        #expect(try world.fetchCount(Pet.self) == 0)
+    }
+
+    @Test @MainActor func aLongLivedUpdateContextAccumulatesChangesAcrossPerform() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let context = world.beginUpdateContext()
+        let created = try context.performAndWait { update in try update.create(Pet.self).objectID }
+        try context.performAndWait { update in
+            let pet = try #require(try update.fetch(Pet.self, id: created))
+            #expect(pet.isInserted)
+            pet.name = "Later"
+        }
+        #expect(try world.fetchCount(Pet.self) == 0)
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            context.perform { update in
+                try update.commit()
+                done.resume()
+            }
+        }
+        #expect(try world.fetch(Pet.self, id: created)?.name == "Later")
+    }
+
+    @Test @MainActor func updatePerformContinuesInTheSameContext() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.commit()
+        }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            try? world.beginUpdateAndWait { update in
+                let monk = try update.fetch(Person.self, %"name" == "Monk")
+                update.perform { update in
+                    monk?.age = 44
+                    try update.commit()
+                    done.resume()
+                }
+            }
+        }
+        #expect(try world.fetch(Person.self, %"name" == "Monk")?.age == 44)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func oneObjectPerIDPerContext(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            let again = try update.fetchAll(Person.self)
+            let byName = try update.fetch(Person.self, %"name" == "Monk")
+            #expect(again.count == 1 && again[0] === byName)
+            try update.commit()
+        }
+        let a = try world.fetch(Person.self)
+        let b = try world.fetchAll(Person.self).first
+        #expect(a != nil && a === b)
+        #expect(try world.fetch(Person.self, id: a!.objectID) === a)
+    }
+
+    @Test @MainActor func unchangedObjectsAreHeldWeakly() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        weak var weakPet: Pet?
+        var id: ObjectID?
+        do {
+            let pet = try world.fetch(Pet.self)
+            weakPet = pet
+            id = pet?.objectID
+        }
+        #expect(weakPet == nil)
+        #expect(world.core.registered(id!) == nil)
+        #expect(try world.fetch(Pet.self, id: id!)?.name == "Rex")
+    }
+
+    @Test @MainActor func resetDropsObjects() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        let before = try #require(try world.fetch(Pet.self))
+        world.reset()
+        let after = try #require(try world.fetch(Pet.self))
+        #expect(before !== after)
+        #expect(after.name == "Rex")
+    }
+
+    @Test @MainActor func useBringsAnObjectIntoTheUpdateAndFailsForDeletedOnes() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        let rex = try #require(try world.fetch(Pet.self))
+        try world.beginUpdateAndWait { update in
+            let mine = try update.use(rex)
+            #expect(mine !== rex && mine.objectID == rex.objectID)
+            try update.delete(mine)
+            try update.commit()
+        }
+        #expect {
+            try world.beginUpdateAndWait { update in _ = try update.use(rex) }
+        } throws: { error in
+            (error as? QueryError)?.code == .objectNotFound
+        }
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func aStackWithoutARootWritesOnCommit(kind: StoreKind) throws {
+        let store = try TestStore(kind, rootContext: .none)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        #expect(try store.overlayIsEmpty)
+        #expect(try store.scalar("SELECT name FROM Pet") == .text("Rex"))
+        #expect(try world.fetch(Pet.self)?.name == "Rex")
+    }
+
+    @Test @MainActor func deleteAllDeletesMatchingObjectsAndCountsThem() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for age in [-2, -1, 0, 5] { try update.create(Pet.self).age = age }
+            try update.commit()
+        }
+        let removed = try await world.transaction { update in try update.deleteAll(Pet.self, %"age" < 0) }
+        #expect(removed == 2)
+        #expect(try world.fetchAll(Pet.self, orderBy: .ascending("age")).map(\.age) == [0, 5])
+    }
+}

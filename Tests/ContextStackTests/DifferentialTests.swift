@@ -1,0 +1,138 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+/// SQL and in-memory evaluation must agree on every predicate and every order: the store's
+/// answer is compared with the engine's own evaluation of the same compiled query.
+@Suite struct DifferentialTests {
+    static let strings = ["", "a", "A", "b", "é", "e\u{301}", "É", "Monk", "monk", "MONK", "ñ", "z", "Ω", "a\u{0}", "10", "9", " "]
+
+    static func randomString(_ rng: inout SeededGenerator) -> String { strings.randomElement(using: &rng)! }
+    static func randomOptionalString(_ rng: inout SeededGenerator) -> String? {
+        Bool.random(using: &rng) && Bool.random(using: &rng) ? nil : randomString(&rng)
+    }
+    static func randomAge(_ rng: inout SeededGenerator) -> Int {
+        [Int.min, -1, 0, 1, 2, 18, 30, 99, Int.max].randomElement(using: &rng)!
+    }
+
+    static func randomCondition(_ rng: inout SeededGenerator, depth: Int = 0) -> Condition {
+        if depth < 3 && Int.random(in: 0..<3, using: &rng) == 0 {
+            switch Int.random(in: 0..<3, using: &rng) {
+            case 0: return randomCondition(&rng, depth: depth + 1) && randomCondition(&rng, depth: depth + 1)
+            case 1: return randomCondition(&rng, depth: depth + 1) || randomCondition(&rng, depth: depth + 1)
+            default: return !randomCondition(&rng, depth: depth + 1)
+            }
+        }
+        let prefix = ["", "", "friend.", "friend.friend."].randomElement(using: &rng)!
+        switch Int.random(in: 0..<8, using: &rng) {
+        case 0: return Key(prefix + "age") == randomAge(&rng)
+        case 1: return Key(prefix + "age") > randomAge(&rng)
+        case 2: return Key(prefix + "age") <= Double(Int.random(in: -5...40, using: &rng)) + 0.5
+        case 3: return Key(prefix + "name") < randomString(&rng)
+        case 4: return Key(prefix + "location") != randomString(&rng)
+        case 5: return Bool.random(using: &rng) ? Key(prefix + "location") == nil : Key(prefix + "location") != nil
+        case 6: return Key(prefix + "name") >= Key("location")
+        default: return Key(prefix + "location") == Key("name")
+        }
+    }
+
+    static func randomOrder(_ rng: inout SeededGenerator) -> OrderBy {
+        let keys = ["name", "age", "location", "friend.name", "friend.age"]
+        var order = Bool.random(using: &rng) ? OrderBy.ascending(keys.randomElement(using: &rng)!) : .descending(keys.randomElement(using: &rng)!)
+        if Bool.random(using: &rng) { order = order | .descending(keys.randomElement(using: &rng)!) }
+        return order
+    }
+
+    @MainActor static func populate(_ world: MainContext, _ rng: inout SeededGenerator, count: Int) throws {
+        var local = rng
+        try world.beginUpdateAndWait { update in
+            var people: [Person] = []
+            for _ in 0..<count {
+                let person = try update.create(Person.self)
+                person.name = randomString(&local)
+                person.age = randomAge(&local)
+                person.location = randomOptionalString(&local)
+                people.append(person)
+            }
+            for person in people where Int.random(in: 0..<3, using: &local) > 0 {
+                person.friend = people.randomElement(using: &local)
+            }
+            try update.commit()
+        }
+        rng = local
+    }
+
+    @Test(arguments: propertySeeds()) @MainActor
+    func sqlAndMemoryAgreeOnPredicatesAndOrder(seed: UInt64) async throws {
+        var rng = SeededGenerator(seed: seed)
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try Self.populate(world, &rng, count: 60)
+        try await store.stack.flush()
+        let entity = store.stack.graph.entity(for: Person.self)
+        let all = try world.fetchAll(Person.self)
+        var rows: [ObjectID: RowData] = [:]
+        for person in all { rows[person.objectID] = RowData(entity: entity, values: person.values) }
+        let resolve: CompiledQuery.RowResolver = { rows[$0] }
+
+        for iteration in 0..<1500 {
+            let condition = Self.randomCondition(&rng)
+            let order = Self.randomOrder(&rng)
+            let query = try CompiledQuery(entity: entity, condition: condition, orderBy: order)
+            let fromSQL = try world.fetchIDs(Person.self, condition, orderBy: order)
+            let inMemory = try rows.filter { try query.matches($0.value.values, resolve: resolve) }
+                .map { (id: $0.key, values: $0.value.values) }
+                .sorted { try query.sortsBefore($0, $1, resolve: resolve) }
+                .map(\.id)
+            #expect(fromSQL == inMemory, "seed \(seed), case \(iteration): \(condition) ORDER BY \(order)")
+            if fromSQL != inMemory { return }
+        }
+    }
+
+    /// A fetch inside an update, with pending inserts, changes and deletions, must return what
+    /// the same fetch returns once those changes are committed.
+    @Test(arguments: propertySeeds()) @MainActor
+    func fetchesWithPendingChangesMatchFetchesAfterCommit(seed: UInt64) async throws {
+        var rng = SeededGenerator(seed: seed)
+        for round in 0..<12 {
+            let store = try TestStore(.memory)
+            let world = try MainContext(stack: store.stack)
+            try Self.populate(world, &rng, count: 25)
+            if round.isMultiple(of: 2) { try await store.stack.flush() }  // half the rounds read through the overlay
+            let queries = (0..<40).map { _ in
+                (Self.randomCondition(&rng), Self.randomOrder(&rng), Int.random(in: 0..<4, using: &rng), Int.random(in: 1..<12, using: &rng))
+            }
+            var local = rng
+            let pending: [[ObjectID]] = try world.beginUpdateAndWait { update in
+                let people = try update.fetchAll(Person.self)
+                for person in people {
+                    switch Int.random(in: 0..<6, using: &local) {
+                    case 0: try update.delete(person)
+                    case 1: person.age = Self.randomAge(&local)
+                    case 2: person.location = Self.randomOptionalString(&local)
+                    case 3: person.friend = people.randomElement(using: &local).flatMap { $0.isDeleted ? nil : $0 }
+                    default: break
+                    }
+                }
+                for _ in 0..<5 {
+                    let person = try update.create(Person.self)
+                    person.name = Self.randomString(&local)
+                    person.age = Self.randomAge(&local)
+                    person.location = Self.randomOptionalString(&local)
+                    person.friend = try update.fetchAll(Person.self).randomElement(using: &local)
+                }
+                let results = try queries.map { condition, order, offset, limit in
+                    try update.fetchIDs(Person.self, condition, orderBy: order, options: .offset(offset) | .limit(limit))
+                }
+                try update.commit()
+                return results
+            }
+            rng = local
+            try await store.stack.flush()
+            for (index, (condition, order, offset, limit)) in queries.enumerated() {
+                let committed = try world.fetchIDs(Person.self, condition, orderBy: order, options: .offset(offset) | .limit(limit))
+                #expect(pending[index] == committed, "seed \(seed), round \(round): \(condition) ORDER BY \(order) OFFSET \(offset) LIMIT \(limit)")
+            }
+        }
+    }
+}

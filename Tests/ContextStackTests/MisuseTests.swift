@@ -1,0 +1,117 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+/// Misuse fails on the offending line, with a message saying what to do instead.
+@Suite struct MisuseTests {
+    /// A main context holding one person and one pet.
+    @MainActor static func world() throws -> (TestStore, MainContext) {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Farmer"
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        return (store, world)
+    }
+
+    @Test func settingAPropertyOfAMainContextObjectTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                let pet = try #require(try world.fetch(Pet.self))
+                pet.name = "changed"
+                _ = store
+            }
+        }
+    }
+
+    @Test func relatingObjectsOfTwoContextsTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                let farmer = try #require(try world.fetch(Person.self))
+                try world.beginUpdateAndWait { update in
+                    let pet = try update.create(Pet.self)
+                    pet.owner = farmer  // should be `try update.use(farmer)`
+                }
+                _ = store
+            }
+        }
+    }
+
+    @Test func touchingAnUpdateObjectOutsideItsUpdateTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                let escaped = try world.beginUpdateAndWait { update in try update.create(Pet.self) }
+                _ = escaped.name
+                _ = store
+            }
+        }
+    }
+
+    @Test func touchingAMainContextObjectOffTheMainActorTraps() async {
+        await #expect(processExitsWith: .failure) {
+            let pet = try await MainActor.run { () -> Pet in
+                let (store, world) = try MisuseTests.world()
+                _ = Unmanaged.passRetained(store)  // keep the store alive for the detached read
+                return try #require(try world.fetch(Pet.self))
+            }
+            await Task.detached { _ = pet.name }.value
+        }
+    }
+
+    @Test func usingAMainContextObjectAfterResetTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                let pet = try #require(try world.fetch(Pet.self))
+                world.reset()
+                _ = pet.name
+                _ = store
+            }
+        }
+    }
+
+    @Test func changingADeletedObjectTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try world.beginUpdateAndWait { update in
+                    let pet = try #require(try update.fetch(Pet.self))
+                    try update.delete(pet)
+                    pet.name = "zombie"
+                }
+                _ = store
+            }
+        }
+    }
+
+    @Test func usingAnUpdateOutsideItsBlockTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                let leaked = try world.beginUpdateAndWait { update in update }
+                _ = try leaked.fetchAll(Pet.self)
+                _ = store
+            }
+        }
+    }
+
+    /// The same operations done right do not trap (so the exit tests above fail for the right reason).
+    @Test @MainActor func theRightWayWorks() throws {
+        let (store, world) = try Self.world()
+        let farmer = try #require(try world.fetch(Person.self))
+        let pet = try #require(try world.fetch(Pet.self))
+        try world.beginUpdateAndWait { update in
+            try update.use(pet).owner = try update.use(farmer)
+            try update.use(pet).name = "changed"
+            try update.commit()
+        }
+        #expect(pet.name == "changed")
+        #expect(pet.owner === farmer)
+        _ = store
+    }
+}

@@ -1,0 +1,94 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Entity final class Loner: ManagedObject {
+    @Relationship var stranger: Stranger?
+}
+
+@Entity final class Stranger: ManagedObject {
+    var name: String = ""
+}
+
+@Entity final class WrongWay: ManagedObject {
+    @Relationship(inverse: \Stranger.name) var target: Stranger?
+}
+
+@Entity(name: "Person") final class Impostor: ManagedObject {
+    var name: String = ""
+}
+
+@Entity final class Mismatched: ManagedObject {
+    @Relationship(inverse: \Pet.owner) var pets: Set<Pet>
+}
+
+@Suite struct ModelTests {
+    @Test func aValidModelResolvesInversesBothWays() throws {
+        let model = try Model(Person.self, Pet.self)
+        let person = try #require(model.graph.entity(named: "Person"))
+        let pet = try #require(model.graph.entity(named: "Pet"))
+        #expect(person.property(named: "friend")?.inverse === person.property(named: "friendOf"))
+        #expect(person.property(named: "friendOf")?.inverse === person.property(named: "friend"))
+        #expect(person.property(named: "pets")?.inverse === pet.property(named: "owner"))
+        #expect(pet.property(named: "owner")?.inverse === person.property(named: "pets"))
+        #expect(person.property(named: "pets")?.deleteRule == .cascade)
+        #expect(person.property(named: "scratch") == nil)  // @Transient
+        #expect(model.entityNames == ["Person", "Pet"])
+    }
+
+    @Test func aRelationshipToAnEntityOutsideTheModelThrows() {
+        #expect {
+            try Model(Loner.self)
+        } throws: { error in
+            let error = try #require(error as? ModelError)
+            return error.code == .unknownDestination && error.message.contains("Loner.stranger") && error.message.contains("Stranger")
+        }
+        #expect(throws: Never.self) { try Model(Loner.self, Stranger.self) }
+    }
+
+    @Test func anInverseThatIsNotARelationshipThrows() {
+        #expect {
+            try Model(WrongWay.self, Stranger.self)
+        } throws: { error in
+            (error as? ModelError)?.code == .badInverse
+        }
+    }
+
+    @Test func anInverseThatDoesNotPointBackThrows() {
+        // Mismatched.pets names Pet.owner, which points to Person.
+        #expect {
+            try Model(Mismatched.self, Pet.self, Person.self)
+        } throws: { error in
+            let error = try #require(error as? ModelError)
+            return error.code == .badInverse && error.message.contains("does not point back")
+        }
+    }
+
+    @Test func duplicateEntityNamesThrow() {
+        #expect {
+            try Model(Person.self, Pet.self, Impostor.self)
+        } throws: { error in
+            (error as? ModelError)?.code == .duplicateEntity
+        }
+    }
+
+    @Test func anEmptyModelThrows() {
+        #expect(throws: ModelError.self) { try Model([]) }
+    }
+
+    @Test func theHashFollowsTheSchema() throws {
+        let a = try Model(Person.self, Pet.self)
+        let b = try Model(Pet.self, Person.self)
+        let c = try Model(Loner.self, Stranger.self)
+        #expect(a.versionHash == b.versionHash)
+        #expect(a.versionHash != c.versionHash)
+    }
+
+    @Test func slotsFollowDeclarationOrder() {
+        let description = Person.entityDescription
+        #expect(description.name == "Person")
+        #expect(description.ownProperties.map(\.name) == ["name", "age", "location", "email", "friend", "friendOf", "pets"])
+        #expect(description.slotBase == 0)
+        #expect(Impostor.entityDescription.name == "Person")
+    }
+}

@@ -1,0 +1,146 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Suite struct PredicateTests {
+    /// People: name, age, location (some nil), friend chains.
+    @MainActor static func populate(_ world: MainContext) throws {
+        try world.beginUpdateAndWait { update in
+            let rows: [(String, Int, String?)] = [
+                ("Farmer", 28, "Taipei"), ("Knight", 18, nil), ("Monk", 63, "Kyoto"),
+                ("Warrior", 35, "Taipei"), ("monk", 12, ""), ("Élise", 40, nil),
+            ]
+            var people: [Person] = []
+            for (name, age, location) in rows {
+                let person = try update.create(Person.self)
+                person.name = name
+                person.age = age
+                person.location = location
+                people.append(person)
+            }
+            people[1].friend = people[0]  // Knight → Farmer
+            people[3].friend = people[1]  // Warrior → Knight
+            people[4].friend = people[2]  // monk → Monk
+            try update.commit()
+        }
+    }
+
+    @MainActor func names(_ world: MainContext, _ condition: Condition?, orderBy: OrderBy = .ascending("name"),
+                          options: FetchOptions = FetchOptions()) throws -> [String] {
+        try world.fetchAll(Person.self, condition, orderBy: orderBy, options: options).map(\.name)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func comparisonsWithValuesNilAndKeys(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try Self.populate(world)
+        #expect(try names(world, %"name" == "Monk") == ["Monk"])  // binary: "monk" differs
+        #expect(try names(world, "name"% != "Monk") == ["Farmer", "Knight", "Warrior", "monk", "Élise"])
+        #expect(try names(world, %"age" > 35) == ["Monk", "Élise"])
+        #expect(try names(world, %"age" >= 35) == ["Monk", "Warrior", "Élise"])
+        #expect(try names(world, %"age" < 18) == ["monk"])
+        #expect(try names(world, %"age" <= 18) == ["Knight", "monk"])
+        #expect(try names(world, %"location" == nil) == ["Knight", "Élise"])
+        #expect(try names(world, %"location" == nil as String?) == ["Knight", "Élise"])
+        #expect(try names(world, %"location" != nil) == ["Farmer", "Monk", "Warrior", "monk"])
+        // != x matches NULL; ordering never matches NULL, nor does its negation.
+        #expect(try names(world, %"location" != "Taipei") == ["Knight", "Monk", "monk", "Élise"])
+        #expect(try names(world, %"location" > "A") == ["Farmer", "Monk", "Warrior"])
+        #expect(try names(world, !(%"location" > "A")) == ["monk"])
+        #expect(try names(world, %"name" == %"location") == [])
+        #expect(try names(world, %"name" > %"location") == ["Monk", "Warrior", "monk"])
+        #expect(try names(world, %"age" > 30 && %"location" == "Taipei") == ["Warrior"])
+        #expect(try names(world, %"age" < 15 || %"location" == "Kyoto") == ["Monk", "monk"])
+        #expect(try names(world, !(%"age" < 15 || %"location" == "Kyoto")) == ["Farmer", "Knight", "Warrior", "Élise"])
+        #expect(try names(world, %"age" > 20.5) == ["Farmer", "Monk", "Warrior", "Élise"])
+        #expect(try names(world, .all) == ["Farmer", "Knight", "Monk", "Warrior", "monk", "Élise"])
+        #expect(try names(world, Condition.none) == [])
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func keyPathsThroughToOneRelationships(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try Self.populate(world)
+        #expect(try names(world, %"friend.age" > 25) == ["Knight", "monk"])
+        #expect(try names(world, %"friend.name" == "Knight") == ["Warrior"])
+        #expect(try names(world, %"friend.friend.name" == "Farmer") == ["Warrior"])
+        #expect(try names(world, %"friend" == nil) == ["Farmer", "Monk", "Élise"])
+        #expect(try names(world, %"friend.location" == nil) == ["Farmer", "Monk", "Warrior", "Élise"])
+        let farmer = try #require(try world.fetch(Person.self, %"name" == "Farmer"))
+        #expect(try names(world, %"friend" == farmer) == ["Knight"])
+        #expect(try names(world, %"friend" == farmer.objectID) == ["Knight"])
+        #expect(try names(world, %"friend" != farmer) == ["Farmer", "Monk", "Warrior", "monk", "Élise"])
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func orderLimitAndOffset(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try Self.populate(world)
+        #expect(try names(world, nil, orderBy: .descending("age")) == ["Monk", "Élise", "Warrior", "Farmer", "Knight", "monk"])
+        // NULL first ascending, last descending; ties in primary-key order.
+        #expect(try names(world, nil, orderBy: .ascending("location") | .descending("age"))
+                == ["Élise", "Knight", "monk", "Monk", "Warrior", "Farmer"])
+        #expect(try names(world, nil, orderBy: .descending("location")) == ["Farmer", "Warrior", "Monk", "monk", "Knight", "Élise"])
+        #expect(try names(world, nil, orderBy: .ascending("age"), options: .limit(2)) == ["monk", "Knight"])
+        #expect(try names(world, nil, orderBy: .ascending("age"), options: .limit(2) | .offset(3)) == ["Warrior", "Élise"])
+        #expect(try names(world, nil, orderBy: .ascending("age"), options: .offset(4)) == ["Élise", "Monk"])
+        #expect(try names(world, nil, orderBy: .ascending("friend.name") | .ascending("name")) ==
+                ["Farmer", "Monk", "Élise", "Knight", "Warrior", "monk"])
+        #expect(try world.fetchIDs(Person.self, orderBy: .ascending("age"), options: .limit(1)).count == 1)
+    }
+
+    @Test @MainActor func unknownKeysAndWrongTypesThrowNamingKeyAndEntity() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        func expectError(_ condition: Condition, _ code: QueryError.Code, key: String, sourceLocation: SourceLocation = #_sourceLocation) {
+            #expect(sourceLocation: sourceLocation) {
+                _ = try world.fetchAll(Person.self, condition)
+            } throws: { error in
+                let error = try #require(error as? QueryError)
+                return error.code == code && error.key == key && error.entity == "Person" && error.message.contains(key)
+            }
+        }
+        expectError(%"nmae" == "x", .unknownKey, key: "nmae")
+        expectError(%"friend.nmae" == "x", .unknownKey, key: "friend.nmae")
+        expectError(%"name.length" == 1, .unknownKey, key: "name.length")
+        expectError(%"age" == "x", .typeMismatch, key: "age")
+        expectError(%"name" > 3, .typeMismatch, key: "name")
+        expectError(%"friend" == "x", .typeMismatch, key: "friend")
+        expectError(%"name" == %"age", .typeMismatch, key: "name")
+        expectError(%"pets" == nil, .unsupported, key: "pets")
+        expectError(%"pets.name" == "x", .unknownKey, key: "pets.name")
+        expectError(%"age" > nil as Int?, .unsupported, key: "age")
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, orderBy: .ascending("nope")) }
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Sample.self, orderBy: .ascending("decimal")) }
+    }
+
+    @Test func sqlUsesBoundValuesAndLeftJoins() throws {
+        let model = try Model(Person.self, Pet.self)
+        let person = try #require(model.graph.entity(named: "Person"))
+        let query = try CompiledQuery(entity: person, condition: %"name" == "Robert'); DROP TABLE Person;--" && %"friend.age" > 30
+                                      || %"location" == nil, orderBy: .descending("age"))
+        let sql = query.fromWhere()
+        #expect(sql.text == #"FROM "Person" AS t0 LEFT JOIN "Person" AS t1 ON t1."Z_PK" = t0."friend" WHERE ((t0."name" IS ? AND t1."age" > ?) OR t0."location" IS NULL)"#)
+        #expect(sql.arguments == [.text("Robert'); DROP TABLE Person;--"), .integer(30)])
+        #expect(query.orderBySQL() == #"ORDER BY t0."age" DESC, t0."Z_PK" ASC"#)
+        let notQuery = try CompiledQuery(entity: person, condition: !(%"age" != 3), orderBy: nil)
+        #expect(notQuery.fromWhere().text == #"FROM "Person" AS t0 WHERE (NOT t0."age" IS NOT ?)"#)
+    }
+
+    @Test @MainActor func hostileValuesMatchLiterally() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let hostile = ["'; DROP TABLE Person; --", "a\u{0}b", "\"quoted\"", String(repeating: "x", count: 1_000_000)]
+        try world.beginUpdateAndWait { update in
+            for name in hostile { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        for name in hostile {
+            #expect(try world.fetchAll(Person.self, %"name" == name).map(\.name) == [name])
+        }
+        #expect(try world.fetchCount(Person.self) == hostile.count)
+    }
+}

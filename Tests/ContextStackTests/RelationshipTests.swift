@@ -1,0 +1,228 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Suite struct RelationshipTests {
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func toOneAndToManyInversesSyncTheMomentEitherSideIsSet(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let farmer = try update.create(Person.self)
+            let monk = try update.create(Person.self)
+            let knight = try update.create(Person.self)
+            #expect(farmer.friendOf.isEmpty)
+            knight.friend = farmer
+            #expect(farmer.friendOf == [knight])
+            knight.friend = monk
+            #expect(farmer.friendOf.isEmpty)
+            #expect(monk.friendOf == [knight])
+            monk.friendOf = [farmer, knight]
+            #expect(farmer.friend === monk)
+            #expect(knight.friend === monk)
+            monk.friendOf.remove(knight)
+            #expect(knight.friend == nil)
+
+            let rex = try update.create(Pet.self)
+            farmer.pets.insert(rex)
+            #expect(rex.owner === farmer)
+            rex.owner = monk
+            #expect(farmer.pets.isEmpty)
+            #expect(monk.pets == [rex])
+            try update.commit()
+        }
+        let monk = try #require(try world.fetchAll(Person.self).first { !$0.pets.isEmpty })
+        #expect(monk.pets.first?.owner === monk)
+        #expect(monk.friendOf.count == 1)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func toManyLoadsMergePendingChanges(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let farmerID = try world.beginUpdateAndWait { update in
+            let farmer = try update.create(Person.self)
+            for name in ["a", "b"] {
+                let pet = try update.create(Pet.self)
+                pet.name = name
+                pet.owner = farmer
+            }
+            try update.commit()
+            return farmer.objectID
+        }
+        try world.beginUpdateAndWait { update in
+            // Change the pets before the farmer's set is ever loaded in this update.
+            let a = try #require(try update.fetch(Pet.self, %"name" == "a"))
+            a.owner = nil
+            let c = try update.create(Pet.self)
+            c.name = "c"
+            c.owner = try update.fetch(Person.self, id: farmerID)
+            let farmer = try #require(try update.fetch(Person.self, id: farmerID))
+            #expect(Set(farmer.pets.map(\.name)) == ["b", "c"])
+            try update.commit()
+        }
+        let farmer = try #require(try world.fetch(Person.self, id: farmerID))
+        #expect(Set(farmer.pets.map(\.name)) == ["b", "c"])
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func oneToOneKeepsBothSidesAndStealsFromThePreviousPartner(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let alice = try update.create(Citizen.self)
+            alice.name = "Alice"
+            let bob = try update.create(Citizen.self)
+            bob.name = "Bob"
+            let passport = try update.create(Passport.self)
+            passport.number = "P1"
+            alice.passport = passport
+            #expect(passport.holder === alice)
+            passport.holder = bob
+            #expect(bob.passport === passport)
+            #expect(alice.passport == nil)
+            try update.commit()
+        }
+        let passport = try #require(try world.fetch(Passport.self))
+        #expect(passport.holder?.name == "Bob")
+        #expect(try world.fetch(Citizen.self, %"name" == "Alice")?.passport == nil)
+        #expect(try world.fetch(Citizen.self, %"name" == "Bob")?.passport === passport)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func manyToManyKeepsBothSidesAndPersistsTheJoin(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let swift = try update.create(Tag.self)
+            swift.name = "swift"
+            let linux = try update.create(Tag.self)
+            linux.name = "linux"
+            let first = try update.create(Article.self)
+            first.title = "first"
+            let second = try update.create(Article.self)
+            second.title = "second"
+            first.tags = [swift, linux]
+            second.tags.insert(swift)
+            #expect(Set(swift.articles.map(\.title)) == ["first", "second"])
+            #expect(linux.articles == [first])
+            linux.articles = []
+            #expect(first.tags == [swift])
+            try update.commit()
+        }
+        let swift = try #require(try world.fetch(Tag.self, %"name" == "swift"))
+        #expect(Set(swift.articles.map(\.title)) == ["first", "second"])
+        try world.beginUpdateAndWait { update in
+            let first = try #require(try update.fetch(Article.self, %"title" == "first"))
+            first.tags = []
+            try update.commit()
+        }
+        #expect(swift.articles.map(\.title) == ["second"])
+        try await store.stack.flush()
+        #expect(try store.scalar("SELECT count(*) FROM Z_Article_tags_Tag_articles") == .integer(1))
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func deletingNullifiesInversesByDefault(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let farmer = try update.create(Person.self)
+            farmer.name = "Farmer"
+            let knight = try update.create(Person.self)
+            knight.name = "Knight"
+            knight.friend = farmer
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            let farmer = try #require(try update.fetch(Person.self, %"name" == "Farmer"))
+            let knight = try #require(try update.fetch(Person.self, %"name" == "Knight"))
+            try update.delete(farmer)
+            #expect(knight.friend == nil)
+            #expect(farmer.isDeleted)
+            try update.commit()
+        }
+        #expect(try world.fetch(Person.self, %"name" == "Knight")?.friend == nil)
+        #expect(try world.fetchCount(Person.self, %"friend" != nil) == 0)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func deletingCascadesWhereAsked(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let farmer = try update.create(Person.self)
+            for _ in 0..<3 { try update.create(Pet.self).owner = farmer }
+            try update.create(Pet.self).name = "stray"
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Person.self)))
+            #expect(try update.fetchCount(Pet.self) == 1)
+            try update.commit()
+        }
+        #expect(try world.fetchAll(Pet.self).map(\.name) == ["stray"])
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func denyMakesCommitThrowNamingObjectAndRelationship(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let vault = try update.create(Vault.self)
+            try update.create(Coin.self).vault = vault
+            try update.commit()
+        }
+        #expect {
+            try world.beginUpdateAndWait { update in
+                try update.delete(#require(try update.fetch(Vault.self)))
+                try update.commit()
+            }
+        } throws: { error in
+            let error = try #require(error as? SaveError)
+            return error.code == .deleteDenied && error.message.contains("coins") && error.message.contains("Vault/")
+        }
+        #expect(try world.fetchCount(Vault.self) == 1)
+        // Emptied first, the vault can go.
+        try world.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Coin.self)))
+            try update.delete(#require(try update.fetch(Vault.self)))
+            try update.commit()
+        }
+        #expect(try world.fetchCount(Vault.self) == 0)
+    }
+
+    @Test @MainActor func noActionLeavesTheOtherSideAlone() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let vault = try update.create(Vault.self)
+            vault.keeper = try update.create(Pet.self)
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Vault.self)))
+            try update.commit()
+        }
+        #expect(try world.fetchCount(Pet.self) == 1)
+    }
+
+    @Test @MainActor func rollbackRestoresValuesAndRelationships() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let farmer = try update.create(Person.self)
+            farmer.name = "Farmer"
+            try update.commit()
+            farmer.name = "Changed"
+            let pet = try update.create(Pet.self)
+            pet.owner = farmer
+            update.rollback()
+            #expect(farmer.name == "Farmer")
+            #expect(farmer.pets.isEmpty)
+            try update.commit()
+        }
+        #expect(try world.fetchCount(Pet.self) == 0)
+        #expect(try world.fetch(Person.self)?.name == "Farmer")
+    }
+}

@@ -1,0 +1,91 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Suite struct SQLiteTests {
+    @Test func valuesRoundTripThroughBindAndRead() throws {
+        let db = try Connection(path: ":memory:")
+        try db.execute("CREATE TABLE t (v)")
+        let values: [Value] = [
+            .null, .integer(0), .integer(.max), .integer(.min), .double(-1.5), .double(.infinity),
+            .text(""), .text("héllo"), .text("a\u{0}b"), .text(String(repeating: "x", count: 100_000)),
+            .blob(Data()), .blob(Data([0, 1, 2, 255])),
+        ]
+        for value in values {
+            try db.cachedStatement("INSERT INTO t (v) VALUES (?)").bindAndExecute([value])
+        }
+        let rows = try db.rows("SELECT v FROM t ORDER BY rowid")
+        #expect(rows.count == values.count)
+        for (row, value) in zip(rows, values) {
+            #expect(row[0] == value)
+            #expect(String(describing: row[0]) == String(describing: value))
+        }
+    }
+
+    @Test func emptyTextAndBlobKeepTheirStorageClass() throws {
+        let db = try Connection(path: ":memory:")
+        #expect(try db.scalar("SELECT typeof(?)", [.text("")]) == .text("text"))
+        #expect(try db.scalar("SELECT typeof(?)", [.blob(Data())]) == .text("blob"))
+    }
+
+    @Test func statementsAreCachedPerConnection() throws {
+        let db = try Connection(path: ":memory:")
+        let first = try db.cachedStatement("SELECT 1")
+        let second = try db.cachedStatement("SELECT 1")
+        #expect(first === second)
+        #expect(try db.cachedStatement("SELECT 2") !== first)
+    }
+
+    @Test func writeTransactionRollsBackWhenTheBodyThrows() throws {
+        struct Boom: Error {}
+        let db = try Connection(path: ":memory:")
+        try db.execute("CREATE TABLE t (v)")
+        #expect(throws: Boom.self) {
+            try db.writeTransaction {
+                try db.execute("INSERT INTO t VALUES (1)")
+                throw Boom()
+            }
+        }
+        #expect(try db.scalar("SELECT count(*) FROM t") == .integer(0))
+        #expect(!db.isInTransaction)
+        try db.writeTransaction { try db.execute("INSERT INTO t VALUES (1)") }
+        #expect(try db.scalar("SELECT count(*) FROM t") == .integer(1))
+    }
+
+    @Test func errorsCarryCodeMessageAndSQL() throws {
+        let db = try Connection(path: ":memory:")
+        try db.execute("CREATE TABLE t (v UNIQUE)")
+        try db.execute("INSERT INTO t VALUES (1)")
+        do {
+            try db.cachedStatement("INSERT INTO t VALUES (?)").bindAndExecute([.integer(1)])
+            Issue.record("a duplicate must fail")
+        } catch {
+            #expect(error.code.primary == .constraint)
+            #expect(error.code != .constraint)  // the extended code: SQLITE_CONSTRAINT_UNIQUE
+            #expect(error.message.contains("UNIQUE"))
+            #expect(error.sql == "INSERT INTO t VALUES (?)")
+            #expect(!error.description.contains("1)"))
+            switch error as any Error {
+            case SQLiteError.Code.constraint: break
+            default: Issue.record("~= must match the primary code")
+            }
+        }
+        #expect(throws: SQLiteError.self) { try db.execute("SELEC nonsense") }
+    }
+
+    @Test func fileStoresUseWALWithNormalSynchronousAndABusyTimeout() throws {
+        let store = try TestStore(.file)
+        let db = try store.rawConnection()
+        #expect(try db.scalar("PRAGMA journal_mode") == .text("wal"))
+        let (synchronous, timeout) = try store.stack.store.writer.withLock { state in
+            (try state.connection.scalar("PRAGMA synchronous"), try state.connection.scalar("PRAGMA busy_timeout"))
+        }
+        #expect(synchronous == .integer(1))
+        #expect((timeout.int64Value ?? 0) >= 1000)
+    }
+
+    @Test func compileOptionsAreReadAtRunTime() throws {
+        let db = try Connection(path: ":memory:")
+        #expect(!(try db.compileOptions()).isEmpty)
+    }
+}

@@ -1,0 +1,68 @@
+@testable import ContextStack
+import Foundation
+
+/// Where a test's store lives.
+enum StoreKind: String, CaseIterable, CustomStringConvertible, Sendable {
+    case file, memory
+    var description: String { rawValue }
+}
+
+/// A fresh store for one test: a temporary file (removed afterwards) or memory.
+final class TestStore: Sendable {
+    let stack: Stack
+    let directory: URL?
+    let url: URL?
+
+    init(_ kind: StoreKind, rootContext: Stack.RootContext = .shared, types: [ManagedObject.Type] = fullModelTypes) throws {
+        stack = try Stack(model: Model(types), rootContext: rootContext)
+        switch kind {
+        case .file:
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ContextStackTests-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let url = directory.appendingPathComponent("store.sqlite")
+            try stack.addDatabaseStore(at: url)
+            self.directory = directory
+            self.url = url
+        case .memory:
+            try stack.addInMemoryStore()
+            directory = nil
+            url = nil
+        }
+    }
+
+    /// A second stack on the same file, as a later run of the program would open it.
+    func reopen(types: [ManagedObject.Type] = fullModelTypes) throws -> Stack {
+        guard let url else { preconditionFailure("only file stores reopen") }
+        try stack.flushAndWait()
+        let stack = try Stack(model: Model(types))
+        try stack.addDatabaseStore(at: url)
+        return stack
+    }
+
+    /// A raw SQLite connection to the file, to check what is really stored.
+    func rawConnection() throws -> Connection {
+        guard let url else { preconditionFailure("only file stores have a file") }
+        return try Connection(path: url.path)
+    }
+
+    /// The first column of the first row of `sql`, read through the store (committed data only).
+    func scalar(_ sql: String) throws -> Value {
+        try stack.store.read { session in try session.db.scalar(sql) }
+    }
+
+    /// True when the writer has nothing left to write.
+    var overlayIsEmpty: Bool {
+        get throws { try stack.store.read { $0.overlay.isEmpty } }
+    }
+
+    deinit {
+        if let directory { try? FileManager.default.removeItem(at: directory) }
+    }
+}
+
+/// Records errors reported to `stack.onError`.
+final class ErrorRecorder: Sendable {
+    private let errors = Locked<[any Error]>([])
+    var all: [any Error] { errors.withLock { $0 } }
+    func record(_ error: any Error) { errors.withLock { $0.append(error) } }
+}
