@@ -39,7 +39,8 @@ let package = Package(
             name: "ContextStackMacrosTests",
             dependencies: [
                 "ContextStackMacros",
-                .product(name: "SwiftSyntaxMacrosTestSupport", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
             ]
         ),
     ]

@@ -1,0 +1,249 @@
+import ContextStackMacros
+import SwiftSyntaxMacroExpansion
+import SwiftSyntaxMacros
+import SwiftSyntaxMacrosGenericTestSupport
+import Testing
+
+private let macros: [String: MacroSpec] = [
+    "Entity": MacroSpec(type: EntityMacro.self, conformances: ["Sendable"]),
+    "_PersistedProperty": MacroSpec(type: PersistedPropertyMacro.self),
+    "Attribute": MacroSpec(type: MarkerMacro.self),
+    "Relationship": MacroSpec(type: MarkerMacro.self),
+    "Transient": MacroSpec(type: MarkerMacro.self),
+]
+
+private func expect(_ source: String, expands expected: String, diagnostics: [DiagnosticSpec] = [],
+                    sourceLocation: SourceLocation = #_sourceLocation) {
+    assertMacroExpansion(source, expandedSource: expected, diagnostics: diagnostics, macroSpecs: macros) { failure in
+        Issue.record(Comment(rawValue: failure.message), sourceLocation: sourceLocation)
+    }
+}
+
+@Suite struct EntityMacroTests {
+    @Test func expandsAttributesRelationshipsAndTheDescription() {
+        expect(
+            """
+            @Entity final class Person: ManagedObject {
+                var name: String = ""
+                @Attribute(.unique) var email: String?
+                @Transient var scratch = 0
+                @Relationship(deleteRule: .cascade, inverse: \\Pet.owner) var pets: Set<Pet>
+                @Relationship var friend: Person?
+                var computed: Int { 1 }
+            }
+            """,
+            expands: """
+            final class Person: ManagedObject {
+                @ContextStack._PersistedProperty(0, .attribute)
+                var name: String = ""
+                @ContextStack._PersistedProperty(1, .attribute) var email: String?
+                var scratch = 0
+                @ContextStack._PersistedProperty(2, .toMany) var pets: Set<Pet>
+                @ContextStack._PersistedProperty(3, .toOne) var friend: Person?
+                var computed: Int { 1 }
+
+                nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                    name: "Person", type: Person.self, superentity: nil,
+                    properties: [
+                        .attribute("name", String.self, default: ""),
+                        .attribute("email", String?.self, default: nil, options: [.unique]),
+                        .toMany("pets", Pet.self, inverse: "owner", deleteRule: .cascade),
+                        .toOne("friend", Person.self)
+                    ])
+
+                override class var entityDescription: ContextStack.EntityDescription {
+                    _cs_entity
+                }
+            }
+
+            extension Person: @unchecked Sendable {
+            }
+            """
+        )
+    }
+
+    @Test func subEntitiesNumberSlotsAfterTheirParent() {
+        expect(
+            """
+            @Entity(name: "Coder") public final class Engineer: Staff {
+                var language: String = "Swift"
+            }
+            """,
+            expands: """
+            public final class Engineer: Staff {
+                @ContextStack._PersistedProperty(Engineer._cs_entity.slotBase + 0, .attribute)
+                var language: String = "Swift"
+
+                public nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                    name: "Coder", type: Engineer.self, superentity: Staff._cs_entity,
+                    properties: [
+                        .attribute("language", String.self, default: "Swift")
+                    ])
+
+                public override class var entityDescription: ContextStack.EntityDescription {
+                    _cs_entity
+                }
+            }
+
+            extension Engineer: @unchecked Sendable {
+            }
+            """
+        )
+    }
+
+    @Test func aNonOptionalAttributeWithoutDefaultIsAnError() {
+        expect(
+            """
+            @Entity final class Broken: ManagedObject {
+                var name: String
+            }
+            """,
+            expands: """
+            final class Broken: ManagedObject {
+                @ContextStack._PersistedProperty(0, .attribute)
+                var name: String
+
+                nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                    name: "Broken", type: Broken.self, superentity: nil,
+                    properties: [
+                        .attribute("name", String.self, default: nil)
+                    ])
+
+                override class var entityDescription: ContextStack.EntityDescription {
+                    _cs_entity
+                }
+            }
+
+            extension Broken: @unchecked Sendable {
+            }
+            """,
+            diagnostics: [
+                DiagnosticSpec(message: "'name' is not optional and has no default value: write 'var name: String = <default>' or make it optional ('String?')", line: 2, column: 9),
+            ]
+        )
+    }
+
+    @Test func aPropertyWithoutTypeIsAnErrorAndAStructIsRejected() {
+        expect(
+            """
+            @Entity final class Untyped: ManagedObject {
+                var count = 0
+            }
+            """,
+            expands: """
+            final class Untyped: ManagedObject {
+                var count = 0
+
+                nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                    name: "Untyped", type: Untyped.self, superentity: nil,
+                    properties: [])
+
+                override class var entityDescription: ContextStack.EntityDescription {
+                    _cs_entity
+                }
+            }
+
+            extension Untyped: @unchecked Sendable {
+            }
+            """,
+            diagnostics: [
+                DiagnosticSpec(message: "'count' needs a type annotation to be persisted ('var count: Int = 0'), or mark it @Transient", line: 2, column: 9),
+            ]
+        )
+        expect(
+            """
+            @Entity struct NotAClass {
+            }
+            """,
+            expands: """
+            struct NotAClass {
+            }
+            """,
+            diagnostics: [
+                DiagnosticSpec(message: "@Entity applies to a class that inherits from ManagedObject: '@Entity final class Person: ManagedObject { ... }'", line: 1, column: 1),
+            ]
+        )
+    }
+
+    @Test func aRelationshipMustBeOptionalOrASet() {
+        expect(
+            """
+            @Entity final class Owner: ManagedObject {
+                @Relationship var pet: Pet
+            }
+            """,
+            expands: """
+            final class Owner: ManagedObject {
+                var pet: Pet
+
+                nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                    name: "Owner", type: Owner.self, superentity: nil,
+                    properties: [])
+
+                override class var entityDescription: ContextStack.EntityDescription {
+                    _cs_entity
+                }
+            }
+
+            extension Owner: @unchecked Sendable {
+            }
+            """,
+            diagnostics: [
+                DiagnosticSpec(message: "relationship 'pet' must be optional (to-one: 'Person?') or a set (to-many: 'Set<Person>')", line: 2, column: 23),
+            ]
+        )
+    }
+
+    /// (The test harness drops the initializer; the compiler keeps it as the init accessor's
+    /// initial value, which is what lets entity classes inherit `init(_:)`.)
+    @Test func persistedPropertiesBecomeSlotAccessors() {
+        expect(
+            """
+            final class Person: ManagedObject {
+                @_PersistedProperty(0, .attribute) var name: String = ""
+                @_PersistedProperty(1, .attribute) var email: String?
+                @_PersistedProperty(2, .toMany) var pets: Set<Pet>
+                @_PersistedProperty(3, .toOne) var friend: Person?
+            }
+            """,
+            expands: """
+            final class Person: ManagedObject {
+                var name: String {
+                    init(initialValue) {
+                    }
+                    get {
+                        _cs_get(0)
+                    }
+                    set {
+                        _cs_set(0, newValue)
+                    }
+                }
+                var email: String? {
+                    get {
+                        _cs_get(1)
+                    }
+                    set {
+                        _cs_set(1, newValue)
+                    }
+                }
+                var pets: Set<Pet> {
+                    get {
+                        _cs_toMany(2)
+                    }
+                    set {
+                        _cs_setToMany(2, newValue)
+                    }
+                }
+                var friend: Person? {
+                    get {
+                        _cs_toOne(3)
+                    }
+                    set {
+                        _cs_setToOne(3, newValue)
+                    }
+                }
+            }
+            """
+        )
+    }
+}
