@@ -21,7 +21,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let properties = persistedProperties(of: classDecl, in: context)
         let entityName = stringArgument("name", of: node) ?? "\"\(className)\""
         let superclass = superclassName(of: classDecl)
-        let superentity = superclass.map { "\($0)._cs_entity" } ?? "nil"
+        let superentity = superclass.map { "\($0).entityDescription" } ?? "nil"
         let access = accessPrefix(of: classDecl)
 
         var lines: [String] = []
@@ -42,11 +42,11 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let list = lines.isEmpty ? "[]" : "[\n        " + lines.joined(separator: ",\n        ") + "\n    ]"
         return [
             """
-            \(raw: access)nonisolated static let _cs_entity = ContextStack.EntityDescription(
+            \(raw: access)nonisolated static let \(raw: staticName(className)) = ContextStack.EntityDescription(
                 name: \(raw: entityName), type: \(raw: className).self, superentity: \(raw: superentity),
                 properties: \(raw: list))
             """,
-            "\(raw: access)override class var entityDescription: ContextStack.EntityDescription { _cs_entity }",
+            "\(raw: access)override class var entityDescription: ContextStack.EntityDescription { \(raw: staticName(className)) }",
         ]
     }
 
@@ -66,7 +66,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         guard let index = properties.firstIndex(where: { $0.name == name }) else { return [] }
         let slot = superclassName(of: classDecl) == nil
             ? "\(index)"
-            : "\(classDecl.name.trimmedDescription)._cs_entity.slotBase + \(index)"
+            : "\(classDecl.name.trimmedDescription).\(staticName(classDecl.name.trimmedDescription)).slotBase + \(index)"
         let kind: String
         switch properties[index].kind {
         case .attribute: kind = ".attribute"
@@ -175,6 +175,10 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         }
         return result
     }
+
+    /// The static holding a class's description: named after the class, because a sub-entity
+    /// cannot redeclare a static its parent already has.
+    static func staticName(_ className: String) -> String { "_cs_entity_\(className)" }
 
     static func attribute(_ name: String, in variable: VariableDeclSyntax) -> AttributeSyntax? {
         for element in variable.attributes {

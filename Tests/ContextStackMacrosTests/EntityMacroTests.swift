@@ -42,7 +42,7 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                 @ContextStack._PersistedProperty(3, .toOne) var friend: Person?
                 var computed: Int { 1 }
 
-                nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                nonisolated static let _cs_entity_Person = ContextStack.EntityDescription(
                     name: "Person", type: Person.self, superentity: nil,
                     properties: [
                         .attribute("name", String.self, default: ""),
@@ -52,7 +52,7 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                     ])
 
                 override class var entityDescription: ContextStack.EntityDescription {
-                    _cs_entity
+                    _cs_entity_Person
                 }
             }
 
@@ -71,17 +71,17 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
             """,
             expands: """
             public final class Engineer: Staff {
-                @ContextStack._PersistedProperty(Engineer._cs_entity.slotBase + 0, .attribute)
+                @ContextStack._PersistedProperty(Engineer._cs_entity_Engineer.slotBase + 0, .attribute)
                 var language: String = "Swift"
 
-                public nonisolated static let _cs_entity = ContextStack.EntityDescription(
-                    name: "Coder", type: Engineer.self, superentity: Staff._cs_entity,
+                public nonisolated static let _cs_entity_Engineer = ContextStack.EntityDescription(
+                    name: "Coder", type: Engineer.self, superentity: Staff.entityDescription,
                     properties: [
                         .attribute("language", String.self, default: "Swift")
                     ])
 
                 public override class var entityDescription: ContextStack.EntityDescription {
-                    _cs_entity
+                    _cs_entity_Engineer
                 }
             }
 
@@ -103,14 +103,14 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                 @ContextStack._PersistedProperty(0, .attribute)
                 var name: String
 
-                nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                nonisolated static let _cs_entity_Broken = ContextStack.EntityDescription(
                     name: "Broken", type: Broken.self, superentity: nil,
                     properties: [
                         .attribute("name", String.self, default: nil)
                     ])
 
                 override class var entityDescription: ContextStack.EntityDescription {
-                    _cs_entity
+                    _cs_entity_Broken
                 }
             }
 
@@ -134,12 +134,12 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
             final class Untyped: ManagedObject {
                 var count = 0
 
-                nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                nonisolated static let _cs_entity_Untyped = ContextStack.EntityDescription(
                     name: "Untyped", type: Untyped.self, superentity: nil,
                     properties: [])
 
                 override class var entityDescription: ContextStack.EntityDescription {
-                    _cs_entity
+                    _cs_entity_Untyped
                 }
             }
 
@@ -176,12 +176,12 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
             final class Owner: ManagedObject {
                 var pet: Pet
 
-                nonisolated static let _cs_entity = ContextStack.EntityDescription(
+                nonisolated static let _cs_entity_Owner = ContextStack.EntityDescription(
                     name: "Owner", type: Owner.self, superentity: nil,
                     properties: [])
 
                 override class var entityDescription: ContextStack.EntityDescription {
-                    _cs_entity
+                    _cs_entity_Owner
                 }
             }
 

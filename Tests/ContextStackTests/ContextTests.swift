@@ -257,3 +257,64 @@ import Testing
         #expect(try world.fetchAll(Pet.self, orderBy: .ascending("age")).map(\.age) == [0, 5])
     }
 }
+
+@Suite(.timeLimit(.minutes(2))) struct ContextLifetimeTests {
+    @Test @MainActor func updatePerformFromALaterCallbackKeepsTheUpdate() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let callbacks = DispatchQueue(label: "callbacks")
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            world.beginUpdate { update in
+                let pet = try update.create(Pet.self)
+                pet.name = "Rex"
+                // The block returns before the callback continues the update.
+                callbacks.asyncAfter(deadline: .now() + .milliseconds(20)) {
+                    update.perform { update in
+                        pet.age = 3
+                        try update.commit()
+                        done.resume()
+                    }
+                }
+            }
+        }
+        let pet = try #require(try world.fetch(Pet.self))
+        #expect(pet.name == "Rex" && pet.age == 3)
+    }
+
+    @Test @MainActor func aFailedTransactionSaveGoesToItsCallerOnly() async throws {
+        let store = try TestStore(.file)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        try await world.transaction { update in try update.create(Person.self).email = "a@example.com" }
+        await #expect {
+            try await world.transaction { update in try update.create(Person.self).email = "a@example.com" }
+        } throws: { error in
+            (error as? SQLiteError)?.code.primary == .constraint
+        }
+        try await store.stack.flush()
+        #expect(recorder.all.isEmpty)
+        #expect(try world.fetchCount(Person.self) == 1)
+    }
+
+    @Test @MainActor func aFailedBackgroundSaveGoesToOnErrorAndTheNextFlush() async throws {
+        let store = try TestStore(.file)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).email = "a@example.com"
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).email = "a@example.com"
+            try update.create(Pet.self).name = "lost with its commit"
+            try update.commit()
+        }
+        await #expect(throws: SQLiteError.self) { try await store.stack.flush() }
+        try await store.stack.flush()  // reported once
+        #expect(recorder.all.count == 1)
+        #expect(try world.fetchCount(Person.self) == 1)
+        #expect(try world.fetchCount(Pet.self) == 0)  // the commit failed as a whole
+    }
+}

@@ -62,3 +62,26 @@ import Testing
         #expect(try world.fetchCount(Person.self) == 0)
     }
 }
+
+@Suite struct FetchOrCreateMissingTargetTests {
+    @Test @MainActor func aMissingRelationshipTargetThrowsBeforeCreating() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let gone = try world.beginUpdateAndWait { update in
+            let person = try update.create(Person.self)
+            try update.commit()
+            try update.delete(person)
+            try update.commit()
+            return person.objectID
+        }
+        #expect {
+            try world.beginUpdateAndWait { update in
+                _ = try update.fetchOrCreate(Pet.self, %"owner" == gone)
+                try update.commit()
+            }
+        } throws: { error in
+            (error as? QueryError)?.code == .objectNotFound
+        }
+        #expect(try world.fetchCount(Pet.self) == 0)
+    }
+}

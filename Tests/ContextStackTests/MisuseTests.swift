@@ -115,3 +115,18 @@ import Testing
         _ = store
     }
 }
+
+@Suite struct ReentrancyMisuseTests {
+    @Test func performAndWaitFromInsideItsOwnBlockTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                let context = world.beginUpdateContext()
+                try context.performAndWait { _ in
+                    try context.performAndWait { _ in }
+                }
+                _ = store
+            }
+        }
+    }
+}

@@ -209,3 +209,27 @@ import Testing
         #expect(throws: StoreError.self) { try store.stack.addInMemoryStore() }
     }
 }
+
+@Suite struct ForeignFileTests {
+    @Test func aDatabaseContextStackDidNotCreateIsLeftAlone() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ContextStackTests-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("theirs.sqlite")
+        do {
+            let db = try Connection(path: url.path)
+            try db.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER); INSERT INTO accounts VALUES (1, 100)")
+        }
+        for reset in [false, true] {
+            let stack = try Stack(model: Model(Person.self, Pet.self))
+            #expect {
+                try stack.addDatabaseStore(at: url, resetOnFailure: reset)
+            } throws: { error in
+                (error as? StoreError)?.code == .foreignDatabase
+            }
+        }
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("SELECT balance FROM accounts") == .integer(100))
+        #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Person'") == .integer(0))
+    }
+}

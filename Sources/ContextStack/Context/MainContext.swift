@@ -103,14 +103,14 @@ public final class MainContext {
     // MARK: Updating
 
     /// An update context whose commits go to this context's target.
-    nonisolated func makeUpdateContext(isOneShot: Bool) -> UpdateContext {
+    nonisolated func makeUpdateContext(waitsForSaves: Bool = false) -> UpdateContext {
         let stack = self.stack
         let main = self.core
-        return UpdateContext(stack: stack, isOneShot: isOneShot) { changes in
+        return UpdateContext(stack: stack, waitsForSaves: waitsForSaves) { changes, claimed in
             let store = stack.store
             switch stack.rootContext {
             case .shared:
-                return store.enqueue(changes) { main.handOver(changes) }
+                return store.enqueue(changes, claimed: claimed) { main.handOver(changes) }
             case .none:
                 try store.writeNow(changes) { main.handOver(changes) }
                 return nil
@@ -121,7 +121,7 @@ public final class MainContext {
     /// Runs `block` in a new update context, in the background. Errors it throws roll the
     /// update back and go to `stack.onError`.
     public nonisolated func beginUpdate(_ block: @escaping @Sendable (Update) throws -> Void) {
-        makeUpdateContext(isOneShot: true).perform(block)
+        makeUpdateContext().perform(block)
     }
 
     /// Runs `block` in a new update context and waits for it; rethrows what it throws (the
@@ -129,13 +129,13 @@ public final class MainContext {
     /// for the main actor.
     @discardableResult
     public nonisolated func beginUpdateAndWait<T>(_ block: (Update) throws -> T) throws -> T {
-        try makeUpdateContext(isOneShot: true).performAndWait(block)
+        try makeUpdateContext().performAndWait(block)
     }
 
     /// A long-lived update context: changes accumulate across its `perform` blocks until a
     /// block commits them.
     public nonisolated func beginUpdateContext() -> UpdateContext {
-        makeUpdateContext(isOneShot: false)
+        makeUpdateContext()
     }
 
     /// Runs `body` in a new update context, commits when it returns (rolls back when it
@@ -149,7 +149,7 @@ public final class MainContext {
     /// }
     /// ```
     public nonisolated func transaction<T: Sendable>(_ body: @escaping @Sendable (Update) throws -> T) async throws -> T {
-        let context = makeUpdateContext(isOneShot: true)
+        let context = makeUpdateContext(waitsForSaves: true)
         let result: T = try await withCheckedThrowingContinuation { continuation in
             context.perform { update in
                 do {

@@ -202,17 +202,21 @@ final class ObjectContext: @unchecked Sendable {
             }
             var sql = query.fromWhere()
             sql.text = "SELECT \(reader.selectColumns(query.entity.table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
+            if recheck.isEmpty {
+                // Nothing pending: SQL's window is the answer.
+                if limit != nil || offset > 0 {
+                    sql.text += " LIMIT ? OFFSET ?"
+                    sql.arguments += [.integer(Int64(limit ?? -1)), .integer(Int64(offset))]
+                }
+                return try reader.rows(sql, table: query.entity.table)
+            }
+            // Each pending object can push at most one stored row out of the window, so the
+            // first offset + limit + pending stored rows hold every row the window can need.
             if let limit {
-                sql.text += " LIMIT \(offset + limit + recheck.count)"
-            } else if offset > 0 && recheck.isEmpty {
-                sql.text += " LIMIT -1 OFFSET \(offset)"
+                sql.text += " LIMIT ?"
+                sql.arguments.append(.integer(Int64(offset + limit + recheck.count)))
             }
             var rows = try reader.rows(sql, table: query.entity.table).filter { !recheck.contains($0.id) }
-            guard !recheck.isEmpty else {
-                if limit != nil && offset > 0 { rows.removeFirst(min(offset, rows.count)) }
-                if let limit, rows.count > limit { rows.removeLast(rows.count - limit) }
-                return rows
-            }
             for id in recheck {
                 guard let row = try reader.row(id), query.entity.includes(row.entity) else { continue }
                 if try query.matches(row.values, resolve: { try reader.row($0) }) { rows.append((id, row)) }

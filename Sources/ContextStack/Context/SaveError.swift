@@ -1,5 +1,6 @@
-/// A commit that cannot be saved: a `.deny` delete rule, a constraint. Thrown by `commit()`
-/// (or delivered to `stack.onError` for a background save); nothing of the commit is stored.
+/// A commit that cannot be saved because of the model's rules (a `.deny` delete rule). Thrown by
+/// `commit()`; the update's changes stay pending. (Constraint failures found by SQLite while
+/// writing arrive as `SQLiteError`.)
 public struct SaveError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {

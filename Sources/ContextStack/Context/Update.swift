@@ -40,12 +40,21 @@ public struct Update: Sendable {
         if let existing = try core.fetchFirst(type, condition, orderBy: nil, options: FetchOptions()) {
             return existing
         }
-        let object = try core.create(entity)
+        // Relationship targets must exist: check them before anything is created.
+        var targets: [Int: ManagedObject] = [:]
         for (slot, value) in assignments {
             let property = entity.properties[slot]
-            if property.isToOne, case .integer(let key) = value, let destination = property.destination {
+            guard property.isToOne, case .integer(let key) = value, let destination = property.destination else { continue }
+            let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+            guard let target = try core.object(for: id) else {
+                throw QueryError(.objectNotFound, "fetchOrCreate(\(entity.name).self, …): \(id) does not exist, so '\(property.name)' cannot point at it.", key: property.name, entity: entity.name)
+            }
+            targets[slot] = target
+        }
+        let object = try core.create(entity)
+        for (slot, value) in assignments {
+            if let target = targets[slot] {
                 // Through the relationship setter, so the inverse side learns of it too.
-                let target = try core.object(for: ObjectID(rootEntity: destination.rootDescription, primaryKey: key))
                 core.setToOne(of: object, slot: slot, to: target)
             } else {
                 object.values[slot] = value

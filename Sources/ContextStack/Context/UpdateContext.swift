@@ -12,27 +12,28 @@ public final class UpdateContext: Sendable {
     let core: ObjectContext
     let stack: Stack
     /// Saves a change set into the target; returns the root's sequence number when the
-    /// change goes through the root writer.
-    let deliver: @Sendable (ChangeSet) throws -> UInt64?
+    /// change goes through the root writer. The flag says whether the caller waits for the
+    /// save's outcome (`transaction`), which then reports a failure to that caller alone.
+    let deliver: @Sendable (ChangeSet, Bool) throws -> UInt64?
+    /// Set for `transaction`: the caller waits for durability and receives save errors.
+    let waitsForSaves: Bool
     private let queue = DispatchQueue(label: "ContextStack.UpdateContext")
-    private let isOneShot: Bool
     private let state = Mutex(State())
 
     private struct State {
-        /// Blocks scheduled or running; a one-shot context resets when it drops to zero.
-        var activeBlocks = 0
         var lastSequence: UInt64?
     }
 
-    init(stack: Stack, isOneShot: Bool, deliver: @escaping @Sendable (ChangeSet) throws -> UInt64?) {
+    init(stack: Stack, waitsForSaves: Bool = false, deliver: @escaping @Sendable (ChangeSet, Bool) throws -> UInt64?) {
         self.core = ObjectContext(kind: .update, stack: stack)
         self.stack = stack
-        self.isOneShot = isOneShot
+        self.waitsForSaves = waitsForSaves
         self.deliver = deliver
     }
 
     deinit {
-        // Nothing can run on this context any more: drop its objects and their strong references.
+        // No block or `Update` handle is left, so nothing can run on this context any more:
+        // drop its objects (what was not committed is gone) and their strong references.
         core.reset()
     }
 
@@ -50,7 +51,6 @@ public final class UpdateContext: Sendable {
     /// }
     /// ```
     public func perform(_ block: @escaping @Sendable (Update) throws -> Void) {
-        state.withLock { $0.activeBlocks += 1 }
         queue.async { [self] in
             run { update in
                 do {
@@ -66,7 +66,7 @@ public final class UpdateContext: Sendable {
     /// Runs `block` on this context now and waits for it; rethrows what it throws, after
     /// rolling back the context's uncommitted changes.
     public func performAndWait<T>(_ block: (Update) throws -> T) throws -> T {
-        state.withLock { $0.activeBlocks += 1 }
+        precondition(!Execution.isRunning(core), "performAndWait was called from inside a block of the same update context, which would wait for itself forever: run the code directly, or use perform { } to run it after this block.")
         return try queue.sync {
             try run { update in
                 do {
@@ -79,21 +79,9 @@ public final class UpdateContext: Sendable {
         }
     }
 
-    /// Runs `body` marked as this context's execution, then retires the block.
+    /// Runs `body` marked as this context's execution.
     private func run<T>(_ body: (Update) throws -> T) rethrows -> T {
-        defer { finishBlock() }
-        return try Execution.run(as: core) { try body(Update(context: self)) }
-    }
-
-    private func finishBlock() {
-        let remaining = state.withLock { state in
-            state.activeBlocks -= 1
-            return state.activeBlocks
-        }
-        if remaining == 0 && isOneShot {
-            // The update is over: what it did not commit is dropped.
-            Execution.run(as: core) { core.reset() }
-        }
+        try Execution.run(as: core) { try body(Update(context: self)) }
     }
 
     /// Commits pending changes into the target; called by `Update.commit()`.
@@ -101,7 +89,7 @@ public final class UpdateContext: Sendable {
         core.checkExecution("update.commit()")
         let changes = try core.makeChangeSet()
         if !changes.isEmpty {
-            let sequence = try deliver(changes)
+            let sequence = try deliver(changes, waitsForSaves)
             state.withLock { $0.lastSequence = sequence }
         }
         core.didCommit()

@@ -18,11 +18,9 @@ enum Execution {
 
     /// True while the current thread runs a block of `context`.
     static func isRunning(_ context: AnyObject) -> Bool {
-        pthread_getspecific(key) == UnsafeRawPointer(Unmanaged.passUnretained(context).toOpaque())
+        let running: UnsafeMutableRawPointer? = pthread_getspecific(key)
+        return running == Unmanaged.passUnretained(context).toOpaque()
     }
-
-    /// The context the current thread runs a block of, if any.
-    static var current: UnsafeMutableRawPointer? { pthread_getspecific(key) }
 
     /// Runs `body` marked as executing for `context`, restoring the previous marker after.
     static func run<T>(as context: AnyObject, _ body: () throws -> T) rethrows -> T {

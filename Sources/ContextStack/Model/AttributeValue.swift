@@ -22,9 +22,6 @@ public enum AttributeKind: String, Sendable, Hashable, CaseIterable {
         }
     }
 
-    /// Kinds whose stored form orders like the values themselves.
-    var isOrdered: Bool { self != .decimal && self != .uuid && self != .url && self != .bool }
-
     /// Whether a value of kind `other` may be compared with this kind.
     func isComparable(with other: AttributeKind) -> Bool {
         self == other || (isNumeric && other.isNumeric)

@@ -54,10 +54,11 @@ final class Entity: Sendable, CustomStringConvertible {
 
     /// Whether `other` is this entity or one below it.
     func includes(_ other: Entity) -> Bool {
-        var entity: Entity? = other
-        while let current = entity {
-            if current === self { return true }
-            entity = current.superentity
+        // Through the descriptions, which are complete before the model resolves anything.
+        var description: EntityDescription? = other.description_
+        while let current = description {
+            if current === description_ { return true }
+            description = current.superentity
         }
         return false
     }

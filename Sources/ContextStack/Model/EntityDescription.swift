@@ -16,7 +16,9 @@ public enum DeleteRule: String, Sendable, Hashable {
 public struct AttributeOption: Hashable, Sendable {
     enum Kind: Hashable, Sendable { case unique, indexed }
     let kind: Kind
-    /// A unique index backs the attribute; a duplicate value makes the commit throw.
+    /// A unique index backs the attribute; saving a duplicate value fails with an
+    /// `SQLiteError` (`.constraint`) — from `commit()` when it writes SQLite itself, otherwise
+    /// on `stack.onError`, the next `flush()`, or the `transaction` that made the change.
     public static let unique = AttributeOption(kind: .unique)
     /// An index backs the attribute, for fast predicates and sorting.
     public static let indexed = AttributeOption(kind: .indexed)

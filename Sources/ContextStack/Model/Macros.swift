@@ -18,7 +18,7 @@
 /// Sub-entities: declare the parent without `final` and subclass it with `@Entity` too.
 ///
 /// - Parameter name: the entity's name in the store; the class name by default.
-@attached(member, names: named(_cs_entity), named(entityDescription))
+@attached(member, names: arbitrary)
 @attached(memberAttribute)
 @attached(extension, conformances: Sendable)
 public macro Entity(name: String? = nil) = #externalMacro(module: "ContextStackMacros", type: "EntityMacro")

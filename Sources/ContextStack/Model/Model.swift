@@ -70,7 +70,7 @@ final class ModelGraph: Sendable {
                 throw ModelError(code: .duplicateEntity, message: "Two entities are named '\(description.name)'; give one another name with @Entity(name:).")
             }
             for property in description.ownProperties where property.name.hasPrefix("Z_") {
-                throw ModelError(code: .badInverse, message: "\(description.name).\(property.name): names starting with 'Z_' are reserved for the store's own columns.")
+                throw ModelError(code: .reservedName, message: "\(description.name).\(property.name): names starting with 'Z_' are reserved for the store's own columns; rename the property.")
             }
             let entity = Entity(description)
             byName[description.name] = entity

@@ -3,7 +3,7 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {
         private enum Base: Hashable, Sendable {
-            case duplicateEntity, unknownDestination, badInverse, emptyModel, unknownConfiguration
+            case duplicateEntity, unknownDestination, badInverse, emptyModel, unknownConfiguration, reservedName
         }
         private let base: Base
         /// Two entities share a name.
@@ -14,6 +14,8 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
         public static let badInverse = Code(base: .badInverse)
         /// The model has no entities.
         public static let emptyModel = Code(base: .emptyModel)
+        /// A property name starts with `Z_`, which the store keeps for its own columns.
+        public static let reservedName = Code(base: .reservedName)
         /// A configuration lists an entity that is not in the model.
         public static let unknownConfiguration = Code(base: .unknownConfiguration)
     }

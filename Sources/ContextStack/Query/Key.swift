@@ -8,8 +8,8 @@ postfix operator %
 ///
 /// ```swift
 /// try world.fetchAll(Person.self, %"age" >= 18 && %"friend.name" == "Knight")
-/// // SELECT … FROM "Person" t0 LEFT JOIN "Person" t1 ON t1."Z_PK" = t0."friend"
-/// //   WHERE (t0."age" >= ?) AND (t1."name" IS ?)
+/// // SELECT … FROM "Person" AS t0 LEFT JOIN "Person" AS t1 ON t1."Z_PK" = t0."friend"
+/// //   WHERE (t0."age" >= ? AND t1."name" IS ?) ORDER BY t0."Z_PK" ASC
 /// ```
 public struct Key: Hashable, Sendable, CustomStringConvertible {
     /// The key path as written, dot-separated.

@@ -9,6 +9,9 @@ final class Connection {
     let handle: OpaquePointer
     let path: String
     private var statements: [String: Statement] = [:]
+    /// Past this many cached statements the cache starts over (generated SQL varies, in
+    /// `IN (…)` lists for instance, and must not grow the cache without bound).
+    static let statementCacheLimit = 512
 
     /// Opens (or creates, when `create` is true) the database at `path`.
     init(path: String, readOnly: Bool = false, create: Bool = true) throws(SQLiteError) {
@@ -47,6 +50,10 @@ final class Connection {
             return statement
         }
         let statement = try Statement(connection: self, sql: sql)
+        if statements.count >= Self.statementCacheLimit {
+            // Statements in use stay alive through their callers' references.
+            statements.removeAll(keepingCapacity: true)
+        }
         statements[sql] = statement
         return statement
     }

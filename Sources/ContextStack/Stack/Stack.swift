@@ -74,7 +74,8 @@ public final class Stack: Sendable {
     ///
     /// - Parameters:
     ///   - url: the file.
-    ///   - configuration: the model configuration it holds; `nil` for every entity.
+    ///   - configuration: a configuration name of the model (checked to exist). A stack holds
+    ///     one store today, and that store holds every entity of the model.
     ///   - autoMigrating: accepted for the migration feature; a store written by a different
     ///     model currently throws `StoreError.Code.modelMismatch` either way.
     ///   - resetOnFailure: replace a store written by a different model with an empty one
@@ -92,7 +93,7 @@ public final class Stack: Sendable {
 
     private func addStore(_ settings: StoreSettings, url: URL?) throws {
         if let configuration = settings.configuration, graph.configurations[configuration] == nil {
-            throw StoreError(.noStore, "The model has no configuration named '\(configuration)'; it has \(graph.configurations.keys.sorted()).")
+            throw StoreError(.unknownConfiguration, "The model has no configuration named '\(configuration)'; it has \(graph.configurations.keys.sorted()).")
         }
         let existing = state.withLock { $0.storeSettings }
         if let existing {

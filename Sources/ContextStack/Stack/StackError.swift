@@ -1,4 +1,4 @@
-/// A stack or context set up in a way that cannot work: thrown by `MainContext(…)` and `Context(…)`.
+/// A stack or context set up in a way that cannot work: thrown by `MainContext(…)`.
 public struct StackError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {

@@ -32,7 +32,8 @@ final class Store: Sendable {
 
     private struct State: Sendable {
         var overlay = Overlay()
-        var queue: [(sequence: UInt64, changes: ChangeSet)] = []
+        /// Commits waiting for the writer; `claimed` ones have a caller waiting for their outcome.
+        var queue: [(sequence: UInt64, changes: ChangeSet, claimed: Bool)] = []
         var lastSequence: UInt64 = 0
         var writtenSequence: UInt64 = 0
         var isDraining = false
@@ -92,13 +93,18 @@ final class Store: Sendable {
     private static func prepareSchema(_ db: Connection, graph: ModelGraph, resetOnFailure: Bool) throws {
         try db.writeTransaction {
             let hasMetadata = try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'Z_METADATA'").int64Value == 1
+            let tableCount = try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").int64Value ?? 0
+            if !hasMetadata && tableCount > 0 {
+                // Someone else's database: never adopt it, never drop its tables.
+                throw StoreError(.foreignDatabase, "The file holds an SQLite database that ContextStack did not create (it has \(tableCount) tables and no Z_METADATA); choose another file.")
+            }
             if hasMetadata {
                 let storedHash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'").stringValue
                 if storedHash == graph.versionHash { return }
                 guard resetOnFailure else {
                     throw StoreError(.modelMismatch, "The store was written by a different model (hash \(storedHash ?? "none"), this model \(graph.versionHash)); open it with the model that wrote it, or pass resetOnFailure: true to replace it with an empty store.")
                 }
-                // Drop every table of the old model: the store starts empty.
+                // Drop every table of the old model (the file is ContextStack's): it starts empty.
                 let tables = try db.rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
                 for row in tables { if let name = row[0].stringValue { try db.execute("DROP TABLE \(name.quotedIdentifier)") } }
             }
@@ -207,13 +213,15 @@ final class Store: Sendable {
     ///
     /// - Returns: the commit's sequence number, for `waitUntilWritten(_:)`.
     /// `handOver` runs under the same lock, so main contexts receive commits in sequence order.
+    /// A `claimed` commit has a caller waiting for it (`transaction`): if its save fails, the
+    /// error goes to that caller only, not to `onError` or the next flush.
     @discardableResult
-    func enqueue(_ changes: ChangeSet, handOver: () -> Void = {}) -> UInt64 {
+    func enqueue(_ changes: ChangeSet, claimed: Bool = false, handOver: () -> Void = {}) -> UInt64 {
         let (sequence, start) = state.withLock { state -> (UInt64, Bool) in
             state.lastSequence += 1
             state.overlay.apply(changes, sequence: state.lastSequence)
             handOver()
-            state.queue.append((state.lastSequence, changes))
+            state.queue.append((state.lastSequence, changes, claimed))
             let start = !state.isDraining
             state.isDraining = true
             return (state.lastSequence, start)
@@ -236,14 +244,14 @@ final class Store: Sendable {
     /// Writes queued commits until none is left, each batch in one transaction.
     private func drain() {
         while true {
-            let batch = state.withLock { state -> [(sequence: UInt64, changes: ChangeSet)] in
+            let batch = state.withLock { state -> [(sequence: UInt64, changes: ChangeSet, claimed: Bool)] in
                 let batch = state.queue
                 state.queue.removeAll()
                 if batch.isEmpty { state.isDraining = false }
                 return batch
             }
             guard let last = batch.last?.sequence else { return }
-            var failures: [(sequence: UInt64, error: any Error)] = []
+            var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
             do {
                 try writer.withLock { writerState in
                     let db = writerState.connection
@@ -257,7 +265,7 @@ final class Store: Sendable {
                             } catch {
                                 try db.execute("ROLLBACK TO \(savepoint)")
                                 try db.execute("RELEASE \(savepoint)")
-                                failures.append((item.sequence, error))
+                                failures.append((item.sequence, error, item.claimed))
                             }
                         }
                     }, commit: { commit in
@@ -270,13 +278,13 @@ final class Store: Sendable {
             } catch {
                 // The whole transaction failed: nothing of the batch is stored.
                 state.withLock { $0.overlay.removeWritten(upTo: last) }
-                failures = batch.map { ($0.sequence, error) }
+                failures = batch.map { ($0.sequence, error, $0.claimed) }
             }
-            for failure in failures { reportError(failure.error) }
+            for failure in failures where !failure.claimed { reportError(failure.error) }
             let ready = state.withLock { state -> [FlushWaiter] in
                 state.writtenSequence = last
-                state.errors += failures.map(\.error)
-                for failure in failures { state.failures[failure.sequence] = failure.error }
+                state.errors += failures.filter { !$0.claimed }.map(\.error)
+                for failure in failures where failure.claimed { state.failures[failure.sequence] = failure.error }
                 if state.failures.count > 1024 {
                     state.failures = state.failures.filter { $0.key > last - min(last, 1024) }
                 }

@@ -5,15 +5,17 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {
         private enum Base: Hashable, Sendable {
-            case modelMismatch, alreadyAdded, noStore, cannotOpen, notADatabase
+            case modelMismatch, alreadyAdded, unknownConfiguration, cannotOpen, notADatabase, foreignDatabase
         }
         private let base: Base
         /// The file was written by a different model, and migrating it is not possible.
         public static let modelMismatch = Code(base: .modelMismatch)
         /// A store for this configuration is already added.
         public static let alreadyAdded = Code(base: .alreadyAdded)
-        /// The stack has no store for the entity.
-        public static let noStore = Code(base: .noStore)
+        /// The model has no configuration of that name.
+        public static let unknownConfiguration = Code(base: .unknownConfiguration)
+        /// The file is an SQLite database that ContextStack did not create; it is left untouched.
+        public static let foreignDatabase = Code(base: .foreignDatabase)
         /// The file cannot be opened or created.
         public static let cannotOpen = Code(base: .cannotOpen)
         /// The file is not an SQLite database, or is damaged.

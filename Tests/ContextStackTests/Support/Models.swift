@@ -90,6 +90,26 @@ enum Level: Int, Sendable {
     var computed: Int { int * 2 }
 }
 
+/// Sub-entities: engineers and managers are staff, in one table.
+@Entity class Staff: ManagedObject {
+    var name: String = ""
+    @Relationship(inverse: \Team.members) var team: Team?
+}
+
+@Entity final class Engineer: Staff {
+    var language: String = "Swift"
+}
+
+@Entity final class Manager: Staff {
+    var reports: Int = 0
+}
+
+@Entity final class Team: ManagedObject {
+    var title: String = ""
+    @Relationship var members: Set<Staff>
+}
+
 let fullModelTypes: [ManagedObject.Type] = [
     Person.self, Pet.self, Article.self, Tag.self, Citizen.self, Passport.self, Vault.self, Coin.self, Sample.self,
+    Staff.self, Engineer.self, Manager.self, Team.self,
 ]
