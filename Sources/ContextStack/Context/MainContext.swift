@@ -19,33 +19,70 @@ import Foundation
 /// changes to the main context — without waiting for the main actor — and the main context
 /// applies them before its next read; the root writes them to SQLite in the background.
 @MainActor
-public final class MainContext {
+public final class MainContext: CommitSource {
     /// The stack this context reads from.
     public nonisolated let stack: Stack
     /// Where updates started from this context commit to.
     public nonisolated let updateTarget: UpdateTarget
     /// How updates started from this context are ordered.
     public nonisolated let updateOrder: UpdateOrder
+    /// How commits of updates started here resolve conflicts with the store.
+    public nonisolated let mergePolicy: MergePolicy
+    /// Identifies this context as the origin of commits.
+    public nonisolated var contextID: ContextID { starter.id }
     nonisolated let core: ObjectContext
+    nonisolated let starter: UpdateStarter
+    private var resetRegistration: UInt64?
 
     /// A main context of `stack`.
+    ///
+    /// For example:
+    ///
+    /// ```swift
+    /// let world = try MainContext(stack: stack)                                        // three-tier
+    /// let auto = try MainContext(stack: stack, updateTarget: .rootContext(autoMerge: true))
+    /// let screen = try MainContext(stack: stack, updateTarget: .persistentStore, resetOnCommitOf: updater)
+    /// ```
+    ///
+    /// A main context that merges — `.mainContext` (its own updates' commits) or
+    /// `.rootContext(autoMerge: true)` (every save of the root) — shows commits as they land.
+    /// One that does not — `.rootContext(autoMerge: false)`, `.persistentStore` — reads the
+    /// store as it was when the context was created or last reset, and sees nothing newer
+    /// until `reset()`.
     ///
     /// - Parameters:
     ///   - stack: the stack to read from.
     ///   - updateTarget: where updates started here commit (`.mainContext`: three-tier).
-    ///   - updateOrder: `.default` runs updates concurrently, each in its own context.
+    ///   - updateOrder: `.default` runs updates concurrently; `.serial` one at a time.
+    ///   - mergePolicy: how those commits resolve conflicts with the store.
+    ///   - resetOnCommitOf: reset this context before the observers of each commit of that
+    ///     context run (the per-consumer topology).
     /// - Throws: `StackError` when the target does not fit the stack.
-    public init(stack: Stack, updateTarget: UpdateTarget = .mainContext, updateOrder: UpdateOrder = .default) throws {
-        guard updateTarget == .mainContext else {
-            throw StackError(.unsupportedTopology, "This version of ContextStack supports the three-tier topology (updateTarget: .mainContext).")
-        }
-        guard updateOrder == .default else {
-            throw StackError(.unsupportedTopology, "This version of ContextStack runs updates in the .default order only.")
-        }
+    public init(stack: Stack, updateTarget: UpdateTarget = .mainContext, updateOrder: UpdateOrder = .default,
+                mergePolicy: MergePolicy = .objectTrump, resetOnCommitOf source: (any CommitSource)? = nil) throws {
+        try Self.validate(updateTarget, on: stack)
         self.stack = stack
         self.updateTarget = updateTarget
         self.updateOrder = updateOrder
-        self.core = ObjectContext(kind: .main, stack: stack)
+        self.mergePolicy = mergePolicy
+        let merges = updateTarget == .mainContext || updateTarget == .rootContext(autoMerge: true)
+        let core = ObjectContext(kind: .main, stack: stack, pinsView: !merges)
+        self.core = core
+        self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: core)
+        if updateTarget == .rootContext(autoMerge: true) { stack.addAutoMerger(core) }
+        if let source {
+            resetRegistration = stack.commits.addResetter(origin: source.contextID) { [weak self] in self?.reset() }
+        }
+    }
+
+    isolated deinit {
+        if let resetRegistration { stack.commits.remove(resetRegistration) }
+    }
+
+    nonisolated static func validate(_ target: UpdateTarget, on stack: Stack) throws {
+        if case .rootContext = target, stack.rootContext == .none {
+            throw StackError(.unsupportedTopology, "updateTarget: .rootContext needs a root: create the stack with rootContext: .shared, or commit to .mainContext or .persistentStore.")
+        }
     }
 
     // MARK: Reading
@@ -56,7 +93,7 @@ public final class MainContext {
     ///
     /// ```swift
     /// let monk = try world.fetch(Person.self, %"name" == "Monk")
-    /// // SELECT … FROM "Person" AS t0 WHERE t0."name" IS ? ORDER BY t0."Z_PK" ASC LIMIT 1
+    /// // SELECT … FROM "Person" AS t0 WHERE t0."name" IS ? ORDER BY t0."Z_PK" ASC LIMIT ? OFFSET ?
     /// ```
     ///
     /// - Throws: `QueryError` for an unknown key or a value of the wrong type.
@@ -94,7 +131,7 @@ public final class MainContext {
     }
 
     /// Drops every object of this context. Using one afterwards is a precondition failure:
-    /// fetch again.
+    /// fetch again. A context that does not merge sees the store as it is now from here on.
     public func reset() {
         core.checkExecution("reset()")
         core.reset()
@@ -102,40 +139,25 @@ public final class MainContext {
 
     // MARK: Updating
 
-    /// An update context whose commits go to this context's target.
-    nonisolated func makeUpdateContext(waitsForSaves: Bool = false) -> UpdateContext {
-        let stack = self.stack
-        let main = self.core
-        return UpdateContext(stack: stack, waitsForSaves: waitsForSaves) { changes, claimed in
-            let store = stack.store
-            switch stack.rootContext {
-            case .shared:
-                return store.enqueue(changes, claimed: claimed) { main.handOver(changes) }
-            case .none:
-                try store.writeNow(changes) { main.handOver(changes) }
-                return nil
-            }
-        }
-    }
-
     /// Runs `block` in a new update context, in the background. Errors it throws roll the
     /// update back and go to `stack.onError`.
     public nonisolated func beginUpdate(_ block: @escaping @Sendable (Update) throws -> Void) {
-        makeUpdateContext().perform(block)
+        starter.beginUpdate(block)
     }
 
     /// Runs `block` in a new update context and waits for it; rethrows what it throws (the
     /// update is rolled back first). Safe to call on the main actor: committing never waits
-    /// for the main actor.
+    /// for the main actor. Under `.serial`, calling it from inside one of this context's own
+    /// updates is a precondition failure (it would wait for its own turn).
     @discardableResult
     public nonisolated func beginUpdateAndWait<T>(_ block: (Update) throws -> T) throws -> T {
-        try makeUpdateContext().performAndWait(block)
+        try starter.beginUpdateAndWait(block)
     }
 
     /// A long-lived update context: changes accumulate across its `perform` blocks until a
     /// block commits them.
     public nonisolated func beginUpdateContext() -> UpdateContext {
-        makeUpdateContext()
+        starter.makeUpdateContext()
     }
 
     /// Runs `body` in a new update context, commits when it returns (rolls back when it
@@ -149,22 +171,25 @@ public final class MainContext {
     /// }
     /// ```
     public nonisolated func transaction<T: Sendable>(_ body: @escaping @Sendable (Update) throws -> T) async throws -> T {
-        let context = makeUpdateContext(waitsForSaves: true)
-        let result: T = try await withCheckedThrowingContinuation { continuation in
-            context.perform { update in
-                do {
-                    let value = try body(update)
-                    try update.commit()
-                    continuation.resume(returning: value)
-                } catch {
-                    update.rollback()
-                    continuation.resume(throwing: error)
-                }
-            }
-        }
-        if let sequence = context.lastSequence {
-            try await stack.store.waitUntilWritten(sequence)
-        }
-        return result
+        try await starter.transaction(body)
     }
+
+    // MARK: Observing
+
+    /// Calls `block` on the main actor after each commit of an update started from this
+    /// context, once the commit is visible at its target.
+    ///
+    /// - Returns: a token; observing stops when it is released or cancelled.
+    public nonisolated func observeCommit(_ block: @escaping @MainActor @Sendable (Commit) -> Void) -> CommitObservation {
+        stack.commits.addObserver(origin: contextID, block)
+    }
+
+    /// The commits of updates started from this context, as an asynchronous sequence.
+    public nonisolated var commits: AsyncStream<Commit> { stack.commits.stream(origin: contextID) }
+}
+
+/// A context that starts updates, and so can be the origin of commits (`resetOnCommitOf:`).
+public protocol CommitSource: AnyObject, Sendable {
+    /// Identifies the context as the origin of commits.
+    var contextID: ContextID { get }
 }

@@ -32,14 +32,33 @@ final class ObjectContext: @unchecked Sendable {
     private let inbox = Mutex<[ChangeSet]>([])
     private let inboxHasWork = Atomic<Bool>(false)
 
-    init(kind: Kind, stack: Stack) {
+    /// For a main context that does not merge: the pinned view of the store it reads, so it
+    /// sees nothing committed after it was created or last reset.
+    private let pinsView: Bool
+    private var pin: UInt64?
+    /// The `UpdateStarter` an update context belongs to (for the `.serial` deadlock check).
+    var starter: ObjectIdentifier?
+
+    init(kind: Kind, stack: Stack, pinsView: Bool = false) {
         self.kind = kind
         self.stack = stack
         self.graph = stack.graph
+        self.pinsView = pinsView
+        if pinsView && stack.hasStore { pin = stack.store.pin() }
+    }
+
+    deinit {
+        if let pin { stack.store.unpin(pin) }
     }
 
     var isUpdate: Bool { kind == .update }
     var store: Store { stack.store }
+
+    /// Reads the store as this context sees it (through its pinned view, if it has one).
+    func read<T>(_ body: (ReadSession) throws -> T) throws -> T {
+        if pinsView && pin == nil { pin = store.pin() }
+        return try store.read(pin: pin, body)
+    }
 
     // MARK: - Confinement
 
@@ -177,7 +196,7 @@ final class ObjectContext: @unchecked Sendable {
             }
         }
         guard !missing.isEmpty else { return result }
-        let rows = try store.read { session in
+        let rows = try read { session in
             var reader = RowReader(session: session, context: self)
             return try missing.map { ($0, try reader.row($0)) }
         }
@@ -192,11 +211,9 @@ final class ObjectContext: @unchecked Sendable {
     /// The rows matching `query`, in order, windowed by `offset` and `limit`, merging this
     /// context's pending changes and the writer's pending commits with the store.
     func fetchRows(_ query: CompiledQuery, offset: Int = 0, limit: Int? = nil) throws -> [(id: ObjectID, row: RowData)] {
-        try store.read { session in
+        try read { session in
             var reader = RowReader(session: session, context: self)
-            let root = query.entity.rootDescription
-            var recheck = Set(session.overlay.rows(of: root).keys)
-            for id in changed.keys where id.rootEntity === root { recheck.insert(id) }
+            var recheck = reader.pendingIDs(of: query.entity.rootDescription)
             for chain in query.hopChains {
                 recheck.formUnion(try reader.referencing(chain, from: query.entity))
             }
@@ -238,9 +255,9 @@ final class ObjectContext: @unchecked Sendable {
     /// How many objects match `query`; a `count(*)` when nothing is pending.
     func fetchCount(_ query: CompiledQuery) throws -> Int {
         let root = query.entity.rootDescription
-        let hasPending = try changed.keys.contains { $0.rootEntity === root } || store.read { !$0.overlay.isEmpty }
+        let hasPending = try changed.keys.contains { $0.rootEntity === root } || read { !$0.overlay.isEmpty || !($0.pinned?.isEmpty ?? true) }
         if hasPending { return try fetchRows(query).count }
-        return try store.read { session in
+        return try read { session in
             let sql = query.fromWhere()
             return Int(try session.db.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)
         }
@@ -276,7 +293,7 @@ final class ObjectContext: @unchecked Sendable {
             let query = try CompiledQuery(entity: destination, condition: Key(inverse.name) == object.objectID, orderBy: nil)
             ids = Set(try fetchRows(query).map(\.id))
         case .joinTable:
-            ids = try store.read { session in try RowReader(session: session, context: self).joined(object, property) }
+            ids = try read { session in try RowReader(session: session, context: self).joined(object, property) }
             guard let join = property.joinTable, let destination = property.destination else { return ids }
             for (key, present) in links where key.table == join.name {
                 let (mine, theirs) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
@@ -455,7 +472,10 @@ final class ObjectContext: @unchecked Sendable {
                     slots.append(slot)
                     values.append(object.values[slot])
                 }
-                if !slots.isEmpty { changes.updates.append(.init(id: object.objectID, entity: object.entity, slots: slots, values: values)) }
+                if !slots.isEmpty {
+                    changes.updates.append(.init(id: object.objectID, entity: object.entity, slots: slots, values: values,
+                                                 snapshot: snapshot, current: object.values))
+                }
             case .deleted:
                 changes.deletes.append((object.objectID, object.entity))
                 gone.insert(object.objectID.primaryKey)
@@ -522,6 +542,11 @@ final class ObjectContext: @unchecked Sendable {
         changed.removeAll()
         links.removeAll()
         generation += 1
+        if pinsView, let old = pin {
+            // See the store as it is now, until the next reset.
+            store.unpin(old)
+            pin = store.pin()
+        }
     }
 
     // MARK: - Receiving commits (main contexts)

@@ -1,16 +1,18 @@
 /// Reads rows for one fetch, inside one read session: from the store, overlaid with the
-/// writer's pending commits and the reading context's own changes, with a per-read cache.
+/// writer's pending commits, the before-images of a pinned view (for a main context that does
+/// not merge), and the reading context's own changes, with a per-read cache.
 struct RowReader {
     let session: ReadSession
-    let context: ObjectContext
+    /// The reading context, whose own changes come first; `nil` for the store itself.
+    let context: ObjectContext?
     private var cache: [ObjectID: RowData?] = [:]
 
-    init(session: ReadSession, context: ObjectContext) {
+    init(session: ReadSession, context: ObjectContext?) {
         self.session = session
         self.context = context
     }
 
-    private var graph: ModelGraph { context.graph }
+    private var graph: ModelGraph { session.store.graph }
 
     /// `t0."Z_PK", [t0."Z_ENT",] t0."a", t0."b", …` for a table.
     func selectColumns(_ table: Table, alias: String) -> String {
@@ -59,9 +61,25 @@ struct RowReader {
     }
 
     private func uncachedRow(_ id: ObjectID) throws -> RowData? {
-        if let object = context.changed[id] {
+        if let object = context?.changed[id] {
             return object.state == .deleted ? nil : RowData(entity: object.entity, values: object.values)
         }
+        switch session.pinned?.rows[id] {
+        case .absent?:
+            return nil
+        case .row(let row)?:
+            return row
+        case .slots(_, let slots)?:
+            guard var row = try currentRow(id) else { return nil }
+            for (slot, value) in slots where slot < row.values.count { row.values[slot] = value }
+            return row
+        case nil:
+            return try currentRow(id)
+        }
+    }
+
+    /// The row as committed now: the overlay over the store.
+    private func currentRow(_ id: ObjectID) throws -> RowData? {
         switch session.overlay.entry(for: id)?.pending {
         case .inserted(let row)?:
             return row
@@ -84,11 +102,21 @@ struct RowReader {
         return try rows(sql, table: table).first?.row
     }
 
-    /// Primary keys of `root`'s table with changes pending in the overlay or the context.
+    /// Objects of `root`'s table whose rows, as this reader sees them, may differ from what
+    /// SQL returns: pending in the overlay, pinned, or changed in the context.
+    func pendingIDs(of root: EntityDescription) -> Set<ObjectID> {
+        var ids = Set(session.overlay.rows(of: root).keys)
+        if let pinned = session.pinned {
+            for id in pinned.rows.keys where id.rootEntity === root { ids.insert(id) }
+        }
+        if let context {
+            for id in context.changed.keys where id.rootEntity === root { ids.insert(id) }
+        }
+        return ids
+    }
+
     private func pendingKeys(of root: EntityDescription) -> Set<Int64> {
-        var keys = Set(session.overlay.rows(of: root).keys.map(\.primaryKey))
-        for id in context.changed.keys where id.rootEntity === root { keys.insert(id.primaryKey) }
-        return keys
+        Set(pendingIDs(of: root).map(\.primaryKey))
     }
 
     /// Objects of `entity` whose values along `chain` (to-one hops) may differ from what the
@@ -131,11 +159,24 @@ struct RowReader {
         try statement.bind(.integer(object.objectID.primaryKey), at: 1)
         var keys: Set<Int64> = []
         while try statement.step() { keys.insert(statement.int64(0)) }
-        for (key, present) in session.overlay.links(of: join.name) {
+        var changes = session.overlay.links(of: join.name)
+        if let pinned = session.pinned {
+            for (key, existed) in pinned.links where key.table == join.name { changes[key] = existed }
+        }
+        for (key, present) in changes {
             let (me, other) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
             guard me == object.objectID.primaryKey else { continue }
             if present { keys.insert(other) } else { keys.remove(other) }
         }
         return Set(keys.map { ObjectID(rootEntity: destination.rootDescription, primaryKey: $0) })
+    }
+
+    /// Whether a join-table pair exists now (overlay over store).
+    func linkExists(_ key: LinkKey) throws -> Bool {
+        if let pending = session.overlay.links(of: key.table)[key] { return pending }
+        let statement = try session.db.cachedStatement("SELECT 1 FROM \(key.table.quotedIdentifier) WHERE source = ? AND target = ?")
+        defer { statement.reset() }
+        try statement.bind([.integer(key.source), .integer(key.target)])
+        return try statement.step()
     }
 }

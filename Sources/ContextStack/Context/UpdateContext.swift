@@ -7,28 +7,28 @@ import Synchronization
 /// `beginUpdate` and `beginUpdateAndWait` make a fresh one for each update; a long-lived one
 /// from `beginUpdateContext()` accumulates changes across its `perform` blocks until a commit.
 /// Blocks of one update context run one at a time, on its own queue (or, for the `AndWait`
-/// forms, on the calling thread while the queue is held).
+/// forms, on the calling thread while the queue is held). The context lives as long as a
+/// block, a scheduled continuation or an `Update` handle does; then what it did not commit is
+/// dropped.
 public final class UpdateContext: Sendable {
     let core: ObjectContext
-    let stack: Stack
-    /// Saves a change set into the target; returns the root's sequence number when the
-    /// change goes through the root writer. The flag says whether the caller waits for the
-    /// save's outcome (`transaction`), which then reports a failure to that caller alone.
-    let deliver: @Sendable (ChangeSet, Bool) throws -> UInt64?
+    let starter: UpdateStarter
+    private let queue = DispatchQueue(label: "ContextStack.UpdateContext")
     /// Set for `transaction`: the caller waits for durability and receives save errors.
     let waitsForSaves: Bool
-    private let queue = DispatchQueue(label: "ContextStack.UpdateContext")
     private let state = Mutex(State())
 
     private struct State {
         var lastSequence: UInt64?
+        /// Blocks queued or running; under `.serial` the update holds its turn while this is > 0.
+        var activeBlocks = 0
     }
 
-    init(stack: Stack, waitsForSaves: Bool = false, deliver: @escaping @Sendable (ChangeSet, Bool) throws -> UInt64?) {
-        self.core = ObjectContext(kind: .update, stack: stack)
-        self.stack = stack
+    init(starter: UpdateStarter, waitsForSaves: Bool = false) {
+        self.core = ObjectContext(kind: .update, stack: starter.stack)
+        self.core.starter = ObjectIdentifier(starter)
+        self.starter = starter
         self.waitsForSaves = waitsForSaves
-        self.deliver = deliver
     }
 
     deinit {
@@ -36,6 +36,8 @@ public final class UpdateContext: Sendable {
         // drop its objects (what was not committed is gone) and their strong references.
         core.reset()
     }
+
+    var stack: Stack { starter.stack }
 
     /// Runs `block` later, on this context. An error it throws rolls back the context's
     /// uncommitted changes and goes to `stack.onError`.
@@ -51,15 +53,23 @@ public final class UpdateContext: Sendable {
     /// }
     /// ```
     public func perform(_ block: @escaping @Sendable (Update) throws -> Void) {
-        queue.async { [self] in
-            run { update in
-                do {
-                    try block(update)
-                } catch {
-                    core.rollback()
-                    stack.report(error)
+        let schedule: @Sendable () -> Void = { [self] in
+            queue.async { [self] in
+                run { update in
+                    do {
+                        try block(update)
+                    } catch {
+                        core.rollback()
+                        stack.report(error)
+                    }
                 }
+                finishBlock()
             }
+        }
+        if startBlock(), let turns = starter.turns {
+            turns.acquire(schedule)
+        } else {
+            schedule()
         }
     }
 
@@ -67,6 +77,11 @@ public final class UpdateContext: Sendable {
     /// rolling back the context's uncommitted changes.
     public func performAndWait<T>(_ block: (Update) throws -> T) throws -> T {
         precondition(!Execution.isRunning(core), "performAndWait was called from inside a block of the same update context, which would wait for itself forever: run the code directly, or use perform { } to run it after this block.")
+        if startBlock(), let turns = starter.turns {
+            starter.checkNotInsideOwnSerialUpdate()
+            turns.acquireAndWait()
+        }
+        defer { finishBlock() }
         return try queue.sync {
             try run { update in
                 do {
@@ -79,6 +94,23 @@ public final class UpdateContext: Sendable {
         }
     }
 
+    /// Counts a block in; true when the update was idle (under `.serial`, it needs the turn).
+    private func startBlock() -> Bool {
+        state.withLock { state in
+            state.activeBlocks += 1
+            return state.activeBlocks == 1
+        }
+    }
+
+    /// Counts a block out; the last one gives the turn back.
+    private func finishBlock() {
+        let idle = state.withLock { state in
+            state.activeBlocks -= 1
+            return state.activeBlocks == 0
+        }
+        if idle { starter.turns?.release() }
+    }
+
     /// Runs `body` marked as this context's execution.
     private func run<T>(_ body: (Update) throws -> T) rethrows -> T {
         try Execution.run(as: core) { try body(Update(context: self)) }
@@ -89,7 +121,7 @@ public final class UpdateContext: Sendable {
         core.checkExecution("update.commit()")
         let changes = try core.makeChangeSet()
         if !changes.isEmpty {
-            let sequence = try deliver(changes, waitsForSaves)
+            let sequence = try starter.deliver(changes, waitsForSaves: waitsForSaves)
             state.withLock { $0.lastSequence = sequence }
         }
         core.didCommit()

@@ -28,11 +28,21 @@ public final class Stack: Sendable {
     /// The stack's root: `.shared` or `.none`.
     public let rootContext: RootContext
     private let state = Mutex(State())
+    /// Delivers commits to observers on the main actor.
+    let commits = CommitHub()
 
     private struct State: Sendable {
         var store: Store?
         var storeSettings: StoreSettings?
         var onError: (@Sendable (any Error) -> Void)?
+        var nextContextID: UInt64 = 1
+        /// Main contexts with `.rootContext(autoMerge: true)`: they merge every save of the root.
+        var autoMergers: [ObjectIdentifier: WeakContext] = [:]
+        var flushesOnTermination = false
+    }
+
+    struct WeakContext: Sendable {
+        weak var context: ObjectContext?
     }
 
     private struct StoreSettings: Equatable, Sendable {
@@ -100,7 +110,8 @@ public final class Stack: Sendable {
             if existing == settings && settings.path != nil { return }
             throw StoreError(.alreadyAdded, "This stack already has a store (\(existing.path ?? "in memory")); a stack holds one store.")
         }
-        let store = try Store(graph: graph, url: url, resetOnFailure: settings.resetOnFailure) { [weak self] error in
+        let store = try Store(graph: graph, url: url, resetOnFailure: settings.resetOnFailure,
+                              writesInBackground: rootContext == .shared) { [weak self] error in
             self?.report(error)
         }
         try state.withLock { state in
@@ -126,6 +137,39 @@ public final class Stack: Sendable {
     func report(_ error: any Error) {
         state.withLock { $0.onError }?(error)
     }
+
+    func makeContextID() -> ContextID {
+        state.withLock { state in
+            defer { state.nextContextID += 1 }
+            return ContextID(rawValue: state.nextContextID)
+        }
+    }
+
+    /// Registers a main context that merges every save of the root.
+    func addAutoMerger(_ context: ObjectContext) {
+        state.withLock { $0.autoMergers[ObjectIdentifier(context)] = WeakContext(context: context) }
+    }
+
+    /// Hands a root save to every auto-merging main context (but `except`, which has it).
+    func handOverToAutoMergers(_ changes: ChangeSet, except: ObjectContext?) {
+        let contexts = state.withLock { state in
+            state.autoMergers = state.autoMergers.filter { $0.value.context != nil }
+            return state.autoMergers.values.compactMap(\.context)
+        }
+        for context in contexts where context !== except { context.handOver(changes) }
+    }
+
+    /// Calls `block` on the main actor after every commit of every context of this stack,
+    /// once the commit is visible at its target.
+    ///
+    /// - Returns: a token; observing stops when it is released or cancelled.
+    public func observeCommit(_ block: @escaping @MainActor @Sendable (Commit) -> Void) -> CommitObservation {
+        commits.addObserver(origin: nil, block)
+    }
+
+    /// Every commit of every context of this stack, as an asynchronous sequence (delivered on
+    /// the main actor, in commit order). Iteration ends when the consumer stops iterating.
+    public var allCommits: AsyncStream<Commit> { commits.stream(origin: nil) }
 
     /// Waits until everything committed before the call is in SQLite.
     ///

@@ -17,8 +17,12 @@ struct ChangeSet: Sendable {
         let id: ObjectID
         let entity: Entity
         /// The changed slots and their new values.
-        let slots: [Int]
-        let values: [Value]
+        var slots: [Int]
+        var values: [Value]
+        /// The object's values when its context started changing it, and all of its values
+        /// now: what merge policies compare with the store.
+        var snapshot: ContiguousArray<Value> = []
+        var current: ContiguousArray<Value> = []
     }
 
     var inserts: [(id: ObjectID, row: RowData)] = []
@@ -28,6 +32,26 @@ struct ChangeSet: Sendable {
     var links: [(key: LinkKey, present: Bool)] = []
 
     var isEmpty: Bool { inserts.isEmpty && updates.isEmpty && deletes.isEmpty && links.isEmpty }
+}
+
+/// What a main context that does not merge must still see of rows changed since it pinned its
+/// view: each row as it was then.
+enum BeforeImage: Sendable {
+    /// The row did not exist.
+    case absent
+    /// The whole row, for a row deleted since.
+    case row(RowData)
+    /// The former values of the slots changed since; other slots are as stored.
+    case slots(Entity, [Int: Value])
+}
+
+/// The before-images of one pinned view, kept by the store as commits arrive.
+struct PinnedImages: Sendable {
+    var rows: [ObjectID: BeforeImage] = [:]
+    /// Whether each join-table pair changed since existed at pin time.
+    var links: [LinkKey: Bool] = [:]
+
+    var isEmpty: Bool { rows.isEmpty && links.isEmpty }
 }
 
 /// Commits handed to the writer but not yet in SQLite, by object, so that every read — on

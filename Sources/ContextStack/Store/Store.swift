@@ -16,9 +16,12 @@ final class Store: Sendable {
     let url: URL?
     let writer: Locked<WriterState>
     private let readers: Locked<[Connection]>
-    private let state = Mutex(State())
+    let state = Mutex(State())
     private let keys = Mutex<[String: KeyBlock]>([:])
-    private let writeQueue = DispatchQueue(label: "ContextStack.Store.writer", qos: .utility)
+    let writeQueue = DispatchQueue(label: "ContextStack.Store.writer", qos: .utility)
+    /// Whether commits are written by the background writer (a stack with a root) or on the
+    /// committing thread (a stack without one).
+    let writesInBackground: Bool
     /// Receives errors of background saves (set by the stack to forward to `onError`).
     let reportError: @Sendable (any Error) -> Void
 
@@ -30,8 +33,11 @@ final class Store: Sendable {
         var updateSQL: [String: String] = [:]
     }
 
-    private struct State: Sendable {
+    struct State: Sendable {
         var overlay = Overlay()
+        /// Views pinned by main contexts that do not merge, with their before-images.
+        var pins: [UInt64: PinnedImages] = [:]
+        var nextPin: UInt64 = 1
         /// Commits waiting for the writer; `claimed` ones have a caller waiting for their outcome.
         var queue: [(sequence: UInt64, changes: ChangeSet, claimed: Bool)] = []
         var lastSequence: UInt64 = 0
@@ -53,9 +59,11 @@ final class Store: Sendable {
 
     /// Opens or creates the store at `url` (or in memory), creating the model's tables in a new
     /// file and checking the model of an existing one.
-    init(graph: ModelGraph, url: URL?, resetOnFailure: Bool, reportError: @escaping @Sendable (any Error) -> Void) throws {
+    init(graph: ModelGraph, url: URL?, resetOnFailure: Bool, writesInBackground: Bool,
+         reportError: @escaping @Sendable (any Error) -> Void) throws {
         self.graph = graph
         self.url = url
+        self.writesInBackground = writesInBackground
         self.reportError = reportError
         let connection: Connection
         if let url {
@@ -174,23 +182,40 @@ final class Store: Sendable {
 
     /// Runs `body` with a reader connection and the overlay, taken so that the overlay holds
     /// exactly what the connection's snapshot lacks: every commit is seen wholly or not at all.
-    func read<T>(_ body: (ReadSession) throws -> T) throws -> T {
+    ///
+    /// With `pin`, the session also carries the before-images of that pinned view.
+    func read<T>(pin: UInt64? = nil, _ body: (ReadSession) throws -> T) throws -> T {
         if url == nil {
             return try writer.withLock { writerState in
-                let overlay = state.withLock { $0.overlay }
-                return try body(ReadSession(store: self, db: writerState.connection, overlay: overlay))
+                let (overlay, pinned) = state.withLock { state in (state.overlay, pin.flatMap { state.pins[$0] }) }
+                return try body(ReadSession(store: self, db: writerState.connection, overlay: overlay, pinned: pinned))
             }
         }
         let db = try takeReader()
         defer { returnReader(db) }
-        let overlay = try state.withLock { state -> Overlay in
+        let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
             // Start the read transaction under the same lock the writer commits under.
             try db.execute("BEGIN DEFERRED")
             _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
-            return state.overlay
+            return (state.overlay, pin.flatMap { state.pins[$0] })
         }
         defer { if db.isInTransaction { try? db.execute("COMMIT") } }
-        return try body(ReadSession(store: self, db: db, overlay: overlay))
+        return try body(ReadSession(store: self, db: db, overlay: overlay, pinned: pinned))
+    }
+
+    /// Pins a view of the store as it is now: reads with the returned ID see every row as it
+    /// was at this moment, whatever is committed later, until `unpin`.
+    func pin() -> UInt64 {
+        state.withLock { state in
+            let id = state.nextPin
+            state.nextPin += 1
+            state.pins[id] = PinnedImages()
+            return id
+        }
+    }
+
+    func unpin(_ id: UInt64) {
+        _ = state.withLock { $0.pins.removeValue(forKey: id) }
     }
 
     private func takeReader() throws -> Connection {
@@ -204,156 +229,6 @@ final class Store: Sendable {
     private func returnReader(_ db: Connection) {
         readers.withLock { idle in
             if idle.count < Self.maximumIdleReaders { idle.append(db) }
-        }
-    }
-
-    // MARK: - Writing
-
-    /// Hands a commit to the writer: visible to every read at once, in SQLite soon after.
-    ///
-    /// - Returns: the commit's sequence number, for `waitUntilWritten(_:)`.
-    /// `handOver` runs under the same lock, so main contexts receive commits in sequence order.
-    /// A `claimed` commit has a caller waiting for it (`transaction`): if its save fails, the
-    /// error goes to that caller only, not to `onError` or the next flush.
-    @discardableResult
-    func enqueue(_ changes: ChangeSet, claimed: Bool = false, handOver: () -> Void = {}) -> UInt64 {
-        let (sequence, start) = state.withLock { state -> (UInt64, Bool) in
-            state.lastSequence += 1
-            state.overlay.apply(changes, sequence: state.lastSequence)
-            handOver()
-            state.queue.append((state.lastSequence, changes, claimed))
-            let start = !state.isDraining
-            state.isDraining = true
-            return (state.lastSequence, start)
-        }
-        if start { writeQueue.async { self.drain() } }
-        return sequence
-    }
-
-    /// Writes `changes` now, on the caller's thread, in one transaction; `handOver` runs under
-    /// the writer lock once it is committed, so receivers get commits in the order written.
-    func writeNow(_ changes: ChangeSet, handOver: () -> Void = {}) throws {
-        try writer.withLock { writerState in
-            try writerState.connection.writeTransaction {
-                try apply(changes, writer: &writerState)
-            }
-            handOver()
-        }
-    }
-
-    /// Writes queued commits until none is left, each batch in one transaction.
-    private func drain() {
-        while true {
-            let batch = state.withLock { state -> [(sequence: UInt64, changes: ChangeSet, claimed: Bool)] in
-                let batch = state.queue
-                state.queue.removeAll()
-                if batch.isEmpty { state.isDraining = false }
-                return batch
-            }
-            guard let last = batch.last?.sequence else { return }
-            var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
-            do {
-                try writer.withLock { writerState in
-                    let db = writerState.connection
-                    try db.writeTransaction({
-                        for (index, item) in batch.enumerated() {
-                            let savepoint = "commit\(index)"
-                            try db.execute("SAVEPOINT \(savepoint)")
-                            do {
-                                try apply(item.changes, writer: &writerState)
-                                try db.execute("RELEASE \(savepoint)")
-                            } catch {
-                                try db.execute("ROLLBACK TO \(savepoint)")
-                                try db.execute("RELEASE \(savepoint)")
-                                failures.append((item.sequence, error, item.claimed))
-                            }
-                        }
-                    }, commit: { commit in
-                        try self.state.withLock { state in
-                            try commit()
-                            state.overlay.removeWritten(upTo: last)
-                        }
-                    })
-                }
-            } catch {
-                // The whole transaction failed: nothing of the batch is stored.
-                state.withLock { $0.overlay.removeWritten(upTo: last) }
-                failures = batch.map { ($0.sequence, error, $0.claimed) }
-            }
-            for failure in failures where !failure.claimed { reportError(failure.error) }
-            let ready = state.withLock { state -> [FlushWaiter] in
-                state.writtenSequence = last
-                state.errors += failures.filter { !$0.claimed }.map(\.error)
-                for failure in failures where failure.claimed { state.failures[failure.sequence] = failure.error }
-                if state.failures.count > 1024 {
-                    state.failures = state.failures.filter { $0.key > last - min(last, 1024) }
-                }
-                let ready = state.waiters.filter { $0.sequence <= last }.map(\.waiter)
-                state.waiters.removeAll { $0.sequence <= last }
-                return ready
-            }
-            for waiter in ready { waiter.resume(store: self) }
-        }
-    }
-
-    /// Applies one commit with the writer connection, inside the caller's transaction.
-    private func apply(_ changes: ChangeSet, writer: inout WriterState) throws {
-        let db = writer.connection
-        for insert in changes.inserts {
-            let entity = insert.row.entity
-            let sql = writer.insertSQL[ObjectIdentifier(entity)] ?? {
-                let table = entity.table!
-                var columns = ["\"Z_PK\""]
-                if table.hasEntityColumn { columns.append("\"Z_ENT\"") }
-                columns += entity.storedSlots.map { entity.properties[$0].name.quotedIdentifier }
-                let sql = "INSERT INTO \(table.quotedName) (\(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
-                writer.insertSQL[ObjectIdentifier(entity)] = sql
-                return sql
-            }()
-            let statement = try db.cachedStatement(sql)
-            var index = 1
-            try statement.bind(.integer(insert.id.primaryKey), at: index)
-            index += 1
-            if entity.table.hasEntityColumn {
-                try statement.bind(.integer(entity.entityCode), at: index)
-                index += 1
-            }
-            for slot in entity.storedSlots {
-                try statement.bind(insert.row.values[slot], at: index)
-                index += 1
-            }
-            try statement.execute()
-        }
-        for update in changes.updates where !update.slots.isEmpty {
-            let entity = update.entity
-            let names = update.slots.map { entity.properties[$0].name }
-            let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
-            let sql = writer.updateSQL[cacheKey] ?? {
-                let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
-                let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
-                writer.updateSQL[cacheKey] = sql
-                return sql
-            }()
-            let statement = try db.cachedStatement(sql)
-            try statement.bind(update.values)
-            try statement.bind(.integer(update.id.primaryKey), at: update.values.count + 1)
-            try statement.execute()
-        }
-        for delete in changes.deletes {
-            let table = delete.entity.table!
-            try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
-            for property in delete.entity.properties where property.storage == .joinTable {
-                guard let join = property.joinTable else { continue }
-                let column = property.isJoinSource ? "source" : "target"
-                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(column) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
-            }
-        }
-        for link in changes.links {
-            let join = link.key.table.quotedIdentifier
-            let sql = link.present
-                ? "INSERT OR IGNORE INTO \(join) (source, target) VALUES (?, ?)"
-                : "DELETE FROM \(join) WHERE source = ? AND target = ?"
-            try db.cachedStatement(sql).bindAndExecute([.integer(link.key.source), .integer(link.key.target)])
         }
     }
 
@@ -385,7 +260,7 @@ final class Store: Sendable {
         }
     }
 
-    private func register(_ waiter: FlushWaiter, upTo sequence: UInt64?) {
+    func register(_ waiter: FlushWaiter, upTo sequence: UInt64?) {
         let ready = state.withLock { state -> Bool in
             let target = sequence ?? state.lastSequence
             if state.writtenSequence >= target { return true }
@@ -448,6 +323,8 @@ struct ReadSession {
     let store: Store
     let db: Connection
     let overlay: Overlay
+    /// The before-images of a pinned view, for reads that must not see later commits.
+    var pinned: PinnedImages?
 }
 
 extension Statement {

@@ -1,0 +1,103 @@
+import Dispatch
+import Synchronization
+
+/// Delivers commits to observers on the main actor, in commit order: first resetting the main
+/// contexts that asked to be reset on commits of that origin, then calling observers, then
+/// feeding `commits` streams.
+final class CommitHub: Sendable {
+    typealias Observer = @MainActor @Sendable (Commit) -> Void
+
+    private struct State {
+        var nextID: UInt64 = 1
+        /// Observers by token, with the origin they watch (`nil`: every commit).
+        var observers: [UInt64: (origin: ContextID?, block: Observer)] = [:]
+        var streams: [UInt64: (origin: ContextID?, continuation: AsyncStream<Commit>.Continuation)] = [:]
+        /// Resets to run before observers of a commit from the origin (`resetOnCommitOf:`).
+        var resetters: [UInt64: (origin: ContextID, reset: @MainActor @Sendable () -> Void)] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    /// Publishes a commit from any thread; delivery happens on the main actor.
+    func publish(_ commit: Commit) {
+        let hasListeners = state.withLock { !$0.observers.isEmpty || !$0.streams.isEmpty || !$0.resetters.isEmpty }
+        guard hasListeners else { return }
+        DispatchQueue.main.async { [self] in
+            MainActor.assumeIsolated { deliver(commit) }
+        }
+    }
+
+    @MainActor private func deliver(_ commit: Commit) {
+        let (resets, observers, streams) = state.withLock { state in
+            let origin: ContextID? = commit.origin
+            return (state.resetters.values.filter { $0.origin == commit.origin }.map(\.reset),
+                    state.observers.sorted { $0.key < $1.key }.map(\.value).filter { $0.origin == nil || $0.origin == origin }.map(\.block),
+                    state.streams.values.filter { $0.origin == nil || $0.origin == origin }.map(\.continuation))
+        }
+        for reset in resets { reset() }
+        for observer in observers { observer(commit) }
+        for stream in streams { stream.yield(commit) }
+    }
+
+    func addObserver(origin: ContextID?, _ block: @escaping Observer) -> CommitObservation {
+        let id = state.withLock { state in
+            let id = state.nextID
+            state.nextID += 1
+            state.observers[id] = (origin, block)
+            return id
+        }
+        return CommitObservation(hub: self, id: id)
+    }
+
+    func stream(origin: ContextID?) -> AsyncStream<Commit> {
+        let (stream, continuation) = AsyncStream<Commit>.makeStream(bufferingPolicy: .unbounded)
+        let id = state.withLock { state in
+            let id = state.nextID
+            state.nextID += 1
+            state.streams[id] = (origin, continuation)
+            return id
+        }
+        continuation.onTermination = { [weak self] _ in self?.remove(id) }
+        return stream
+    }
+
+    /// Registers a reset to run before observers of commits from `origin`; returns a token.
+    func addResetter(origin: ContextID, _ reset: @escaping @MainActor @Sendable () -> Void) -> UInt64 {
+        state.withLock { state in
+            let id = state.nextID
+            state.nextID += 1
+            state.resetters[id] = (origin, reset)
+            return id
+        }
+    }
+
+    func remove(_ id: UInt64) {
+        state.withLock { state in
+            state.observers[id] = nil
+            state.streams[id] = nil
+            state.resetters[id] = nil
+        }
+    }
+}
+
+/// A commit observer's registration: observing stops when it is released (or cancelled).
+///
+/// Keep it as long as you want commits:
+///
+/// ```swift
+/// let token = updater.observeCommit { commit in reload(commit.updated) }
+/// ```
+public final class CommitObservation: Sendable {
+    private let hub: CommitHub
+    private let id: UInt64
+
+    init(hub: CommitHub, id: UInt64) {
+        self.hub = hub
+        self.id = id
+    }
+
+    /// Stops observing now.
+    public func cancel() { hub.remove(id) }
+
+    deinit { hub.remove(id) }
+}

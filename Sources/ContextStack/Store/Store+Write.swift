@@ -1,0 +1,296 @@
+import Dispatch
+import Foundation
+
+extension Store {
+    /// What a submitted commit became: its sequence number, and the change set as saved once
+    /// the merge policy resolved conflicts.
+    struct Submission: Sendable {
+        let sequence: UInt64
+        let changes: ChangeSet
+    }
+
+    /// Hands a commit to the writer. It is visible to every read at once (through the
+    /// overlay), and written to SQLite by the background writer — or, with `wait` or on a
+    /// store without a background writer, before this returns.
+    ///
+    /// - Parameters:
+    ///   - changes: the commit.
+    ///   - policy: how to resolve changes made in the store since the context read its objects.
+    ///   - claimed: a caller waits for the outcome (`transaction`, `wait`): a failed save is
+    ///     reported to it alone, not to `onError` or the next flush.
+    ///   - wait: write before returning, and throw if the write fails.
+    ///   - handOver: runs under the store's lock once the commit is visible, so receivers get
+    ///     commits in sequence order.
+    /// - Throws: `MergeConflictError` under `.error`; with `wait`, the save's error.
+    func submit(_ changes: ChangeSet, policy: MergePolicy = .objectTrump, claimed: Bool = false, wait: Bool = false,
+                handOver: (ChangeSet) -> Void = { _ in }) throws -> Submission {
+        let mustWait = wait || !writesInBackground
+        let claimed = claimed || mustWait
+        let needsStore = (policy.checksStore && !changes.updates.isEmpty) || state.withLock { !$0.pins.isEmpty }
+        let submission: Submission
+        let start: Bool
+        if needsStore {
+            // Reading what is stored now needs the writer connection; lock order is writer, then state.
+            (submission, start) = try writer.withLock { writerState in
+                try state.withLock { state in
+                    var reader = RowReader(session: ReadSession(store: self, db: writerState.connection, overlay: state.overlay), context: nil)
+                    let resolved = try Self.resolve(changes, policy: policy, reader: &reader)
+                    try Self.capture(resolved, into: &state.pins, reader: &reader, db: writerState.connection)
+                    return Self.append(resolved, claimed: claimed, to: &state, handOver: handOver)
+                }
+            }
+        } else {
+            (submission, start) = state.withLock { state in Self.append(changes, claimed: claimed, to: &state, handOver: handOver) }
+        }
+        if mustWait {
+            if start { drain() }
+            let waiter = FlushWaiter(sequence: submission.sequence)
+            register(waiter, upTo: submission.sequence)
+            try waiter.wait()
+        } else if start {
+            writeQueue.async { self.drain() }
+        }
+        return submission
+    }
+
+    /// Appends a resolved commit to the queue and the overlay; says whether a drain must start.
+    private static func append(_ changes: ChangeSet, claimed: Bool, to state: inout State,
+                               handOver: (ChangeSet) -> Void) -> (Submission, Bool) {
+        state.lastSequence += 1
+        state.overlay.apply(changes, sequence: state.lastSequence)
+        state.queue.append((state.lastSequence, changes, claimed))
+        handOver(changes)
+        let start = !state.isDraining
+        state.isDraining = true
+        return (Submission(sequence: state.lastSequence, changes: changes), start)
+    }
+
+    // MARK: - Merge policies
+
+    /// The commit as the merge policy says it should be saved, given what is stored now.
+    private static func resolve(_ changes: ChangeSet, policy: MergePolicy, reader: inout RowReader) throws -> ChangeSet {
+        guard policy.checksStore, !changes.updates.isEmpty else { return changes }
+        var resolved = changes
+        var updates: [ChangeSet.Update] = []
+        var conflicts: [MergeConflictError.Conflict] = []
+        for update in changes.updates {
+            let stored = try reader.row(update.id)
+            let entity = update.entity
+            let changedInStore = entity.storedSlots.filter { slot in
+                guard let stored else { return true }
+                return !sameValue(stored.values[slot], update.snapshot[slot])
+            }
+            if changedInStore.isEmpty {
+                updates.append(update)
+                continue
+            }
+            switch policy {
+            case .objectTrump:
+                updates.append(update)
+            case .storeTrump:
+                guard stored != nil else { continue }
+                var kept = update
+                kept.slots = []
+                kept.values = []
+                for (slot, value) in zip(update.slots, update.values) where !changedInStore.contains(slot) {
+                    kept.slots.append(slot)
+                    kept.values.append(value)
+                }
+                if !kept.slots.isEmpty { updates.append(kept) }
+            case .overwrite:
+                guard stored != nil else { continue }
+                var whole = update
+                whole.slots = entity.storedSlots
+                whole.values = entity.storedSlots.map { update.current[$0] }
+                updates.append(whole)
+            case .rollback:
+                continue
+            case .error:
+                guard let stored else {
+                    conflicts.append(.init(objectID: update.id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null))
+                    continue
+                }
+                for slot in changedInStore {
+                    conflicts.append(.init(objectID: update.id, key: entity.properties[slot].name,
+                                           snapshot: update.snapshot[slot], stored: stored.values[slot], ours: update.current[slot]))
+                }
+            }
+        }
+        if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
+        resolved.updates = updates
+        return resolved
+    }
+
+    /// Equal and of the same storage class (so `1` and `1.0` differ, as they do when stored).
+    static func sameValue(_ a: Value, _ b: Value) -> Bool {
+        switch (a, b) {
+        case (.null, .null): true
+        case (.integer(let x), .integer(let y)): x == y
+        case (.double(let x), .double(let y)): x == y || (x.isNaN && y.isNaN)
+        case (.text(let x), .text(let y)): x.utf8.elementsEqual(y.utf8)
+        case (.blob(let x), .blob(let y)): x == y
+        default: false
+        }
+    }
+
+    // MARK: - Pinned views
+
+    /// Records, for every pinned view, how the rows this commit changes were before it (the
+    /// first change after a pin wins: that is the row as it was when the view was pinned).
+    private static func capture(_ changes: ChangeSet, into pins: inout [UInt64: PinnedImages],
+                                reader: inout RowReader, db: Connection) throws {
+        guard !pins.isEmpty else { return }
+        var images: [ObjectID: BeforeImage] = [:]
+        for insert in changes.inserts { images[insert.id] = .absent }
+        for update in changes.updates {
+            guard let row = try reader.row(update.id) else { continue }
+            var slots: [Int: Value] = [:]
+            for slot in update.slots { slots[slot] = row.values[slot] }
+            images[update.id] = .slots(update.entity, slots)
+        }
+        for delete in changes.deletes {
+            guard let row = try reader.row(delete.id) else { continue }
+            images[delete.id] = .row(row)
+        }
+        var links: [LinkKey: Bool] = [:]
+        for link in changes.links {
+            links[link.key] = try reader.linkExists(link.key)
+        }
+        for id in pins.keys {
+            for (objectID, image) in images {
+                switch (pins[id]!.rows[objectID], image) {
+                case (nil, _):
+                    pins[id]!.rows[objectID] = image
+                case (.slots(let entity, var earlier)?, .slots(_, let later)):
+                    // Slots first changed now keep their value from before this commit.
+                    for (slot, value) in later where earlier[slot] == nil { earlier[slot] = value }
+                    pins[id]!.rows[objectID] = .slots(entity, earlier)
+                default:
+                    break
+                }
+            }
+            for (key, existed) in links where pins[id]!.links[key] == nil {
+                pins[id]!.links[key] = existed
+            }
+        }
+    }
+
+    // MARK: - The writer
+
+    /// Writes queued commits until none is left, each batch in one transaction, each commit
+    /// in its own savepoint.
+    func drain() {
+        while true {
+            let batch = state.withLock { state -> [(sequence: UInt64, changes: ChangeSet, claimed: Bool)] in
+                let batch = state.queue
+                state.queue.removeAll()
+                if batch.isEmpty { state.isDraining = false }
+                return batch
+            }
+            guard let last = batch.last?.sequence else { return }
+            var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
+            do {
+                try writer.withLock { writerState in
+                    let db = writerState.connection
+                    try db.writeTransaction({
+                        for (index, item) in batch.enumerated() {
+                            let savepoint = "commit\(index)"
+                            try db.execute("SAVEPOINT \(savepoint)")
+                            do {
+                                try apply(item.changes, writer: &writerState)
+                                try db.execute("RELEASE \(savepoint)")
+                            } catch {
+                                try db.execute("ROLLBACK TO \(savepoint)")
+                                try db.execute("RELEASE \(savepoint)")
+                                failures.append((item.sequence, error, item.claimed))
+                            }
+                        }
+                    }, commit: { commit in
+                        try self.state.withLock { state in
+                            try commit()
+                            state.overlay.removeWritten(upTo: last)
+                        }
+                    })
+                }
+            } catch {
+                // The whole transaction failed: nothing of the batch is stored.
+                state.withLock { $0.overlay.removeWritten(upTo: last) }
+                failures = batch.map { ($0.sequence, error, $0.claimed) }
+            }
+            for failure in failures where !failure.claimed { reportError(failure.error) }
+            let ready = state.withLock { state -> [FlushWaiter] in
+                state.writtenSequence = last
+                state.errors += failures.filter { !$0.claimed }.map(\.error)
+                for failure in failures where failure.claimed { state.failures[failure.sequence] = failure.error }
+                if state.failures.count > 1024 {
+                    state.failures = state.failures.filter { $0.key > last - min(last, 1024) }
+                }
+                let ready = state.waiters.filter { $0.sequence <= last }.map(\.waiter)
+                state.waiters.removeAll { $0.sequence <= last }
+                return ready
+            }
+            for waiter in ready { waiter.resume(store: self) }
+        }
+    }
+
+    /// Applies one commit with the writer connection, inside the caller's transaction.
+    private func apply(_ changes: ChangeSet, writer: inout WriterState) throws {
+        let db = writer.connection
+        for insert in changes.inserts {
+            let entity = insert.row.entity
+            let sql = writer.insertSQL[ObjectIdentifier(entity)] ?? {
+                let table = entity.table!
+                var columns = ["\"Z_PK\""]
+                if table.hasEntityColumn { columns.append("\"Z_ENT\"") }
+                columns += entity.storedSlots.map { entity.properties[$0].name.quotedIdentifier }
+                let sql = "INSERT INTO \(table.quotedName) (\(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
+                writer.insertSQL[ObjectIdentifier(entity)] = sql
+                return sql
+            }()
+            let statement = try db.cachedStatement(sql)
+            var index = 1
+            try statement.bind(.integer(insert.id.primaryKey), at: index)
+            index += 1
+            if entity.table.hasEntityColumn {
+                try statement.bind(.integer(entity.entityCode), at: index)
+                index += 1
+            }
+            for slot in entity.storedSlots {
+                try statement.bind(insert.row.values[slot], at: index)
+                index += 1
+            }
+            try statement.execute()
+        }
+        for update in changes.updates where !update.slots.isEmpty {
+            let entity = update.entity
+            let names = update.slots.map { entity.properties[$0].name }
+            let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
+            let sql = writer.updateSQL[cacheKey] ?? {
+                let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
+                let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
+                writer.updateSQL[cacheKey] = sql
+                return sql
+            }()
+            let statement = try db.cachedStatement(sql)
+            try statement.bind(update.values)
+            try statement.bind(.integer(update.id.primaryKey), at: update.values.count + 1)
+            try statement.execute()
+        }
+        for delete in changes.deletes {
+            let table = delete.entity.table!
+            try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            for property in delete.entity.properties where property.storage == .joinTable {
+                guard let join = property.joinTable else { continue }
+                let column = property.isJoinSource ? "source" : "target"
+                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(column) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            }
+        }
+        for link in changes.links {
+            let join = link.key.table.quotedIdentifier
+            let sql = link.present
+                ? "INSERT OR IGNORE INTO \(join) (source, target) VALUES (?, ?)"
+                : "DELETE FROM \(join) WHERE source = ? AND target = ?"
+            try db.cachedStatement(sql).bindAndExecute([.integer(link.key.source), .integer(link.key.target)])
+        }
+    }
+}
