@@ -23,6 +23,7 @@ public struct Update: Sendable {
     // MARK: Creating
 
     /// A new object of `type`, with its permanent ID and default values.
+    @discardableResult
     public func create<T: ManagedObject>(_ type: T.Type) throws -> T {
         core.checkExecution("update.create(\(T.self).self)")
         return try core.create(core.graph.entity(for: type)) as! T

@@ -1,0 +1,98 @@
+@testable import ContextStack
+import Dispatch
+import Foundation
+
+/// The topologies every behaviour runs on.
+enum Topology: String, CaseIterable, CustomStringConvertible, Sendable {
+    /// update → main → root → store.
+    case threeTier
+    /// update → main → store (no root: commit writes SQLite).
+    case threeTierWithoutRoot
+    /// update → root → store; the main context merges the root's saves.
+    case twoTierAutoMerge
+    /// update → root → store; the main context sees nothing until it resets.
+    case twoTierWithoutMerge
+    /// A shared Context writing the store; a main context per consumer, reset on its commits.
+    case perConsumer
+
+    var description: String { rawValue }
+}
+
+/// A store, a reading main context and something that starts updates, wired as `topology` says.
+@MainActor final class TopologyHarness {
+    let topology: Topology
+    let store: TestStore
+    let world: MainContext
+    let updater: Context?
+
+    init(_ topology: Topology, kind: StoreKind = .file, order: UpdateOrder = .default, policy: MergePolicy = .objectTrump) throws {
+        self.topology = topology
+        switch topology {
+        case .threeTier:
+            store = try TestStore(kind)
+            world = try MainContext(stack: store.stack, updateOrder: order, mergePolicy: policy)
+            updater = nil
+        case .threeTierWithoutRoot:
+            store = try TestStore(kind, rootContext: .none)
+            world = try MainContext(stack: store.stack, updateOrder: order, mergePolicy: policy)
+            updater = nil
+        case .twoTierAutoMerge:
+            store = try TestStore(kind)
+            world = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: true), updateOrder: order, mergePolicy: policy)
+            updater = nil
+        case .twoTierWithoutMerge:
+            store = try TestStore(kind)
+            world = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false), updateOrder: order, mergePolicy: policy)
+            updater = nil
+        case .perConsumer:
+            store = try TestStore(kind, rootContext: .none)
+            let updater = try Context(stack: store.stack, updateTarget: .persistentStore, updateOrder: order, mergePolicy: policy)
+            world = try MainContext(stack: store.stack, updateTarget: .persistentStore, resetOnCommitOf: updater)
+            self.updater = updater
+        }
+    }
+
+    var stack: Stack { store.stack }
+
+    /// The context updates start from.
+    var source: any CommitSource { updater ?? world }
+
+    func update<T>(_ block: (Update) throws -> T) throws -> T {
+        if let updater { return try updater.beginUpdateAndWait(block) }
+        return try world.beginUpdateAndWait(block)
+    }
+
+    func beginUpdate(_ block: @escaping @Sendable (Update) throws -> Void) {
+        if let updater { updater.beginUpdate(block) } else { world.beginUpdate(block) }
+    }
+
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (Update) throws -> T) async throws -> T {
+        if let updater { return try await updater.transaction(body) }
+        return try await world.transaction(body)
+    }
+
+    func observeCommit(_ block: @escaping @MainActor @Sendable (Commit) -> Void) -> CommitObservation {
+        if let updater { return updater.observeCommit(block) }
+        return world.observeCommit(block)
+    }
+
+    /// Brings the reading main context up to date, the way each topology does it.
+    func settle() async throws {
+        switch topology {
+        case .threeTier, .threeTierWithoutRoot, .twoTierAutoMerge:
+            break
+        case .twoTierWithoutMerge:
+            world.reset()
+        case .perConsumer:
+            // The reset runs on the main queue, queued by the commit: let it run.
+            await mainQueueTurn()
+        }
+    }
+}
+
+/// Waits until everything queued on the main queue before the call has run.
+func mainQueueTurn() async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        DispatchQueue.main.async { continuation.resume() }
+    }
+}
