@@ -36,6 +36,9 @@ final class ObjectContext: @unchecked Sendable {
     /// sees nothing committed after it was created or last reset.
     private let pinsView: Bool
     private var pin: UInt64?
+    /// Set by the public reads of a main context: the next read takes the commits handed over
+    /// so far, atomically with its snapshot, and applies them before reading.
+    private var drainsOnNextRead = false
     /// The `UpdateStarter` an update context belongs to (for the `.serial` deadlock check).
     var starter: ObjectIdentifier?
 
@@ -57,7 +60,21 @@ final class ObjectContext: @unchecked Sendable {
     /// Reads the store as this context sees it (through its pinned view, if it has one).
     func read<T>(_ body: (ReadSession) throws -> T) throws -> T {
         if pinsView && pin == nil { pin = store.pin() }
-        return try store.read(pin: pin, body)
+        guard drainsOnNextRead else { return try store.read(pin: pin, body) }
+        drainsOnNextRead = false
+        var pending: [ChangeSet] = []
+        return try store.read(pin: pin, whileLocked: { pending = takeInbox() }) { session in
+            apply(pending)
+            return try body(session)
+        }
+    }
+
+    /// Marks the start of a public read on a main context: registered objects catch up with
+    /// handed-over commits exactly as far as the read's snapshot goes. Property access never
+    /// changes values; only reads, the main actor's next turn, and the return of an
+    /// `AndWait` update started on the main actor do.
+    func beginRead() {
+        if kind == .main { drainsOnNextRead = true }
     }
 
     // MARK: - Confinement
@@ -72,7 +89,6 @@ final class ObjectContext: @unchecked Sendable {
             if object.state == .invalidated {
                 preconditionFailure("\(object) was used after its MainContext was reset: fetch it again (world.fetch(_:id:)) after reset().")
             }
-            if inboxHasWork.load(ordering: .relaxed) { applyInbox() }
         case .update:
             guard Execution.isRunning(self) else {
                 preconditionFailure("\(object) belongs to an update context and is used outside its update: use it only inside that update's block or its `update.perform { }` continuations, or pass its objectID and fetch it where you are.")
@@ -88,7 +104,7 @@ final class ObjectContext: @unchecked Sendable {
     /// the runtime's isolation check recognizes.
     @inline(__always)
     static func checkMainActor(_ message: @autoclosure () -> String) {
-        if Thread.isMainThread { return }
+        if Thread.isMainThread || Execution.isOnMainQueue { return }
         MainActor.preconditionIsolated(message())
     }
 
@@ -97,7 +113,6 @@ final class ObjectContext: @unchecked Sendable {
         switch kind {
         case .main:
             Self.checkMainActor("\(operation()) on a MainContext must run on the main actor.")
-            if inboxHasWork.load(ordering: .relaxed) { applyInbox() }
         case .update:
             precondition(Execution.isRunning(self), "\(operation()) was called outside its update: use the `update` handed to your block only inside that block or its `update.perform { }` continuations.")
         }
@@ -542,6 +557,8 @@ final class ObjectContext: @unchecked Sendable {
         changed.removeAll()
         links.removeAll()
         generation += 1
+        // Nothing is left for handed-over commits to update.
+        _ = takeInbox()
         if pinsView, let old = pin {
             // See the store as it is now, until the next reset.
             store.unpin(old)
@@ -561,13 +578,23 @@ final class ObjectContext: @unchecked Sendable {
         }
     }
 
-    /// Applies handed-over commits to registered objects (main thread only).
+    /// Applies handed-over commits to registered objects (main actor only).
     func applyInbox() {
+        apply(takeInbox())
+    }
+
+    /// Takes the commits handed over so far.
+    private func takeInbox() -> [ChangeSet] {
+        guard inboxHasWork.load(ordering: .acquiring) else { return [] }
         inboxHasWork.store(false, ordering: .releasing)
-        let pending = inbox.withLock { inbox in
+        return inbox.withLock { inbox in
             defer { inbox.removeAll() }
             return inbox
         }
+    }
+
+    /// Applies commits to registered objects: changed values, deletions.
+    private func apply(_ pending: [ChangeSet]) {
         guard !pending.isEmpty else { return }
         for changes in pending {
             for update in changes.updates {

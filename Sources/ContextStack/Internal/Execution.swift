@@ -1,3 +1,4 @@
+import Dispatch
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -15,6 +16,16 @@ enum Execution {
         pthread_key_create(&key, nil)
         return key
     }()
+
+    private static let mainQueueKey: DispatchSpecificKey<Bool> = {
+        let key = DispatchSpecificKey<Bool>()
+        DispatchQueue.main.setSpecific(key: key, value: true)
+        return key
+    }()
+
+    /// True while the current thread runs work of the main queue, where the main actor runs
+    /// (on Linux, an async `main` has a worker thread drain it).
+    static var isOnMainQueue: Bool { DispatchQueue.getSpecific(key: mainQueueKey) == true }
 
     /// True while the current thread runs a block of `context`.
     static func isRunning(_ context: AnyObject) -> Bool {

@@ -21,8 +21,9 @@ extension Stack {
     /// ```
     ///
     /// On SIGTERM and SIGINT the stack flushes, then the signal's default action ends the
-    /// process. Setting it replaces any handler installed for those signals with
-    /// `signal(2)`; a process that handles them itself should call `flushAndWait()` instead.
+    /// process. Setting it installs handlers for those signals (replacing any the process had);
+    /// a process that handles them itself should call `flushAndWait()` in its own handler
+    /// instead.
     public var flushesOnTermination: Bool {
         get { TerminationFlusher.contains(self) }
         set { newValue ? TerminationFlusher.add(self) : TerminationFlusher.remove(self) }
@@ -37,9 +38,6 @@ enum TerminationFlusher {
     }
 
     private static let state = Mutex(State())
-    /// The signal sources, kept alive for the life of the process.
-    private static let sources = Locked<[any DispatchSourceSignal]>([])
-    private static let queue = DispatchQueue(label: "ContextStack.TerminationFlusher")
 
     static func contains(_ stack: Stack) -> Bool {
         state.withLock { $0.stacks[ObjectIdentifier(stack)]?.stack != nil }
@@ -66,20 +64,57 @@ enum TerminationFlusher {
 
     private static func installHooks() {
         atexit { TerminationFlusher.flushAll() }
-        for signalNumber in [SIGTERM, SIGINT] {
-            // Dispatch sees the signal only once the default action is off.
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
-            source.setEventHandler {
-                flushAll()
-                // Then end the process the way the signal would have.
-                signal(signalNumber, SIG_DFL)
-                raise(signalNumber)
+        // A signal handler may only do async-signal-safe work: it writes the signal number to a
+        // pipe, and a thread of ours does the flushing, then re-raises with the default action.
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return }
+        signalPipe = fds[1]
+        let readEnd = fds[0]
+        let thread = Thread {
+            // Dispatch's threads block signals, and threads inherit their creator's mask: make
+            // sure at least this one can take SIGTERM and SIGINT.
+            var set = sigset_t()
+            sigemptyset(&set)
+            sigaddset(&set, SIGTERM)
+            sigaddset(&set, SIGINT)
+            pthread_sigmask(SIG_UNBLOCK, &set, nil)
+            var number: UInt8 = 0
+            while true {
+                let count = read(readEnd, &number, 1)
+                if count == 1 {
+                    flushAll()
+                    signal(Int32(number), SIG_DFL)
+                    raise(Int32(number))
+                } else if count < 0 && errno == EINTR {
+                    continue  // the handler ran on this thread
+                } else {
+                    return
+                }
             }
-            source.resume()
-            sources.withLock { $0.append(source) }
+        }
+        thread.name = "ContextStack.TerminationFlusher"
+        thread.start()
+        for signalNumber in [SIGTERM, SIGINT] {
+            var action = sigaction()
+            #if canImport(Glibc) || canImport(Musl)
+            action.__sigaction_handler.sa_handler = { number in
+                var byte = UInt8(truncatingIfNeeded: number)
+                _ = write(TerminationFlusher.signalPipe, &byte, 1)
+            }
+            #else
+            action.__sigaction_u.__sa_handler = { number in
+                var byte = UInt8(truncatingIfNeeded: number)
+                _ = write(TerminationFlusher.signalPipe, &byte, 1)
+            }
+            #endif
+            sigemptyset(&action.sa_mask)
+            sigaction(signalNumber, &action, nil)
         }
     }
+
+    /// The write end of the signal pipe: set once before the handlers are installed, then only
+    /// read (by the signal handler, which may not take locks).
+    nonisolated(unsafe) static var signalPipe: Int32 = -1
 }
 
 extension Stack {

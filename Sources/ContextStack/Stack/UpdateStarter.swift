@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 
 /// What `MainContext` and `Context` share: starting updates in their topology and order,
@@ -66,6 +67,10 @@ final class UpdateStarter: Sendable {
 
     func beginUpdateAndWait<T>(_ block: (Update) throws -> T) throws -> T {
         if turns != nil { checkNotInsideOwnSerialUpdate() }
+        defer {
+            // Back on the main actor after our own commit: its objects show it now.
+            if let main, Thread.isMainThread || Execution.isOnMainQueue { main.applyInbox() }
+        }
         return try makeUpdateContext().performAndWait(block)
     }
 

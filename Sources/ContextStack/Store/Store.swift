@@ -184,10 +184,15 @@ final class Store: Sendable {
     /// exactly what the connection's snapshot lacks: every commit is seen wholly or not at all.
     ///
     /// With `pin`, the session also carries the before-images of that pinned view.
-    func read<T>(pin: UInt64? = nil, _ body: (ReadSession) throws -> T) throws -> T {
+    /// `whileLocked` runs under the lock that fixes the snapshot (main contexts take the
+    /// commits handed to them there, so they apply exactly what the snapshot shows).
+    func read<T>(pin: UInt64? = nil, whileLocked: () -> Void = {}, _ body: (ReadSession) throws -> T) throws -> T {
         if url == nil {
             return try writer.withLock { writerState in
-                let (overlay, pinned) = state.withLock { state in (state.overlay, pin.flatMap { state.pins[$0] }) }
+                let (overlay, pinned) = state.withLock { state in
+                    whileLocked()
+                    return (state.overlay, pin.flatMap { state.pins[$0] })
+                }
                 return try body(ReadSession(store: self, db: writerState.connection, overlay: overlay, pinned: pinned))
             }
         }
@@ -197,6 +202,7 @@ final class Store: Sendable {
             // Start the read transaction under the same lock the writer commits under.
             try db.execute("BEGIN DEFERRED")
             _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
+            whileLocked()
             return (state.overlay, pin.flatMap { state.pins[$0] })
         }
         defer { if db.isInTransaction { try? db.execute("COMMIT") } }

@@ -1,0 +1,152 @@
+@testable import ContextStack
+import Dispatch
+import Foundation
+import Testing
+
+/// Concurrency under load: nothing lost, nothing torn.
+@Suite(.timeLimit(.minutes(5))) struct StressTests {
+    @Test(arguments: [Topology.threeTier, .threeTierWithoutRoot, .twoTierAutoMerge, .perConsumer])
+    func serialIncrementsFromEightThreadsLoseNothing(topology: Topology) async throws {
+        let harness = try await MainActor.run { try TopologyHarness(topology, order: .serial) }
+        let id = try await MainActor.run {
+            try harness.update { update in
+                let counter = try update.create(Pet.self)
+                try update.commit()
+                return counter.objectID
+            }
+        }
+        let updater: any Sendable = harness.updater ?? harness.world
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    for _ in 0..<50 {
+                        let increment: (Update) throws -> Void = { update in
+                            try #require(try update.fetch(Pet.self, id: id)).age += 1
+                            try update.commit()
+                        }
+                        if let context = updater as? Context {
+                            try? context.beginUpdateAndWait(increment)
+                        } else if let main = updater as? MainContext {
+                            try? main.beginUpdateAndWait(increment)
+                        }
+                    }
+                }
+            }
+        }
+        try await harness.stack.flush()
+        let stored = try harness.store.rawConnection().scalar("SELECT age FROM Pet")
+        #expect(stored == .integer(400))
+    }
+
+    @Test func concurrentChangesToDifferentPropertiesAreAllKept() async throws {
+        let harness = try await MainActor.run { try TopologyHarness(.threeTier) }
+        let id = try await MainActor.run {
+            try harness.update { update in
+                let sample = try update.create(Sample.self)
+                try update.commit()
+                return sample.objectID
+            }
+        }
+        let world = harness.world
+        let bumps: [@Sendable (Sample) -> Void] = [
+            { $0.int += 1 }, { $0.int16 += 1 }, { $0.int32 += 1 }, { $0.int64 += 1 },
+            { $0.double += 1 }, { $0.float += 1 }, { $0.optionalInt = ($0.optionalInt ?? 0) + 1 },
+            { $0.optionalDouble = ($0.optionalDouble ?? 0) + 1 },
+        ]
+        await withTaskGroup(of: Void.self) { group in
+            for bump in bumps {
+                group.addTask {
+                    for _ in 0..<25 {
+                        try? world.beginUpdateAndWait { update in
+                            bump(try #require(try update.fetch(Sample.self, id: id)))
+                            try update.commit()
+                        }
+                    }
+                }
+            }
+        }
+        try await harness.stack.flush()
+        let row = try harness.store.rawConnection().rows("SELECT int, int16, int32, int64, double, float, optionalInt, optionalDouble FROM Sample")
+        #expect(row.first?.compactMap(\.doubleValue) == Array(repeating: 25, count: 8))
+    }
+
+    @Test func conflictsUnderErrorPolicyNeverStoreHalfACommit() async throws {
+        let harness = try await MainActor.run { try TopologyHarness(.threeTier, policy: .error) }
+        let id = try await MainActor.run {
+            try harness.update { update in
+                let counter = try update.create(Pet.self)
+                try update.commit()
+                return counter.objectID
+            }
+        }
+        let world = harness.world
+        let conflicts = Locked(0)
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    var done = 0
+                    while done < 10 {
+                        do {
+                            try world.beginUpdateAndWait { update in
+                                let counter = try #require(try update.fetch(Pet.self, id: id))
+                                counter.age += 1
+                                // Each increment also logs itself: a commit lands whole or not at all.
+                                try update.create(Coin.self).value = counter.age
+                                try update.commit()
+                            }
+                            done += 1
+                        } catch is MergeConflictError {
+                            conflicts.withLock { $0 += 1 }
+                        } catch {
+                            Issue.record(error)
+                            return
+                        }
+                    }
+                }
+            }
+        }
+        try await harness.stack.flush()
+        let db = try harness.store.rawConnection()
+        #expect(try db.scalar("SELECT age FROM Pet") == .integer(80))
+        #expect(try db.scalar("SELECT count(*) FROM Coin") == .integer(80))
+        #expect(try db.scalar("SELECT count(DISTINCT value) FROM Coin") == .integer(80))
+        print("conflicts thrown and retried: \(conflicts.withLock { $0 })")
+    }
+
+    /// Each commit sets both objects to the same number: a reader must never see them differ.
+    @Test(arguments: [Topology.threeTier, .twoTierAutoMerge, .threeTierWithoutRoot]) @MainActor
+    func aReaderOnTheMainActorSeesEachCommitWholly(topology: Topology) async throws {
+        let harness = try TopologyHarness(topology)
+        try harness.update { update in
+            try update.create(Pet.self).name = "a"
+            try update.create(Pet.self).name = "b"
+            try update.commit()
+        }
+        let world = harness.world
+        let writer = Task.detached {
+            for value in 1...150 {
+                try world.beginUpdateAndWait { update in
+                    for pet in try update.fetchAll(Pet.self) { pet.age = value }
+                    try update.create(Coin.self).value = value
+                    try update.commit()
+                }
+            }
+        }
+        var reads = 0
+        var last = 0
+        while true {
+            let pets = try world.fetchAll(Pet.self, orderBy: .ascending("name"))
+            #expect(pets.count == 2)
+            #expect(pets[0].age == pets[1].age, "torn read at \(pets[0].age) / \(pets[1].age)")
+            #expect(pets[0].age >= last)
+            let coins = try world.fetchCount(Coin.self)
+            #expect(coins >= pets[0].age)
+            last = pets[0].age
+            reads += 1
+            if last == 150 { break }
+            await Task.yield()
+        }
+        try await writer.value
+        #expect(reads > 0)
+    }
+}

@@ -1,0 +1,107 @@
+@testable import ContextStack
+import Dispatch
+import Foundation
+import Testing
+
+@Suite(.timeLimit(.minutes(2))) struct UpdateOrderTests {
+    /// Two update blocks of one context meet inside: only possible if they run concurrently.
+    @Test @MainActor func defaultOrderRunsUpdatesConcurrently() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let first = DispatchSemaphore(value: 0)
+        let second = DispatchSemaphore(value: 0)
+        let met = Locked(0)
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let finished = Locked(0)
+            @Sendable func finish() { if finished.withLock({ $0 += 1; return $0 }) == 2 { done.resume() } }
+            world.beginUpdate { _ in
+                first.signal()
+                if second.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
+                finish()
+            }
+            world.beginUpdate { _ in
+                second.signal()
+                if first.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
+                finish()
+            }
+        }
+        #expect(met.withLock { $0 } == 2)
+    }
+
+    @Test @MainActor func serialOrderRunsOneUpdateAtATimeIncludingItsContinuations() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, updateOrder: .serial)
+        let log = Locked<[String]>([])
+        let inside = Locked(0)
+        let maximum = Locked(0)
+        @Sendable func enter(_ name: String) {
+            let now = inside.withLock { $0 += 1; return $0 }
+            maximum.withLock { $0 = max($0, now) }
+            log.withLock { $0.append(name) }
+        }
+        @Sendable func leave() { inside.withLock { $0 -= 1 } }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            world.beginUpdate { update in
+                enter("A")
+                update.perform { _ in
+                    enter("A-continued")
+                    Thread.sleep(forTimeInterval: 0.01)
+                    leave()
+                }
+                leave()
+            }
+            world.beginUpdate { _ in
+                enter("B")
+                leave()
+                done.resume()
+            }
+        }
+        #expect(log.withLock { $0 } == ["A", "A-continued", "B"])
+        #expect(maximum.withLock { $0 } == 1)
+    }
+
+    @Test @MainActor func aLeakedUpdateDoesNotWedgeTheLine() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, updateOrder: .serial)
+        let leaked = Locked<Update?>(nil)
+        try world.beginUpdateAndWait { update in leaked.withLock { $0 = update } }
+        try world.beginUpdateAndWait { update in
+            try update.create(Pet.self)
+            try update.commit()
+        }
+        #expect(try world.fetchCount(Pet.self) == 1)
+        // The leaked handle can still continue later: it takes a turn again.
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            leaked.withLock { $0 }?.perform { update in
+                try update.create(Pet.self)
+                try update.commit()
+                done.resume()
+            }
+        }
+        #expect(try world.fetchCount(Pet.self) == 2)
+    }
+
+    @Test func beginUpdateAndWaitInsideOwnSerialUpdateTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let store = try TestStore(.memory)
+                let world = try MainContext(stack: store.stack, updateOrder: .serial)
+                try world.beginUpdateAndWait { _ in
+                    try world.beginUpdateAndWait { _ in }
+                }
+            }
+        }
+    }
+
+    @Test @MainActor func nestedWaitsAreFineInDefaultOrder() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { _ in
+            try world.beginUpdateAndWait { update in
+                try update.create(Pet.self)
+                try update.commit()
+            }
+        }
+        #expect(try world.fetchCount(Pet.self) == 1)
+    }
+}
