@@ -4,7 +4,7 @@ import PackageDescription
 
 let package = Package(
     name: "ContextStack",
-    // `Synchronization.Mutex` and `Atomic` need these floors on Apple platforms; Linux has them
+    // `Synchronization.Atomic` needs these floors on Apple platforms; Linux has it
     // with any Swift 6 toolchain.
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [

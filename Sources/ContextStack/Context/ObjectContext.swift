@@ -7,7 +7,7 @@ import Synchronization
 /// All mutable state is confined to the context's execution — the main thread for a main
 /// context, the running block for an update context — and `checkRead` enforces it on every
 /// object access. That confinement is what makes `@unchecked Sendable` sound here; the
-/// main context's inbox, the one thing other threads touch, is behind a `Mutex`.
+/// main context's inbox, the one thing other threads touch, is behind a lock.
 final class ObjectContext: @unchecked Sendable {
     enum Kind { case main, update }
 
@@ -29,7 +29,7 @@ final class ObjectContext: @unchecked Sendable {
     private(set) var generation = 0
 
     /// Change sets handed to a main context, applied before its next read.
-    private let inbox = Mutex<[ChangeSet]>([])
+    private let inbox = Locked<[ChangeSet]>([])
     private let inboxHasWork = Atomic<Bool>(false)
 
     /// For a main context that does not merge: the pinned view of the store it reads, so it

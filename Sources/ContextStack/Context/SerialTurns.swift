@@ -15,7 +15,7 @@ final class SerialTurns: Sendable {
         var line: [Waiter] = []
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Calls `start` once the turn is this caller's (at once when it is free).
     func acquire(_ start: @escaping @Sendable () -> Void) {

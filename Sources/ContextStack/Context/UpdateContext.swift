@@ -1,5 +1,4 @@
 import Dispatch
-import Synchronization
 
 /// A context that changes objects: it hands an `Update` to the blocks you give it, and its
 /// `commit()` saves into its target (the main context in the three-tier stack).
@@ -16,7 +15,7 @@ public final class UpdateContext: Sendable {
     private let queue = DispatchQueue(label: "ContextStack.UpdateContext")
     /// Set for `transaction`: the caller waits for durability and receives save errors.
     let waitsForSaves: Bool
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     private struct State {
         var lastSequence: UInt64?

@@ -1,7 +1,13 @@
 import Foundation
 
-/// A value that is only touched under a lock: for state that is not `Sendable` (SQLite
-/// connections), where `Mutex`'s `sending` rules get in the way.
+/// A value that is only touched under a lock. All shared mutable state of the library lives in
+/// one of these.
+///
+/// It wraps `NSLock` (a pthread mutex) rather than `Synchronization.Mutex`: the thread
+/// sanitizer understands pthread mutexes, while Mutex's futex-based lock on Linux makes it
+/// report every access it guards as a race — and a sanitizer run that cries wolf finds nothing.
+/// It also holds state that is not `Sendable` (SQLite connections), which Mutex's `sending`
+/// rules would not accept.
 final class Locked<State>: @unchecked Sendable {
     // @unchecked: `state` is read and written only inside `withLock`, under `lock`.
     private let lock = NSLock()

@@ -1,5 +1,4 @@
 import Dispatch
-import Synchronization
 
 /// Delivers commits to observers on the main actor, in commit order: first resetting the main
 /// contexts that asked to be reset on commits of that origin, then calling observers, then
@@ -16,7 +15,7 @@ final class CommitHub: Sendable {
         var resetters: [UInt64: (origin: ContextID, reset: @MainActor @Sendable () -> Void)] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Publishes a commit from any thread; delivery happens on the main actor.
     func publish(_ commit: Commit) {

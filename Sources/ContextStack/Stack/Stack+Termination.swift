@@ -1,6 +1,5 @@
 import Dispatch
 import Foundation
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -37,7 +36,7 @@ enum TerminationFlusher {
         var isInstalled = false
     }
 
-    private static let state = Mutex(State())
+    private static let state = Locked(State())
 
     static func contains(_ stack: Stack) -> Bool {
         state.withLock { $0.stacks[ObjectIdentifier(stack)]?.stack != nil }

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// The top of ContextStack: a model, the store that holds it, and the root writer.
 ///
@@ -27,7 +26,7 @@ public final class Stack: Sendable {
     let graph: ModelGraph
     /// The stack's root: `.shared` or `.none`.
     public let rootContext: RootContext
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Delivers commits to observers on the main actor.
     let commits = CommitHub()
 

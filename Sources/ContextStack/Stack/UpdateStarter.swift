@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// What `MainContext` and `Context` share: starting updates in their topology and order,
 /// routing commits to their target, and telling observers.

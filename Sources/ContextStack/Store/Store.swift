@@ -1,6 +1,5 @@
 import Dispatch
 import Foundation
-import Synchronization
 
 /// One SQLite database holding a model's tables, plus the writer that saves commits into it.
 ///
@@ -16,8 +15,8 @@ final class Store: Sendable {
     let url: URL?
     let writer: Locked<WriterState>
     private let readers: Locked<[Connection]>
-    let state = Mutex(State())
-    private let keys = Mutex<[String: KeyBlock]>([:])
+    let state = Locked(State())
+    private let keys = Locked<[String: KeyBlock]>([:])
     let writeQueue = DispatchQueue(label: "ContextStack.Store.writer", qos: .utility)
     /// Whether commits are written by the background writer (a stack with a root) or on the
     /// committing thread (a stack without one).
@@ -291,9 +290,9 @@ final class Store: Sendable {
 
     /// A waiter for `flush`, resumed by the writer once its sequence is written.
     final class FlushWaiter: Sendable {
-        private let continuation = Mutex<CheckedContinuation<Void, any Error>?>(nil)
+        private let continuation = Locked<CheckedContinuation<Void, any Error>?>(nil)
         private let semaphore = DispatchSemaphore(value: 0)
-        private let outcome = Mutex<(any Error)?>(nil)
+        private let outcome = Locked<(any Error)?>(nil)
         /// The one commit waited for; `nil` for a flush, which reports any background error.
         private let sequence: UInt64?
 
