@@ -150,3 +150,43 @@ import Testing
         #expect(reads > 0)
     }
 }
+
+@Suite(.timeLimit(.minutes(2))) struct GroupCommitTests {
+    /// Commits that reach the writer while it is busy share one transaction; one that fails
+    /// (a duplicate unique value) fails alone, and observers hear of every commit.
+    @Test @MainActor func commitsQueuedTogetherShareATransactionAndFailAlone() async throws {
+        let store = try TestStore(.file)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).email = "taken@example.com"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let before = store.stack.store.transactionCount
+        let observed = Locked(0)
+        let token = world.observeCommit { _ in observed.withLock { $0 += 1 } }
+        // Hold the writer while five commits queue up behind it.
+        try store.stack.store.writer.withLock { _ in
+            for index in 0..<5 {
+                try world.beginUpdateAndWait { update in
+                    let person = try update.create(Person.self)
+                    person.name = "p\(index)"
+                    person.email = index == 2 ? "taken@example.com" : "p\(index)@example.com"
+                    try update.commit()
+                }
+            }
+        }
+        try? await store.stack.flush()
+        await mainQueueTurn()
+        // The first commit may start a batch of its own before the others queue behind it.
+        #expect(store.stack.store.transactionCount - before <= 2)
+        #expect(recorder.all.count == 1)
+        #expect((recorder.all.first as? SQLiteError)?.code.primary == .constraint)
+        let db = try store.rawConnection()
+        #expect(try db.rows("SELECT name FROM Person WHERE name != '' ORDER BY name").map { $0[0] } == ["p0", "p1", "p3", "p4"])
+        #expect(observed.withLock { $0 } == 5)
+        withExtendedLifetime(token) {}
+    }
+}

@@ -220,6 +220,7 @@ extension Store {
             for failure in failures where !failure.claimed { reportError(failure.error) }
             let ready = state.withLock { state -> [FlushWaiter] in
                 state.writtenSequence = last
+                state.transactionCount += 1
                 state.errors += failures.filter { !$0.claimed }.map(\.error)
                 for failure in failures where failure.claimed { state.failures[failure.sequence] = failure.error }
                 if state.failures.count > 1024 {

@@ -46,6 +46,9 @@ final class Store: Sendable {
         /// Why a commit failed, by sequence number, for `waitUntilWritten`.
         var failures: [UInt64: any Error] = [:]
         var waiters: [(sequence: UInt64, waiter: FlushWaiter)] = []
+        /// How many SQLite transactions the writer has committed (group commit makes it fewer
+        /// than the commits it wrote).
+        var transactionCount = 0
     }
 
     private struct KeyBlock: Sendable {
@@ -218,6 +221,9 @@ final class Store: Sendable {
             return id
         }
     }
+
+    /// How many write transactions the writer has run so far.
+    var transactionCount: Int { state.withLock { $0.transactionCount } }
 
     func unpin(_ id: UInt64) {
         _ = state.withLock { $0.pins.removeValue(forKey: id) }
