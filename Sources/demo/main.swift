@@ -16,6 +16,7 @@ import Foundation
 
 @Entity final class Pet: ManagedObject {
     var name: String = ""
+    var age: Int = 0
     @Relationship var owner: Person?
 }
 
@@ -48,6 +49,7 @@ let stack = try Stack(model: Model(Person.self, Pet.self))
 stack.onError = { error in print("background error: \(error)") }
 try stack.addDatabaseStore(at: url)
 let world = try MainContext(stack: stack)
+print("— Three-tier (the default): update → main → root → SQLite —")
 let before = try world.fetchCount(Person.self)
 if before > 0 { print("The store already holds \(before) people from an earlier run.") }
 
@@ -107,3 +109,73 @@ print("Adults with no location, oldest first: \(adults.map(\.name).joined(separa
 print("People whose friend is older than 25: \(try world.fetchAll(Person.self, %"friend.age" > 25).map(\.name))")
 try await stack.flush()
 try show("Finally, in SQLite and the main context:", world)
+
+// MARK: - The topologies
+
+/// Lets the main queue run what was queued on it (observers, merges).
+func mainTurn() async {
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in DispatchQueue.main.async { done.resume() } }
+}
+
+print("\n— Topologies —")
+
+// Two-tier with auto-merge: updates commit to the root; this main context merges every root save.
+let merging = try MainContext(stack: stack, updateTarget: .rootContext(autoMerge: true))
+// Two-tier without merge: this main context keeps the view it had until it resets.
+let quiet = try MainContext(stack: stack, updateTarget: .rootContext(autoMerge: false))
+let farmerHere = try merging.fetch(Person.self, %"name" == "Farmer")!
+let farmerThere = try quiet.fetch(Person.self, %"name" == "Farmer")!
+try merging.beginUpdateAndWait { update in
+    try update.use(farmerHere).age = 29
+    try update.commit()
+}
+try await stack.flush()
+await mainTurn()
+print("Two-tier: the farmer had a birthday. Auto-merge sees \(farmerHere.age); without merge: \(farmerThere.age) until reset, ", terminator: "")
+quiet.reset()
+print("then \(try quiet.fetch(Person.self, %"name" == "Farmer")!.age).")
+
+// Per-consumer contexts: a stack without root, one shared writer, a screen reset on its commits.
+let consumerURL = url.deletingLastPathComponent().appendingPathComponent("consumers-\(UUID().uuidString).sqlite")
+let consumerStack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+try consumerStack.addDatabaseStore(at: consumerURL)
+let updater = try Context(stack: consumerStack, updateTarget: .persistentStore, updateOrder: .serial)
+let screen = try MainContext(stack: consumerStack, updateTarget: .persistentStore, resetOnCommitOf: updater)
+let token = updater.observeCommit { commit in
+    // The screen was reset just before this runs, so it shows the commit.
+    let count = (try? screen.fetchCount(Person.self)) ?? 0
+    print("Per-consumer: a commit inserted \(commit.inserted.count), updated \(commit.updated.count) (keys \(commit.updated.flatMap { commit.changedKeys(of: $0) }.sorted())), deleted \(commit.deleted.count); the screen now counts \(count) people.")
+}
+try updater.beginUpdateAndWait { update in
+    for name in ["Ann", "Bob"] { try update.create(Person.self).name = name }
+    try update.commit()  // in SQLite when this returns
+}
+await mainTurn()
+try updater.beginUpdateAndWait { update in
+    try update.fetch(Person.self, %"name" == "Bob")?.age = 30
+    try update.commit()
+}
+await mainTurn()
+
+// Serial updates: four concurrent increments of one counter, none lost.
+let counter = try MainContext(stack: consumerStack, updateOrder: .serial)
+let counterID = try counter.beginUpdateAndWait { update in
+    let tally = try update.create(Pet.self)
+    tally.name = "tally"
+    try update.commit()
+    return tally.objectID
+}
+await withTaskGroup(of: Void.self) { group in
+    for _ in 0..<4 {
+        group.addTask {
+            for _ in 0..<25 {
+                try? counter.beginUpdateAndWait { update in
+                    try update.fetch(Pet.self, id: counterID)?.age += 1
+                    try update.commit()
+                }
+            }
+        }
+    }
+}
+print("Serial: 4 tasks × 25 increments → \(try counter.fetch(Pet.self, id: counterID)!.age).")
+withExtendedLifetime(token) {}
