@@ -16,8 +16,11 @@ import Foundation
 ///
 /// Objects of a main context are read-only: change them in an update (`update.use(object)`).
 /// In the three-tier stack (`updateTarget: .mainContext`), an update's `commit()` hands its
-/// changes to the main context — without waiting for the main actor — and the main context
-/// applies them before its next read; the root writes them to SQLite in the background.
+/// changes to the main context — without waiting for the main actor — and the root writes them
+/// to SQLite in the background. Fetches see a commit as soon as `commit()` returns; objects the
+/// context holds take new values when a fetch starts, when a `beginUpdateAndWait` started on
+/// the main actor returns, and on the main actor's next turn — never between two property
+/// reads.
 @MainActor
 public final class MainContext: CommitSource {
     /// The stack this context reads from.

@@ -79,8 +79,7 @@ final class ObjectContext: @unchecked Sendable {
 
     // MARK: - Confinement
 
-    /// Checks that `object` is used where its context runs; on a main context, first applies
-    /// commits handed over since the last read.
+    /// Checks that `object` is used where its context runs, and is not invalidated.
     @inline(__always)
     func checkRead(_ object: ManagedObject) {
         switch kind {
@@ -568,8 +567,8 @@ final class ObjectContext: @unchecked Sendable {
 
     // MARK: - Receiving commits (main contexts)
 
-    /// Hands a commit to this main context from any thread; it is applied before the next
-    /// read on the main actor, and on the main actor's next turn otherwise.
+    /// Hands a commit to this main context from any thread; it is applied when the next public
+    /// read starts, or on the main actor's next turn, whichever comes first.
     func handOver(_ changes: ChangeSet) {
         inbox.withLock { $0.append(changes) }
         inboxHasWork.store(true, ordering: .releasing)
