@@ -24,7 +24,18 @@ import Testing
             }
         }
         let prefix = ["", "", "friend.", "friend.friend."].randomElement(using: &rng)!
-        switch Int.random(in: 0..<8, using: &rng) {
+        let options = [MatchOptions(), .caseInsensitive, .diacriticInsensitive, [.caseInsensitive, .diacriticInsensitive]].randomElement(using: &rng)!
+        let textKey = Key(prefix + ["name", "location"].randomElement(using: &rng)!)
+        switch Int.random(in: 0..<15, using: &rng) {
+        case 8: return textKey.contains(randomString(&rng), options: options)
+        case 9: return textKey.beginsWith(randomString(&rng), options: options)
+        case 10: return textKey.endsWith(randomString(&rng), options: options)
+        case 11: return textKey.like(["*", "?", "M*", "*o*", "?onk", "e*", "*", ""].randomElement(using: &rng)!, options: options)
+        case 12: return textKey.matches(["M.*", ".*", "[a-z]+", "é|e", ".?"].randomElement(using: &rng)!, options: options)
+        case 13: return Key(prefix + "age").in((0..<Int.random(in: 0..<4, using: &rng)).map { _ in randomAge(&rng) })
+        case 14:
+            let bounds = [randomAge(&rng), randomAge(&rng)]
+            return Key(prefix + "age").between(bounds.min()!, bounds.max()!)
         case 0: return Key(prefix + "age") == randomAge(&rng)
         case 1: return Key(prefix + "age") > randomAge(&rng)
         case 2: return Key(prefix + "age") <= Double(Int.random(in: -5...40, using: &rng)) + 0.5
@@ -32,6 +43,7 @@ import Testing
         case 4: return Key(prefix + "location") != randomString(&rng)
         case 5: return Bool.random(using: &rng) ? Key(prefix + "location") == nil : Key(prefix + "location") != nil
         case 6: return Key(prefix + "name") >= Key("location")
+        case 7 where Bool.random(using: &rng): return Key(prefix + "location").in([randomOptionalString(&rng), randomOptionalString(&rng)])
         default: return Key(prefix + "location") == Key("name")
         }
     }

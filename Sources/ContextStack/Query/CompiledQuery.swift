@@ -17,6 +17,9 @@ struct CompiledQuery: Sendable {
     indirect enum Node: Sendable {
         case constant(Bool)
         case compare(ResolvedPath, ComparisonOperator, Operand)
+        case text(ResolvedPath, TextOperator, String, MatchOptions)
+        case oneOf(ResolvedPath, [Value])
+        case between(ResolvedPath, Value, Value)
         case and(Node, Node)
         case or(Node, Node)
         case not(Node)
@@ -97,6 +100,31 @@ struct CompiledQuery: Sendable {
         case .and(let a, let b): return .and(try resolve(a, in: entity, note: note), try resolve(b, in: entity, note: note))
         case .or(let a, let b): return .or(try resolve(a, in: entity, note: note), try resolve(b, in: entity, note: note))
         case .not(let a): return .not(try resolve(a, in: entity, note: note))
+        case .text(let key, let op, let pattern, let options):
+            let path = try resolvePath(key, in: entity)
+            guard let kind = path.leaf.attributeKind, kind == .string || kind == .url else {
+                throw QueryError(.typeMismatch, "\(entity.name).\(key) \(op.rawValue): \(describe(path.leaf)) is not text; string operators apply to String attributes.", key: key, entity: entity.name)
+            }
+            guard TextMatch.validate(op, options, pattern) else {
+                throw QueryError(.unsupported, "\(entity.name).\(key) MATCHES \(String(reflecting: pattern)): the regular expression does not compile.", key: key, entity: entity.name)
+            }
+            note(path)
+            return .text(path, op, pattern, options)
+        case .oneOf(let key, let operands):
+            let path = try resolvePath(key, in: entity)
+            note(path)
+            var list: [Value] = []
+            for operand in operands {
+                list.append(try value(of: operand, comparedWith: path, key: key, op: .equal, in: entity))
+            }
+            return .oneOf(path, list)
+        case .between(let key, let low, let high):
+            let path = try resolvePath(key, in: entity)
+            note(path)
+            return .between(path, try value(of: low, comparedWith: path, key: key, op: .lessOrEqual, in: entity),
+                            try value(of: high, comparedWith: path, key: key, op: .lessOrEqual, in: entity))
+        case .quantified(let quantifier, let key, _):
+            throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) on \(entity.name): quantifiers over to-many relationships are not supported yet.", key: key, entity: entity.name)
         case .compare(let key, let op, let operand):
             let path = try resolvePath(key, in: entity)
             note(path)
@@ -138,6 +166,32 @@ struct CompiledQuery: Sendable {
                 }
                 return .compare(path, op, .value(.integer(id.primaryKey)))
             }
+        }
+    }
+
+    /// A constant operand checked against the key it is compared with.
+    private static func value(of operand: Condition.Operand, comparedWith path: ResolvedPath, key: String,
+                              op: ComparisonOperator, in entity: Entity) throws(QueryError) -> Value {
+        let leaf = path.leaf
+        let mismatch = { (what: String) in
+            QueryError(.typeMismatch, "\(entity.name).\(key): \(describe(leaf)) cannot be compared with \(what).", key: key, entity: entity.name)
+        }
+        switch operand {
+        case .value(let value, let kind):
+            if let kind {
+                guard let leafKind = leaf.attributeKind, leafKind.isComparable(with: kind) else { throw mismatch("a \(kind.rawValue) value") }
+                if op.isOrdering && leafKind == .decimal {
+                    throw QueryError(.unsupported, "\(entity.name).\(key): decimals are stored as text and support only == and !=.", key: key, entity: entity.name)
+                }
+            }
+            return value
+        case .object(let id):
+            guard leaf.isToOne, let destination = leaf.destination, destination.rootDescription === id.rootEntity, !op.isOrdering else {
+                throw mismatch("the object \(id)")
+            }
+            return .integer(id.primaryKey)
+        case .key(let other):
+            throw QueryError(.unsupported, "\(entity.name).\(key): IN and BETWEEN take values, not the key '\(other)'.", key: key, entity: entity.name)
         }
     }
 
@@ -186,6 +240,18 @@ struct CompiledQuery: Sendable {
             return left == nil || right == nil ? nil : false
         case .not(let a):
             return try evaluate(a, values, resolve).map(!)
+        case .text(let path, let op, let pattern, let options):
+            return TextMatch.evaluate(op, options, try value(at: path, in: values, resolve: resolve), pattern)
+        case .oneOf(let path, let list):
+            // As SQLite's IN: NULL is unknown; no match is unknown when the list holds NULL.
+            let left = try value(at: path, in: values, resolve: resolve)
+            if list.isEmpty { return false }
+            if left.isNull { return nil }
+            if list.contains(where: { !$0.isNull && Value.compare(left, $0) == 0 }) { return true }
+            return list.contains(where: \.isNull) ? nil : false
+        case .between(let path, let low, let high):
+            let left = try value(at: path, in: values, resolve: resolve)
+            return and3(order(left, low, .greaterOrEqual), order(left, high, .lessOrEqual))
         case .compare(let path, let op, let operand):
             let left = try value(at: path, in: values, resolve: resolve)
             let right: Value
@@ -196,17 +262,29 @@ struct CompiledQuery: Sendable {
             switch op {
             case .equal: return Value.compare(left, right) == 0
             case .notEqual: return Value.compare(left, right) != 0
-            default:
-                if left.isNull || right.isNull { return nil }
-                let order = Value.compare(left, right)
-                switch op {
-                case .less: return order < 0
-                case .lessOrEqual: return order <= 0
-                case .greater: return order > 0
-                default: return order >= 0
-                }
+            default: return order(left, right, op)
             }
         }
+    }
+
+    /// An ordering comparison with SQL's NULL rule: unknown when either side is NULL.
+    private static func order(_ left: Value, _ right: Value, _ op: ComparisonOperator) -> Bool? {
+        if left.isNull || right.isNull { return nil }
+        let order = Value.compare(left, right)
+        switch op {
+        case .less: return order < 0
+        case .lessOrEqual: return order <= 0
+        case .greater: return order > 0
+        case .greaterOrEqual: return order >= 0
+        case .equal: return order == 0
+        case .notEqual: return order != 0
+        }
+    }
+
+    /// SQL's AND on unknowns.
+    private static func and3(_ a: Bool?, _ b: Bool?) -> Bool? {
+        if a == false || b == false { return false }
+        return a == nil || b == nil ? nil : true
     }
 
     /// Whether row `a` sorts before row `b`: the order terms, then primary key.
@@ -283,6 +361,17 @@ struct CompiledQuery: Sendable {
         case .and(let a, let b): return "(\(sql(a, aliases: aliases, arguments: &arguments)) AND \(sql(b, aliases: aliases, arguments: &arguments)))"
         case .or(let a, let b): return "(\(sql(a, aliases: aliases, arguments: &arguments)) OR \(sql(b, aliases: aliases, arguments: &arguments)))"
         case .not(let a): return "(NOT \(sql(a, aliases: aliases, arguments: &arguments)))"
+        case .text(let path, let op, let pattern, let options):
+            arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue))]
+            let call = "cs_text(?, ?, \(column(path, aliases)), ?)"
+            arguments.append(.text(pattern))
+            return call
+        case .oneOf(let path, let list):
+            arguments += list
+            return "\(column(path, aliases)) IN (\(Array(repeating: "?", count: list.count).joined(separator: ", ")))"
+        case .between(let path, let low, let high):
+            arguments += [low, high]
+            return "\(column(path, aliases)) BETWEEN ? AND ?"
         case .compare(let path, let op, let operand):
             let left = column(path, aliases)
             let right: String

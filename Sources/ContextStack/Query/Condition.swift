@@ -15,6 +15,15 @@ public struct Condition: Sendable, CustomStringConvertible {
     indirect enum Node: Sendable {
         case constant(Bool)
         case compare(String, ComparisonOperator, Operand)
+        /// A string operator: the key's text against a pattern.
+        case text(String, TextOperator, String, MatchOptions)
+        /// The key's value is one of the values (SQL `IN`).
+        case oneOf(String, [Operand])
+        /// The key's value lies between two values, both included.
+        case between(String, Operand, Operand)
+        /// A condition on the members of a to-many relationship: the node's keys are full
+        /// paths that go through that relationship.
+        case quantified(Quantifier, String, Node)
         case and(Node, Node)
         case or(Node, Node)
         case not(Node)
@@ -42,16 +51,26 @@ public struct Condition: Sendable, CustomStringConvertible {
         switch node {
         case .constant(let value): return value ? "TRUEPREDICATE" : "FALSEPREDICATE"
         case .compare(let key, let op, let operand):
-            let right: String
-            switch operand {
-            case .value(let value, _): right = value.description
-            case .key(let key): right = key
-            case .object(let id): right = id.description
-            }
-            return "\(key) \(op.rawValue) \(right)"
+            return "\(key) \(op.rawValue) \(describe(operand))"
+        case .text(let key, let op, let pattern, let options):
+            return "\(key) \(op.rawValue)\(options.formatSuffix) \(String(reflecting: pattern))"
+        case .oneOf(let key, let values):
+            return "\(key) IN {\(values.map(describe).joined(separator: ", "))}"
+        case .between(let key, let low, let high):
+            return "\(key) BETWEEN {\(describe(low)), \(describe(high))}"
+        case .quantified(let quantifier, _, let inner):
+            return "\(quantifier.rawValue) \(describe(inner))"
         case .and(let a, let b): return "(\(describe(a)) AND \(describe(b)))"
         case .or(let a, let b): return "(\(describe(a)) OR \(describe(b)))"
         case .not(let a): return "NOT (\(describe(a)))"
+        }
+    }
+
+    private static func describe(_ operand: Operand) -> String {
+        switch operand {
+        case .value(let value, _): value.description
+        case .key(let key): key
+        case .object(let id): id.description
         }
     }
 }

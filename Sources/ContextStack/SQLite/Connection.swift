@@ -28,6 +28,7 @@ final class Connection {
         self.handle = handle
         self.path = path
         sqlite3_extended_result_codes(handle, 1)
+        try registerFunctions()
     }
 
     deinit {

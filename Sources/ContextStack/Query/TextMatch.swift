@@ -1,0 +1,87 @@
+import Foundation
+
+/// The string operators, implemented once: SQL calls this code through a function registered
+/// on every connection (`cs_text`), and in-memory evaluation calls it directly, so both give
+/// the same answer on every input.
+enum TextMatch {
+    /// The outcome of `op` on `value` and `pattern`; `nil` when `value` is NULL (unknown).
+    static func evaluate(_ op: TextOperator, _ options: MatchOptions, _ value: Value, _ pattern: String) -> Bool? {
+        guard case .text(let text) = value else { return value.isNull ? nil : false }
+        return evaluate(op, options, text, pattern)
+    }
+
+    static func evaluate(_ op: TextOperator, _ options: MatchOptions, _ text: String, _ pattern: String) -> Bool {
+        if op == .matches { return regularExpression(pattern, options).map { matchesWhole($0, fold(text, options.subtracting(.caseInsensitive))) } ?? false }
+        let value = Array(fold(text, options).unicodeScalars)
+        let wanted = Array(fold(pattern, options).unicodeScalars)
+        switch op {
+        case .contains: return wanted.isEmpty || value.firstRange(of: wanted) != nil
+        case .beginsWith: return value.starts(with: wanted)
+        case .endsWith: return value.reversed().starts(with: wanted.reversed())
+        case .like: return like(value[...], wanted[...])
+        case .matches: return false
+        }
+    }
+
+    /// The text with case and/or diacritics folded away, as the options ask; unchanged otherwise
+    /// (so comparison stays exact, scalar by scalar).
+    static func fold(_ text: String, _ options: MatchOptions) -> String {
+        var folding: String.CompareOptions = []
+        if options.contains(.caseInsensitive) { folding.insert(.caseInsensitive) }
+        if options.contains(.diacriticInsensitive) { folding.insert(.diacriticInsensitive) }
+        guard !folding.isEmpty else { return text }
+        // Decompose first, so precomposed and combining forms fold alike.
+        return text.decomposedStringWithCanonicalMapping.folding(options: folding, locale: nil)
+    }
+
+    /// `*` matches any run of scalars, `?` exactly one; everything else matches itself.
+    private static func like(_ text: ArraySlice<Unicode.Scalar>, _ pattern: ArraySlice<Unicode.Scalar>) -> Bool {
+        var t = text.startIndex, p = pattern.startIndex
+        var star: (pattern: Int, text: Int)?
+        while t < text.endIndex {
+            if p < pattern.endIndex, pattern[p] == "?" || pattern[p] == text[t] && pattern[p] != "*" {
+                t += 1
+                p += 1
+            } else if p < pattern.endIndex, pattern[p] == "*" {
+                star = (p, t)
+                p += 1
+            } else if let last = star {
+                p = last.pattern + 1
+                t = last.text + 1
+                star = (last.pattern, last.text + 1)
+            } else {
+                return false
+            }
+        }
+        while p < pattern.endIndex, pattern[p] == "*" { p += 1 }
+        return p == pattern.endIndex
+    }
+
+    private static let expressions = Locked<[String: NSRegularExpression]>([:])
+
+    /// A compiled expression, cached by pattern and options; `nil` when the pattern is invalid
+    /// (which matches nothing).
+    private static func regularExpression(_ pattern: String, _ options: MatchOptions) -> NSRegularExpression? {
+        let key = options.formatSuffix + pattern
+        if let cached = expressions.withLock({ $0[key] }) { return cached }
+        var flags: NSRegularExpression.Options = []
+        if options.contains(.caseInsensitive) { flags.insert(.caseInsensitive) }
+        guard let expression = try? NSRegularExpression(pattern: fold(pattern, options.subtracting(.caseInsensitive)), options: flags) else { return nil }
+        expressions.withLock { cache in
+            if cache.count > 256 { cache.removeAll() }
+            cache[key] = expression
+        }
+        return expression
+    }
+
+    private static func matchesWhole(_ expression: NSRegularExpression, _ text: String) -> Bool {
+        let range = NSRange(text.startIndex..., in: text)
+        guard let match = expression.firstMatch(in: text, options: [.anchored], range: range) else { return false }
+        return match.range == range
+    }
+
+    /// Whether an invalid pattern should be reported before running a query.
+    static func validate(_ op: TextOperator, _ options: MatchOptions, _ pattern: String) -> Bool {
+        op != .matches || regularExpression(pattern, options) != nil
+    }
+}

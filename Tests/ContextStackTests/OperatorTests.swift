@@ -1,0 +1,84 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Suite struct OperatorTests {
+    @MainActor func names(_ world: MainContext, _ condition: Condition) throws -> [String] {
+        try world.fetchAll(Person.self, condition, orderBy: .ascending("name")).map(\.name)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func stringOperatorsWithCaseAndDiacriticOptions(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for name in ["Monk", "monk", "MONKEY", "Mönch", "Élise", "e\u{301}lise", "Bob"] {
+                try update.create(Person.self).name = name
+            }
+            try update.create(Person.self).location = "no name"
+            try update.commit()
+        }
+        #expect(try names(world, %"name"%.contains("onk")) == ["Monk", "monk"])
+        #expect(try names(world, %"name"%.contains("onk", options: .caseInsensitive)) == ["MONKEY", "Monk", "monk"])
+        #expect(try names(world, %"name"%.beginsWith("M")) == ["MONKEY", "Monk", "Mönch"])
+        #expect(try names(world, %"name"%.beginsWith("mo", options: [.caseInsensitive, .diacriticInsensitive])) == ["MONKEY", "Monk", "Mönch", "monk"])
+        #expect(try names(world, %"name"%.endsWith("K", options: .caseInsensitive)) == ["Monk", "monk"])
+        #expect(try names(world, %"name"%.beginsWith("e", options: .diacriticInsensitive)) == ["e\u{301}lise"])
+        #expect(try names(world, %"name"%.beginsWith("e", options: [.caseInsensitive, .diacriticInsensitive])) == ["e\u{301}lise", "Élise"])
+        #expect(try names(world, %"name"%.like("M?nk")) == ["Monk"])
+        #expect(try names(world, %"name"%.like("m*", options: .caseInsensitive)) == ["MONKEY", "Monk", "Mönch", "monk"])
+        #expect(try names(world, %"name"%.like("*o*")) == ["Bob", "Monk", "monk"])
+        #expect(try names(world, %"name"%.matches("M.n.*")) == ["Monk", "Mönch"])
+        #expect(try names(world, %"name"%.matches("M.n")) == [])  // the whole text must match
+        #expect(try names(world, !(%"name"%.contains("o"))) == ["", "MONKEY", "Mönch", "e\u{301}lise", "Élise"])
+        // A NULL value matches no string operator, nor its negation.
+        #expect(try world.fetchCount(Person.self, %"location"%.contains("name")) == 1)
+        #expect(try world.fetchCount(Person.self, !(%"location"%.contains("zzz"))) == 1)
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, %"age"%.contains("1")) }
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, %"name"%.matches("(")) }
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func inAndBetween(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for (name, age, location) in [("a", 1, "x"), ("b", 5, nil), ("c", 18, "y"), ("d", 19, "x")] as [(String, Int, String?)] {
+                let person = try update.create(Person.self)
+                person.name = name
+                person.age = age
+                person.location = location
+            }
+            try update.commit()
+        }
+        #expect(try names(world, %"age"%.in([18, 19])) == ["c", "d"])
+        #expect(try names(world, %"age"%.in([Int]())) == [])
+        #expect(try names(world, %"age"%.between(1, 5)) == ["a", "b"])
+        #expect(try names(world, %"age"%.between(5, 1)) == [])
+        #expect(try names(world, %"location"%.in(["x"])) == ["a", "d"])
+        #expect(try names(world, !(%"location"%.in(["x"]))) == ["c"])  // NULL is unknown, negated too
+        #expect(try names(world, %"location"%.in(["x", nil] as [String?])) == ["a", "d"])
+        #expect(try names(world, %"age"%.in([1]) || %"age"%.between(18, 18)) == ["a", "c"])
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, %"age"%.in(["1"])) }
+    }
+
+    @Test func operatorsCompileToBoundSQL() throws {
+        let model = try Model(Person.self, Pet.self)
+        let person = try #require(model.graph.entity(named: "Person"))
+        let query = try CompiledQuery(entity: person, condition: %"name"%.like("M*", options: .caseInsensitive)
+                                      && %"age"%.in([1, 2]) && %"age"%.between(3, 4), orderBy: nil)
+        let sql = query.fromWhere()
+        #expect(sql.text == #"FROM "Person" AS t0 WHERE ((cs_text(?, ?, t0."name", ?) AND t0."age" IN (?, ?)) AND t0."age" BETWEEN ? AND ?)"#)
+        #expect(sql.arguments == [.integer(0), .integer(1), .text("M*"), .integer(1), .integer(2), .integer(3), .integer(4)])
+    }
+
+    @Test @MainActor func quantifiersAreRejectedWithAClearErrorForNow() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        #expect {
+            _ = try world.fetchAll(Person.self, %"pets.name"%.any == "Rex")
+        } throws: { error in
+            (error as? QueryError)?.code == .unsupported && (error as? QueryError)?.message.contains("ANY pets.name") == true
+        }
+    }
+}
