@@ -25,6 +25,7 @@ final class ObjectContext: @unchecked Sendable {
     private(set) var changed: [ObjectID: ManagedObject] = [:]
     /// Join-table pairs added (`true`) or removed (`false`) since the last commit.
     private var links: [LinkKey: Bool] = [:]
+    private var linkEnds: [LinkKey: LinkEnds] = [:]
     /// Bumped whenever loaded to-many relationships may be out of date.
     private(set) var generation = 0
 
@@ -75,6 +76,12 @@ final class ObjectContext: @unchecked Sendable {
     /// `AndWait` update started on the main actor do.
     func beginRead() {
         if kind == .main { drainsOnNextRead = true }
+    }
+
+    /// Ends a public read: a read that never reached the store (an object already held, a
+    /// query error) must not leave its catch-up to a later internal read.
+    func endRead() {
+        drainsOnNextRead = false
     }
 
     // MARK: - Confinement
@@ -401,9 +408,12 @@ final class ObjectContext: @unchecked Sendable {
         case .joinTable:
             guard let join = property.joinTable else { break }
             func record(_ other: ObjectID, present: Bool) {
-                let (source, target) = property.isJoinSource
-                    ? (object.objectID.primaryKey, other.primaryKey) : (other.primaryKey, object.objectID.primaryKey)
-                links[LinkKey(table: join.name, source: source, target: target)] = present
+                let mine = (object.objectID, Optional(property.name))
+                let theirs = (other, property.inverse?.name)
+                let (source, target) = property.isJoinSource ? (mine, theirs) : (theirs, mine)
+                let key = LinkKey(table: join.name, source: source.0.primaryKey, target: target.0.primaryKey)
+                links[key] = present
+                linkEnds[key] = LinkEnds(source: source.0, sourceKey: source.1, target: target.0, targetKey: target.1)
                 if let inverse = property.inverse, let member = registered(other) {
                     updateCache(member, inverse) { ids in
                         if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }
@@ -500,6 +510,7 @@ final class ObjectContext: @unchecked Sendable {
         for (key, present) in links {
             if present && (gone.contains(key.source) || gone.contains(key.target)) { continue }
             changes.links.append((key, present))
+            changes.linkEnds[key] = linkEnds[key]
         }
         return changes
     }
@@ -525,6 +536,7 @@ final class ObjectContext: @unchecked Sendable {
         }
         changed.removeAll()
         links.removeAll()
+        linkEnds.removeAll()
     }
 
     /// Forgets every uncommitted change: changed objects get their saved values back, created
@@ -543,6 +555,7 @@ final class ObjectContext: @unchecked Sendable {
         // Objects created then deleted are no longer in `changed`; they are dropped with the registry entries.
         changed.removeAll()
         links.removeAll()
+        linkEnds.removeAll()
         generation += 1
     }
 
@@ -555,6 +568,7 @@ final class ObjectContext: @unchecked Sendable {
         registry.removeAll()
         changed.removeAll()
         links.removeAll()
+        linkEnds.removeAll()
         generation += 1
         // Nothing is left for handed-over commits to update.
         _ = takeInbox()

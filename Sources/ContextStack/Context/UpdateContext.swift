@@ -18,9 +18,26 @@ public final class UpdateContext: Sendable {
     private let state = Locked(State())
 
     private struct State {
-        var lastSequence: UInt64?
+        /// The sequence numbers of this context's commits, for durability waits.
+        var committedSequences: [UInt64] = []
         /// Blocks queued or running; under `.serial` the update holds its turn while this is > 0.
         var activeBlocks = 0
+        var turn = Turn.idle
+    }
+
+    /// What a block does to start: run now, take the turn, or wait behind blocks already
+    /// waiting for it (`performAndWait` waits on the semaphore).
+    private enum Start {
+        case now, acquire
+        case queued(DispatchSemaphore?)
+    }
+
+    /// Where a `.serial` update stands in its context's line.
+    private enum Turn {
+        case idle
+        /// Waiting for the turn, with the blocks to start once it comes, in order.
+        case waiting([@Sendable () -> Void])
+        case held
     }
 
     init(starter: UpdateStarter, waitsForSaves: Bool = false) {
@@ -52,7 +69,7 @@ public final class UpdateContext: Sendable {
     /// }
     /// ```
     public func perform(_ block: @escaping @Sendable (Update) throws -> Void) {
-        let schedule: @Sendable () -> Void = { [self] in
+        let work: @Sendable () -> Void = { [self] in
             queue.async { [self] in
                 run { update in
                     do {
@@ -65,10 +82,26 @@ public final class UpdateContext: Sendable {
                 finishBlock()
             }
         }
-        if startBlock(), let turns = starter.turns {
-            turns.acquire(schedule)
-        } else {
-            schedule()
+        let start = state.withLock { state -> Start in
+            state.activeBlocks += 1
+            guard starter.turns != nil else { return .now }
+            switch state.turn {
+            case .held:
+                return .now
+            case .waiting(var pending):
+                // Behind the blocks already waiting: they start first, in order.
+                pending.append(work)
+                state.turn = .waiting(pending)
+                return .queued(nil)
+            case .idle:
+                state.turn = .waiting([work])
+                return .acquire
+            }
+        }
+        switch start {
+        case .now: work()
+        case .acquire: starter.turns?.acquire { [self] in grantTurn() }
+        case .queued: break
         }
     }
 
@@ -76,9 +109,33 @@ public final class UpdateContext: Sendable {
     /// rolling back the context's uncommitted changes.
     public func performAndWait<T>(_ block: (Update) throws -> T) throws -> T {
         precondition(!Execution.isRunning(core), "performAndWait was called from inside a block of the same update context, which would wait for itself forever: run the code directly, or use perform { } to run it after this block.")
-        if startBlock(), let turns = starter.turns {
+        let start = state.withLock { state -> Start in
+            state.activeBlocks += 1
+            guard starter.turns != nil else { return .now }
+            switch state.turn {
+            case .held:
+                return .now
+            case .idle:
+                state.turn = .waiting([])
+                return .acquire
+            case .waiting(var pending):
+                let granted = DispatchSemaphore(value: 0)
+                pending.append { granted.signal() }
+                state.turn = .waiting(pending)
+                return .queued(granted)
+            }
+        }
+        switch start {
+        case .now, .queued(nil):
+            break
+        case .acquire:
             starter.checkNotInsideOwnSerialUpdate()
-            turns.acquireAndWait()
+            starter.turns?.acquireAndWait()
+            grantTurn()
+        case .queued(let granted?):
+            starter.checkNotInsideOwnSerialUpdate()
+            // Blocks queued before this one are on the queue by the time this is signalled.
+            granted.wait()
         }
         defer { finishBlock() }
         return try queue.sync {
@@ -93,21 +150,25 @@ public final class UpdateContext: Sendable {
         }
     }
 
-    /// Counts a block in; true when the update was idle (under `.serial`, it needs the turn).
-    private func startBlock() -> Bool {
-        state.withLock { state in
-            state.activeBlocks += 1
-            return state.activeBlocks == 1
+    /// The turn came: start the blocks that waited for it, in order.
+    private func grantTurn() {
+        let pending = state.withLock { state -> [@Sendable () -> Void] in
+            guard case .waiting(let pending) = state.turn else { return [] }
+            state.turn = .held
+            return pending
         }
+        for start in pending { start() }
     }
 
     /// Counts a block out; the last one gives the turn back.
     private func finishBlock() {
-        let idle = state.withLock { state in
+        let release = state.withLock { state -> Bool in
             state.activeBlocks -= 1
-            return state.activeBlocks == 0
+            guard state.activeBlocks == 0, case .held = state.turn else { return false }
+            state.turn = .idle
+            return true
         }
-        if idle { starter.turns?.release() }
+        if release { starter.turns?.release() }
     }
 
     /// Runs `body` marked as this context's execution.
@@ -121,11 +182,11 @@ public final class UpdateContext: Sendable {
         let changes = try core.makeChangeSet()
         if !changes.isEmpty {
             let sequence = try starter.deliver(changes, waitsForSaves: waitsForSaves)
-            state.withLock { $0.lastSequence = sequence }
+            state.withLock { $0.committedSequences.append(sequence) }
         }
         core.didCommit()
     }
 
-    /// The root sequence number of the last commit, for durability waits.
-    var lastSequence: UInt64? { state.withLock { $0.lastSequence } }
+    /// The store's sequence numbers of this context's commits, for durability waits.
+    var committedSequences: [UInt64] { state.withLock { $0.committedSequences } }
 }

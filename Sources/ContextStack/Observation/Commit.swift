@@ -13,7 +13,7 @@ public struct Commit: Sendable, CustomStringConvertible {
     public let inserted: [ObjectID]
     /// Objects changed by the commit (relationship changes stored on the other side count
     /// for the object whose column changed).
-    public let updated: [ObjectID]
+    public private(set) var updated: [ObjectID]
     /// Objects deleted by the commit.
     public let deleted: [ObjectID]
     /// The context the commit was started from.
@@ -37,6 +37,19 @@ public struct Commit: Sendable, CustomStringConvertible {
         }
         for insert in changes.inserts { entities[insert.id] = insert.row.entity.description_ }
         for delete in changes.deletes { entities[delete.id] = delete.entity.description_ }
+        // A many-to-many change updates both objects, under their relationships' names.
+        var updated = self.updated
+        let inserted = Set(self.inserted), deleted = Set(self.deleted)
+        for link in changes.links {
+            guard let ends = changes.linkEnds[link.key] else { continue }
+            for (id, key) in [(ends.source, ends.sourceKey), (ends.target, ends.targetKey)] {
+                guard let key, !inserted.contains(id), !deleted.contains(id) else { continue }
+                if keys[id] == nil && entities[id] == nil { updated.append(id) }
+                keys[id, default: []].insert(key)
+                if entities[id] == nil { entities[id] = id.rootEntity }
+            }
+        }
+        self.updated = updated
         changedKeysByID = keys
         self.entities = entities
     }

@@ -28,34 +28,41 @@ final class UpdateStarter: Sendable {
     }
 
     /// Saves a commit into the target and tells observers; returns the store's sequence number.
+    ///
+    /// Main contexts receive the commit, and observers are told of it, under the store's lock
+    /// at the moment it becomes visible at the target — queued for the root, or written for a
+    /// commit that must be in SQLite first — so both see commits in that order.
     func deliver(_ changes: ChangeSet, waitsForSaves: Bool) throws -> UInt64 {
         let store = stack.store
-        let submission: Store.Submission
+        let stack = self.stack
+        let origin = id
+        let target = self.target
+        let main = self.main
+        let tell: @Sendable (ChangeSet) -> Void = { resolved in
+            if !resolved.isEmpty { stack.commits.publish(Commit(resolved, origin: origin, target: target)) }
+        }
         switch target {
         case .mainContext:
-            let main = self.main
-            submission = try store.submit(changes, policy: policy, claimed: waitsForSaves) { resolved in
+            return try store.submit(changes, policy: policy, claimed: waitsForSaves) { resolved in
                 main?.handOver(resolved)
                 stack.handOverToAutoMergers(resolved, except: main)
-            }
+                tell(resolved)
+            }.sequence
         case .rootContext:
-            submission = try store.submit(changes, policy: policy, claimed: waitsForSaves) { resolved in
+            return try store.submit(changes, policy: policy, claimed: waitsForSaves) { resolved in
                 stack.handOverToAutoMergers(resolved, except: nil)
-            }
+                tell(resolved)
+            }.sequence
         case .persistentStore:
-            submission = try store.submit(changes, policy: policy, claimed: true, wait: true)
+            return try store.submit(changes, policy: policy, claimed: true, wait: true, onVisible: tell).sequence
         }
-        if !submission.changes.isEmpty {
-            stack.commits.publish(Commit(submission.changes, origin: id, target: target))
-        }
-        return submission.sequence
     }
 
     /// Traps when the caller runs inside an update of this starter that holds the serial turn:
     /// waiting for the turn there would wait forever.
     func checkNotInsideOwnSerialUpdate() {
         guard turns != nil, let running = Execution.current(), running.starter == ObjectIdentifier(self) else { return }
-        preconditionFailure("beginUpdateAndWait was called from inside one of this context's own updates, and updateOrder is .serial: it would wait for its own turn forever. Do the work in the current update, or use beginUpdate { } to run it after.")
+        preconditionFailure("An update was waited for (beginUpdateAndWait or performAndWait) from inside one of this context's own updates, and updateOrder is .serial: it would wait for its own turn forever. Do the work in the current update, or use beginUpdate { } to run it after.")
     }
 
     // MARK: - The forms shared by MainContext and Context
@@ -87,7 +94,8 @@ final class UpdateStarter: Sendable {
                 }
             }
         }
-        if let sequence = context.lastSequence {
+        // Every commit the body made, not only the last: each one's failure is this caller's.
+        for sequence in context.committedSequences {
             try await stack.store.waitUntilWritten(sequence)
         }
         return result

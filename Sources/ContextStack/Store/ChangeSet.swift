@@ -11,6 +11,15 @@ struct LinkKey: Hashable, Sendable {
     let target: Int64
 }
 
+/// The two objects of a join-table pair and the relationship on each side (the target side's
+/// is `nil` for a to-many without inverse), so a commit can report both as changed.
+struct LinkEnds: Sendable {
+    let source: ObjectID
+    let sourceKey: String?
+    let target: ObjectID
+    let targetKey: String?
+}
+
 /// Everything one commit changes, as it travels from a context down to the store.
 struct ChangeSet: Sendable {
     struct Update: Sendable {
@@ -30,6 +39,8 @@ struct ChangeSet: Sendable {
     var deletes: [(id: ObjectID, entity: Entity)] = []
     /// Join-table pairs: `true` to add, `false` to remove.
     var links: [(key: LinkKey, present: Bool)] = []
+    /// Which objects and relationships each pair joins.
+    var linkEnds: [LinkKey: LinkEnds] = [:]
 
     var isEmpty: Bool { inserts.isEmpty && updates.isEmpty && deletes.isEmpty && links.isEmpty }
 }

@@ -19,31 +19,44 @@ extension Store {
     ///   - claimed: a caller waits for the outcome (`transaction`, `wait`): a failed save is
     ///     reported to it alone, not to `onError` or the next flush.
     ///   - wait: write before returning, and throw if the write fails.
-    ///   - handOver: runs under the store's lock once the commit is visible, so receivers get
-    ///     commits in sequence order.
+    ///   - onVisible: runs under the store's lock once the commit is visible at its target —
+    ///     when it is queued, or, for a commit that waits, once it is written (and never if
+    ///     that fails) — so receivers get commits in the order they became visible.
     /// - Throws: `MergeConflictError` under `.error`; with `wait`, the save's error.
     func submit(_ changes: ChangeSet, policy: MergePolicy = .objectTrump, claimed: Bool = false, wait: Bool = false,
-                handOver: (ChangeSet) -> Void = { _ in }) throws -> Submission {
+                onVisible: @escaping @Sendable (ChangeSet) -> Void = { _ in }) throws -> Submission {
         let mustWait = wait || !writesInBackground
-        let claimed = claimed || mustWait
-        let needsStore = (policy.checksStore && !changes.updates.isEmpty) || state.withLock { !$0.pins.isEmpty }
-        let submission: Submission
-        let start: Bool
-        if needsStore {
+        let item = QueueItem(changes: changes, claimed: claimed || mustWait, afterWrite: mustWait ? onVisible : nil)
+        // A commit that waits becomes visible at its target once written; others now.
+        let announce: (ChangeSet) -> Void
+        if mustWait {
+            announce = { _ in }
+        } else {
+            announce = onVisible
+        }
+        var appended: (Submission, Bool)?
+        if !(policy.checksStore && !changes.updates.isEmpty) {
+            // The fast path, unless a pinned view needs before-images (checked under the lock,
+            // so a view pinned concurrently cannot miss this commit).
+            appended = state.withLock { state in
+                state.pins.isEmpty ? Self.append(item, to: &state, announce: announce) : nil
+            }
+        }
+        if appended == nil {
             // Reading what is stored now needs the writer connection; lock order is writer, then state.
-            (submission, start) = try writer.withLock { writerState in
+            appended = try writer.withLock { writerState in
                 try state.withLock { state in
                     var reader = RowReader(session: ReadSession(store: self, db: writerState.connection, overlay: state.overlay), context: nil)
-                    let resolved = try Self.resolve(changes, policy: policy, reader: &reader)
-                    try Self.capture(resolved, into: &state.pins, reader: &reader, db: writerState.connection)
-                    return Self.append(resolved, claimed: claimed, to: &state, handOver: handOver)
+                    var resolved = item
+                    resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
+                    try Self.capture(resolved.changes, into: &state.pins, reader: &reader, db: writerState.connection)
+                    return Self.append(resolved, to: &state, announce: announce)
                 }
             }
-        } else {
-            (submission, start) = state.withLock { state in Self.append(changes, claimed: claimed, to: &state, handOver: handOver) }
         }
+        let (submission, start) = appended!
         if mustWait {
-            if start { drain() }
+            if start { drain(until: submission.sequence) }
             let waiter = FlushWaiter(sequence: submission.sequence)
             register(waiter, upTo: submission.sequence)
             try waiter.wait()
@@ -53,16 +66,27 @@ extension Store {
         return submission
     }
 
+    /// A commit waiting for the writer.
+    struct QueueItem: Sendable {
+        var changes: ChangeSet
+        /// A caller waits for the outcome; a failure goes to it alone.
+        let claimed: Bool
+        /// Runs under the lock once the commit is written (for commits visible only then).
+        let afterWrite: (@Sendable (ChangeSet) -> Void)?
+        var sequence: UInt64 = 0
+    }
+
     /// Appends a resolved commit to the queue and the overlay; says whether a drain must start.
-    private static func append(_ changes: ChangeSet, claimed: Bool, to state: inout State,
-                               handOver: (ChangeSet) -> Void) -> (Submission, Bool) {
+    private static func append(_ item: QueueItem, to state: inout State, announce: (ChangeSet) -> Void) -> (Submission, Bool) {
         state.lastSequence += 1
-        state.overlay.apply(changes, sequence: state.lastSequence)
-        state.queue.append((state.lastSequence, changes, claimed))
-        handOver(changes)
+        var item = item
+        item.sequence = state.lastSequence
+        state.overlay.apply(item.changes, sequence: item.sequence)
+        state.queue.append(item)
+        announce(item.changes)
         let start = !state.isDraining
         state.isDraining = true
-        return (Submission(sequence: state.lastSequence, changes: changes), start)
+        return (Submission(sequence: item.sequence, changes: item.changes), start)
     }
 
     // MARK: - Merge policies
@@ -178,17 +202,26 @@ extension Store {
     // MARK: - The writer
 
     /// Writes queued commits until none is left, each batch in one transaction, each commit
-    /// in its own savepoint.
-    func drain() {
+    /// in its own savepoint. With `until`, it stops once that commit is written and leaves
+    /// the rest to the background queue, so a committer waiting for its own write is not
+    /// kept writing everyone else's.
+    func drain(until: UInt64? = nil) {
         while true {
-            let batch = state.withLock { state -> [(sequence: UInt64, changes: ChangeSet, claimed: Bool)] in
+            let batch = state.withLock { state -> [QueueItem] in
+                if let until, state.writtenSequence >= until, !state.queue.isEmpty {
+                    return []
+                }
                 let batch = state.queue
                 state.queue.removeAll()
                 if batch.isEmpty { state.isDraining = false }
                 return batch
             }
-            guard let last = batch.last?.sequence else { return }
+            guard let last = batch.last?.sequence else {
+                if until != nil && state.withLock({ $0.isDraining }) { writeQueue.async { self.drain() } }
+                return
+            }
             var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
+            var failed = Set<UInt64>()
             do {
                 try writer.withLock { writerState in
                     let db = writerState.connection
@@ -203,6 +236,7 @@ extension Store {
                                 try db.execute("ROLLBACK TO \(savepoint)")
                                 try db.execute("RELEASE \(savepoint)")
                                 failures.append((item.sequence, error, item.claimed))
+                                failed.insert(item.sequence)
                             }
                         }
                     }, commit: { commit in
@@ -216,11 +250,13 @@ extension Store {
                 // The whole transaction failed: nothing of the batch is stored.
                 state.withLock { $0.overlay.removeWritten(upTo: last) }
                 failures = batch.map { ($0.sequence, error, $0.claimed) }
+                failed = Set(batch.map(\.sequence))
             }
             for failure in failures where !failure.claimed { reportError(failure.error) }
             let ready = state.withLock { state -> [FlushWaiter] in
                 state.writtenSequence = last
                 state.transactionCount += 1
+                for item in batch where !failed.contains(item.sequence) { item.afterWrite?(item.changes) }
                 state.errors += failures.filter { !$0.claimed }.map(\.error)
                 for failure in failures where failure.claimed { state.failures[failure.sequence] = failure.error }
                 if state.failures.count > 1024 {

@@ -38,7 +38,7 @@ final class Store: Sendable {
         var pins: [UInt64: PinnedImages] = [:]
         var nextPin: UInt64 = 1
         /// Commits waiting for the writer; `claimed` ones have a caller waiting for their outcome.
-        var queue: [(sequence: UInt64, changes: ChangeSet, claimed: Bool)] = []
+        var queue: [QueueItem] = []
         var lastSequence: UInt64 = 0
         var writtenSequence: UInt64 = 0
         var isDraining = false
