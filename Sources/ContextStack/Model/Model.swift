@@ -159,7 +159,8 @@ final class ModelGraph: Sendable {
                         name: property.name,
                         type: property.attributeKind?.columnType ?? "INTEGER",
                         isUnique: options.contains(.unique),
-                        isIndexed: options.contains(.indexed) || property.isToOne))
+                        isIndexed: options.contains(.indexed) || property.isToOne,
+                        references: property.isToOne ? property.destination.map { $0.rootDescription.name } : nil))
                 }
             }
             let table = Table(name: root.name, columns: columns, familyCount: family.count)
@@ -200,7 +201,9 @@ final class ModelGraph: Sendable {
     private static func describe(tables: [Table], joinTables: [JoinTable], entities: [Entity]) -> String {
         var lines: [String] = []
         for table in tables {
-            let columns = table.columns.map { "\($0.name):\($0.type)\($0.isUnique ? ":unique" : "")\($0.isIndexed ? ":indexed" : "")" }
+            let columns = table.columns.map {
+                "\($0.name):\($0.type)\($0.isUnique ? ":unique" : "")\($0.isIndexed ? ":indexed" : "")\($0.references.map { "->" + $0 } ?? "")"
+            }
             lines.append("table \(table.name)\(table.hasEntityColumn ? " +entity" : "") " + columns.joined(separator: ","))
         }
         for join in joinTables { lines.append("join \(join.name)") }

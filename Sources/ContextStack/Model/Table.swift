@@ -7,6 +7,8 @@ final class Table: Sendable {
         let type: String
         let isUnique: Bool
         let isIndexed: Bool
+        /// For a to-one relationship: the table it points into.
+        var references: String? = nil
     }
 
     let name: String

@@ -130,7 +130,12 @@ final class Store: Sendable {
         for table in graph.tables {
             var columns = ["\"Z_PK\" INTEGER PRIMARY KEY"]
             if table.hasEntityColumn { columns.append("\"Z_ENT\" INTEGER NOT NULL") }
-            for column in table.columns { columns.append("\(column.name.quotedIdentifier) \(column.type)") }
+            for column in table.columns {
+                // Foreign keys are declared for the schema's readers; ContextStack keeps them
+                // itself (delete rules), so SQLite's enforcement stays off.
+                let reference = column.references.map { " REFERENCES \($0.quotedIdentifier) (\"Z_PK\")" } ?? ""
+                columns.append("\(column.name.quotedIdentifier) \(column.type)\(reference)")
+            }
             statements.append("CREATE TABLE \(table.quotedName) (\(columns.joined(separator: ", ")))")
             for column in table.columns where column.isUnique || column.isIndexed {
                 let name = "Z_\(table.name)_\(column.name)".quotedIdentifier
