@@ -167,6 +167,8 @@ enum FetchOrCreate {
                 case .key:
                     throw invalid()
                 }
+            case .invalid(let error):
+                throw error
             default:
                 throw invalid()
             }

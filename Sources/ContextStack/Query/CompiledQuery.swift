@@ -123,6 +123,8 @@ struct CompiledQuery: Sendable {
             note(path)
             return .between(path, try value(of: low, comparedWith: path, key: key, op: .lessOrEqual, in: entity),
                             try value(of: high, comparedWith: path, key: key, op: .lessOrEqual, in: entity))
+        case .invalid(let error):
+            throw error
         case .quantified(let quantifier, let key, _):
             throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) on \(entity.name): quantifiers over to-many relationships are not supported yet.", key: key, entity: entity.name)
         case .compare(let key, let op, let operand):

@@ -27,6 +27,9 @@ public struct Condition: Sendable, CustomStringConvertible {
         case and(Node, Node)
         case or(Node, Node)
         case not(Node)
+        /// A condition that could not be built (a malformed format string, an argument of the
+        /// wrong type): using it throws this error, so building one never throws or crashes.
+        case invalid(QueryError)
     }
 
     enum Operand: Sendable {
@@ -63,6 +66,7 @@ public struct Condition: Sendable, CustomStringConvertible {
         case .and(let a, let b): return "(\(describe(a)) AND \(describe(b)))"
         case .or(let a, let b): return "(\(describe(a)) OR \(describe(b)))"
         case .not(let a): return "NOT (\(describe(a)))"
+        case .invalid(let error): return "<invalid: \(error.message)>"
         }
     }
 

@@ -4,7 +4,7 @@ public struct QueryError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {
         private enum Base: Hashable, Sendable {
-            case unknownKey, typeMismatch, unsupported, invalidFetchOrCreate, objectNotFound
+            case unknownKey, typeMismatch, unsupported, invalidFetchOrCreate, objectNotFound, invalidFormat
         }
         private let base: Base
         /// The key is not a property of the entity (or a path step is not a to-one relationship).
@@ -15,6 +15,9 @@ public struct QueryError: Error, CustomStringConvertible, Sendable {
         public static let unsupported = Code(base: .unsupported)
         /// `fetchOrCreate` needs `key == constant` terms joined by `&&`.
         public static let invalidFetchOrCreate = Code(base: .invalidFetchOrCreate)
+        /// A format string is malformed, or its arguments do not fit it; the message shows
+        /// the position with a caret under the offending character.
+        public static let invalidFormat = Code(base: .invalidFormat)
         /// No object with this ID exists.
         public static let objectNotFound = Code(base: .objectNotFound)
     }
@@ -25,6 +28,9 @@ public struct QueryError: Error, CustomStringConvertible, Sendable {
     public let key: String?
     /// The entity queried.
     public let entity: String?
+
+    /// For a format error: the offset (in characters) of the offending character.
+    public internal(set) var position: Int? = nil
 
     init(_ code: Code, _ message: String, key: String? = nil, entity: String? = nil) {
         self.code = code
