@@ -40,8 +40,12 @@ struct CompiledQuery: Sendable {
     let order: [SortTerm]
     /// Every distinct chain of to-one hops the query reads through.
     let hopChains: [[Property]]
+    /// The SQL alias of the table each hop prefix joins (`""` is `t0`, the entity's own).
+    let tableAliases: [String: String]
+    /// The keys a caller asked to read besides the condition's and the order's (aggregates).
+    let extraPaths: [ResolvedPath]
 
-    init(entity: Entity, condition: Condition?, orderBy: OrderBy?) throws(QueryError) {
+    init(entity: Entity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = []) throws(QueryError) {
         self.entity = entity
         var chains: [String: [Property]] = [:]
         func note(_ path: ResolvedPath) {
@@ -63,9 +67,25 @@ struct CompiledQuery: Sendable {
             note(path)
             order.append(SortTerm(path: path, ascending: term.ascending))
         }
+        var extraPaths: [ResolvedPath] = []
+        for key in extraKeys {
+            let path = try Self.resolvePath(key, in: entity)
+            note(path)
+            extraPaths.append(path)
+        }
         self.node = node
         self.order = order
+        self.extraPaths = extraPaths
         self.hopChains = chains.keys.sorted().map { chains[$0]! }
+        var aliases: [String: String] = ["": "t0"]
+        for chain in hopChains {
+            var prefix = ""
+            for hop in chain {
+                prefix = prefix.isEmpty ? hop.name : prefix + "." + hop.name
+                if aliases[prefix] == nil { aliases[prefix] = "t\(aliases.count)" }
+            }
+        }
+        self.tableAliases = aliases
     }
 
     // MARK: - Resolution
@@ -310,16 +330,16 @@ struct CompiledQuery: Sendable {
 
     /// `FROM … JOIN … WHERE …` for this query, with `t0` the entity's table.
     func fromWhere(extraWhere: [String] = [], extraArguments: [Value] = []) -> SQL {
-        var aliases: [String: String] = ["": "t0"]
+        let aliases = tableAliases
         var text = "FROM \(entity.table.quotedName) AS t0"
+        var joined: Set<String> = [""]
         for chain in hopChains {
             var prefix = ""
             for hop in chain {
                 let parentAlias = aliases[prefix]!
                 prefix = prefix.isEmpty ? hop.name : prefix + "." + hop.name
-                if aliases[prefix] == nil {
-                    let alias = "t\(aliases.count)"
-                    aliases[prefix] = alias
+                if joined.insert(prefix).inserted {
+                    let alias = aliases[prefix]!
                     text += " LEFT JOIN \(hop.destination!.table.quotedName) AS \(alias) ON \(alias).\"Z_PK\" = \(parentAlias).\(hop.name.quotedIdentifier)"
                 }
             }
@@ -340,17 +360,16 @@ struct CompiledQuery: Sendable {
 
     /// `ORDER BY …, t0."Z_PK"`.
     func orderBySQL() -> String {
-        var aliases: [String: String] = ["": "t0"]
-        var count = 1
-        for chain in hopChains {
-            var prefix = ""
-            for hop in chain {
-                prefix = prefix.isEmpty ? hop.name : prefix + "." + hop.name
-                if aliases[prefix] == nil { aliases[prefix] = "t\(count)"; count += 1 }
-            }
-        }
-        let terms = order.map { "\(Self.column($0.path, aliases)) \($0.ascending ? "ASC" : "DESC")" }
+        let terms = order.map { "\(columnSQL($0.path)) \($0.ascending ? "ASC" : "DESC")" }
         return "ORDER BY " + (terms + ["t0.\"Z_PK\" ASC"]).joined(separator: ", ")
+    }
+
+    /// The column a resolved path reads, as `tN."name"`.
+    func columnSQL(_ path: ResolvedPath) -> String { Self.column(path, tableAliases) }
+
+    /// The SQL of a condition node resolved against this query's entity (for HAVING).
+    func conditionSQL(_ node: Node, arguments: inout [Value]) -> String {
+        Self.sql(node, aliases: tableAliases, arguments: &arguments)
     }
 
     private static func column(_ path: ResolvedPath, _ aliases: [String: String]) -> String {

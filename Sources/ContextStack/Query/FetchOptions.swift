@@ -31,8 +31,17 @@ public struct FetchOptions: Sendable {
     public var limit: Int?
     /// Skip this many objects first.
     public var offset: Int?
+    /// Rows that are equal in every selected value come once (aggregate queries).
+    public var distinct = false
 
     public init() {}
+
+    /// Equal rows once (for `query`).
+    public static var distinct: FetchOptions {
+        var options = FetchOptions()
+        options.distinct = true
+        return options
+    }
 
     /// At most `count` objects.
     public static func limit(_ count: Int) -> FetchOptions {
@@ -53,6 +62,7 @@ public struct FetchOptions: Sendable {
         var options = lhs
         if let limit = rhs.limit { options.limit = limit }
         if let offset = rhs.offset { options.offset = offset }
+        options.distinct = lhs.distinct || rhs.distinct
         return options
     }
 }

@@ -35,3 +35,68 @@ extension TextMatch {
 
     static func code(of op: TextOperator) -> Int { TextOperator.allCases.firstIndex(of: op)! }
 }
+
+/// The state of one running median or standard-deviation aggregate.
+private final class AggregateState {
+    var values: [Double] = []
+    // Welford's running mean and sum of squared differences, for the standard deviation.
+    var count = 0.0
+    var mean = 0.0
+    var squares = 0.0
+
+    func add(_ value: Double) {
+        values.append(value)
+        count += 1
+        let delta = value - mean
+        mean += delta / count
+        squares += delta * (value - mean)
+    }
+
+    var median: Double? {
+        guard !values.isEmpty else { return nil }
+        let sorted = values.sorted()
+        let middle = sorted.count / 2
+        return sorted.count.isMultiple(of: 2) ? (sorted[middle - 1] + sorted[middle]) / 2 : sorted[middle]
+    }
+
+    /// The population standard deviation.
+    var standardDeviation: Double? { count > 0 ? (squares / count).squareRoot() : nil }
+}
+
+extension Connection {
+    /// Registers `cs_median(x)` and `cs_stddev(x)` (population), which ignore NULLs and give
+    /// NULL over no values, like SQLite's own aggregates.
+    func registerAggregates() throws(SQLiteError) {
+        let step: @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void = { context, count, arguments in
+            guard count == 1, let argument = arguments?[0] else { return }
+            let type = sqlite3_value_type(argument)
+            guard type == SQLITE_INTEGER || type == SQLITE_FLOAT else { return }
+            guard let slot = sqlite3_aggregate_context(context, Int32(MemoryLayout<UnsafeMutableRawPointer?>.size))?
+                .assumingMemoryBound(to: UnsafeMutableRawPointer?.self) else { return }
+            if slot.pointee == nil { slot.pointee = Unmanaged.passRetained(AggregateState()).toOpaque() }
+            Unmanaged<AggregateState>.fromOpaque(slot.pointee!).takeUnretainedValue().add(sqlite3_value_double(argument))
+        }
+        let medianFinal: @convention(c) (OpaquePointer?) -> Void = { context in
+            Connection.finish(context) { $0.median }
+        }
+        let deviationFinal: @convention(c) (OpaquePointer?) -> Void = { context in
+            Connection.finish(context) { $0.standardDeviation }
+        }
+        for (name, finish) in [("cs_median", medianFinal), ("cs_stddev", deviationFinal)] {
+            let code = sqlite3_create_function_v2(handle, name, 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, nil, step, finish, nil)
+            guard code == SQLITE_OK else { throw error(code, sql: name) }
+        }
+    }
+
+    /// Sets an aggregate's result from its state, and frees the state.
+    fileprivate static func finish(_ context: OpaquePointer?, _ result: (AggregateState) -> Double?) {
+        let slot = sqlite3_aggregate_context(context, 0)?.assumingMemoryBound(to: UnsafeMutableRawPointer?.self)
+        guard let pointer = slot?.pointee else {
+            sqlite3_result_null(context)
+            return
+        }
+        let state = Unmanaged<AggregateState>.fromOpaque(pointer).takeRetainedValue()
+        slot?.pointee = nil
+        if let value = result(state) { sqlite3_result_double(context, value) } else { sqlite3_result_null(context) }
+    }
+}

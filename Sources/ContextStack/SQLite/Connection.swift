@@ -29,6 +29,7 @@ final class Connection {
         self.path = path
         sqlite3_extended_result_codes(handle, 1)
         try registerFunctions()
+        try registerAggregates()
     }
 
     deinit {

@@ -260,6 +260,15 @@ final class Store: Sendable {
         }
     }
 
+    /// Blocks until every commit handed over before the call is written (or failed), without
+    /// taking background errors from `flush()`.
+    func waitUntilQueuedWritten() throws {
+        let last = state.withLock { $0.lastSequence }
+        let waiter = FlushWaiter(reporting: .nothing)
+        register(waiter, upTo: last)
+        try waiter.wait()
+    }
+
     /// Blocks until every commit handed over before the call is in SQLite; see `flush()`.
     func flushAndWait() throws {
         let waiter = FlushWaiter()
@@ -304,10 +313,20 @@ final class Store: Sendable {
         private let continuation = Locked<CheckedContinuation<Void, any Error>?>(nil)
         private let semaphore = DispatchSemaphore(value: 0)
         private let outcome = Locked<(any Error)?>(nil)
-        /// The one commit waited for; `nil` for a flush, which reports any background error.
-        private let sequence: UInt64?
+        /// What the waiter throws once resumed.
+        enum Reporting: Sendable {
+            /// The first background error since the last flush (`flush()`).
+            case backgroundErrors
+            /// The failure of this commit, if it failed (a caller waiting for its own commit).
+            case failure(of: UInt64)
+            /// Nothing: the caller only waits.
+            case nothing
+        }
 
-        init(sequence: UInt64? = nil) { self.sequence = sequence }
+        private let reporting: Reporting
+
+        init(sequence: UInt64) { self.reporting = .failure(of: sequence) }
+        init(reporting: Reporting = .backgroundErrors) { self.reporting = reporting }
 
         func setContinuation(_ continuation: CheckedContinuation<Void, any Error>) {
             self.continuation.withLock { $0 = continuation }
@@ -315,10 +334,10 @@ final class Store: Sendable {
 
         func resume(store: Store) {
             let error: (any Error)?
-            if let sequence {
-                error = store.takeFailure(sequence)
-            } else {
-                error = store.takeErrors().first
+            switch reporting {
+            case .failure(let sequence): error = store.takeFailure(sequence)
+            case .backgroundErrors: error = store.takeErrors().first
+            case .nothing: error = nil
             }
             outcome.withLock { $0 = error }
             if let continuation = continuation.withLock({ $0.take() }) {

@@ -1,0 +1,128 @@
+/// An aggregate query compiled to one SQL statement: selected keys and aggregates, a condition,
+/// grouping, a condition on the groups, order and window. Everything runs in SQL; no row is
+/// fetched into objects.
+struct AggregateQuery {
+    let sql: CompiledQuery.SQL
+
+    init(entity: Entity, select: Select, condition: Condition?, orderBy: OrderBy?, groupBy: KeyList?,
+         having: Condition?, options: FetchOptions) throws(QueryError) {
+        guard !select.terms.isEmpty else {
+            throw QueryError(.unsupported, "A query of \(entity.name) needs something to select: .select(\"key\") or an aggregate.", entity: entity.name)
+        }
+        let groupKeys = groupBy?.keys.map(\.path) ?? []
+        let base = try CompiledQuery(entity: entity, condition: condition, orderBy: nil,
+                                     extraKeys: select.terms.map(\.key) + groupKeys)
+        var paths: [String: ResolvedPath] = [:]
+        for path in base.extraPaths { paths[path.key] = path }
+        var columns: [String] = []
+        for term in select.terms {
+            let path = paths[term.key]!
+            if let function = term.function {
+                guard path.leaf.isAttribute || function == .count else {
+                    throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a relationship; aggregate an attribute.", key: term.key, entity: entity.name)
+                }
+                if function != .count && function != .min && function != .max, let kind = path.leaf.attributeKind, !kind.isNumeric && kind != .date {
+                    throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a \(kind.rawValue) attribute, not a number.", key: term.key, entity: entity.name)
+                }
+                columns.append("\(function.sql)(\(base.columnSQL(path))) AS \(term.alias.quotedIdentifier)")
+            } else {
+                columns.append("\(base.columnSQL(path)) AS \(term.alias.quotedIdentifier)")
+            }
+        }
+        var from = base.fromWhere()
+        var text = "SELECT \(options.distinct ? "DISTINCT " : "")\(columns.joined(separator: ", ")) \(from.text)"
+        if !groupKeys.isEmpty {
+            text += " GROUP BY " + groupKeys.map { base.columnSQL(paths[$0]!) }.joined(separator: ", ")
+        }
+        let aliases = Set(select.terms.map(\.alias))
+        let named = { (key: String) throws(QueryError) -> String in
+            if aliases.contains(key) { return key.quotedIdentifier }
+            if let path = paths[key] { return base.columnSQL(path) }
+            throw QueryError(.unknownKey, "'\(key)' is neither an alias of the query's selection (\(aliases.sorted().joined(separator: ", "))) nor a grouped key of \(entity.name).", key: key, entity: entity.name)
+        }
+        if let having {
+            text += " HAVING " + (try Self.sql(having.node, named: named, arguments: &from.arguments))
+        }
+        if let terms = orderBy?.terms, !terms.isEmpty {
+            var order: [String] = []
+            for term in terms { order.append("\(try named(term.key)) \(term.ascending ? "ASC" : "DESC")") }
+            text += " ORDER BY " + order.joined(separator: ", ")
+        }
+        if options.limit != nil || options.offset != nil {
+            text += " LIMIT ? OFFSET ?"
+            from.arguments += [.integer(Int64(options.limit ?? -1)), .integer(Int64(max(0, options.offset ?? 0)))]
+        }
+        sql = CompiledQuery.SQL(text: text, arguments: from.arguments)
+    }
+
+    /// A condition over aliases (and grouped keys), for HAVING: values are bound as given.
+    private static func sql(_ node: Condition.Node, named: (String) throws(QueryError) -> String,
+                            arguments: inout [Value]) throws(QueryError) -> String {
+        func operand(_ operand: Condition.Operand) throws(QueryError) -> String {
+            switch operand {
+            case .value(let value, _):
+                arguments.append(value)
+                return "?"
+            case .key(let key):
+                return try named(key)
+            case .object(let id):
+                arguments.append(.integer(id.primaryKey))
+                return "?"
+            }
+        }
+        switch node {
+        case .constant(let value): return value ? "1" : "0"
+        case .and(let a, let b): return "(\(try sql(a, named: named, arguments: &arguments)) AND \(try sql(b, named: named, arguments: &arguments)))"
+        case .or(let a, let b): return "(\(try sql(a, named: named, arguments: &arguments)) OR \(try sql(b, named: named, arguments: &arguments)))"
+        case .not(let a): return "(NOT \(try sql(a, named: named, arguments: &arguments)))"
+        case .compare(let key, let op, let right):
+            let left = try named(key)
+            if case .value(.null, _) = right { return op == .notEqual ? "\(left) IS NOT NULL" : "\(left) IS NULL" }
+            let rhs = try operand(right)
+            switch op {
+            case .equal: return "\(left) IS \(rhs)"
+            case .notEqual: return "\(left) IS NOT \(rhs)"
+            default: return "\(left) \(op.rawValue) \(rhs)"
+            }
+        case .between(let key, let low, let high):
+            let left = try named(key)
+            return "\(left) BETWEEN \(try operand(low)) AND \(try operand(high))"
+        case .oneOf(let key, let list):
+            let left = try named(key)
+            var items: [String] = []
+            for item in list { items.append(try operand(item)) }
+            return "\(left) IN (\(items.joined(separator: ", ")))"
+        case .text(let key, let op, let pattern, let options):
+            let left = try named(key)
+            arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue)), .text(pattern)]
+            return "cs_text(?, ?, \(left), ?)"
+        case .quantified(let quantifier, let key, _):
+            throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) is not allowed in having:.", key: key)
+        case .invalid(let error):
+            throw error
+        }
+    }
+}
+
+extension ObjectContext {
+    /// Runs an aggregate query on what is committed: commits still on their way to SQLite are
+    /// waited for first, so the answer includes every commit made before the call.
+    func query<T: ManagedObject>(_ type: T.Type, _ select: Select, _ condition: Condition?, orderBy: OrderBy?,
+                                 groupBy: KeyList?, having: Condition?, options: FetchOptions) throws -> [Row] {
+        checkExecution("query(\(T.self).self, …)")
+        let query = try AggregateQuery(entity: graph.entity(for: type), select: select, condition: condition, orderBy: orderBy,
+                                       groupBy: groupBy, having: having, options: options)
+        try store.waitUntilQueuedWritten()
+        let columns = select.terms.map(\.alias)
+        return try store.read { session in
+            let statement = try session.db.cachedStatement(query.sql.text)
+            defer { statement.reset() }
+            try statement.bind(query.sql.arguments)
+            var rows: [Row] = []
+            while try statement.step() {
+                rows.append(Row(columns: columns, values: (0..<columns.count).map(statement.column)))
+            }
+            return rows
+        }
+    }
+}

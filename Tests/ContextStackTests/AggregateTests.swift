@@ -1,0 +1,82 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Suite struct AggregateTests {
+    @MainActor static func populate(_ world: MainContext) throws {
+        try world.beginUpdateAndWait { update in
+            let rows: [(String, Int, String?)] = [("a", 10, "Taipei"), ("b", 20, "Taipei"), ("c", 60, "Kyoto"),
+                                                  ("d", 30, nil), ("e", 40, "Kyoto"), ("f", 5, "Taipei")]
+            var people: [Person] = []
+            for (name, age, location) in rows {
+                let person = try update.create(Person.self)
+                person.name = name
+                person.age = age
+                person.location = location
+                people.append(person)
+            }
+            people[0].friend = people[2]
+            people[1].friend = people[2]
+            try update.commit()
+        }
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func aggregatesGroupingHavingAndOrder(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try Self.populate(world)  // no flush: queries wait for commits on their way
+        #expect(try world.queryValue(Person.self, .average("age")).doubleValue == 27.5)
+        #expect(try world.queryValue(Person.self, .sum("age")).doubleValue == 165)
+        #expect(try world.queryValue(Person.self, .min("age")) == .integer(5))
+        #expect(try world.queryValue(Person.self, .max("age")) == .integer(60))
+        #expect(try world.queryValue(Person.self, .median("age")).doubleValue == 25)
+        #expect(try world.queryValue(Person.self, .count("location")) == .integer(5))
+        let deviation = try #require(try world.queryValue(Person.self, .stdDev("age")).doubleValue)
+        #expect(abs(deviation - (2087.5 / 6).squareRoot()) < 1e-9)  // population: the sum of squared deviations over n
+        #expect(try world.queryValue(Person.self, .average("age"), %"age" > 100) == .null)
+        #expect(try world.queryValue(Person.self, .median("age"), %"age" > 100) == .null)
+
+        let rows = try world.query(Person.self, .select("location") | .average("age", alias: "avgAge") | .count("name", alias: "n"),
+                                   %"age" > 5, orderBy: .descending("avgAge"), groupBy: %"location", having: %"n" >= 1)
+        #expect(rows.map { $0["location"] } == [.text("Kyoto"), .null, .text("Taipei")])
+        #expect(rows.map { $0["avgAge"]?.doubleValue } == [50, 30, 15])
+        #expect(rows.map { $0["n"] } == [.integer(2), .integer(1), .integer(2)])
+        #expect(rows.first?["nothing"] == nil)
+
+        let having = try world.query(Person.self, .select("location") | .average("age", alias: "avgAge"),
+                                     groupBy: %"location", having: %"avgAge" > 20)
+        #expect(Set(having.compactMap { $0["location"]?.stringValue }) == ["Kyoto"])
+        #expect(having.count == 2)  // Kyoto (50) and the NULL location (30)
+
+        let paths = try world.query(Person.self, .select("name", "friend.name") | .sum("friend.age", alias: "s"),
+                                    %"friend" != nil, orderBy: .ascending("name"), groupBy: %"name" | %"friend.name")
+        #expect(paths.map { $0["friend.name"] } == [.text("c"), .text("c")])
+        #expect(paths.map { $0["s"]?.doubleValue } == [60, 60])
+
+        let distinct = try world.query(Person.self, .select("location"), orderBy: .ascending("location"), options: .distinct)
+        #expect(distinct.map { $0["location"] } == [.null, .text("Kyoto"), .text("Taipei")])
+        let window = try world.query(Person.self, .select("name"), orderBy: .ascending("name"), options: .limit(2) | .offset(1))
+        #expect(window.map { $0["name"] } == [.text("b"), .text("c")])
+    }
+
+    @Test @MainActor func theSQLIsOneStatement() throws {
+        let model = try Model(Person.self, Pet.self)
+        let person = try #require(model.graph.entity(named: "Person"))
+        let query = try AggregateQuery(entity: person, select: .select("location") | .average("age", alias: "avgAge") | .median("age"),
+                                       condition: %"age" > 10, orderBy: .descending("avgAge"), groupBy: KeyList(keys: [%"location"]),
+                                       having: %"avgAge" > 20, options: FetchOptions())
+        #expect(query.sql.text == #"SELECT t0."location" AS "location", avg(t0."age") AS "avgAge", cs_median(t0."age") AS "median(age)" FROM "Person" AS t0 WHERE t0."age" > ? GROUP BY t0."location" HAVING "avgAge" > ? ORDER BY "avgAge" DESC"#)
+        #expect(query.sql.arguments == [.integer(10), .integer(20)])
+    }
+
+    @Test @MainActor func badQueriesThrowNamingTheProblem() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        #expect(throws: QueryError.self) { _ = try world.query(Person.self, .average("name")) }
+        #expect(throws: QueryError.self) { _ = try world.query(Person.self, .average("nope")) }
+        #expect(throws: QueryError.self) { _ = try world.query(Person.self, .select("name"), orderBy: .ascending("unknownAlias")) }
+        #expect(throws: QueryError.self) { _ = try world.query(Person.self, .count("name"), having: %"unknownAlias" > 1) }
+        #expect(try world.query(Person.self, .count("name", alias: "n")).first?["n"] == .integer(0))
+    }
+}
