@@ -47,6 +47,12 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
                 properties: \(raw: list))
             """,
             "\(raw: access)override class var entityDescription: ContextStack.EntityDescription { \(raw: staticName(className)) }",
+            """
+            \(raw: access)static func \(raw: keyFunctionName(className))<R: \(raw: className)>(_ keyPath: AnyKeyPath, root: R.Type) -> String? {
+                \(raw: properties.map { "if keyPath == \\R.\($0.name) as AnyKeyPath { return \"\($0.name)\" }\n" }.joined())return \(raw: superclass.map { "\($0).\(keyFunctionName($0))(keyPath, root: R.self)" } ?? "nil")
+            }
+            """,
+            "\(raw: access)override class func _cs_key(for keyPath: AnyKeyPath) -> String? { \(raw: keyFunctionName(className))(keyPath, root: self) }",
         ]
     }
 
@@ -179,6 +185,11 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
     /// The static holding a class's description: named after the class, because a sub-entity
     /// cannot redeclare a static its parent already has.
     static func staticName(_ className: String) -> String { "_cs_entity_\(className)" }
+
+    /// The function that names a key path rooted at (a subclass of) the class; per class, as
+    /// statics cannot be overridden, and generic over the root so inherited properties match
+    /// key paths of sub-entities (`\\Engineer.name`).
+    static func keyFunctionName(_ className: String) -> String { "_cs_key_\(className)" }
 
     static func attribute(_ name: String, in variable: VariableDeclSyntax) -> AttributeSyntax? {
         for element in variable.attributes {

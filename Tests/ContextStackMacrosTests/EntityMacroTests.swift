@@ -54,6 +54,26 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                 override class var entityDescription: ContextStack.EntityDescription {
                     _cs_entity_Person
                 }
+
+                static func _cs_key_Person<R: Person>(_ keyPath: AnyKeyPath, root: R.Type) -> String? {
+                    if keyPath == \\R.name as AnyKeyPath {
+                        return "name"
+                    }
+                    if keyPath == \\R.email as AnyKeyPath {
+                        return "email"
+                    }
+                    if keyPath == \\R.pets as AnyKeyPath {
+                        return "pets"
+                    }
+                    if keyPath == \\R.friend as AnyKeyPath {
+                        return "friend"
+                    }
+                    return nil
+                }
+
+                override class func _cs_key(for keyPath: AnyKeyPath) -> String? {
+                    _cs_key_Person(keyPath, root: self)
+                }
             }
 
             extension Person: @unchecked Sendable {
@@ -82,6 +102,17 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
 
                 public override class var entityDescription: ContextStack.EntityDescription {
                     _cs_entity_Engineer
+                }
+
+                public static func _cs_key_Engineer<R: Engineer>(_ keyPath: AnyKeyPath, root: R.Type) -> String? {
+                    if keyPath == \\R.language as AnyKeyPath {
+                        return "language"
+                    }
+                    return Staff._cs_key_Staff(keyPath, root: R.self)
+                }
+
+                public override class func _cs_key(for keyPath: AnyKeyPath) -> String? {
+                    _cs_key_Engineer(keyPath, root: self)
                 }
             }
 
@@ -112,6 +143,17 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                 override class var entityDescription: ContextStack.EntityDescription {
                     _cs_entity_Broken
                 }
+
+                static func _cs_key_Broken<R: Broken>(_ keyPath: AnyKeyPath, root: R.Type) -> String? {
+                    if keyPath == \\R.name as AnyKeyPath {
+                        return "name"
+                    }
+                    return nil
+                }
+
+                override class func _cs_key(for keyPath: AnyKeyPath) -> String? {
+                    _cs_key_Broken(keyPath, root: self)
+                }
             }
 
             extension Broken: @unchecked Sendable {
@@ -140,6 +182,14 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
 
                 override class var entityDescription: ContextStack.EntityDescription {
                     _cs_entity_Untyped
+                }
+
+                static func _cs_key_Untyped<R: Untyped>(_ keyPath: AnyKeyPath, root: R.Type) -> String? {
+                    return nil
+                }
+
+                override class func _cs_key(for keyPath: AnyKeyPath) -> String? {
+                    _cs_key_Untyped(keyPath, root: self)
                 }
             }
 
@@ -182,6 +232,14 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
 
                 override class var entityDescription: ContextStack.EntityDescription {
                     _cs_entity_Owner
+                }
+
+                static func _cs_key_Owner<R: Owner>(_ keyPath: AnyKeyPath, root: R.Type) -> String? {
+                    return nil
+                }
+
+                override class func _cs_key(for keyPath: AnyKeyPath) -> String? {
+                    _cs_key_Owner(keyPath, root: self)
                 }
             }
 

@@ -88,8 +88,8 @@ struct FormatParser {
     }
 
     private enum TokenKind {
-        /// A name or a keyword.
-        case word(String)
+        /// A name, and the keyword it spells if it does.
+        case word(String, Keyword?)
         /// `#name`: a name, even when it is spelled like a keyword.
         case escapedWord(String)
         /// `@count`, with its `@`.
@@ -124,7 +124,8 @@ struct FormatParser {
         /// The keyword a word spells, in any case.
         init?(_ word: String) {
             guard word.utf8.count <= 14, word.utf8.allSatisfy({ $0 < 0x80 }) else { return nil }
-            self.init(rawValue: word.uppercased())
+            // ASCII upper case, byte by byte.
+            self.init(rawValue: String(decoding: word.utf8.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }, as: UTF8.self))
         }
 
         var quantifier: Quantifier? {
@@ -149,7 +150,7 @@ struct FormatParser {
     }
 
     private func keyword(_ token: Token) -> Keyword? {
-        if case .word(let word) = token.kind { Keyword(word) } else { nil }
+        if case .word(_, let keyword) = token.kind { keyword } else { nil }
     }
 
     // MARK: - Lexer
@@ -174,6 +175,12 @@ struct FormatParser {
         return Int(value) < radix ? UInt64(value) : nil
     }
 
+    /// Whitespace, with a fast path for ASCII.
+    private static func isSpace(_ character: Character) -> Bool {
+        if let ascii = character.asciiValue { return ascii == 0x20 || (0x09...0x0D).contains(ascii) }
+        return character.isWhitespace
+    }
+
     private static func startsName(_ character: Character?) -> Bool {
         guard let character else { return false }
         return character == "_" || character.isLetter
@@ -190,7 +197,7 @@ struct FormatParser {
     }
 
     private mutating func lex() throws(Failure) -> Token {
-        while let character = character(at: offset), character.isWhitespace { offset += 1 }
+        while let character = character(at: offset), Self.isSpace(character) { offset += 1 }
         let start = offset
         guard let character = character(at: offset) else { return Token(kind: .end, start: start, end: start) }
         let kind: TokenKind
@@ -199,7 +206,8 @@ struct FormatParser {
         } else if character == "'" || character == "\"" {
             kind = .string(try lexString())
         } else if Self.startsName(character) {
-            kind = .word(lexName())
+            let name = lexName()
+            kind = .word(name, Keyword(name))
         } else {
             offset += 1
             switch character {
@@ -444,7 +452,8 @@ struct FormatParser {
         default: throw fail(token, "expected AND, OR or the end of the string\(after), found \(describe(token))")
         }
         guard argumentsUsed == arguments.count else {
-            throw Failure(position: characters.count, reason: "too many arguments: the format string uses \(argumentsUsed), but \(arguments.count) were given")
+            let given = "\(arguments.count) \(arguments.count == 1 ? "was" : "were") given"
+            throw Failure(position: characters.count, reason: "too many arguments: the format string uses \(argumentsUsed), but \(given)")
         }
         return result.node
     }
@@ -576,7 +585,7 @@ struct FormatParser {
         }
         try advance()
         var options: MatchOptions = []
-        if case .word(let flags) = token.kind, flags.allSatisfy({ "cdCD".contains($0) }) {
+        if case .word(let flags, _) = token.kind, flags.allSatisfy({ "cdCD".contains($0) }) {
             for flag in flags.lowercased() {
                 options.insert(flag == "c" ? .caseInsensitive : .diacriticInsensitive)
             }
@@ -606,8 +615,8 @@ struct FormatParser {
             Operand(kind: .constant(.value(value, kind)), start: start.start, what: what)
         }
         switch token.kind {
-        case .word(let word):
-            guard let keyword = keyword(token) else { return try parseKeyPath() }
+        case .word(let word, let keyword):
+            guard let keyword else { return try parseKeyPath() }
             try advance()
             switch keyword {
             case .nilLiteral, .nullLiteral: return constant(.null, nil, word)
@@ -665,7 +674,7 @@ struct FormatParser {
         var parts: [String] = []
         while true {
             switch token.kind {
-            case .word(let name), .escapedWord(let name), .atWord(let name):
+            case .word(let name, _), .escapedWord(let name), .atWord(let name):
                 parts.append(name)
             case .placeholder(.key):
                 let (argument, number) = try takeArgument(for: token)
@@ -693,24 +702,24 @@ struct FormatParser {
         var items: [Condition.Operand] = []
         if case .symbol(.closeBrace) = token.kind {
             try advance()
-            return Operand(kind: .list(items), start: open.start, what: "the list {}")
+            return Operand(kind: .list(items), start: open.start, what: "an empty list")
         }
         while true {
             if case .symbol(.openBrace) = token.kind {
-                throw fail(token, "lists cannot be nested: expected a value")
+                throw fail(token, "lists cannot be nested: expected a value, found '{'")
             }
             let element = try parseOperand()
             switch element.kind {
             case .constant(let value): items.append(value)
             case .key: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
-            case .list: throw Failure(position: element.start, reason: "lists cannot be nested: \(element.what) is an array")
+            case .list: throw Failure(position: element.start, reason: "lists cannot be nested: expected a value, found \(element.what)")
             }
             switch token.kind {
             case .symbol(.comma):
                 try advance()
             case .symbol(.closeBrace):
                 try advance()
-                return Operand(kind: .list(items), start: open.start, what: "a list of \(items.count)")
+                return Operand(kind: .list(items), start: open.start, what: "a list of \(items.count) value\(items.count == 1 ? "" : "s")")
             default:
                 throw fail(token, "expected ',' or '}' in the list that starts at offset \(open.start), found \(describe(token))")
             }
@@ -729,9 +738,9 @@ struct FormatParser {
         case .compare(let comparison):
             switch (left.kind, right.kind) {
             case (.list, _):
-                throw Failure(position: left.start, reason: "\(left.what) is a list: lists go only after IN or BETWEEN")
+                throw Failure(position: left.start, reason: "found \(left.what) before \(spelled): lists go only after IN or BETWEEN")
             case (_, .list):
-                throw Failure(position: right.start, reason: "\(right.what) is a list: lists go only after IN or BETWEEN, not after \(spelled)")
+                throw Failure(position: right.start, reason: "found \(right.what) after \(spelled): lists go only after IN or BETWEEN")
             case (.key(let path), .key(let other)):
                 guard !quantified else {
                     throw Failure(position: right.start, reason: "a quantified comparison compares members with a value, not with \(right.what)")
@@ -840,7 +849,7 @@ struct FormatParser {
         guard let argument else { return "nil" }
         if let optional = argument as? any FormatOptional, optional.formatWrapped == nil { return "nil" }
         let name = String(describing: type(of: argument))
-        let article = name.first.map { "AEIOU".contains($0) } == true ? "an" : "a"
+        let article = name.first.map { "AEIO".contains($0) } == true ? "an" : "a"
         return "\(article) \(name)"
     }
 
@@ -861,12 +870,31 @@ struct FormatParser {
         previous.map { " after \(describe($0))" } ?? ""
     }
 
-    /// The token as written, shortened.
+    /// The token as written, shortened, on one line (control characters escaped).
     private func snippet(_ token: Token) -> String {
         let end = min(token.end, characters.count)
         let start = min(token.start, end)
         let text = characters[start..<end]
-        return text.count <= 24 ? String(text) : String(text.prefix(23)) + "…"
+        let shown = text.count <= 24 ? text : text.prefix(23)
+        return shown.map(Self.visible).joined() + (shown.count < text.count ? "…" : "")
+    }
+
+    /// A character as it may appear inside a one-line message.
+    private static func visible(_ character: Character) -> String {
+        switch character {
+        case "\n": return "\\n"
+        case "\t": return "\\t"
+        case "\r": return "\\r"
+        case "\r\n": return "\\r\\n"
+        default:
+            guard character.isNewline || isControl(character) else { return String(character) }
+            return character.unicodeScalars.map { "\\u{\(String($0.value, radix: 16))}" }.joined()
+        }
+    }
+
+    private static func isControl(_ character: Character) -> Bool {
+        if let ascii = character.asciiValue { return ascii < 0x20 || ascii == 0x7F }
+        return character.unicodeScalars.contains { $0.properties.generalCategory == .control }
     }
 
     private func spelling(_ token: Token) -> String { snippet(token) }
@@ -893,8 +921,7 @@ struct FormatParser {
         }
         var line = low > 0 ? "…" : ""
         for character in characters[low..<high] {
-            let isControl = character.unicodeScalars.contains { $0.properties.generalCategory == .control }
-            line.append(character.isWhitespace || isControl ? " " : character)
+            line.append(isSpace(character) || isControl(character) ? " " : character)
         }
         if high < characters.count { line += "…" }
         let caret = failure.position - low + (low > 0 ? 1 : 0)

@@ -1,0 +1,42 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Suite struct TypedPredicateTests {
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func keyPathsWorkLikeKeyStrings(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try PredicateTests.populate(world)
+        func names(_ condition: Condition, _ order: OrderBy = .ascending(\Person.name)) throws -> [String] {
+            try world.fetchAll(Person.self, condition, orderBy: order).map(\.name)
+        }
+        #expect(try names(\Person.age > 18) == (try names(%"age" > 18)))
+        #expect(try names(\Person.name == "Monk") == ["Monk"])
+        #expect(try names(\Person.location == nil) == ["Knight", "Élise"])
+        #expect(try names(\Person.age >= 28 && \Person.location != "Taipei") == ["Monk", "Élise"])
+        let farmer = try #require(try world.fetch(Person.self, \Person.name == "Farmer"))
+        #expect(try names(\Person.friend == farmer) == ["Knight"])
+        #expect(try world.fetchAll(Person.self, \Person.name == "Monk", orderBy: .descending(\Person.age)).count == 1)
+        #expect(try names(.all, .descending(\Person.age)) == ["Monk", "Élise", "Warrior", "Farmer", "Knight", "monk"])
+    }
+
+    @Test @MainActor func keyPathsThatAreNotPersistedPropertiesThrowWhenUsed() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        #expect {
+            _ = try world.fetchAll(Person.self, \Person.scratch > 1)  // @Transient
+        } throws: { error in
+            (error as? QueryError)?.code == .unknownKey
+        }
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Sample.self, \Sample.computed > 1) }
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, orderBy: .ascending(\Person.scratch)) }
+    }
+
+    @Test func subEntitiesNameInheritedKeyPaths() {
+        #expect(Engineer._cs_key(for: \Engineer.language) == "language")
+        #expect(Engineer._cs_key(for: \Engineer.name) == "name")
+        #expect(Staff._cs_key(for: \Staff.team) == "team")
+        #expect(Person._cs_key(for: \Person.scratch) == nil)
+    }
+}
