@@ -82,3 +82,19 @@ import Testing
         }
     }
 }
+
+@Suite struct NaNTests {
+    /// SQLite binds NaN as NULL; memory does the same, so pending and stored rows agree.
+    @Test @MainActor func nanIsNullInSQLAndInMemory() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Sample.self).optionalDouble = .nan
+            try update.commit()
+            try update.create(Sample.self).optionalDouble = .nan
+            #expect(try update.fetchCount(Sample.self, %"optionalDouble" == Double.nan) == 2)
+            #expect(try update.fetchCount(Sample.self, %"optionalDouble" == nil) == 2)
+        }
+        #expect(try world.fetch(Sample.self)?.optionalDouble == nil)
+    }
+}

@@ -96,18 +96,20 @@ extension Int64: AttributeValue {
     }
 }
 
+/// NaN is stored as NULL: SQLite has no NaN (it binds one as NULL), so memory does the same.
 extension Double: AttributeValue {
     public static var attributeKind: AttributeKind { .double }
-    public var storedValue: Value { .double(self) }
+    public var storedValue: Value { isNaN ? .null : .double(self) }
     public init?(storedValue: Value) {
         guard let value = storedValue.doubleValue else { return nil }
         self = value
     }
 }
 
+/// NaN is stored as NULL, as for `Double`.
 extension Float: AttributeValue {
     public static var attributeKind: AttributeKind { .float }
-    public var storedValue: Value { .double(Double(self)) }
+    public var storedValue: Value { isNaN ? .null : .double(Double(self)) }
     public init?(storedValue: Value) {
         guard let value = storedValue.doubleValue else { return nil }
         self = Float(value)

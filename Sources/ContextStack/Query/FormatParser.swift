@@ -51,32 +51,32 @@ struct FormatParser {
 
     // MARK: - State
 
-    private let characters: [Character]
-    private let arguments: [(any Sendable)?]
+    let characters: [Character]
+    let arguments: [(any Sendable)?]
     /// The lexer's position in `characters`.
-    private var offset = 0
+    var offset = 0
     /// The token being looked at, and the one before it (for messages).
-    private var token = Token(kind: .end, start: 0, end: 0)
-    private var previous: Token?
+    var token = Token(kind: .end, start: 0, end: 0)
+    var previous: Token?
     /// How many arguments the placeholders so far have taken.
-    private var argumentsUsed = 0
+    var argumentsUsed = 0
     /// Open parentheses around the current position.
-    private var nesting = 0
+    var nesting = 0
 
-    private init(characters: [Character], arguments: [(any Sendable)?]) {
+    init(characters: [Character], arguments: [(any Sendable)?]) {
         self.characters = characters
         self.arguments = arguments
     }
 
     // MARK: - Tokens
 
-    private enum Symbol: Equatable {
+    enum Symbol: Equatable {
         case openParen, closeParen, openBrace, closeBrace, openBracket, closeBracket, comma, dot, minus
         case comparison(ComparisonOperator)
         case and, or, not
     }
 
-    private enum Placeholder {
+    enum Placeholder {
         /// `%@`: any value, or an array for IN and BETWEEN.
         case value
         /// `%K`: a key path.
@@ -87,7 +87,7 @@ struct FormatParser {
         case double
     }
 
-    private enum TokenKind {
+    enum TokenKind {
         /// A name, and the keyword it spells if it does.
         case word(String, Keyword?)
         /// `#name`: a name, even when it is spelled like a keyword.
@@ -105,14 +105,14 @@ struct FormatParser {
         case end
     }
 
-    private struct Token {
+    struct Token {
         var kind: TokenKind
         /// The offsets of the token's first character and one past its last.
         var start: Int
         var end: Int
     }
 
-    private enum Keyword: String {
+    enum Keyword: String {
         case and = "AND", or = "OR", not = "NOT"
         case any = "ANY", all = "ALL", some = "SOME", none = "NONE"
         case isIn = "IN", between = "BETWEEN"
@@ -149,275 +149,19 @@ struct FormatParser {
         }
     }
 
-    private func keyword(_ token: Token) -> Keyword? {
+    func keyword(_ token: Token) -> Keyword? {
         if case .word(_, let keyword) = token.kind { keyword } else { nil }
-    }
-
-    // MARK: - Lexer
-
-    private func character(at index: Int) -> Character? {
-        index < characters.count ? characters[index] : nil
-    }
-
-    private static func isDigit(_ character: Character?, radix: Int = 10) -> Bool {
-        digitValue(character, radix: radix) != nil
-    }
-
-    private static func digitValue(_ character: Character?, radix: Int) -> UInt64? {
-        guard let ascii = character?.asciiValue else { return nil }
-        let value: UInt8
-        switch ascii {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): value = ascii - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): value = ascii - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): value = ascii - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-        return Int(value) < radix ? UInt64(value) : nil
-    }
-
-    /// Whitespace, with a fast path for ASCII.
-    private static func isSpace(_ character: Character) -> Bool {
-        if let ascii = character.asciiValue { return ascii == 0x20 || (0x09...0x0D).contains(ascii) }
-        return character.isWhitespace
-    }
-
-    private static func startsName(_ character: Character?) -> Bool {
-        guard let character else { return false }
-        return character == "_" || character.isLetter
-    }
-
-    private static func continuesName(_ character: Character?) -> Bool {
-        guard let character else { return false }
-        return character == "_" || character.isLetter || character.isNumber
-    }
-
-    private mutating func advance() throws(Failure) {
-        previous = token
-        token = try lex()
-    }
-
-    private mutating func lex() throws(Failure) -> Token {
-        while let character = character(at: offset), Self.isSpace(character) { offset += 1 }
-        let start = offset
-        guard let character = character(at: offset) else { return Token(kind: .end, start: start, end: start) }
-        let kind: TokenKind
-        if Self.isDigit(character) {
-            kind = try lexNumber()
-        } else if character == "'" || character == "\"" {
-            kind = .string(try lexString())
-        } else if Self.startsName(character) {
-            let name = lexName()
-            kind = .word(name, Keyword(name))
-        } else {
-            offset += 1
-            switch character {
-            case "#":
-                guard Self.startsName(self.character(at: offset)) else {
-                    throw Failure(position: start, reason: "expected a key name after '#' (#name is a key even when spelled like a keyword)")
-                }
-                kind = .escapedWord(lexName())
-            case "@":
-                guard Self.startsName(self.character(at: offset)) else {
-                    throw Failure(position: start, reason: "expected a name after '@', such as @count")
-                }
-                kind = .atWord("@" + lexName())
-            case "%": kind = .placeholder(try lexPlaceholder(start: start))
-            case "$":
-                throw Failure(position: start, reason: "variables such as $name are not supported; pass values as %@ arguments")
-            case "(": kind = .symbol(.openParen)
-            case ")": kind = .symbol(.closeParen)
-            case "{": kind = .symbol(.openBrace)
-            case "}": kind = .symbol(.closeBrace)
-            case "[": kind = .symbol(.openBracket)
-            case "]": kind = .symbol(.closeBracket)
-            case ",": kind = .symbol(.comma)
-            case ".": kind = .symbol(.dot)
-            case "-": kind = .symbol(.minus)
-            case "=":
-                switch self.character(at: offset) {
-                case "=": offset += 1; kind = .symbol(.comparison(.equal))
-                case "<": offset += 1; kind = .symbol(.comparison(.lessOrEqual))
-                case ">": offset += 1; kind = .symbol(.comparison(.greaterOrEqual))
-                default: kind = .symbol(.comparison(.equal))
-                }
-            case "!":
-                if self.character(at: offset) == "=" { offset += 1; kind = .symbol(.comparison(.notEqual)) } else { kind = .symbol(.not) }
-            case "<":
-                switch self.character(at: offset) {
-                case "=": offset += 1; kind = .symbol(.comparison(.lessOrEqual))
-                case ">": offset += 1; kind = .symbol(.comparison(.notEqual))
-                default: kind = .symbol(.comparison(.less))
-                }
-            case ">":
-                if self.character(at: offset) == "=" { offset += 1; kind = .symbol(.comparison(.greaterOrEqual)) } else { kind = .symbol(.comparison(.greater)) }
-            case "&":
-                if self.character(at: offset) == "&" { offset += 1; kind = .symbol(.and) } else { kind = .unknown }
-            case "|":
-                if self.character(at: offset) == "|" { offset += 1; kind = .symbol(.or) } else { kind = .unknown }
-            default: kind = .unknown
-            }
-        }
-        return Token(kind: kind, start: start, end: offset)
-    }
-
-    private mutating func lexName() -> String {
-        let start = offset
-        while Self.continuesName(character(at: offset)) { offset += 1 }
-        return String(characters[start..<offset])
-    }
-
-    /// `%@ %K %d %i %ld %li %lld %lli %f %lf`, after the `%`.
-    private mutating func lexPlaceholder(start: Int) throws(Failure) -> Placeholder {
-        var longs = 0
-        while character(at: offset) == "l" && longs < 2 { offset += 1; longs += 1 }
-        let character = character(at: offset)
-        offset += 1
-        switch character {
-        case "@" where longs == 0: return .value
-        case "K" where longs == 0: return .key
-        case "d", "i": return .integer
-        case "f" where longs <= 1: return .double
-        default:
-            throw Failure(position: start, reason: "unknown placeholder: expected %@, %K, %d, %i, %ld, %lld, %f or %lf")
-        }
-    }
-
-    /// A decimal, hexadecimal (`0x`), octal (`0o`) or binary (`0b`) integer, or a decimal
-    /// number with a fraction and/or an exponent.
-    private mutating func lexNumber() throws(Failure) -> TokenKind {
-        let start = offset
-        let radix: Int? = switch (character(at: offset), character(at: offset + 1)) {
-        case ("0", "x"), ("0", "X"): 16
-        case ("0", "o"), ("0", "O"): 8
-        case ("0", "b"), ("0", "B"): 2
-        default: nil
-        }
-        if let radix {
-            offset += 2
-            guard Self.isDigit(character(at: offset), radix: radix) else {
-                throw Failure(position: start, reason: "expected digits after '\(String(characters[start..<offset]))'")
-            }
-            return .integer(try accumulate(radix: radix, start: start))
-        }
-        while Self.isDigit(character(at: offset)) { offset += 1 }
-        var isDecimal = false
-        if character(at: offset) == ".", Self.isDigit(character(at: offset + 1)) {
-            isDecimal = true
-            offset += 1
-            while Self.isDigit(character(at: offset)) { offset += 1 }
-        }
-        if character(at: offset) == "e" || character(at: offset) == "E" {
-            let sign = character(at: offset + 1) == "+" || character(at: offset + 1) == "-" ? 1 : 0
-            if Self.isDigit(character(at: offset + 1 + sign)) {
-                isDecimal = true
-                offset += 1 + sign
-                while Self.isDigit(character(at: offset)) { offset += 1 }
-            }
-        }
-        if isDecimal {
-            guard let value = Double(String(characters[start..<offset])), value.isFinite else {
-                throw Failure(position: start, reason: "the number is out of range for a Double")
-            }
-            return .decimal(value)
-        }
-        let end = offset
-        offset = start
-        let value = try accumulate(radix: 10, start: start)
-        offset = end
-        return .integer(value)
-    }
-
-    /// The digits at `offset` in `radix`, as a 64-bit magnitude.
-    private mutating func accumulate(radix: Int, start: Int) throws(Failure) -> UInt64 {
-        var value: UInt64 = 0
-        while let digit = Self.digitValue(character(at: offset), radix: radix) {
-            let (shifted, overflow) = value.multipliedReportingOverflow(by: UInt64(radix))
-            let (sum, carry) = shifted.addingReportingOverflow(digit)
-            guard !overflow, !carry else {
-                throw Failure(position: start, reason: "the integer is too large for 64 bits")
-            }
-            value = sum
-            offset += 1
-        }
-        return value
-    }
-
-    /// A string in single or double quotes, with the escapes `\n \t \r \0 \\ \' \" \uXXXX`.
-    private mutating func lexString() throws(Failure) -> String {
-        let start = offset
-        let quote = characters[offset]
-        offset += 1
-        var text = ""
-        while let character = character(at: offset) {
-            if character == quote {
-                offset += 1
-                return text
-            }
-            guard character == "\\" else {
-                text.append(character)
-                offset += 1
-                continue
-            }
-            let escape = offset
-            offset += 1
-            switch self.character(at: offset) {
-            case "n": text.append("\n")
-            case "t": text.append("\t")
-            case "r": text.append("\r")
-            case "0": text.append("\0")
-            case "\\": text.append("\\")
-            case "'": text.append("'")
-            case "\"": text.append("\"")
-            case "u":
-                var code = try lexUnicodeEscape(at: escape)
-                if (0xD800...0xDBFF).contains(code) {
-                    guard self.character(at: offset + 1) == "\\", self.character(at: offset + 2) == "u" else {
-                        throw Failure(position: escape, reason: "a high surrogate \\u escape must be followed by a low surrogate \\uDC00–\\uDFFF")
-                    }
-                    offset += 2
-                    let low = try lexUnicodeEscape(at: offset - 1)
-                    guard (0xDC00...0xDFFF).contains(low) else {
-                        throw Failure(position: offset - 5, reason: "expected a low surrogate \\uDC00–\\uDFFF after a high surrogate")
-                    }
-                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-                }
-                guard let scalar = Unicode.Scalar(code) else {
-                    throw Failure(position: escape, reason: "\\u escape is not a Unicode scalar (a lone surrogate)")
-                }
-                text.unicodeScalars.append(scalar)
-            case nil:
-                break
-            default:
-                throw Failure(position: escape, reason: "unknown escape: expected \\n, \\t, \\r, \\0, \\\\, \\', \\\" or \\uXXXX")
-            }
-            offset += 1
-        }
-        throw Failure(position: start, reason: "unterminated string: expected a closing \(quote) before the end of the string")
-    }
-
-    /// The four hex digits after the `u` at `offset` (the `\` is at `escape`); leaves `offset`
-    /// on the last digit.
-    private mutating func lexUnicodeEscape(at escape: Int) throws(Failure) -> UInt32 {
-        var code: UInt32 = 0
-        for index in 1...4 {
-            guard let digit = Self.digitValue(character(at: offset + index), radix: 16) else {
-                throw Failure(position: escape, reason: "expected four hexadecimal digits after \\u")
-            }
-            code = code << 4 | UInt32(digit)
-        }
-        offset += 4
-        return code
     }
 
     // MARK: - Parser
 
     /// A parsed predicate and the depth of its node.
-    private struct Parsed {
+    struct Parsed {
         var node: Condition.Node
         var depth: Int
     }
 
-    private enum Operator {
+    enum Operator {
         case compare(ComparisonOperator)
         case isIn
         case between
@@ -427,7 +171,7 @@ struct FormatParser {
     }
 
     /// One side of a comparison.
-    private struct Operand {
+    struct Operand {
         enum Kind {
             case key(String)
             case constant(Condition.Operand)
@@ -439,7 +183,7 @@ struct FormatParser {
         var what: String
     }
 
-    private mutating func parsePredicate() throws(Failure) -> Condition.Node {
+    mutating func parsePredicate() throws(Failure) -> Condition.Node {
         try advance()
         previous = nil
         if case .end = token.kind {
@@ -458,7 +202,7 @@ struct FormatParser {
         return result.node
     }
 
-    private func isJoiner(or: Bool) -> Bool {
+    func isJoiner(or: Bool) -> Bool {
         switch token.kind {
         case .symbol(.or): or
         case .symbol(.and): !or
@@ -467,7 +211,7 @@ struct FormatParser {
     }
 
     /// `a OR b OR …` (or `a AND b AND …`), left-associative like `||` and `&&`.
-    private mutating func parseChain(or: Bool) throws(Failure) -> Parsed {
+    mutating func parseChain(or: Bool) throws(Failure) -> Parsed {
         var terms = [try or ? parseChain(or: false) : parseNot()]
         var joiner: Token?
         while isJoiner(or: or) {
@@ -481,7 +225,7 @@ struct FormatParser {
 
     /// Joins a chain left-deep, as `a && b && c` does; a chain too long for that is balanced
     /// instead (the same meaning: AND and OR are associative, SQL's unknown included).
-    private func join(_ terms: [Parsed], or: Bool, at joiner: Token) throws(Failure) -> Parsed {
+    func join(_ terms: [Parsed], or: Bool, at joiner: Token) throws(Failure) -> Parsed {
         func pair(_ a: Parsed, _ b: Parsed) -> Parsed {
             Parsed(node: or ? .or(a.node, b.node) : .and(a.node, b.node), depth: max(a.depth, b.depth) + 1)
         }
@@ -501,7 +245,7 @@ struct FormatParser {
         return result
     }
 
-    private mutating func parseNot() throws(Failure) -> Parsed {
+    mutating func parseNot() throws(Failure) -> Parsed {
         var nots: [Token] = []
         while true {
             if case .symbol(.not) = token.kind {} else if keyword(token) == .not {} else { break }
@@ -517,7 +261,7 @@ struct FormatParser {
         return result
     }
 
-    private mutating func parsePrimary() throws(Failure) -> Parsed {
+    mutating func parsePrimary() throws(Failure) -> Parsed {
         if case .symbol(.openParen) = token.kind {
             let open = token
             nesting += 1
@@ -543,7 +287,7 @@ struct FormatParser {
         }
     }
 
-    private mutating func parseComparison() throws(Failure) -> Parsed {
+    mutating func parseComparison() throws(Failure) -> Parsed {
         var quantifier: Quantifier?
         if let found = keyword(token)?.quantifier {
             let spelled = spelling(token)
@@ -564,7 +308,7 @@ struct FormatParser {
         return Parsed(node: .quantified(quantifier, path, node), depth: 2)
     }
 
-    private mutating func parseOperator() throws(Failure) -> Operator {
+    mutating func parseOperator() throws(Failure) -> Operator {
         let found = token
         let op: Operator
         if case .symbol(.comparison(let comparison)) = token.kind {
@@ -600,7 +344,7 @@ struct FormatParser {
         return .text(textOperator, options)
     }
 
-    private func startsKeyPath(_ token: Token) -> Bool {
+    func startsKeyPath(_ token: Token) -> Bool {
         switch token.kind {
         case .word: keyword(token) == nil
         case .escapedWord, .atWord, .placeholder(.key): true
@@ -608,7 +352,7 @@ struct FormatParser {
         }
     }
 
-    private mutating func parseOperand() throws(Failure) -> Operand {
+    mutating func parseOperand() throws(Failure) -> Operand {
         let start = token
         let before = previous
         func constant(_ value: Value, _ kind: AttributeKind?, _ what: String) -> Operand {
@@ -669,7 +413,7 @@ struct FormatParser {
         }
     }
 
-    private mutating func parseKeyPath() throws(Failure) -> Operand {
+    mutating func parseKeyPath() throws(Failure) -> Operand {
         let start = token
         var parts: [String] = []
         while true {
@@ -696,7 +440,7 @@ struct FormatParser {
     }
 
     /// `{a, b, …}`: values only (no keys, no nested lists).
-    private mutating func parseList() throws(Failure) -> Operand {
+    mutating func parseList() throws(Failure) -> Operand {
         let open = token
         try advance()
         var items: [Condition.Operand] = []
@@ -727,7 +471,7 @@ struct FormatParser {
     }
 
     /// The node for `left op right`, built as the operators on `Key` build it.
-    private func build(_ left: Operand, _ op: Operator, _ spelled: String, _ right: Operand, quantified: Bool) throws(Failure) -> Condition.Node {
+    func build(_ left: Operand, _ op: Operator, _ spelled: String, _ right: Operand, quantified: Bool) throws(Failure) -> Condition.Node {
         func keyOnLeft() throws(Failure) -> String {
             guard case .key(let path) = left.kind else {
                 throw Failure(position: left.start, reason: "expected a key before \(spelled), found \(left.what)")
@@ -775,7 +519,7 @@ struct FormatParser {
         }
     }
 
-    private func checkObject(_ value: Condition.Operand, _ comparison: ComparisonOperator, _ spelled: String, _ operand: Operand) throws(Failure) {
+    func checkObject(_ value: Condition.Operand, _ comparison: ComparisonOperator, _ spelled: String, _ operand: Operand) throws(Failure) {
         if case .object = value, comparison.isOrdering {
             throw Failure(position: operand.start, reason: "\(operand.what) is an object: objects compare only with == and !=, not \(spelled)")
         }
@@ -783,7 +527,7 @@ struct FormatParser {
 
     // MARK: - Arguments
 
-    private mutating func takeArgument(for placeholder: Token) throws(Failure) -> (Any?, Int) {
+    mutating func takeArgument(for placeholder: Token) throws(Failure) -> (Any?, Int) {
         guard argumentsUsed < arguments.count else {
             throw fail(placeholder, "too few arguments: \(spelling(placeholder)) is placeholder \(argumentsUsed + 1), but \(arguments.count) \(arguments.count == 1 ? "was" : "were") given")
         }
@@ -791,7 +535,7 @@ struct FormatParser {
         return (arguments[argumentsUsed - 1].map { $0 as Any }, argumentsUsed)
     }
 
-    private func operand(for argument: Any?, number: Int, placeholder: Placeholder, at token: Token) throws(Failure) -> Operand {
+    func operand(for argument: Any?, number: Int, placeholder: Placeholder, at token: Token) throws(Failure) -> Operand {
         let spelled = spelling(token)
         let what = "the argument for \(spelled) (argument \(number), \(Self.describeArgument(argument)))"
         func constant(_ value: Condition.Operand) -> Operand { Operand(kind: .constant(value), start: token.start, what: what) }
@@ -829,7 +573,7 @@ struct FormatParser {
         }
     }
 
-    private static let supported = "which a predicate cannot use: pass a String, a number, a Bool, a Date, Data, a UUID, a URL, a Decimal, an enum with such raw values, a managed object, an ObjectID, nil, or (for IN and BETWEEN) an array of these"
+    static let supported = "which a predicate cannot use: pass a String, a number, a Bool, a Date, Data, a UUID, a URL, a Decimal, an enum with such raw values, a managed object, an ObjectID, nil, or (for IN and BETWEEN) an array of these"
 
     /// An argument as a constant, as the operators on `Key` make it; `nil` for an unsupported type.
     static func operand(for argument: Any?) -> Condition.Operand? {
@@ -845,7 +589,7 @@ struct FormatParser {
         return nil
     }
 
-    private static func describeArgument(_ argument: Any?) -> String {
+    static func describeArgument(_ argument: Any?) -> String {
         guard let argument else { return "nil" }
         if let optional = argument as? any FormatOptional, optional.formatWrapped == nil { return "nil" }
         let name = String(describing: type(of: argument))
@@ -855,23 +599,23 @@ struct FormatParser {
 
     // MARK: - Messages
 
-    private func fail(_ token: Token, _ reason: String) -> Failure {
+    func fail(_ token: Token, _ reason: String) -> Failure {
         Failure(position: token.start, reason: reason)
     }
 
-    private func tooDeep(_ token: Token) -> Failure {
+    func tooDeep(_ token: Token) -> Failure {
         fail(token, "the predicate nests deeper than \(Self.maxDepth) levels")
     }
 
     /// " after 'x'" for the token before the current one; empty at the start.
-    private var after: String { after(previous: previous) }
+    var after: String { after(previous: previous) }
 
-    private func after(previous: Token?) -> String {
+    func after(previous: Token?) -> String {
         previous.map { " after \(describe($0))" } ?? ""
     }
 
     /// The token as written, shortened, on one line (control characters escaped).
-    private func snippet(_ token: Token) -> String {
+    func snippet(_ token: Token) -> String {
         let end = min(token.end, characters.count)
         let start = min(token.start, end)
         let text = characters[start..<end]
@@ -880,7 +624,7 @@ struct FormatParser {
     }
 
     /// A character as it may appear inside a one-line message.
-    private static func visible(_ character: Character) -> String {
+    static func visible(_ character: Character) -> String {
         switch character {
         case "\n": return "\\n"
         case "\t": return "\\t"
@@ -892,14 +636,14 @@ struct FormatParser {
         }
     }
 
-    private static func isControl(_ character: Character) -> Bool {
+    static func isControl(_ character: Character) -> Bool {
         if let ascii = character.asciiValue { return ascii < 0x20 || ascii == 0x7F }
         return character.unicodeScalars.contains { $0.properties.generalCategory == .control }
     }
 
-    private func spelling(_ token: Token) -> String { snippet(token) }
+    func spelling(_ token: Token) -> String { snippet(token) }
 
-    private func describe(_ token: Token) -> String {
+    func describe(_ token: Token) -> String {
         switch token.kind {
         case .end: "the end of the string"
         case .string: "the string \(snippet(token))"
@@ -933,7 +677,7 @@ struct FormatParser {
 
 extension ComparisonOperator {
     /// The operator with its sides swapped: `18 < age` is `age > 18`.
-    fileprivate var flipped: ComparisonOperator {
+    var flipped: ComparisonOperator {
         switch self {
         case .less: .greater
         case .lessOrEqual: .greaterOrEqual
@@ -950,7 +694,7 @@ fileprivate protocol FormatOptional {
 }
 
 extension Optional: FormatOptional {
-    fileprivate var formatWrapped: Any? { map { $0 as Any } }
+    var formatWrapped: Any? { map { $0 as Any } }
 }
 
 /// The collections a `%@` may pass to IN and BETWEEN.
@@ -959,17 +703,17 @@ fileprivate protocol FormatList {
 }
 
 extension Array: FormatList {
-    fileprivate var formatElements: [Any] { map { $0 as Any } }
+    var formatElements: [Any] { map { $0 as Any } }
 }
 
 extension ArraySlice: FormatList {
-    fileprivate var formatElements: [Any] { map { $0 as Any } }
+    var formatElements: [Any] { map { $0 as Any } }
 }
 
 extension ContiguousArray: FormatList {
-    fileprivate var formatElements: [Any] { map { $0 as Any } }
+    var formatElements: [Any] { map { $0 as Any } }
 }
 
 extension Set: FormatList {
-    fileprivate var formatElements: [Any] { map { $0 as Any } }
+    var formatElements: [Any] { map { $0 as Any } }
 }
