@@ -26,7 +26,11 @@ import Testing
         let prefix = ["", "", "friend.", "friend.friend."].randomElement(using: &rng)!
         let options = [MatchOptions(), .caseInsensitive, .diacriticInsensitive, [.caseInsensitive, .diacriticInsensitive]].randomElement(using: &rng)!
         let textKey = Key(prefix + ["name", "location"].randomElement(using: &rng)!)
-        switch Int.random(in: 0..<15, using: &rng) {
+        switch Int.random(in: 0..<19, using: &rng) {
+        case 15: return Key("friendOf.age").any > randomAge(&rng)
+        case 16: return Key("friendOf.name").all >= randomString(&rng)
+        case 17: return Key("friendOf.location").none == randomOptionalString(&rng)
+        case 18: return Key("friendOf.@count") > Int.random(in: 0..<3, using: &rng)
         case 8: return textKey.contains(randomString(&rng), options: options)
         case 9: return textKey.beginsWith(randomString(&rng), options: options)
         case 10: return textKey.endsWith(randomString(&rng), options: options)
@@ -54,6 +58,9 @@ import Testing
         if Bool.random(using: &rng) { order = order | .descending(keys.randomElement(using: &rng)!) }
         return order
     }
+
+    /// Stands for one counted object, so IDs and count compare in one expectation.
+    static let countMarker = ObjectID(rootEntity: Person.entityDescription, primaryKey: -1)
 
     @MainActor static func populate(_ world: MainContext, _ rng: inout SeededGenerator, count: Int) throws {
         var local = rng
@@ -86,13 +93,18 @@ import Testing
         var rows: [ObjectID: RowData] = [:]
         for person in all { rows[person.objectID] = RowData(entity: entity, values: person.values) }
         let resolve: CompiledQuery.RowResolver = { rows[$0] }
+        // Members of a to-many with a to-one inverse: the rows whose inverse points at the owner.
+        let members: CompiledQuery.MemberResolver = { owner, property in
+            let inverse = try #require(property.inverse)
+            return rows.filter { $0.value.values[inverse.slot] == .integer(owner.primaryKey) }.map(\.key).sorted()
+        }
 
         for iteration in 0..<1500 {
             let condition = Self.randomCondition(&rng)
             let order = Self.randomOrder(&rng)
             let query = try CompiledQuery(entity: entity, condition: condition, orderBy: order)
             let fromSQL = try world.fetchIDs(Person.self, condition, orderBy: order)
-            let inMemory = try rows.filter { try query.matches($0.value.values, resolve: resolve) }
+            let inMemory = try rows.filter { try query.matches($0.key, $0.value.values, resolve: resolve, members: members) }
                 .map { (id: $0.key, values: $0.value.values) }
                 .sorted { try query.sortsBefore($0, $1, resolve: resolve) }
                 .map(\.id)
@@ -135,6 +147,7 @@ import Testing
                 }
                 let results = try queries.map { condition, order, offset, limit in
                     try update.fetchIDs(Person.self, condition, orderBy: order, options: .offset(offset) | .limit(limit))
+                        + [ObjectID](repeating: Self.countMarker, count: try update.fetchCount(Person.self, condition))
                 }
                 try update.commit()
                 return results
@@ -143,6 +156,7 @@ import Testing
             try await store.stack.flush()
             for (index, (condition, order, offset, limit)) in queries.enumerated() {
                 let committed = try world.fetchIDs(Person.self, condition, orderBy: order, options: .offset(offset) | .limit(limit))
+                    + [ObjectID](repeating: Self.countMarker, count: try world.fetchCount(Person.self, condition))
                 #expect(pending[index] == committed, "seed \(seed), round \(round): \(condition) ORDER BY \(order) OFFSET \(offset) LIMIT \(limit)")
             }
         }

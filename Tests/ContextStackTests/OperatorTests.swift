@@ -72,14 +72,50 @@ import Testing
         #expect(sql.arguments == [.integer(0), .integer(1), .text("M*"), .integer(1), .integer(2), .integer(3), .integer(4)])
     }
 
-    @Test @MainActor func quantifiersAreRejectedWithAClearErrorForNow() throws {
-        let store = try TestStore(.memory)
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func quantifiersAndCountOverToManyRelationships(kind: StoreKind) throws {
+        let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)
-        #expect {
-            _ = try world.fetchAll(Person.self, %"pets.name"%.any == "Rex")
-        } throws: { error in
-            (error as? QueryError)?.code == .unsupported && (error as? QueryError)?.message.contains("ANY pets.name") == true
+        try world.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            ann.name = "Ann"
+            let bob = try update.create(Person.self)
+            bob.name = "Bob"
+            try update.create(Person.self).name = "Cy"
+            for (name, age, owner) in [("Rex", 3, ann), ("Tom", 1, ann), ("Max", 5, bob)] {
+                let pet = try update.create(Pet.self)
+                pet.name = name
+                pet.age = age
+                pet.owner = owner
+            }
+            let article = try update.create(Article.self)
+            article.title = "news"
+            let swift = try update.create(Tag.self)
+            swift.name = "swift"
+            article.tags = [swift]
+            try update.commit()
         }
+        #expect(try names(world, %"pets.name"%.any == "Rex") == ["Ann"])
+        #expect(try names(world, %"pets.age"%.all > 2) == ["Bob", "Cy"])  // no pets: ALL holds
+        #expect(try names(world, %"pets.age"%.none > 4) == ["Ann", "Cy"])
+        #expect(try names(world, %"pets.@count" >= 1) == ["Ann", "Bob"])
+        #expect(try names(world, %"pets.@count" == 2) == ["Ann"])
+        #expect(try names(world, %"pets.name"%.any.beginsWith("M") || %"pets.@count" == 0) == ["Bob", "Cy"])
+        #expect(try world.fetchAll(Article.self, %"tags.name"%.any == "swift").count == 1)
+        #expect(try world.fetchAll(Tag.self, %"articles.@count" == 1).count == 1)
+        // Pending changes inside an update are seen by quantifiers and counts too.
+        try world.beginUpdateAndWait { update in
+            let cy = try #require(try update.fetch(Person.self, %"name" == "Cy"))
+            let rex = try #require(try update.fetch(Pet.self, %"name" == "Rex"))
+            rex.owner = cy
+            #expect(try update.fetchAll(Person.self, %"pets.name"%.any == "Rex").map(\.name) == ["Cy"])
+            #expect(try update.fetchCount(Person.self, %"pets.@count" == 1) == 3)
+            let tag = try #require(try update.fetch(Tag.self))
+            tag.articles = []
+            #expect(try update.fetchCount(Article.self, %"tags.name"%.any == "swift") == 0)
+        }
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, %"name"%.any == "x") }
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, %"friend.pets.@count" > 1) }
     }
 }
 

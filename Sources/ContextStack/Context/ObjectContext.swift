@@ -238,6 +238,7 @@ final class ObjectContext: @unchecked Sendable {
             for chain in query.hopChains {
                 recheck.formUnion(try reader.referencing(chain, from: query.entity))
             }
+            recheck.formUnion(try reader.ownersToRecheck(query))
             var sql = query.fromWhere()
             sql.text = "SELECT \(reader.selectColumns(query.entity.table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
             if recheck.isEmpty {
@@ -257,7 +258,9 @@ final class ObjectContext: @unchecked Sendable {
             var rows = try reader.rows(sql, table: query.entity.table).filter { !recheck.contains($0.id) }
             for id in recheck {
                 guard let row = try reader.row(id), query.entity.includes(row.entity) else { continue }
-                if try query.matches(row.values, resolve: { try reader.row($0) }) { rows.append((id, row)) }
+                if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {
+                    rows.append((id, row))
+                }
             }
             try rows.sort { a, b in
                 try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try reader.row($0) })
@@ -275,8 +278,9 @@ final class ObjectContext: @unchecked Sendable {
 
     /// How many objects match `query`; a `count(*)` when nothing is pending.
     func fetchCount(_ query: CompiledQuery) throws -> Int {
-        let root = query.entity.rootDescription
-        let hasPending = try changed.keys.contains { $0.rootEntity === root } || read { !$0.overlay.isEmpty || !($0.pinned?.isEmpty ?? true) }
+        // Any pending change may matter (through a key path, a quantifier, a count): only a
+        // context and store with nothing pending can trust count(*) alone.
+        let hasPending = try !changed.isEmpty || !links.isEmpty || read { !$0.overlay.isEmpty || !($0.pinned?.isEmpty ?? true) }
         if hasPending { return try fetchRows(query).count }
         return try read { session in
             let sql = query.fromWhere()
@@ -285,6 +289,11 @@ final class ObjectContext: @unchecked Sendable {
     }
 
     // MARK: - Relationships
+
+    /// This context's uncommitted join-table changes of one table.
+    func pendingLinks(in table: String) -> [LinkKey: Bool] {
+        links.filter { $0.key.table == table }
+    }
 
     private func foreignKey(_ object: ManagedObject, _ property: Property) -> ObjectID? {
         guard case .integer(let key) = object.values[property.slot], let destination = property.destination else { return nil }
@@ -314,7 +323,7 @@ final class ObjectContext: @unchecked Sendable {
             let query = try CompiledQuery(entity: destination, condition: Key(inverse.name) == object.objectID, orderBy: nil)
             ids = Set(try fetchRows(query).map(\.id))
         case .joinTable:
-            ids = try read { session in try RowReader(session: session, context: self).joined(object, property) }
+            ids = try read { session in try RowReader(session: session, context: self).joined(object.objectID, property) }
             guard let join = property.joinTable, let destination = property.destination else { return ids }
             for (key, present) in links where key.table == join.name {
                 let (mine, theirs) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)

@@ -151,12 +151,12 @@ struct RowReader {
     }
 
     /// The IDs related to `object` through a join-table relationship, store plus overlay.
-    func joined(_ object: ManagedObject, _ property: Property) throws -> Set<ObjectID> {
+    func joined(_ owner: ObjectID, _ property: Property) throws -> Set<ObjectID> {
         guard let join = property.joinTable, let destination = property.destination else { return [] }
         let (mine, theirs) = property.isJoinSource ? ("source", "target") : ("target", "source")
         let statement = try session.db.cachedStatement("SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) = ?")
         defer { statement.reset() }
-        try statement.bind(.integer(object.objectID.primaryKey), at: 1)
+        try statement.bind(.integer(owner.primaryKey), at: 1)
         var keys: Set<Int64> = []
         while try statement.step() { keys.insert(statement.int64(0)) }
         var changes = session.overlay.links(of: join.name)
@@ -165,10 +165,115 @@ struct RowReader {
         }
         for (key, present) in changes {
             let (me, other) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
-            guard me == object.objectID.primaryKey else { continue }
+            guard me == owner.primaryKey else { continue }
             if present { keys.insert(other) } else { keys.remove(other) }
         }
         return Set(keys.map { ObjectID(rootEntity: destination.rootDescription, primaryKey: $0) })
+    }
+
+    /// The members of `owner`'s to-many relationship as the reader sees them: stored, with
+    /// pending commits, the pinned view and the context's own changes applied.
+    mutating func members(of owner: ObjectID, _ property: Property) throws -> [ObjectID] {
+        guard let destination = property.destination else { return [] }
+        var result: [ObjectID] = []
+        switch property.storage {
+        case .joinTable:
+            var ids = try joined(owner, property)
+            if let context, let join = property.joinTable {
+                for (key, present) in context.pendingLinks(in: join.name) {
+                    let (me, other) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
+                    guard me == owner.primaryKey else { continue }
+                    let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: other)
+                    if present { ids.insert(id) } else { ids.remove(id) }
+                }
+            }
+            for id in ids.sorted() where try row(id) != nil { result.append(id) }
+        case .inverseColumn:
+            guard let inverse = property.inverse else { return [] }
+            let pending = pendingIDs(of: destination.rootDescription)
+            let statement = try session.db.cachedStatement("SELECT \"Z_PK\" FROM \(destination.table.quotedName) WHERE \(inverse.name.quotedIdentifier) = ?")
+            var stored: [Int64] = []
+            do {
+                defer { statement.reset() }
+                try statement.bind(.integer(owner.primaryKey), at: 1)
+                while try statement.step() { stored.append(statement.int64(0)) }
+            }
+            for key in stored {
+                let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+                if !pending.contains(id), let row = try row(id), destination.includes(row.entity) { result.append(id) }
+            }
+            for id in pending.sorted() {
+                guard let row = try row(id), destination.includes(row.entity),
+                      case .integer(owner.primaryKey) = row.values[inverse.slot] else { continue }
+                result.append(id)
+            }
+        case .column:
+            break
+        }
+        return result
+    }
+
+    /// Objects of `query`'s entity whose to-many relationships, as read by the query's
+    /// quantifiers and counts, may differ from what SQL sees: a member or a membership has
+    /// pending changes. Their condition is evaluated in memory instead.
+    mutating func ownersToRecheck(_ query: CompiledQuery) throws -> Set<ObjectID> {
+        var owners: Set<Int64> = []
+        for use in query.toManyUses {
+            guard let destination = use.property.destination else { continue }
+            var dirty = pendingIDs(of: destination.rootDescription)
+            if let inner = use.inner {
+                for chain in inner.hopChains { dirty.formUnion(try referencing(chain, from: destination)) }
+                dirty.formUnion(try ownersToRecheck(inner))
+            }
+            let dirtyKeys = Set(dirty.map(\.primaryKey))
+            switch use.property.storage {
+            case .inverseColumn:
+                guard let inverse = use.property.inverse else { continue }
+                for id in dirty {
+                    if let row = try row(id), case .integer(let owner) = row.values[inverse.slot] { owners.insert(owner) }
+                }
+                owners.formUnion(try values(of: inverse.name, in: destination.table, forKeys: dirtyKeys))
+            case .joinTable:
+                guard let join = use.property.joinTable else { continue }
+                let (mine, theirs) = use.property.isJoinSource ? ("source", "target") : ("target", "source")
+                var changed = session.overlay.links(of: join.name)
+                if let pinned = session.pinned { for (key, value) in pinned.links where key.table == join.name { changed[key] = value } }
+                if let context { for (key, value) in context.pendingLinks(in: join.name) { changed[key] = value } }
+                for key in changed.keys { owners.insert(use.property.isJoinSource ? key.source : key.target) }
+                owners.formUnion(try values(of: mine, inJoin: join, where: theirs, in: dirtyKeys))
+            case .column:
+                continue
+            }
+        }
+        return Set(owners.map { ObjectID(rootEntity: query.entity.rootDescription, primaryKey: $0) })
+    }
+
+    /// The integer `column` of the rows of `table` with the given primary keys.
+    private func values(of column: String, in table: Table, forKeys keys: Set<Int64>) throws -> Set<Int64> {
+        try chunked(keys) { placeholders in
+            "SELECT \(column.quotedIdentifier) FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders))"
+        }
+    }
+
+    /// `column` of the join rows whose `other` column holds one of `keys`.
+    private func values(of column: String, inJoin join: JoinTable, where other: String, in keys: Set<Int64>) throws -> Set<Int64> {
+        try chunked(keys) { placeholders in
+            "SELECT \(column) FROM \(join.quotedName) WHERE \(other) IN (\(placeholders))"
+        }
+    }
+
+    /// Runs a one-column query over `keys` in chunks of 500 bound values; the integers it returns.
+    private func chunked(_ keys: Set<Int64>, _ sql: (String) -> String) throws -> Set<Int64> {
+        var result: Set<Int64> = []
+        let all = Array(keys)
+        for start in stride(from: 0, to: all.count, by: 500) {
+            let chunk = all[start..<min(start + 500, all.count)]
+            let statement = try session.db.cachedStatement(sql(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
+            defer { statement.reset() }
+            try statement.bind(chunk.map { Value.integer($0) })
+            while try statement.step() { if !statement.isNull(0) { result.insert(statement.int64(0)) } }
+        }
+        return result
     }
 
     /// Whether a join-table pair exists now (overlay over store).

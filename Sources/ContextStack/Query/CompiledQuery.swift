@@ -5,6 +5,11 @@ struct ResolvedPath: Sendable {
     let key: String
     let hops: [Property]
     let leaf: Property
+    /// For `relationship.@count`: the value is the number of members of `leaf`, a to-many.
+    var countsMembers = false
+
+    /// The kind of value the path reads: a count is a whole number.
+    var kind: AttributeKind? { countsMembers ? .int : leaf.attributeKind }
 
     /// The alias of the table the leaf is read from: one alias per distinct hop prefix.
     var joinKey: String { hops.map(\.name).joined(separator: ".") }
@@ -18,6 +23,9 @@ struct CompiledQuery: Sendable {
         case constant(Bool)
         case compare(ResolvedPath, ComparisonOperator, Operand)
         case text(ResolvedPath, TextOperator, String, MatchOptions)
+        /// A condition on the members of one of the entity's to-many relationships, resolved
+        /// against the destination entity.
+        case quantified(Quantifier, Property, CompiledQuery)
         case oneOf(ResolvedPath, [Value])
         case between(ResolvedPath, Value, Value)
         case and(Node, Node)
@@ -44,21 +52,43 @@ struct CompiledQuery: Sendable {
     let tableAliases: [String: String]
     /// The keys a caller asked to read besides the condition's and the order's (aggregates).
     let extraPaths: [ResolvedPath]
+    /// The entity's to-many relationships the condition reads through (quantifiers, @count),
+    /// with the condition on their members when there is one.
+    let toManyUses: [(property: Property, inner: CompiledQuery?)]
+    /// Prefixes this query's table aliases, so a nested query (a quantifier) does not clash.
+    let aliasPrefix: String
 
-    init(entity: Entity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = []) throws(QueryError) {
+    init(entity: Entity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = [],
+         aliasPrefix: String = "") throws(QueryError) {
         self.entity = entity
+        self.aliasPrefix = aliasPrefix
+        var uses: [(property: Property, inner: CompiledQuery?)] = []
+        var nested = 0
         var chains: [String: [Property]] = [:]
         func note(_ path: ResolvedPath) {
             if !path.hops.isEmpty { chains[path.joinKey] = path.hops }
+            if path.countsMembers { uses.append((path.leaf, nil)) }
+        }
+        func quantify(_ quantifier: Quantifier, _ key: String, _ inner: Condition.Node) throws(QueryError) -> Node {
+            let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+            guard let property = entity.property(named: parts[0]), property.isToMany, let destination = property.destination, parts.count == 2 else {
+                throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) on \(entity.name): a quantifier needs a path that starts with one of \(entity.name)'s to-many relationships (\(entity.properties.filter(\.isToMany).map(\.name).joined(separator: ", "))), then a key of its members.", key: key, entity: entity.name)
+            }
+            nested += 1
+            let memberCondition = Condition(try Self.strip(parts[0] + ".", from: inner, entity: entity))
+            let query = try CompiledQuery(entity: destination, condition: memberCondition, orderBy: nil,
+                                          aliasPrefix: "\(aliasPrefix)q\(nested)_")
+            uses.append((property, query))
+            return .quantified(quantifier, property, query)
         }
         var node: Node?
         if let condition {
-            node = try Self.resolve(condition.node, in: entity, note: note)
+            node = try Self.resolve(condition.node, in: entity, note: note, quantify: quantify)
         }
         var order: [SortTerm] = []
         for term in orderBy?.terms ?? [] {
             let path = try Self.resolvePath(term.key, in: entity)
-            guard path.leaf.isStored else {
+            guard path.leaf.isStored, !path.countsMembers else {
                 throw QueryError(.unsupported, "Cannot sort \(entity.name) by '\(term.key)': it is a to-many relationship.", key: term.key, entity: entity.name)
             }
             if path.leaf.attributeKind == .decimal {
@@ -76,13 +106,14 @@ struct CompiledQuery: Sendable {
         self.node = node
         self.order = order
         self.extraPaths = extraPaths
+        self.toManyUses = uses
         self.hopChains = chains.keys.sorted().map { chains[$0]! }
-        var aliases: [String: String] = ["": "t0"]
+        var aliases: [String: String] = ["": "\(aliasPrefix)t0"]
         for chain in hopChains {
             var prefix = ""
             for hop in chain {
                 prefix = prefix.isEmpty ? hop.name : prefix + "." + hop.name
-                if aliases[prefix] == nil { aliases[prefix] = "t\(aliases.count)" }
+                if aliases[prefix] == nil { aliases[prefix] = "\(aliasPrefix)t\(aliases.count)" }
             }
         }
         self.tableAliases = aliases
@@ -99,6 +130,12 @@ struct CompiledQuery: Sendable {
                 let known = current.properties.map(\.name).joined(separator: ", ")
                 throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)': \(current.name) has no property '\(part)' (it has \(known)).", key: key, entity: entity.name)
             }
+            if property.isToMany && index == parts.count - 2 && parts[index + 1] == "@count" {
+                guard hops.isEmpty else {
+                    throw QueryError(.unsupported, "'\(key)' on \(entity.name): @count works on the entity's own to-many relationships, not through a to-one path.", key: key, entity: entity.name)
+                }
+                return ResolvedPath(key: key, hops: hops, leaf: property, countsMembers: true)
+            }
             if index == parts.count - 1 {
                 if property.isToMany {
                     throw QueryError(.unsupported, "'\(key)' on \(entity.name) is a to-many relationship: compare its members with a quantifier or count it.", key: key, entity: entity.name)
@@ -114,12 +151,13 @@ struct CompiledQuery: Sendable {
         throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)'.", key: key, entity: entity.name)
     }
 
-    private static func resolve(_ node: Condition.Node, in entity: Entity, note: (ResolvedPath) -> Void) throws(QueryError) -> Node {
+    private static func resolve(_ node: Condition.Node, in entity: Entity, note: (ResolvedPath) -> Void,
+                                quantify: (Quantifier, String, Condition.Node) throws(QueryError) -> Node) throws(QueryError) -> Node {
         switch node {
         case .constant(let value): return .constant(value)
-        case .and(let a, let b): return .and(try resolve(a, in: entity, note: note), try resolve(b, in: entity, note: note))
-        case .or(let a, let b): return .or(try resolve(a, in: entity, note: note), try resolve(b, in: entity, note: note))
-        case .not(let a): return .not(try resolve(a, in: entity, note: note))
+        case .and(let a, let b): return .and(try resolve(a, in: entity, note: note, quantify: quantify), try resolve(b, in: entity, note: note, quantify: quantify))
+        case .or(let a, let b): return .or(try resolve(a, in: entity, note: note, quantify: quantify), try resolve(b, in: entity, note: note, quantify: quantify))
+        case .not(let a): return .not(try resolve(a, in: entity, note: note, quantify: quantify))
         case .text(let key, let op, let pattern, let options):
             let path = try resolvePath(key, in: entity)
             guard let kind = path.leaf.attributeKind, kind == .string || kind == .url else {
@@ -145,8 +183,8 @@ struct CompiledQuery: Sendable {
                             try value(of: high, comparedWith: path, key: key, op: .lessOrEqual, in: entity))
         case .invalid(let error):
             throw error
-        case .quantified(let quantifier, let key, _):
-            throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) on \(entity.name): quantifiers over to-many relationships are not supported yet.", key: key, entity: entity.name)
+        case .quantified(let quantifier, let key, let inner):
+            return try quantify(quantifier, key, inner)
         case .compare(let key, let op, let operand):
             let path = try resolvePath(key, in: entity)
             note(path)
@@ -160,7 +198,7 @@ struct CompiledQuery: Sendable {
                     throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue) nil never matches: use == nil or != nil.", key: key, entity: entity.name)
                 }
                 if let kind {
-                    guard let leafKind = leaf.attributeKind else { throw mismatch("a \(kind.rawValue) value") }
+                    guard let leafKind = path.kind else { throw mismatch("a \(kind.rawValue) value") }
                     guard leafKind.isComparable(with: kind) else { throw mismatch("a \(kind.rawValue) value") }
                     if op.isOrdering && leafKind == .decimal {
                         throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue): decimals are stored as text and support only == and !=.", key: key, entity: entity.name)
@@ -170,7 +208,7 @@ struct CompiledQuery: Sendable {
             case .key(let otherKey):
                 let other = try resolvePath(otherKey, in: entity)
                 note(other)
-                switch (leaf.attributeKind, other.leaf.attributeKind) {
+                switch (path.kind, other.kind) {
                 case (let a?, let b?) where a.isComparable(with: b):
                     if op.isOrdering && a == .decimal { throw mismatch("key '\(otherKey)' with \(op.rawValue)") }
                 case (nil, nil) where !op.isOrdering && leaf.destination?.rootDescription === other.leaf.destination?.rootDescription:
@@ -191,6 +229,29 @@ struct CompiledQuery: Sendable {
         }
     }
 
+    /// The member condition of a quantifier: the same node with `prefix` cut from its keys.
+    private static func strip(_ prefix: String, from node: Condition.Node, entity: Entity) throws(QueryError) -> Condition.Node {
+        func key(_ key: String) throws(QueryError) -> String {
+            guard key.hasPrefix(prefix), key.count > prefix.count else {
+                throw QueryError(.unsupported, "In a quantified condition on \(entity.name), '\(key)' does not go through '\(prefix.dropLast())': compare members' keys with values.", key: key, entity: entity.name)
+            }
+            return String(key.dropFirst(prefix.count))
+        }
+        switch node {
+        case .compare(let k, let op, .key(let other)):
+            return .compare(try key(k), op, .key(try key(other)))
+        case .compare(let k, let op, let operand): return .compare(try key(k), op, operand)
+        case .text(let k, let op, let pattern, let options): return .text(try key(k), op, pattern, options)
+        case .oneOf(let k, let list): return .oneOf(try key(k), list)
+        case .between(let k, let low, let high): return .between(try key(k), low, high)
+        case .and(let a, let b): return .and(try strip(prefix, from: a, entity: entity), try strip(prefix, from: b, entity: entity))
+        case .or(let a, let b): return .or(try strip(prefix, from: a, entity: entity), try strip(prefix, from: b, entity: entity))
+        case .not(let a): return .not(try strip(prefix, from: a, entity: entity))
+        case .quantified(let quantifier, let k, let inner): return .quantified(quantifier, try key(k), try strip(prefix, from: inner, entity: entity))
+        case .constant, .invalid: return node
+        }
+    }
+
     /// A constant operand checked against the key it is compared with.
     private static func value(of operand: Condition.Operand, comparedWith path: ResolvedPath, key: String,
                               op: ComparisonOperator, in entity: Entity) throws(QueryError) -> Value {
@@ -201,7 +262,7 @@ struct CompiledQuery: Sendable {
         switch operand {
         case .value(let value, let kind):
             if let kind {
-                guard let leafKind = leaf.attributeKind, leafKind.isComparable(with: kind) else { throw mismatch("a \(kind.rawValue) value") }
+                guard let leafKind = path.kind, leafKind.isComparable(with: kind) else { throw mismatch("a \(kind.rawValue) value") }
                 if op.isOrdering && leafKind == .decimal {
                     throw QueryError(.unsupported, "\(entity.name).\(key): decimals are stored as text and support only == and !=.", key: key, entity: entity.name)
                 }
@@ -226,9 +287,15 @@ struct CompiledQuery: Sendable {
 
     /// Resolves an object's row by ID, as the evaluating context sees it (nil: no such object).
     typealias RowResolver = (ObjectID) throws -> RowData?
+    /// The members of an object's to-many relationship, as the evaluating context sees them.
+    typealias MemberResolver = (ObjectID, Property) throws -> [ObjectID]
 
     /// The value at `path` for a row, following to-one hops through `resolve`.
-    static func value(at path: ResolvedPath, in values: ContiguousArray<Value>, resolve: RowResolver) rethrows -> Value {
+    static func value(at path: ResolvedPath, of id: ObjectID? = nil, in values: ContiguousArray<Value>, resolve: RowResolver,
+                      members: MemberResolver? = nil) throws -> Value {
+        if path.countsMembers, let id, let members {
+            return .integer(Int64(try members(id, path.leaf).count))
+        }
         var current = values
         for hop in path.hops {
             guard case .integer(let key) = current[hop.slot], let destination = hop.destination,
@@ -240,46 +307,76 @@ struct CompiledQuery: Sendable {
     }
 
     /// Whether a row matches, with SQL's three-valued logic (`nil` is unknown: not a match).
-    func matches(_ values: ContiguousArray<Value>, resolve: RowResolver) rethrows -> Bool {
+    func matches(_ id: ObjectID, _ values: ContiguousArray<Value>, resolve: RowResolver, members: MemberResolver) throws -> Bool {
         guard let node else { return true }
-        return try Self.evaluate(node, values, resolve) == true
+        return try withoutActuallyEscaping(resolve) { resolve in
+            try withoutActuallyEscaping(members) { members in
+                try Self.evaluate(node, Row(id: id, values: values, resolve: resolve, members: members)) == true
+            }
+        }
     }
 
-    private static func evaluate(_ node: Node, _ values: ContiguousArray<Value>, _ resolve: RowResolver) rethrows -> Bool? {
+    /// What evaluating a node needs to know about the row at hand.
+    private struct Row {
+        let id: ObjectID
+        let values: ContiguousArray<Value>
+        let resolve: RowResolver
+        let members: MemberResolver
+
+        func value(_ path: ResolvedPath) throws -> Value {
+            try CompiledQuery.value(at: path, of: id, in: values, resolve: resolve, members: members)
+        }
+    }
+
+    private static func evaluate(_ node: Node, _ row: Row) throws -> Bool? {
+        let resolve = row.resolve
         switch node {
         case .constant(let value): return value
         case .and(let a, let b):
-            let left = try evaluate(a, values, resolve)
+            let left = try evaluate(a, row)
             if left == false { return false }
-            let right = try evaluate(b, values, resolve)
+            let right = try evaluate(b, row)
             if right == false { return false }
             return left == nil || right == nil ? nil : true
         case .or(let a, let b):
-            let left = try evaluate(a, values, resolve)
+            let left = try evaluate(a, row)
             if left == true { return true }
-            let right = try evaluate(b, values, resolve)
+            let right = try evaluate(b, row)
             if right == true { return true }
             return left == nil || right == nil ? nil : false
         case .not(let a):
-            return try evaluate(a, values, resolve).map(!)
+            return try evaluate(a, row).map(!)
+        case .quantified(let quantifier, let property, let inner):
+            var someMatch = false
+            var allMatch = true
+            for member in try row.members(row.id, property) {
+                guard let memberRow = try resolve(member) else { continue }
+                let outcome = try inner.node.map { try evaluate($0, Row(id: member, values: memberRow.values, resolve: resolve, members: row.members)) } ?? true
+                if outcome == true { someMatch = true } else { allMatch = false }
+            }
+            switch quantifier {
+            case .any: return someMatch
+            case .all: return allMatch
+            case .none: return !someMatch
+            }
         case .text(let path, let op, let pattern, let options):
-            return TextMatch.evaluate(op, options, try value(at: path, in: values, resolve: resolve), pattern)
+            return TextMatch.evaluate(op, options, try row.value(path), pattern)
         case .oneOf(let path, let list):
             // As SQLite's IN: NULL is unknown; no match is unknown when the list holds NULL.
-            let left = try value(at: path, in: values, resolve: resolve)
+            let left = try row.value(path)
             if list.isEmpty { return false }
             if left.isNull { return nil }
             if list.contains(where: { !$0.isNull && Value.compare(left, $0) == 0 }) { return true }
             return list.contains(where: \.isNull) ? nil : false
         case .between(let path, let low, let high):
-            let left = try value(at: path, in: values, resolve: resolve)
+            let left = try row.value(path)
             return and3(order(left, low, .greaterOrEqual), order(left, high, .lessOrEqual))
         case .compare(let path, let op, let operand):
-            let left = try value(at: path, in: values, resolve: resolve)
+            let left = try row.value(path)
             let right: Value
             switch operand {
             case .value(let value): right = value
-            case .path(let other): right = try value(at: other, in: values, resolve: resolve)
+            case .path(let other): right = try row.value(other)
             }
             switch op {
             case .equal: return Value.compare(left, right) == 0
@@ -311,7 +408,7 @@ struct CompiledQuery: Sendable {
 
     /// Whether row `a` sorts before row `b`: the order terms, then primary key.
     func sortsBefore(_ a: (id: ObjectID, values: ContiguousArray<Value>), _ b: (id: ObjectID, values: ContiguousArray<Value>),
-                     resolve: RowResolver) rethrows -> Bool {
+                     resolve: RowResolver) throws -> Bool {
         for term in order {
             let order = Value.compare(try Self.value(at: term.path, in: a.values, resolve: resolve),
                                       try Self.value(at: term.path, in: b.values, resolve: resolve))
@@ -330,8 +427,19 @@ struct CompiledQuery: Sendable {
 
     /// `FROM … JOIN … WHERE …` for this query, with `t0` the entity's table.
     func fromWhere(extraWhere: [String] = [], extraArguments: [Value] = []) -> SQL {
+        var arguments: [Value] = []
+        var conditions = whereTerms(arguments: &arguments)
+        conditions += extraWhere
+        arguments += extraArguments
+        var text = fromClause()
+        if !conditions.isEmpty { text += " WHERE " + conditions.joined(separator: " AND ") }
+        return SQL(text: text, arguments: arguments)
+    }
+
+    /// `FROM table AS t0 LEFT JOIN …` for the hops the query reads through.
+    func fromClause() -> String {
         let aliases = tableAliases
-        var text = "FROM \(entity.table.quotedName) AS t0"
+        var text = "FROM \(entity.table.quotedName) AS \(aliases[""]!)"
         var joined: Set<String> = [""]
         for chain in hopChains {
             var prefix = ""
@@ -344,24 +452,25 @@ struct CompiledQuery: Sendable {
                 }
             }
         }
+        return text
+    }
+
+    /// The WHERE terms: the entity's family (in a shared table), then the condition.
+    func whereTerms(arguments: inout [Value]) -> [String] {
         var conditions: [String] = []
-        var arguments: [Value] = []
         if entity.table.hasEntityColumn && entity.family.count < entity.table.familyCount {
-            conditions.append("t0.\"Z_ENT\" IN (\(entity.family.map { String($0.entityCode) }.joined(separator: ", ")))")
+            conditions.append("\(tableAliases[""]!).\"Z_ENT\" IN (\(entity.family.map { String($0.entityCode) }.joined(separator: ", ")))")
         }
         if let node {
-            conditions.append(Self.sql(node, aliases: aliases, arguments: &arguments))
+            conditions.append(Self.sql(node, aliases: tableAliases, arguments: &arguments))
         }
-        conditions += extraWhere
-        arguments += extraArguments
-        if !conditions.isEmpty { text += " WHERE " + conditions.joined(separator: " AND ") }
-        return SQL(text: text, arguments: arguments)
+        return conditions
     }
 
     /// `ORDER BY …, t0."Z_PK"`.
     func orderBySQL() -> String {
         let terms = order.map { "\(columnSQL($0.path)) \($0.ascending ? "ASC" : "DESC")" }
-        return "ORDER BY " + (terms + ["t0.\"Z_PK\" ASC"]).joined(separator: ", ")
+        return "ORDER BY " + (terms + ["\(tableAliases[""]!).\"Z_PK\" ASC"]).joined(separator: ", ")
     }
 
     /// The column a resolved path reads, as `tN."name"`.
@@ -373,7 +482,39 @@ struct CompiledQuery: Sendable {
     }
 
     private static func column(_ path: ResolvedPath, _ aliases: [String: String]) -> String {
-        "\(aliases[path.joinKey]!).\(path.leaf.name.quotedIdentifier)"
+        let owner = aliases[path.joinKey]!
+        guard path.countsMembers else { return "\(owner).\(path.leaf.name.quotedIdentifier)" }
+        // The number of members: a correlated subquery over the relationship's storage.
+        let property = path.leaf
+        switch property.storage {
+        case .joinTable:
+            let (mine, _) = joinColumns(property)
+            return "(SELECT count(*) FROM \(property.joinTable!.quotedName) WHERE \(mine) = \(owner).\"Z_PK\")"
+        default:
+            let destination = property.destination!
+            let members = "\(owner)_n"
+            var sql = "(SELECT count(*) FROM \(destination.table.quotedName) AS \(members) WHERE \(members).\(property.inverse!.name.quotedIdentifier) = \(owner).\"Z_PK\""
+            if destination.table.hasEntityColumn && destination.family.count < destination.table.familyCount {
+                sql += " AND \(members).\"Z_ENT\" IN (\(destination.family.map { String($0.entityCode) }.joined(separator: ", ")))"
+            }
+            return sql + ")"
+        }
+    }
+
+    /// The join-table columns of a relationship's own side and of its members' side.
+    private static func joinColumns(_ property: Property) -> (mine: String, theirs: String) {
+        property.isJoinSource ? ("source", "target") : ("target", "source")
+    }
+
+    /// Ties a member row (`memberAlias`) to its owner row (`ownerAlias`) through `property`.
+    private static func linkSQL(_ property: Property, member memberAlias: String, owner ownerAlias: String) -> String {
+        switch property.storage {
+        case .joinTable:
+            let (mine, theirs) = joinColumns(property)
+            return "\(memberAlias).\"Z_PK\" IN (SELECT \(theirs) FROM \(property.joinTable!.quotedName) WHERE \(mine) = \(ownerAlias).\"Z_PK\")"
+        default:
+            return "\(memberAlias).\(property.inverse!.name.quotedIdentifier) = \(ownerAlias).\"Z_PK\""
+        }
     }
 
     private static func sql(_ node: Node, aliases: [String: String], arguments: inout [Value]) -> String {
@@ -382,6 +523,22 @@ struct CompiledQuery: Sendable {
         case .and(let a, let b): return "(\(sql(a, aliases: aliases, arguments: &arguments)) AND \(sql(b, aliases: aliases, arguments: &arguments)))"
         case .or(let a, let b): return "(\(sql(a, aliases: aliases, arguments: &arguments)) OR \(sql(b, aliases: aliases, arguments: &arguments)))"
         case .not(let a): return "(NOT \(sql(a, aliases: aliases, arguments: &arguments)))"
+        case .quantified(let quantifier, let property, let inner):
+            // ANY: some member matches; NONE: none does; ALL: none fails to match (NULL fails).
+            var terms = [linkSQL(property, member: inner.tableAliases[""]!, owner: aliases[""]!)]
+            var innerArguments: [Value] = []
+            let innerTerms = inner.whereTerms(arguments: &innerArguments)
+            arguments += innerArguments
+            let family = inner.node == nil ? innerTerms : Array(innerTerms.dropLast())
+            terms += family
+            let condition = inner.node == nil ? "1" : innerTerms.last!
+            switch quantifier {
+            case .any: terms.append(condition)
+            case .none: terms.append(condition)
+            case .all: terms.append("(\(condition)) IS NOT 1")
+            }
+            let exists = "EXISTS (SELECT 1 \(inner.fromClause()) WHERE \(terms.joined(separator: " AND ")))"
+            return quantifier == .any ? exists : "(NOT \(exists))"
         case .text(let path, let op, let pattern, let options):
             arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue))]
             let call = "cs_text(?, ?, \(column(path, aliases)), ?)"
