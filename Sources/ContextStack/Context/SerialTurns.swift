@@ -1,18 +1,12 @@
-import Dispatch
 import Synchronization
 
 /// The turn of `.serial` updates: one update at a time per starting context, first come,
 /// first served. An update holds the turn while its block or a continuation it scheduled is
 /// running or queued — never longer, so a leaked `Update` cannot wedge the line.
 final class SerialTurns: Sendable {
-    private enum Waiter: Sendable {
-        case async(@Sendable () -> Void)
-        case sync(DispatchSemaphore)
-    }
-
     private struct State {
         var isTaken = false
-        var line: [Waiter] = []
+        var line: [@Sendable () -> Void] = []
     }
 
     private let state = Locked(State())
@@ -21,7 +15,7 @@ final class SerialTurns: Sendable {
     func acquire(_ start: @escaping @Sendable () -> Void) {
         let now = state.withLock { state -> Bool in
             if state.isTaken {
-                state.line.append(.async(start))
+                state.line.append(start)
                 return false
             }
             state.isTaken = true
@@ -30,33 +24,15 @@ final class SerialTurns: Sendable {
         if now { start() }
     }
 
-    /// Blocks until the turn is the caller's.
-    func acquireAndWait() {
-        let semaphore = DispatchSemaphore(value: 0)
-        let now = state.withLock { state -> Bool in
-            if state.isTaken {
-                state.line.append(.sync(semaphore))
-                return false
-            }
-            state.isTaken = true
-            return true
-        }
-        if !now { semaphore.wait() }
-    }
-
     /// Passes the turn to the next in line, or frees it.
     func release() {
-        let next = state.withLock { state -> Waiter? in
+        let next = state.withLock { state -> (@Sendable () -> Void)? in
             if state.line.isEmpty {
                 state.isTaken = false
                 return nil
             }
             return state.line.removeFirst()
         }
-        switch next {
-        case .async(let start)?: start()
-        case .sync(let semaphore)?: semaphore.signal()
-        case nil: break
-        }
+        next?()
     }
 }

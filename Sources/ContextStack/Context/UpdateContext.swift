@@ -25,11 +25,10 @@ public final class UpdateContext: Sendable {
         var turn = Turn.idle
     }
 
-    /// What a block does to start: run now, take the turn, or wait behind blocks already
-    /// waiting for it (`performAndWait` waits on the semaphore).
+    /// What a block does to start: run now, ask for the turn, or wait behind blocks already
+    /// waiting for it.
     private enum Start {
-        case now, acquire
-        case queued(DispatchSemaphore?)
+        case now, acquire, queued
     }
 
     /// Where a `.serial` update stands in its context's line.
@@ -82,23 +81,7 @@ public final class UpdateContext: Sendable {
                 finishBlock()
             }
         }
-        let start = state.withLock { state -> Start in
-            state.activeBlocks += 1
-            guard starter.turns != nil else { return .now }
-            switch state.turn {
-            case .held:
-                return .now
-            case .waiting(var pending):
-                // Behind the blocks already waiting: they start first, in order.
-                pending.append(work)
-                state.turn = .waiting(pending)
-                return .queued(nil)
-            case .idle:
-                state.turn = .waiting([work])
-                return .acquire
-            }
-        }
-        switch start {
+        switch startBlock(whenTurnComes: work) {
         case .now: work()
         case .acquire: starter.turns?.acquire { [self] in grantTurn() }
         case .queued: break
@@ -109,31 +92,11 @@ public final class UpdateContext: Sendable {
     /// rolling back the context's uncommitted changes.
     public func performAndWait<T>(_ block: (Update) throws -> T) throws -> T {
         precondition(!Execution.isRunning(core), "performAndWait was called from inside a block of the same update context, which would wait for itself forever: run the code directly, or use perform { } to run it after this block.")
-        let start = state.withLock { state -> Start in
-            state.activeBlocks += 1
-            guard starter.turns != nil else { return .now }
-            switch state.turn {
-            case .held:
-                return .now
-            case .idle:
-                state.turn = .waiting([])
-                return .acquire
-            case .waiting(var pending):
-                let granted = DispatchSemaphore(value: 0)
-                pending.append { granted.signal() }
-                state.turn = .waiting(pending)
-                return .queued(granted)
-            }
-        }
-        switch start {
-        case .now, .queued(nil):
-            break
-        case .acquire:
+        let granted = DispatchSemaphore(value: 0)
+        let start = startBlock(whenTurnComes: { granted.signal() })
+        if start != .now {
             starter.checkNotInsideOwnSerialUpdate()
-            starter.turns?.acquireAndWait()
-            grantTurn()
-        case .queued(let granted?):
-            starter.checkNotInsideOwnSerialUpdate()
+            if start == .acquire { starter.turns?.acquire { [self] in grantTurn() } }
             // Blocks queued before this one are on the queue by the time this is signalled.
             granted.wait()
         }
@@ -146,6 +109,26 @@ public final class UpdateContext: Sendable {
                     core.rollback()
                     throw error
                 }
+            }
+        }
+    }
+
+    /// Counts a block in. Under `.serial`, a block of an update without the turn waits for
+    /// it: `start` runs when the turn comes, after the blocks that waited before it.
+    private func startBlock(whenTurnComes start: @escaping @Sendable () -> Void) -> Start {
+        state.withLock { state in
+            state.activeBlocks += 1
+            guard starter.turns != nil else { return .now }
+            switch state.turn {
+            case .held:
+                return .now
+            case .waiting(var pending):
+                pending.append(start)
+                state.turn = .waiting(pending)
+                return .queued
+            case .idle:
+                state.turn = .waiting([start])
+                return .acquire
             }
         }
     }
