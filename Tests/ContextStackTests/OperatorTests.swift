@@ -134,3 +134,18 @@ import Testing
         #expect(try world.fetch(Sample.self)?.optionalDouble == nil)
     }
 }
+
+@Suite struct MatchesTests {
+    /// MATCHES is about the whole text: the first match of `a|ab` in "ab" is "a", yet "ab" matches.
+    @Test @MainActor func matchesTheWholeTextWhateverTheAlternativesOrLaziness() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for name in ["ab", "abc", "b"] { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        #expect(try world.fetchAll(Person.self, %"name"%.matches("a|ab"), orderBy: .ascending("name")).map(\.name) == ["ab"])
+        #expect(try world.fetchAll(Person.self, %"name"%.matches("a.*?"), orderBy: .ascending("name")).map(\.name) == ["ab", "abc"])
+        #expect(TextMatch.evaluate(.matches, [], "ab", "a|ab"))
+    }
+}

@@ -17,6 +17,7 @@ extension ObjectContext {
         beginRead()
         defer { endRead() }
         let query = try compile(type, condition, orderBy)
+        if let limit = options.limit, limit <= 0 { return nil }
         return try fetchObjects(query, offset: max(0, options.offset ?? 0), limit: 1).first as? T
     }
 

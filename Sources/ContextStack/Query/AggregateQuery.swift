@@ -18,10 +18,13 @@ struct AggregateQuery {
         for term in select.terms {
             let path = paths[term.key]!
             if let function = term.function {
-                guard path.leaf.isAttribute || function == .count else {
+                guard path.leaf.isAttribute || path.countsMembers || function == .count else {
                     throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a relationship; aggregate an attribute.", key: term.key, entity: entity.name)
                 }
-                if function != .count && function != .min && function != .max, let kind = path.leaf.attributeKind, !kind.isNumeric && kind != .date {
+                if let kind = path.kind, kind == .decimal && function != .count {
+                    throw QueryError(.unsupported, "\(function.rawValue)(\(term.key)) on \(entity.name): decimals are stored as text, which SQL cannot aggregate as numbers.", key: term.key, entity: entity.name)
+                }
+                if function != .count && function != .min && function != .max, let kind = path.kind, !kind.isNumeric && kind != .date {
                     throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a \(kind.rawValue) attribute, not a number.", key: term.key, entity: entity.name)
                 }
                 columns.append("\(function.sql)(\(base.columnSQL(path))) AS \(term.alias.quotedIdentifier)")
@@ -50,7 +53,7 @@ struct AggregateQuery {
         }
         if options.limit != nil || options.offset != nil {
             text += " LIMIT ? OFFSET ?"
-            from.arguments += [.integer(Int64(options.limit ?? -1)), .integer(Int64(max(0, options.offset ?? 0)))]
+            from.arguments += [.integer(Int64(options.limit.map { max(0, $0) } ?? -1)), .integer(Int64(max(0, options.offset ?? 0)))]
         }
         sql = CompiledQuery.SQL(text: text, arguments: from.arguments)
     }
@@ -77,7 +80,12 @@ struct AggregateQuery {
         case .not(let a): return "(NOT \(try sql(a, named: named, arguments: &arguments)))"
         case .compare(let key, let op, let right):
             let left = try named(key)
-            if case .value(.null, _) = right { return op == .notEqual ? "\(left) IS NOT NULL" : "\(left) IS NULL" }
+            if case .value(.null, _) = right {
+                guard !op.isOrdering else {
+                    throw QueryError(.unsupported, "having: \(key) \(op.rawValue) nil never matches: use == nil or != nil.", key: key)
+                }
+                return op == .notEqual ? "\(left) IS NOT NULL" : "\(left) IS NULL"
+            }
             let rhs = try operand(right)
             switch op {
             case .equal: return "\(left) IS \(rhs)"

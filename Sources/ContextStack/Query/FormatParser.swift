@@ -546,8 +546,9 @@ struct FormatParser {
             }
             throw fail(token, "\(spelled) (argument \(number)) needs an integer that fits in 64 bits, found \(Self.describeArgument(argument))")
         case .double:
-            if let number = argument as? any BinaryFloatingPoint { return constant(.value(.double(Double(number)), .double)) }
-            if let integer = argument as? any BinaryInteger { return constant(.value(.double(Double(integer)), .double)) }
+            // Through Double's stored form, so a NaN is NULL here as everywhere else.
+            if let number = argument as? any BinaryFloatingPoint { return constant(.value(Double(number).storedValue, .double)) }
+            if let integer = argument as? any BinaryInteger { return constant(.value(Double(integer).storedValue, .double)) }
             throw fail(token, "\(spelled) (argument \(number)) needs a floating-point number, found \(Self.describeArgument(argument))")
         case .key:
             // A %K that starts no key path: parseOperand sends %K to parseKeyPath.

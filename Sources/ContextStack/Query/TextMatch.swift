@@ -66,7 +66,12 @@ enum TextMatch {
         if let cached = expressions.withLock({ $0[key] }) { return cached }
         var flags: NSRegularExpression.Options = []
         if options.contains(.caseInsensitive) { flags.insert(.caseInsensitive) }
-        guard let expression = try? NSRegularExpression(pattern: fold(pattern, options.subtracting(.caseInsensitive)), options: flags) else { return nil }
+        // Validate the pattern alone, then anchor it: MATCHES is about the whole text, and the
+        // first match of `a|ab` in "ab" is only "a".
+        let folded = fold(pattern, options.subtracting(.caseInsensitive))
+        guard (try? NSRegularExpression(pattern: folded, options: flags)) != nil,
+              let expression = try? NSRegularExpression(pattern: "\\A(?:" + folded + ")\\z", options: flags)
+        else { return nil }
         expressions.withLock { cache in
             if cache.count > 256 { cache.removeAll() }
             cache[key] = expression
