@@ -280,12 +280,14 @@ final class ObjectContext: @unchecked Sendable {
     func fetchCount(_ query: CompiledQuery) throws -> Int {
         // Any pending change may matter (through a key path, a quantifier, a count): only a
         // context and store with nothing pending can trust count(*) alone.
-        let hasPending = try !changed.isEmpty || !links.isEmpty || read { !$0.overlay.isEmpty || !($0.pinned?.isEmpty ?? true) }
-        if hasPending { return try fetchRows(query).count }
-        return try read { session in
+        if changed.isEmpty && links.isEmpty, let count = try read({ session -> Int? in
+            guard session.overlay.isEmpty, session.pinned?.isEmpty ?? true else { return nil }
             let sql = query.fromWhere()
             return Int(try session.db.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)
+        }) {
+            return count
         }
+        return try fetchRows(query).count
     }
 
     // MARK: - Relationships
@@ -316,24 +318,12 @@ final class ObjectContext: @unchecked Sendable {
         if let cached = object.toManyCache[property.slot], cached.generation == generation {
             return cached.ids
         }
-        var ids: Set<ObjectID>
-        switch property.storage {
-        case .inverseColumn:
-            guard let inverse = property.inverse, let destination = property.destination else { return [] }
-            let query = try CompiledQuery(entity: destination, condition: Key(inverse.name) == object.objectID, orderBy: nil)
-            ids = Set(try fetchRows(query).map(\.id))
-        case .joinTable:
-            ids = try read { session in try RowReader(session: session, context: self).joined(object.objectID, property) }
-            guard let join = property.joinTable, let destination = property.destination else { return ids }
-            for (key, present) in links where key.table == join.name {
-                let (mine, theirs) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
-                guard mine == object.objectID.primaryKey else { continue }
-                let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: theirs)
-                if present { ids.insert(id) } else { ids.remove(id) }
-            }
-        case .column:
-            return []
-        }
+        // The same member resolution quantifiers and counts use: store, pending commits,
+        // pinned view and this context's own changes.
+        let ids = Set(try read { session in
+            var reader = RowReader(session: session, context: self)
+            return try reader.members(of: object.objectID, property)
+        })
         object.toManyCache[property.slot] = (ids, generation)
         return ids
     }
@@ -500,8 +490,7 @@ final class ObjectContext: @unchecked Sendable {
                 guard let snapshot = object.snapshot else { continue }
                 var slots: [Int] = []
                 var values: [Value] = []
-                for slot in object.entity.storedSlots where Value.compare(object.values[slot], snapshot[slot]) != 0
-                    || !sameStorageClass(object.values[slot], snapshot[slot]) {
+                for slot in object.entity.storedSlots where !object.values[slot].isIdentical(to: snapshot[slot]) {
                     slots.append(slot)
                     values.append(object.values[slot])
                 }
@@ -522,13 +511,6 @@ final class ObjectContext: @unchecked Sendable {
             changes.linkEnds[key] = linkEnds[key]
         }
         return changes
-    }
-
-    private func sameStorageClass(_ a: Value, _ b: Value) -> Bool {
-        switch (a, b) {
-        case (.integer, .integer), (.double, .double), (.null, .null), (.text, .text), (.blob, .blob): true
-        default: false
-        }
     }
 
     /// After a commit: every object is clean again, deleted ones leave the context.

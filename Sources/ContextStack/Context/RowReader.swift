@@ -137,17 +137,9 @@ struct RowReader {
 
     /// Primary keys of rows whose `column` holds one of `values`.
     private func keys(in table: Table, where column: String, in values: Set<Int64>) throws -> Set<Int64> {
-        var result: Set<Int64> = []
-        let all = Array(values)
-        for start in stride(from: 0, to: all.count, by: 500) {
-            let chunk = all[start..<min(start + 500, all.count)]
-            let placeholders = Array(repeating: "?", count: chunk.count).joined(separator: ", ")
-            let statement = try session.db.cachedStatement("SELECT \"Z_PK\" FROM \(table.quotedName) WHERE \(column.quotedIdentifier) IN (\(placeholders))")
-            defer { statement.reset() }
-            try statement.bind(chunk.map { Value.integer($0) })
-            while try statement.step() { result.insert(statement.int64(0)) }
+        try chunked(values) { placeholders in
+            "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE \(column.quotedIdentifier) IN (\(placeholders))"
         }
-        return result
     }
 
     /// The IDs related to `object` through a join-table relationship, store plus overlay.
@@ -187,20 +179,23 @@ struct RowReader {
                     if present { ids.insert(id) } else { ids.remove(id) }
                 }
             }
-            for id in ids.sorted() where try row(id) != nil { result.append(id) }
+            // Deleting a row deletes its join rows, so only pending members can be gone.
+            let pending = pendingIDs(of: destination.rootDescription)
+            for id in ids.sorted() where try !pending.contains(id) || row(id) != nil { result.append(id) }
         case .inverseColumn:
             guard let inverse = property.inverse else { return [] }
             let pending = pendingIDs(of: destination.rootDescription)
-            let statement = try session.db.cachedStatement("SELECT \"Z_PK\" FROM \(destination.table.quotedName) WHERE \(inverse.name.quotedIdentifier) = ?")
-            var stored: [Int64] = []
+            // Stored members in one statement (the destination's family only, in a shared table).
+            let members = try CompiledQuery(entity: destination, condition: Key(inverse.name) == owner, orderBy: nil)
+            let sql = members.fromWhere()
+            let statement = try session.db.cachedStatement("SELECT \(members.tableAliases[""]!).\"Z_PK\" \(sql.text)")
             do {
                 defer { statement.reset() }
-                try statement.bind(.integer(owner.primaryKey), at: 1)
-                while try statement.step() { stored.append(statement.int64(0)) }
-            }
-            for key in stored {
-                let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
-                if !pending.contains(id), let row = try row(id), destination.includes(row.entity) { result.append(id) }
+                try statement.bind(sql.arguments)
+                while try statement.step() {
+                    let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: statement.int64(0))
+                    if !pending.contains(id) { result.append(id) }
+                }
             }
             for id in pending.sorted() {
                 guard let row = try row(id), destination.includes(row.entity),

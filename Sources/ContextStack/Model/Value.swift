@@ -77,6 +77,20 @@ extension Value: Hashable {
         }
     }
 
+    /// Whether two values are stored identically: the same storage class and the same
+    /// content (so `1` and `1.0` differ, as they do in a column). Change detection and
+    /// optimistic locking use it; predicates use `==`.
+    func isIdentical(to other: Value) -> Bool {
+        switch (self, other) {
+        case (.null, .null): true
+        case (.integer(let a), .integer(let b)): a == b
+        case (.double(let a), .double(let b)): a == b || (a.isNaN && b.isNaN)
+        case (.text(let a), .text(let b)): a.utf8.elementsEqual(b.utf8)
+        case (.blob(let a), .blob(let b)): a == b
+        default: false
+        }
+    }
+
     /// SQLite's ordering of two values: `-1`, `0` or `1`.
     ///
     /// NULL sorts first, then integers and doubles compared numerically, then text by bytes

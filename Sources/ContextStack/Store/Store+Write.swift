@@ -102,7 +102,7 @@ extension Store {
             let entity = update.entity
             let changedInStore = entity.storedSlots.filter { slot in
                 guard let stored else { return true }
-                return !sameValue(stored.values[slot], update.snapshot[slot])
+                return !stored.values[slot].isIdentical(to: update.snapshot[slot])
             }
             if changedInStore.isEmpty {
                 updates.append(update)
@@ -143,18 +143,6 @@ extension Store {
         if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
         resolved.updates = updates
         return resolved
-    }
-
-    /// Equal and of the same storage class (so `1` and `1.0` differ, as they do when stored).
-    static func sameValue(_ a: Value, _ b: Value) -> Bool {
-        switch (a, b) {
-        case (.null, .null): true
-        case (.integer(let x), .integer(let y)): x == y
-        case (.double(let x), .double(let y)): x == y || (x.isNaN && y.isNaN)
-        case (.text(let x), .text(let y)): x.utf8.elementsEqual(y.utf8)
-        case (.blob(let x), .blob(let y)): x == y
-        default: false
-        }
     }
 
     // MARK: - Pinned views
