@@ -190,8 +190,7 @@ import Testing
     }
 
     @Test func aFileThatIsNotADatabaseThrows() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ContextStackTests-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("text.sqlite")
         let text = Data(String(repeating: "not a database ", count: 100).utf8)
@@ -214,8 +213,7 @@ import Testing
 
 @Suite struct ForeignFileTests {
     @Test func aDatabaseContextStackDidNotCreateIsLeftAlone() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ContextStackTests-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("theirs.sqlite")
         do {

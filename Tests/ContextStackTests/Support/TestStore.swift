@@ -17,8 +17,7 @@ final class TestStore: Sendable {
         stack = try Stack(model: Model(types), rootContext: rootContext)
         switch kind {
         case .file:
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ContextStackTests-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let directory = try makeTemporaryDirectory()
             let url = directory.appendingPathComponent("store.sqlite")
             try stack.addDatabaseStore(at: url)
             self.directory = directory
@@ -58,6 +57,13 @@ final class TestStore: Sendable {
     deinit {
         if let directory { try? FileManager.default.removeItem(at: directory) }
     }
+}
+
+/// A new empty directory for one test's files; the caller removes it.
+func makeTemporaryDirectory() throws -> URL {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ContextStackTests-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    return directory
 }
 
 /// Records errors reported to `stack.onError`.
