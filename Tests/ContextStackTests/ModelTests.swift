@@ -92,3 +92,44 @@ import Testing
         #expect(Impostor.entityDescription.name == "Person")
     }
 }
+
+@Entity final class Reserved: ManagedObject {
+    var Z_PK: Int = 0
+}
+
+@Suite struct ModelEdgeTests {
+    @Test func propertyNamesStartingWithZUnderscoreAreReserved() {
+        #expect {
+            try Model(Reserved.self)
+        } throws: { error in
+            (error as? ModelError)?.code == .reservedName
+        }
+    }
+
+    @Test func anUnknownConfigurationNameThrows() throws {
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        #expect {
+            try stack.addInMemoryStore(configuration: "Nope")
+        } throws: { error in
+            (error as? StoreError)?.code == .unknownConfiguration
+        }
+    }
+
+    @Test @MainActor func hasChangesFollowsTheObjectsState() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let pet = try update.create(Pet.self)
+            #expect(pet.hasChanges && pet.isInserted)
+            try update.commit()
+            #expect(!pet.hasChanges && !pet.isInserted)
+            pet.age = 2
+            #expect(pet.hasChanges)
+            update.rollback()
+            #expect(!pet.hasChanges && pet.age == 0)
+            try update.delete(pet)
+            #expect(pet.hasChanges && pet.isDeleted)
+        }
+        #expect(try world.fetch(Pet.self)?.hasChanges == false)
+    }
+}

@@ -94,17 +94,17 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
 
     public final func _cs_set<T: AttributeValue>(_ slot: Int, _ newValue: T) {
         context.willChange(self)
-        setSlot(slot, newValue.storedValue)
+        values[slot] = newValue.storedValue
     }
 
     public final func _cs_set<T: RawRepresentable>(_ slot: Int, _ newValue: T) where T.RawValue: AttributeValue {
         context.willChange(self)
-        setSlot(slot, newValue.rawValue.storedValue)
+        values[slot] = newValue.rawValue.storedValue
     }
 
     public final func _cs_set<T: RawRepresentable>(_ slot: Int, _ newValue: T?) where T.RawValue: AttributeValue {
         context.willChange(self)
-        setSlot(slot, newValue?.rawValue.storedValue ?? .null)
+        values[slot] = newValue?.rawValue.storedValue ?? .null
     }
 
     public final func _cs_toOne<T: ManagedObject>(_ slot: Int) -> T? {
@@ -139,11 +139,6 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     }
 
     // MARK: - Internal
-
-    /// Writes a slot of an object its context has already checked and marked changed.
-    final func setSlot(_ slot: Int, _ value: Value) {
-        values[slot] = value
-    }
 
     private static func fallback<T: AttributeValue>(_ value: Value, slot: Int, entity: Entity) -> T {
         guard let converted = T(storedValue: value) else {
