@@ -37,5 +37,10 @@ final class JoinTable: Sendable {
 
 extension String {
     /// The string as an SQL identifier in double quotes, with inner quotes doubled.
-    var quotedIdentifier: String { "\"" + replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+    var quotedIdentifier: String {
+        // Names almost never hold a quote: Foundation's search-and-replace costs microseconds,
+        // and by-key reads build their SQL on every call.
+        guard utf8.contains(UInt8(ascii: "\"")) else { return "\"" + self + "\"" }
+        return "\"" + replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
 }
