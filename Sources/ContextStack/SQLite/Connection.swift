@@ -61,7 +61,15 @@ final class Connection {
     }
 
     /// Runs one or more statements that return nothing (no parameters).
+    ///
+    /// A single statement (no `;`) runs through the statement cache: BEGIN, COMMIT and the
+    /// savepoints bracket every read and write, and parsing them anew each time with
+    /// `sqlite3_exec` cost more than a by-key read itself.
     func execute(_ sql: String) throws(SQLiteError) {
+        if !sql.utf8.contains(UInt8(ascii: ";")) {
+            try cachedStatement(sql).execute()
+            return
+        }
         let code = sqlite3_exec(handle, sql, nil, nil, nil)
         guard code == SQLITE_OK else { throw error(code, sql: sql) }
     }
