@@ -261,18 +261,28 @@ extension Store {
     /// Applies one commit with the writer connection, inside the caller's transaction.
     private func apply(_ changes: ChangeSet, writer: inout WriterState) throws {
         let db = writer.connection
+        // A commit looks each statement up once (per entity, per set of changed slots), then
+        // only binds and steps: hashing the SQL text for every row cost more than the row.
+        var insertStatements: [ObjectIdentifier: Statement] = [:]
+        var updateStatements: [UpdateShape: Statement] = [:]
         for insert in changes.inserts {
             let entity = insert.row.entity
-            let sql = writer.insertSQL[ObjectIdentifier(entity)] ?? {
-                let table = entity.table!
-                var columns = ["\"Z_PK\""]
-                if table.hasEntityColumn { columns.append("\"Z_ENT\"") }
-                columns += entity.storedSlots.map { entity.properties[$0].name.quotedIdentifier }
-                let sql = "INSERT INTO \(table.quotedName) (\(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
-                writer.insertSQL[ObjectIdentifier(entity)] = sql
-                return sql
-            }()
-            let statement = try db.cachedStatement(sql)
+            let statement: Statement
+            if let known = insertStatements[ObjectIdentifier(entity)] {
+                statement = known
+            } else {
+                let sql = writer.insertSQL[ObjectIdentifier(entity)] ?? {
+                    let table = entity.table!
+                    var columns = ["\"Z_PK\""]
+                    if table.hasEntityColumn { columns.append("\"Z_ENT\"") }
+                    columns += entity.storedSlots.map { entity.properties[$0].name.quotedIdentifier }
+                    let sql = "INSERT INTO \(table.quotedName) (\(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
+                    writer.insertSQL[ObjectIdentifier(entity)] = sql
+                    return sql
+                }()
+                statement = try db.cachedStatement(sql)
+                insertStatements[ObjectIdentifier(entity)] = statement
+            }
             var index = 1
             try statement.bind(.integer(insert.id.primaryKey), at: index)
             index += 1
@@ -288,15 +298,22 @@ extension Store {
         }
         for update in changes.updates where !update.slots.isEmpty {
             let entity = update.entity
-            let names = update.slots.map { entity.properties[$0].name }
-            let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
-            let sql = writer.updateSQL[cacheKey] ?? {
-                let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
-                let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
-                writer.updateSQL[cacheKey] = sql
-                return sql
-            }()
-            let statement = try db.cachedStatement(sql)
+            let shape = UpdateShape(entity: ObjectIdentifier(entity), slots: update.slots)
+            let statement: Statement
+            if let known = updateStatements[shape] {
+                statement = known
+            } else {
+                let names = update.slots.map { entity.properties[$0].name }
+                let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
+                let sql = writer.updateSQL[cacheKey] ?? {
+                    let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
+                    let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
+                    writer.updateSQL[cacheKey] = sql
+                    return sql
+                }()
+                statement = try db.cachedStatement(sql)
+                updateStatements[shape] = statement
+            }
             try statement.bind(update.values)
             try statement.bind(.integer(update.id.primaryKey), at: update.values.count + 1)
             try statement.execute()
@@ -318,4 +335,10 @@ extension Store {
             try db.cachedStatement(sql).bindAndExecute([.integer(link.key.source), .integer(link.key.target)])
         }
     }
+}
+
+/// The statement an update needs: its entity and the slots it changes.
+private struct UpdateShape: Hashable {
+    let entity: ObjectIdentifier
+    let slots: [Int]
 }
