@@ -18,9 +18,11 @@ final class CommitHub: Sendable {
     private let state = Locked(State())
 
     /// Publishes a commit from any thread; delivery happens on the main actor.
-    func publish(_ commit: Commit) {
+    func publish(_ makeCommit: @autoclosure () -> Commit) {
         let hasListeners = state.withLock { !$0.observers.isEmpty || !$0.streams.isEmpty || !$0.resetters.isEmpty }
+        // Nobody listens: skip making the Commit (its ID lists cost as much as the change set).
         guard hasListeners else { return }
+        let commit = makeCommit()
         DispatchQueue.main.async { [self] in
             MainActor.assumeIsolated { deliver(commit) }
         }
