@@ -34,7 +34,7 @@ struct RawItem: Sendable {
     /// The `index`-th row of the data set (primary key `index + 1`); the same for everyone.
     init(index i: Int) {
         id = Int64(i + 1)
-        category = i % 100
+        category = i % 500
         quantity = (i &* 7) % 1000
         rank = i
         price = Double(i % 997) * 0.5

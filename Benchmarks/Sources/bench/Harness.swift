@@ -107,6 +107,7 @@ struct Report: Codable {
 /// Runs workloads with interleaved repetitions: every repetition runs each contender once,
 /// in turn, so that the machine's slow phases hit all of them alike.
 @MainActor struct Runner {
+    var contenders = Contender.allCases
     var log: (String) -> Void = { print($0) }
 
     func run(_ workload: any Workload) async throws -> ReportRow {
@@ -120,7 +121,7 @@ struct Report: Codable {
         try await workload.prepare()
         var result = WorkloadResult()
         for repetition in 0...workload.repetitions {
-            for contender in Contender.allCases {
+            for contender in contenders {
                 guard let sample = try await workload.run(contender) else { continue }
                 // Repetition 0 warms caches and code paths; it is not counted.
                 if repetition > 0 { result.samples[contender, default: []].append(sample) }

@@ -6,14 +6,17 @@ struct Options {
     var json: String?
     var only: Set<String>?
     var repetitions: Int?
+    /// Only these contenders (for profiling one of them); all by default.
+    var contenders = Contender.allCases
 
     static let usage = """
-        usage: bench [--n N] [--json FILE] [--only ID,ID,...] [--reps K]
+        usage: bench [--n N] [--json FILE] [--only ID,ID,...] [--reps K] [--contenders raw,grdb,cs]
           --n      objects in the data set (default 100000)
           --json   also write the figures to FILE
           --only   run only these workloads (insert, fetch, filter, aggregate, update, lookup,
                    save1, concurrent, merge, live, memory)
           --reps   timed repetitions per workload, after one warm-up (default: per workload)
+          --contenders  run only these (for profiling one under valgrind): raw, grdb, cs
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -35,6 +38,15 @@ struct Options {
             case "--reps":
                 guard let reps = Int(value(argument)), reps >= 1 else { fail("--reps needs a whole number of at least 1") }
                 options.repetitions = reps
+            case "--contenders":
+                options.contenders = value(argument).split(separator: ",").map { name in
+                    switch name {
+                    case "raw": .raw
+                    case "grdb": .grdb
+                    case "cs": .contextStack
+                    default: fail("unknown contender \(name): use raw, grdb or cs")
+                    }
+                }
             case "--help", "-h":
                 print(usage)
                 exit(0)

@@ -40,7 +40,7 @@ print("\(machine); SQLite \(String(cString: sqlite3_libversion()))")
 print("Medians of interleaved repetitions after one warm-up each.\n")
 
 var rows: [ReportRow] = []
-let runner = Runner()
+let runner = Runner(contenders: options.contenders)
 do {
     for workload in workloads where options.only?.contains(workload.id) ?? true {
         rows.append(try await runner.run(workload))
