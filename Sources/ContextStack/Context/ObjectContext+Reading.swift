@@ -9,7 +9,24 @@ extension ObjectContext {
         beginRead()
         defer { endRead() }
         let query = try compile(type, condition, orderBy)
-        return try fetchObjects(query, offset: max(0, options.offset ?? 0), limit: options.limit.map { max(0, $0) }).compactMap { $0 as? T }
+        return typed(try fetchObjects(query, offset: max(0, options.offset ?? 0), limit: options.limit.map { max(0, $0) }), as: type)
+    }
+
+    /// The objects as `T`. A fetch of `T` makes only `T`s (and sub-entities, its subclasses);
+    /// an object of exactly `T` skips the generic `as?`, whose metadata lookups took a sixth
+    /// of a 100,000-object fetch.
+    private func typed<T: ManagedObject>(_ objects: [ManagedObject], as type: T.Type) -> [T] {
+        var result: [T] = []
+        result.reserveCapacity(objects.count)
+        let exact = ObjectIdentifier(type)
+        for object in objects {
+            if ObjectIdentifier(Swift.type(of: object)) == exact {
+                result.append(unsafeDowncast(object, to: T.self))
+            } else if let object = object as? T {
+                result.append(object)
+            }
+        }
+        return result
     }
 
     func fetchFirst<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions) throws -> T? {
