@@ -165,7 +165,9 @@ final class ObjectContext: @unchecked Sendable {
 
     private func register(_ object: ManagedObject) {
         registry[object.objectID] = WeakObject(object: object)
-        if registry.count >= registrySweepThreshold {
+        // Objects with changes are held strongly, so only the others can have gone: creating
+        // many objects in one update no longer sweeps a registry with nothing to drop.
+        if registry.count - changed.count >= registrySweepThreshold {
             registry = registry.filter { $0.value.object != nil }
             registrySweepThreshold = max(1024, registry.count * 2)
         }
@@ -283,7 +285,7 @@ final class ObjectContext: @unchecked Sendable {
     /// registry again at every doubling — a tenth of a 100,000-object fetch.
     private func reserveRegistrations(_ count: Int) {
         guard count > 64 else { return }
-        if registry.count + count >= registrySweepThreshold {
+        if registry.count - changed.count + count >= registrySweepThreshold {
             registry = registry.filter { $0.value.object != nil }
             registrySweepThreshold = max(1024, (registry.count + count) * 2)
         }
