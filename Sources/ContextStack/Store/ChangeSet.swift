@@ -100,6 +100,12 @@ struct Overlay: Sendable {
     }
 
     mutating func apply(_ changes: ChangeSet, sequence: UInt64) {
+        if changes.inserts.count > 64, let first = changes.inserts.first {
+            // One allocation for a large commit's new rows (they mostly share one table),
+            // instead of growing and rehashing at every doubling.
+            let root = ObjectIdentifier(first.id.rootEntity)
+            rows[root, default: [:]].reserveCapacity((rows[root]?.count ?? 0) + changes.inserts.count)
+        }
         for insert in changes.inserts {
             rows[ObjectIdentifier(insert.id.rootEntity), default: [:]][insert.id] = Entry(pending: .inserted(insert.row), sequence: sequence)
         }
