@@ -214,6 +214,13 @@ extension Store {
                 try writer.withLock { writerState in
                     let db = writerState.connection
                     try db.writeTransaction({
+                        if batch.count == 1 {
+                            // Alone in its transaction: if it fails, the transaction rolls
+                            // back whole, as its savepoint would; two statements fewer for
+                            // every commit that does not share the writer's turn.
+                            try apply(batch[0].changes, writer: &writerState)
+                            return
+                        }
                         for (index, item) in batch.enumerated() {
                             let savepoint = "commit\(index)"
                             try db.execute("SAVEPOINT \(savepoint)")
