@@ -289,7 +289,11 @@ final class ObjectContext: @unchecked Sendable {
             registry = registry.filter { $0.value.object != nil }
             registrySweepThreshold = max(1024, (registry.count + count) * 2)
         }
-        registry.reserveCapacity(registry.count + count)
+        // Geometric, as growing would be: reserving exactly what one fetch needs would
+        // reallocate on every fetch of a loop.
+        if registry.capacity < registry.count + count {
+            registry.reserveCapacity(max(registry.count + count, registry.capacity * 2))
+        }
     }
 
     /// How many objects match `query`; a `count(*)` when nothing is pending.
