@@ -159,6 +159,18 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         } throws: { ($0 as? StoreError)?.code == .alreadyAdded }
     }
 
+    @Test func creatingAnObjectOfAnEntityWithoutAStoreTraps() async {
+        await #expect(processExitsWith: .failure) {
+            let stack = try Stack(model: splitModel(), rootContext: .none)
+            try stack.addInMemoryStore(configuration: "Database")
+            let context = try Context(stack: stack)
+            // Fine: people have a store.
+            try context.beginUpdateAndWait { update in _ = try update.create(Person.self) }
+            // Sessions have none: add a store for "InMemory" first.
+            try context.beginUpdateAndWait { update in _ = try update.create(Session.self) }
+        }
+    }
+
     @Test func aStoreWithoutConfigurationIsTheOnlyStore() throws {
         let stack = try Stack(model: splitModel())
         try stack.addInMemoryStore()
