@@ -171,6 +171,44 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         }
     }
 
+    @Test func eachFileMigratesItsOwnConfigurationOnly() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let gadgets = directory.appendingPathComponent("gadgets.sqlite")
+        func open(_ model: Model) throws -> Context {
+            let stack = try Stack(model: model, rootContext: .none)
+            try stack.addDatabaseStore(at: gadgets, configuration: "Database")
+            try stack.addInMemoryStore(configuration: "InMemory")
+            return try Context(stack: stack)
+        }
+        let first = try open(Model(GadgetV1.self, Session.self, configurations: ["Database": [GadgetV1.self], "InMemory": [Session.self]]))
+        try first.beginUpdateAndWait { update in
+            try update.create(GadgetV1.self).serial = "S1"
+            try update.create(Session.self).token = "t"
+            try update.commit()
+        }
+        let db = try Connection(path: gadgets.path)
+        let schema = try db.rows("SELECT name, sql FROM sqlite_master ORDER BY name")
+        let hash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'")
+
+        // Another in-memory configuration: the file is not touched.
+        let second = try open(Model(GadgetV1.self, Session.self, Bookmark.self,
+                                    configurations: ["Database": [GadgetV1.self], "InMemory": [Session.self, Bookmark.self]]))
+        #expect(try second.beginUpdateAndWait { try $0.fetch(GadgetV1.self)?.serial } == "S1")
+        #expect(try db.rows("SELECT name, sql FROM sqlite_master ORDER BY name") == schema)
+        #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'") == hash)
+
+        // A new version of the file's own configuration: migrated, data kept.
+        let third = try open(Model(GadgetV2.self, Session.self, configurations: ["Database": [GadgetV2.self], "InMemory": [Session.self]]))
+        try third.beginUpdateAndWait { update in
+            let gadget = try #require(try update.fetch(GadgetV2.self))
+            #expect(gadget.serial == "S1" && gadget.label == "plain")
+            gadget.label = nil
+            try update.commit()
+        }
+        #expect(try db.scalar("SELECT label FROM Gadget") == .null)
+    }
+
     @Test func aStoreWithoutConfigurationIsTheOnlyStore() throws {
         let stack = try Stack(model: splitModel())
         try stack.addInMemoryStore()
