@@ -14,6 +14,8 @@ final class Store: Sendable {
     /// The databases the writer connection holds: the first store added is SQLite's `main`,
     /// later ones (other configurations) are attached to it.
     private let layout: Locked<Layout>
+    /// Receives the SQL of every statement the store runs, while someone listens (`Stack.traceStatements`).
+    let tracer: StatementTracer
     let writer: Locked<WriterState>
     private let readers: Locked<[(connection: Connection, generation: Int)]>
     let state = Locked(State())
@@ -94,8 +96,9 @@ final class Store: Sendable {
     /// Opens or creates the store of `schema` at `url` (or in memory), creating its tables in a
     /// new file and checking, migrating or resetting an existing one as `options` say.
     init(graph: ModelGraph, schema: StoreSchema, url: URL?, options: OpenOptions, writesInBackground: Bool,
-         reportError: @escaping @Sendable (any Error) -> Void) throws {
+         tracer: StatementTracer = StatementTracer(), reportError: @escaping @Sendable (any Error) -> Void) throws {
         self.graph = graph
+        self.tracer = tracer
         self.writesInBackground = writesInBackground
         self.reportError = reportError
         let connection: Connection
@@ -107,6 +110,7 @@ final class Store: Sendable {
                 for statement in schema.creationStatements() { try connection.execute(statement) }
             }
         }
+        connection.install(tracer)
         writer = Locked(WriterState(connection: connection))
         readers = Locked([])
         layout = Locked(Layout(Part(database: "main", url: url, schema: schema)))
@@ -241,6 +245,7 @@ final class Store: Sendable {
             defer { attach.reset() }
             try attach.bindAndExecute([.text(url.path)])
         }
+        db.install(tracer)
         return (db, generation)
     }
 
