@@ -70,7 +70,9 @@ struct StressWriterProcess {
         var acknowledged = Set<Int>()
         var kills = 0
         for round in 0..<24 {
-            let child = try StressWriterProcess(["batches", url.path])
+            // Every other round through the root writer, whose group commit puts several
+            // commits in one transaction.
+            let child = try StressWriterProcess(["batches", url.path] + (round.isMultiple(of: 2) ? [] : ["grouped"]))
             var output = Data()
             if round % 4 == 3 {
                 // Sometimes early: while the child starts, opens or recovers the store.

@@ -1,7 +1,7 @@
 // A child process for the crash-safety and two-process tests (Tests/ContextStackTests/
 // CrashSafetyTests.swift). Not a product: SwiftPM builds it beside the test bundle.
 //
-//     stress-writer batches <store>            commits numbered batches until killed
+//     stress-writer batches <store> [grouped]  commits numbered batches until killed
 //     stress-writer commits <store> <writer> <count>   says "ready", waits for a line on its
 //                                                      input, commits <count> one-row commits
 //
@@ -34,10 +34,14 @@ guard arguments.count >= 3 else { fail("usage: stress-writer batches <store> | c
 let url = URL(fileURLWithPath: arguments[2])
 
 do {
-    // No root: each commit is in SQLite when `commit()` returns.
-    let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: .none)
+    // `batches grouped`: commits go through the root writer, which groups those that arrive
+    // while it writes into one transaction; a batch is printed once a flush saw it saved.
+    // Otherwise there is no root: each commit is in SQLite when `commit()` returns.
+    let grouped = arguments.count > 3 && arguments[3] == "grouped"
+    let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: grouped ? .shared : .none)
     try stack.addDatabaseStore(at: url)
-    let updater = try Context(stack: stack, updateTarget: .persistentStore, updateOrder: .serial)
+    let updater = try Context(stack: stack, updateTarget: grouped ? .rootContext(autoMerge: false) : .persistentStore,
+                              updateOrder: .serial)
     switch arguments[1] {
     case "batches":
         var next = try updater.beginUpdateAndWait { update in
@@ -55,8 +59,14 @@ do {
                 tally.entries += batchSize
                 try update.commit()
             }
-            FileHandle.standardOutput.write(Data("\(batch)\n".utf8))
             next += 1
+            if grouped {
+                guard next.isMultiple(of: 8) else { continue }
+                try stack.flushAndWait()
+                FileHandle.standardOutput.write(Data((next - 8..<next).map { "\($0)\n" }.joined().utf8))
+            } else {
+                FileHandle.standardOutput.write(Data("\(batch)\n".utf8))
+            }
         }
     case "commits":
         guard arguments.count == 5, let writer = Int(arguments[3]), let count = Int(arguments[4]) else {
