@@ -134,6 +134,11 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         let stack = try Stack(model: splitModel())
         try stack.addDatabaseStore(at: url, configuration: "Database")
         try stack.addDatabaseStore(at: url, configuration: "Database")
+        // Spelled another way, or through a symbolic link: the same file.
+        try stack.addDatabaseStore(at: directory.appendingPathComponent("sub/../store.sqlite"), configuration: "Database")
+        let link = directory.appendingPathComponent("link.sqlite")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: url)
+        try stack.addDatabaseStore(at: link, configuration: "Database")
         #expect(stack.store.parts.count == 1)
         #expect {
             try stack.addDatabaseStore(at: url, configuration: "Database", resetOnFailure: true)

@@ -106,8 +106,10 @@ public final class Stack: Sendable {
     ///     or a database ContextStack did not create, is never deleted.
     /// - Throws: `StoreError` saying what is wrong with the file (see Docs/Errors.md).
     public func addDatabaseStore(at url: URL, configuration: String? = nil, autoMigrating: Bool = true, resetOnFailure: Bool = false) throws {
-        try addStore(StoreSettings(path: url.standardizedFileURL.path, configuration: configuration,
-                                   autoMigrating: autoMigrating, resetOnFailure: resetOnFailure), url: url.standardizedFileURL)
+        // One file, however it is spelled (`a/../store.sqlite`, a symbolic link to it).
+        let file = url.standardizedFileURL.resolvingSymlinksInPath()
+        try addStore(StoreSettings(path: file.path, configuration: configuration,
+                                   autoMigrating: autoMigrating, resetOnFailure: resetOnFailure), url: file)
     }
 
     /// Adds an in-memory store: fast, private to this stack, gone when the stack is.
