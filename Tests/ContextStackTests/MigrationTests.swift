@@ -79,6 +79,29 @@ import Testing
     var torch: String = "oxy"
 }
 
+// A many-to-many whose entity is renamed: the join table is renamed, and since "Volume" sorts
+// after "Shelf" where "Book" sorted before, its columns change places.
+
+@Entity(name: "Book") final class BookV1: ManagedObject {
+    var title: String = ""
+    @Relationship(inverse: \ShelfV1.books) var shelves: Set<ShelfV1>
+}
+
+@Entity(name: "Shelf") final class ShelfV1: ManagedObject {
+    var name: String = ""
+    @Relationship var books: Set<BookV1>
+}
+
+@Entity(name: "Volume", originalName: "Book") final class VolumeV2: ManagedObject {
+    var title: String = ""
+    @Relationship(inverse: \ShelfV2.books) var shelves: Set<ShelfV2>
+}
+
+@Entity(name: "Shelf") final class ShelfV2: ManagedObject {
+    var name: String = ""
+    @Relationship var books: Set<VolumeV2>
+}
+
 /// Writes a store with `types` at `url`: `body` fills it in one commit.
 func writeStore(_ types: [ManagedObject.Type], at url: URL, _ body: (Update) throws -> Void) throws {
     let stack = try Stack(model: Model(types), rootContext: .none)
@@ -255,6 +278,32 @@ func storeBytes(_ url: URL) -> [Data?] {
         }
         let db = try Connection(path: url.path)
         #expect(try db.scalar("SELECT serial FROM Gadget") == .integer(42))
+    }
+
+    @Test func aManyToManyKeepsItsPairsWhenAnEntityIsRenamed() throws {
+        defer { cleanUp() }
+        try writeStore([BookV1.self, ShelfV1.self], at: url) { update in
+            let shelves = try (0..<2).map { index in
+                let shelf = try update.create(ShelfV1.self)
+                shelf.name = "shelf \(index)"
+                return shelf
+            }
+            for index in 0..<3 {
+                let book = try update.create(BookV1.self)
+                book.title = "book \(index)"
+                book.shelves = index == 0 ? Set(shelves) : [shelves[index - 1]]
+            }
+        }
+        let context = try openStore([VolumeV2.self, ShelfV2.self], at: url)
+        try context.beginUpdateAndWait { (update: Update) throws in
+            let volumes = try update.fetchAll(VolumeV2.self, orderBy: .ascending("title"))
+            #expect(volumes.map { $0.shelves.map(\.name).sorted() } == [["shelf 0", "shelf 1"], ["shelf 0"], ["shelf 1"]])
+            let shelves = try update.fetchAll(ShelfV2.self, orderBy: .ascending("name"))
+            #expect(shelves.map { $0.books.map(\.title).sorted() } == [["book 0", "book 1"], ["book 0", "book 2"]])
+        }
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("SELECT count(*) FROM Z_Shelf_books_Volume_shelves") == .integer(4))
+        #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Z_Book_shelves_Shelf_books'") == .integer(0))
     }
 
     @Test func aSubEntityAddedKeepsTheRowsAsTheParent() throws {

@@ -43,8 +43,16 @@ struct Migration {
         for join in schema.joinTables {
             if existingTables[join.name] != nil {
                 claimed.insert(join.name)
-            } else if let previous = previousName(of: join), existingTables[previous] != nil, !claimed.contains(previous) {
-                try db.execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
+            } else if let (previous, swapped) = previousName(of: join), existingTables[previous] != nil, !claimed.contains(previous) {
+                if swapped {
+                    // The renamed side now sorts on the other side of the name: it owns the
+                    // other column, so the pairs turn around.
+                    try db.execute(schema.createJoinTable(named: join.quotedName))
+                    try db.execute("INSERT INTO \(join.quotedName) (source, target) SELECT target, source FROM \(previous.quotedIdentifier)")
+                    try db.execute("DROP TABLE \(previous.quotedIdentifier)")
+                } else {
+                    try db.execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
+                }
                 claimed.insert(previous)
                 claimed.insert(join.name)
             } else {
@@ -164,17 +172,19 @@ struct Migration {
         return result
     }
 
-    /// The name `join` had under the previous model, from its entities' original names.
+    /// The name `join` had under the previous model, from its entities' original names, and
+    /// whether its `source` and `target` columns have changed places since.
     ///
     /// Follows the naming of `ModelGraph.buildSchema`: `Z_<root>_<property>`, or both sides
-    /// sorted and joined for a many-to-many.
-    private func previousName(of join: JoinTable) -> String? {
+    /// sorted and joined for a many-to-many, the side that sorts first owning `source`.
+    private func previousName(of join: JoinTable) -> (name: String, swapped: Bool)? {
         for entity in schema.entities {
             for property in entity.properties where property.joinTable === join {
                 let ownSide = "\(old.previousRootName(of: entity))_\(property.name)"
-                guard let inverse = property.inverse, let destination = property.destination else { return "Z_" + ownSide }
+                guard let inverse = property.inverse, let destination = property.destination else { return ("Z_" + ownSide, false) }
                 let otherSide = "\(old.previousRootName(of: destination))_\(inverse.name)"
-                return "Z_" + [ownSide, otherSide].sorted().joined(separator: "_")
+                let wasSource = ownSide <= otherSide
+                return ("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), wasSource != property.isJoinSource)
             }
         }
         return nil
