@@ -102,6 +102,31 @@ import Testing
     @Relationship var books: Set<VolumeV2>
 }
 
+// A sub-entity added between others: "Medic" sorts before "Pilot" and "Steward", whose entity
+// codes move up by one.
+
+@Entity(name: "Crew") class CrewV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Pilot") final class PilotV1: CrewV1 {
+    var hours: Int = 0
+}
+
+@Entity(name: "Steward") final class StewardV1: CrewV1 {}
+
+@Entity(name: "Crew") class CrewV2: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Medic") final class MedicV2: CrewV2 {}
+
+@Entity(name: "Pilot") final class PilotV2: CrewV2 {
+    var hours: Int = 0
+}
+
+@Entity(name: "Steward") final class StewardV2: CrewV2 {}
+
 /// Writes a store with `types` at `url`: `body` fills it in one commit.
 func writeStore(_ types: [ManagedObject.Type], at url: URL, _ body: (Update) throws -> Void) throws {
     let stack = try Stack(model: Model(types), rootContext: .none)
@@ -322,6 +347,25 @@ func storeBytes(_ url: URL) -> [Data?] {
         try again.beginUpdateAndWait { (update: Update) throws in
             #expect(try update.fetchAll(WorkerV2.self, orderBy: .ascending("name")).map(\.name) == ["Ann", "Bo"])
             #expect(try update.fetchAll(WelderV2.self).map(\.torch) == ["oxy"])
+        }
+    }
+
+    @Test func entityCodesFollowASubEntityAddedBetweenOthers() throws {
+        defer { cleanUp() }
+        try writeStore([CrewV1.self, PilotV1.self, StewardV1.self], at: url) { update in
+            try update.create(CrewV1.self).name = "Ann"
+            let pilot = try update.create(PilotV1.self)
+            pilot.name = "Bo"
+            pilot.hours = 900
+            try update.create(StewardV1.self).name = "Cy"
+        }
+        let context = try openStore([CrewV2.self, MedicV2.self, PilotV2.self, StewardV2.self], at: url)
+        try context.beginUpdateAndWait { (update: Update) throws in
+            #expect(try update.fetchAll(PilotV2.self).map { "\($0.name) \($0.hours)" } == ["Bo 900"])
+            #expect(try update.fetchAll(StewardV2.self).map(\.name) == ["Cy"])
+            #expect(try update.fetchAll(MedicV2.self).isEmpty)
+            let crew = try update.fetchAll(CrewV2.self, orderBy: .ascending("name"))
+            #expect(crew.map { String(describing: type(of: $0)) } == ["CrewV2", "PilotV2", "StewardV2"])
         }
     }
 
