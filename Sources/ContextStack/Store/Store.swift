@@ -17,7 +17,7 @@ final class Store: Sendable {
     /// Receives the SQL of every statement the store runs, while someone listens (`Stack.traceStatements`).
     let tracer: StatementTracer
     let writer: Locked<WriterState>
-    private let readers: Locked<[(connection: Connection, generation: Int)]>
+    private let readers: Locked<[Reader]>
     let state = Locked(State())
     private let keys = Locked<[String: KeyBlock]>([:])
     let writeQueue = DispatchQueue(label: "ContextStack.Store.writer", qos: .utility)
@@ -83,6 +83,15 @@ final class Store: Sendable {
 
         /// Reads go through the writer when a part is in memory: other connections cannot see it.
         var readsThroughWriter: Bool { parts.contains { $0.url == nil } }
+    }
+
+    /// A reader connection, with every part attached as of `generation`.
+    private struct Reader {
+        let connection: Connection
+        let generation: Int
+        /// Reads one row of every database, so the read transaction holds a snapshot of each
+        /// (SQLite starts an attached database's snapshot only when it is first read).
+        let snapshotSQL: String
     }
 
     private struct KeyBlock: Sendable {
@@ -206,7 +215,7 @@ final class Store: Sendable {
         let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
             // Start the read transaction under the same lock the writer commits under.
             try db.execute("BEGIN DEFERRED")
-            _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
+            _ = try db.scalar(reader.snapshotSQL)
             whileLocked()
             return (state.overlay, pin.flatMap { state.pins[$0] })
         }
@@ -232,7 +241,7 @@ final class Store: Sendable {
         _ = state.withLock { $0.pins.removeValue(forKey: id) }
     }
 
-    private func takeReader() throws -> (connection: Connection, generation: Int) {
+    private func takeReader() throws -> Reader {
         if let reader = readers.withLock({ $0.popLast() }) { return reader }
         let (parts, generation) = layout.withLock { ($0.parts, $0.generation) }
         guard let main = parts.first?.url else { preconditionFailure("in-memory stores read through the writer connection") }
@@ -246,10 +255,13 @@ final class Store: Sendable {
             try attach.bindAndExecute([.text(url.path)])
         }
         db.install(tracer)
-        return (db, generation)
+        let snapshot = parts.count == 1
+            ? "SELECT 1 FROM sqlite_master LIMIT 1"
+            : "SELECT " + parts.map { "(SELECT 1 FROM \($0.database.quotedIdentifier).sqlite_master LIMIT 1)" }.joined(separator: ", ")
+        return Reader(connection: db, generation: generation, snapshotSQL: snapshot)
     }
 
-    private func returnReader(_ reader: (connection: Connection, generation: Int)) {
+    private func returnReader(_ reader: Reader) {
         let current = layout.withLock { $0.generation }
         guard reader.generation == current else { return }
         readers.withLock { idle in
