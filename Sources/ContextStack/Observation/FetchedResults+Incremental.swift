@@ -62,7 +62,7 @@ extension FetchedResults {
                 var reader = RowReader(session: session, context: core)
                 var result: [(id: ObjectID, row: RowData)] = []
                 for id in touched {
-                    guard let row = try reader.row(id), query.entity.includes(row.entity) else { continue }
+                    guard let row = try reader.row(id), query.accepts(row.entity) else { continue }
                     if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {
                         result.append((id, row))
                     }

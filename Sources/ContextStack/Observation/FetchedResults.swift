@@ -98,8 +98,10 @@ public final class FetchedResults<T: ManagedObject> {
     ///   - orderBy: their order (ties in primary-key order). Put the section key first.
     ///   - sectionBy: an attribute of the entity whose values split the results into sections.
     ///   - options: `.limit` and `.offset` window the ordered results (the window is
-    ///     recomputed after each commit, so objects slide in and out of it); `.batch` is
-    ///     accepted and has no effect: the results hold their objects.
+    ///     recomputed after each commit, so objects slide in and out of it);
+    ///     `.noSubEntities` and `.tweak` work as in a fetch. `.batch`, `.prefetch`,
+    ///     `.propertiesOnly` and `.noPropertyValues` are accepted and change nothing: the
+    ///     results hold their objects with all their values.
     ///   - objectFilter: a further test each object must pass, run on the main actor; with one,
     ///     every relevant commit refetches and reports a reload (`isReload`).
     /// - Throws: `QueryError` for an unknown key, a wrong value type, or a `sectionBy` key
@@ -109,7 +111,9 @@ public final class FetchedResults<T: ManagedObject> {
                 objectFilter: (@MainActor (T) -> Bool)? = nil) throws {
         self.context = context
         let entity = context.core.graph.entity(for: type)
-        var terms = orderBy?.terms ?? []
+        // The request as a fetch would run it: `.tweak` closures included.
+        let request = FetchRequest(condition: condition, orderBy: orderBy, options: options)
+        var terms = request.orderBy?.terms ?? []
         if let sectionBy {
             let path = try CompiledQuery.resolvePath(sectionBy.path, in: entity)
             guard path.hops.isEmpty, !path.countsMembers, path.leaf.attributeKind != nil, path.leaf.isStored else {
@@ -122,9 +126,10 @@ public final class FetchedResults<T: ManagedObject> {
             sectionSlot = nil
             sectionsAscend = true
         }
-        query = try CompiledQuery(entity: entity, condition: condition, orderBy: OrderBy(terms: terms))
-        offset = max(0, options.offset ?? 0)
-        limit = options.limit.map { max(0, $0) }
+        query = try CompiledQuery(entity: entity, condition: request.condition, orderBy: OrderBy(terms: terms),
+                                  includesSubEntities: request.includesSubEntities)
+        offset = request.offset
+        limit = request.limit
         self.objectFilter = objectFilter
         if objectFilter != nil {
             strategy = .reload
