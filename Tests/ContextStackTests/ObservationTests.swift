@@ -269,6 +269,35 @@ import Testing
         }
     }
 
+    @Test @MainActor func ownAttributesUpdateInPlaceAndKeyPathsOrWindowsRefetch() throws {
+        let (store, world) = try Self.world()
+        #expect(try FetchedResults(context: world, Person.self, %"age" > 3 || %"name"%.beginsWith("M"),
+                                   orderBy: .descending("age"), sectionBy: %"location").strategy == .incremental)
+        #expect(try FetchedResults(context: world, Person.self, %"friend.age" > 3).strategy == .refetch)
+        #expect(try FetchedResults(context: world, Person.self, %"pets.@count" > 0).strategy == .refetch)
+        #expect(try FetchedResults(context: world, Person.self, orderBy: .ascending("friend.name")).strategy == .refetch)
+        #expect(try FetchedResults(context: world, Person.self, options: .limit(3)).strategy == .refetch)
+        #expect(try FetchedResults(context: world, Person.self, objectFilter: { _ in true }).strategy == .reload)
+        _ = store
+    }
+
+    @Test @MainActor func subEntitiesFollowTheFetchOptions() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let staff = try FetchedResults(context: world, Staff.self, orderBy: .ascending("name"))
+        let onlyStaff = try FetchedResults(context: world, Staff.self, orderBy: .ascending("name"), options: .noSubEntities)
+        var commits = store.stack.allCommits.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            try update.create(Staff.self).name = "Ann"
+            try update.create(Engineer.self).name = "Bob"
+            try update.commit()
+        }
+        _ = await commits.next()
+        #expect(staff.objects.map(\.name) == ["Ann", "Bob"])
+        #expect(onlyStaff.objects.map(\.name) == ["Ann"])
+        #expect(try world.fetchAll(Staff.self, orderBy: .ascending("name"), options: .noSubEntities).map(\.name) == ["Ann"])
+    }
+
     @Test func longestIncreasingSubsequenceKeepsTheMostInPlace() {
         #expect(ResultsDiff.longestIncreasing([]) == [])
         #expect(ResultsDiff.longestIncreasing([3, 1, 2, 0, 4]).map { [3, 1, 2, 0, 4][$0] } == [1, 2, 4])
