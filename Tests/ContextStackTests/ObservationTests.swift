@@ -258,6 +258,27 @@ import Testing
         #expect(errors.all.first is QueryError)
     }
 
+    @Test @MainActor func changesEndWhenTheResultsAreReleased() async throws {
+        let (store, world) = try Self.world()
+        var results: FetchedResults<Person>? = try FetchedResults(context: world, Person.self)
+        var changes = try #require(results).changes.makeAsyncIterator()
+        let before = store.stack.commits.liveObserverCount
+        results = nil
+        #expect(store.stack.commits.liveObserverCount == before - 1)
+        #expect(await changes.next() == nil)
+    }
+
+    @Test func observingAnObjectOfAnotherContextTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try ObservationTests.world()
+                let other = try MainContext(stack: store.stack)
+                let farmer = try #require(try world.fetch(Person.self, %"name" == "Farmer"))
+                _ = other.observe(farmer) { _ in }
+            }
+        }
+    }
+
     @Test func objectAtOutsideTheResultsTraps() async {
         await #expect(processExitsWith: .failure) {
             try await MainActor.run {
