@@ -302,6 +302,45 @@ import Testing
         _ = store
     }
 
+    @Test @MainActor func commitsUpdateInPlaceWithoutRefetching() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for index in 0..<500 {
+                let person = try update.create(Person.self)
+                (person.name, person.age, person.location) = ("P\(index)", index % 90, ["Oslo", "Rome", nil][index % 3])
+            }
+            try update.commit()
+        }
+        let results = try FetchedResults(context: world, Person.self, %"age" >= 18,
+                                         orderBy: .ascending("location") | .descending("age"), sectionBy: %"location")
+        let count = results.count
+        var changes = results.changes.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "P19")).age = 99          // Rome, moves to the top
+            try #require(try update.fetch(Person.self, %"name" == "P30")).location = "Rome"  // Oslo → Rome
+            try update.delete(#require(try update.fetch(Person.self, %"name" == "P40")))
+            try update.commit()
+        }
+        let change = try #require(await changes.next())
+        #expect(results.fetchCount == 1)
+        #expect(results.count == count - 1)
+        #expect(change.movedRows.count == 2 && change.deletedRows.count == 1)
+        #expect(results.sections.map { $0.objects.map(\.objectID) }
+                == (try Self.grouped(world.fetchAll(Person.self, %"age" >= 18, orderBy: .ascending("location") | .descending("age")))))
+    }
+
+    @MainActor static func grouped(_ people: [Person]) -> [[ObjectID]] {
+        var sections: [[ObjectID]] = []
+        var last: String?? = .none
+        for person in people {
+            if last == nil || last! != person.location { sections.append([]) }
+            last = .some(person.location)
+            sections[sections.count - 1].append(person.objectID)
+        }
+        return sections
+    }
+
     @Test @MainActor func subEntitiesFollowTheFetchOptions() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)

@@ -87,6 +87,8 @@ public final class FetchedResults<T: ManagedObject> {
     /// Index paths by object, built on demand (refetching strategies).
     private var indexCache: [ObjectID: IndexPath]?
     private var observation: CommitObservation?
+    /// How many times the results ran their whole fetch (for tests of the incremental path).
+    private(set) var fetchCount = 0
     private let streams = Locked<(next: UInt64, continuations: [UInt64: AsyncStream<ResultsChange>.Continuation])>((0, [:]))
 
     /// Fetches the results and starts following commits.
@@ -274,6 +276,7 @@ public final class FetchedResults<T: ManagedObject> {
     /// The results as a fresh fetch gives them, in sections.
     func fetchSections() throws -> [Section] {
         let core = context.core
+        fetchCount += 1
         core.beginRead()
         defer { core.endRead() }
         let windowInSQL = objectFilter == nil
