@@ -80,7 +80,7 @@ extension ObjectContext {
     /// The objects of `ids` that still exist, in order, in one read, with their prefetches.
     func loadBatch(_ ids: [ObjectID], prefetch: [[Property]]) throws -> [ManagedObject] {
         guard !prefetch.isEmpty else { return try objects(for: ids) }
-        prefetched = ([:], generation)
+        prefetched = PrefetchCache(generation: generation)
         let rows = try read { session in
             var reader = RowReader(session: session, context: self)
             let rows = try reader.rows(for: ids)

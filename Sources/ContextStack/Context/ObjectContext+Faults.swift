@@ -87,7 +87,7 @@ extension ObjectContext {
     /// owner's relationship cache, so following them later runs no statement.
     func loadPrefetch(_ paths: [[Property]], from sources: [(ObjectID, RowData)], reader: inout RowReader) throws {
         guard !paths.isEmpty, !sources.isEmpty else { return }
-        if prefetched.generation != generation { prefetched = ([:], generation) }
+        if prefetched.generation != generation { prefetched = PrefetchCache(generation: generation) }
         for path in paths {
             var level = sources
             for property in path {
@@ -95,7 +95,11 @@ extension ObjectContext {
                 if property.isToMany {
                     let members = try reader.members(of: level.map(\.0), property)
                     for (owner, ids) in members {
-                        registered(owner)?.toManyCache[property.slot] = (Set(ids), generation)
+                        if let object = registered(owner) {
+                            object.toManyCache[property.slot] = (Set(ids), generation)
+                        } else {
+                            prefetched.members[owner, default: [:]][property.slot] = Set(ids)
+                        }
                     }
                     targets = Array(Set(members.values.joined()))
                 } else {
@@ -137,4 +141,19 @@ extension ObjectContext {
         guard prefetched.generation == generation else { return nil }
         return prefetched.rows[id]
     }
+
+    /// The members of `owner`'s to-many relationship at `slot` read ahead by `.prefetch`, if
+    /// still current.
+    func prefetchedMembers(_ owner: ObjectID, slot: Int) -> Set<ObjectID>? {
+        guard prefetched.generation == generation else { return nil }
+        return prefetched.members[owner]?[slot]
+    }
+}
+
+/// Rows and to-many memberships `.prefetch` read for objects not registered yet; valid while
+/// the context's generation stays `generation`, replaced by the next fetch that prefetches.
+struct PrefetchCache {
+    var generation: Int
+    var rows: [ObjectID: RowData] = [:]
+    var members: [ObjectID: [Int: Set<ObjectID>]] = [:]
 }

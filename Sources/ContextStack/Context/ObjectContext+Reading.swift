@@ -77,13 +77,14 @@ extension ObjectContext {
             for property in entity.properties where property.isToMany { loadedSlots.insert(property.slot) }
             columns = wanted.sorted()
         }
-        if !prefetch.isEmpty { prefetched = ([:], generation) }
+        if !prefetch.isEmpty { prefetched = PrefetchCache(generation: generation) }
         return try read { session -> [ManagedObject] in
             var reader = RowReader(session: session, context: request.includesPendingChanges ? self : nil)
             let (rows, complete) = try selectRows(query, offset: request.offset, limit: request.limit, columns: columns, reader: &reader)
             if complete {
+                let objects = rows.map { materialize($0.id, $0.row) }
                 try loadPrefetch(prefetch, from: rows.map { ($0.id, $0.row) }, reader: &reader)
-                return rows.map { materialize($0.id, $0.row) }
+                return objects
             }
             // Partly loaded objects prefetch now (they hold the foreign keys); faults when
             // their group loads.

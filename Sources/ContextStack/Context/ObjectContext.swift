@@ -28,8 +28,8 @@ final class ObjectContext: @unchecked Sendable {
     private var linkEnds: [LinkKey: LinkEnds] = [:]
     /// Bumped whenever loaded to-many relationships may be out of date.
     private(set) var generation = 0
-    /// Rows read ahead by `.prefetch`, for objects not registered yet, valid for `generation`.
-    var prefetched: (rows: [ObjectID: RowData], generation: Int) = ([:], 0)
+    /// What `.prefetch` read ahead for objects not registered yet.
+    var prefetched = PrefetchCache(generation: 0)
 
     /// Change sets handed to a main context, applied before its next read.
     private let inbox = Locked<[ChangeSet]>([])
@@ -346,6 +346,10 @@ final class ObjectContext: @unchecked Sendable {
     private func toManyIDs(of object: ManagedObject, _ property: Property) throws -> Set<ObjectID> {
         if let cached = object.toManyCache[property.slot], cached.generation == generation {
             return cached.ids
+        }
+        if let ids = prefetchedMembers(object.objectID, slot: property.slot) {
+            object.toManyCache[property.slot] = (ids, generation)
+            return ids
         }
         // The same member resolution quantifiers and counts use: store, pending commits,
         // pinned view and this context's own changes.

@@ -91,6 +91,7 @@ struct CompiledQuery: Sendable {
         }
         var order: [SortTerm] = []
         for term in orderBy?.terms ?? [] {
+            if let error = term.invalid { throw error }
             let path = try Self.resolvePath(term.key, in: entity)
             guard path.leaf.isStored, !path.countsMembers else {
                 throw QueryError(.unsupported, "Cannot sort \(entity.name) by '\(term.key)': it is a to-many relationship.", key: term.key, entity: entity.name)

@@ -7,6 +7,9 @@ public struct OrderBy: Sendable, CustomStringConvertible {
     struct Term: Sendable {
         let key: String
         let ascending: Bool
+        /// Set when the term could not be built (a key path that is not a persisted property):
+        /// sorting by it throws this error.
+        var invalid: QueryError?
     }
     let terms: [Term]
 

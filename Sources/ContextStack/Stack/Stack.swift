@@ -29,6 +29,17 @@ public final class Stack: Sendable {
     private let state = Locked(State())
     /// Delivers commits to observers on the main actor.
     let commits = CommitHub()
+    /// Shared by the stack's stores: `trace(_:)` sets what it calls.
+    let tracer = StatementTracer()
+
+    /// Hands the SQL of every statement the stack's stores run to `body`, on the thread that
+    /// runs it; `nil` stops tracing. Bound values appear as `?` and never reach the trace.
+    ///
+    /// For example: `stack.trace { sql in print(sql) }` — to see what a fetch with `.prefetch`
+    /// or `.batch` costs, or to count statements in a test.
+    public func trace(_ body: (@Sendable (String) -> Void)?) {
+        tracer.set(body)
+    }
 
     private struct State: Sendable {
         var store: Store?
@@ -110,7 +121,7 @@ public final class Stack: Sendable {
             throw StoreError(.alreadyAdded, "This stack already has a store (\(existing.path ?? "in memory")); a stack holds one store.")
         }
         let store = try Store(graph: graph, url: url, resetOnFailure: settings.resetOnFailure,
-                              writesInBackground: rootContext == .shared) { [weak self] error in
+                              writesInBackground: rootContext == .shared, tracer: tracer) { [weak self] error in
             self?.report(error)
         }
         try state.withLock { state in

@@ -11,6 +11,8 @@ import Foundation
 /// for the writer); in-memory stores share one connection.
 final class Store: Sendable {
     let graph: ModelGraph
+    /// Receives the SQL of every statement the store runs, while someone listens (`Stack.traceStatements`).
+    let tracer: StatementTracer
     /// The file, or `nil` for an in-memory store.
     let url: URL?
     let writer: Locked<WriterState>
@@ -62,8 +64,9 @@ final class Store: Sendable {
     /// Opens or creates the store at `url` (or in memory), creating the model's tables in a new
     /// file and checking the model of an existing one.
     init(graph: ModelGraph, url: URL?, resetOnFailure: Bool, writesInBackground: Bool,
-         reportError: @escaping @Sendable (any Error) -> Void) throws {
+         tracer: StatementTracer = StatementTracer(), reportError: @escaping @Sendable (any Error) -> Void) throws {
         self.graph = graph
+        self.tracer = tracer
         self.url = url
         self.writesInBackground = writesInBackground
         self.reportError = reportError
@@ -74,6 +77,7 @@ final class Store: Sendable {
             connection = try Connection(path: ":memory:")
             try Self.prepareSchema(connection, graph: graph, resetOnFailure: resetOnFailure)
         }
+        connection.install(tracer)
         writer = Locked(WriterState(connection: connection))
         readers = Locked([])
     }
@@ -239,6 +243,7 @@ final class Store: Sendable {
         guard let url else { preconditionFailure("in-memory stores read through the writer connection") }
         let db = try Connection(path: url.path, readOnly: true)
         db.setBusyTimeout(milliseconds: 10_000)
+        db.install(tracer)
         return db
     }
 
