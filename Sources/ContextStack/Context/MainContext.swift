@@ -36,6 +36,8 @@ public final class MainContext: CommitSource {
     nonisolated let core: ObjectContext
     nonisolated let starter: UpdateStarter
     private var resetRegistration: UInt64?
+    /// The live results reading this context, reloaded when it resets.
+    let live = LiveRegistry()
 
     /// A main context of `stack`.
     ///
@@ -152,6 +154,7 @@ public final class MainContext: CommitSource {
     public func reset() {
         core.checkExecution("reset()")
         core.reset()
+        live.contextDidReset()
     }
 
     // MARK: Updating
