@@ -1,6 +1,6 @@
 import Foundation
 
-/// The top of ContextStack: a model, the store that holds it, and the root writer.
+/// The top of ContextStack: a model, the stores that hold it, and the root writer.
 ///
 /// For example:
 ///
