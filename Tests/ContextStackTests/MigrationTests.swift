@@ -379,6 +379,26 @@ func storeBytes(_ url: URL) -> [Data?] {
         #expect(try context.beginUpdateAndWait { try $0.fetchAll(WorkerV1.self).map(\.name) } == ["Ann"])
     }
 
+    /// Stores written before the description marked optional attributes (`?`) differ only in
+    /// that text: they open with their tables untouched.
+    @Test func aStoreFromBeforeOptionalityWasRecordedOpensWithItsTablesUntouched() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV2.self], at: url) { update in try update.create(GadgetV2.self).serial = "S1" }
+        do {
+            let db = try Connection(path: url.path)
+            let description = try #require(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'schema'").stringValue)
+            #expect(description.contains("label?"))
+            let older = description.replacingOccurrences(of: "?", with: "")
+            try db.execute("UPDATE Z_METADATA SET value = \(older.quotedLiteral) WHERE key = 'schema'; UPDATE Z_METADATA SET value = 'older' WHERE key = 'hash'")
+        }
+        let db = try Connection(path: url.path)
+        let tables = try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        let context = try openStore([GadgetV2.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetch(GadgetV2.self)?.serial } == "S1")
+        #expect(try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name") == tables)
+        #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'") == .text(try Model(GadgetV2.self).versionHash))
+    }
+
     @Test func anUnchangedModelOpensWithoutRewritingTheTables() throws {
         defer { cleanUp() }
         try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
