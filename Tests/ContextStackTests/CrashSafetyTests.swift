@@ -15,6 +15,14 @@ import Testing
     var entries: Int = 0
 }
 
+/// The version of `Entry` that `stress-writer migrate` opens the store with.
+@Entity(name: "Entry") final class CrashEntryV2: ManagedObject {
+    @Attribute(.indexed) var batch: Int = 0
+    var index: Int = 0
+    var writer: Int = 0
+    var note: String = "migrated"
+}
+
 /// The entries the child writes per batch, in one commit.
 private let batchSize = 10
 
@@ -111,6 +119,51 @@ struct StressWriterProcess {
         }
         #expect(kills >= 20)
         #expect(!acknowledged.isEmpty)
+    }
+
+    /// A child migrating a store is killed at random moments: the file is always wholly the
+    /// old version or wholly the new one, never in between, and the last child finishes it.
+    @Test func killedMigrationsLeaveOneVersionOrTheOther() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("migrate.sqlite")
+        let rows = 20_000
+        do {
+            let stack = try Stack(model: Model(CrashEntry.self, CrashTally.self), rootContext: .none)
+            try stack.addDatabaseStore(at: url)
+            try Context(stack: stack).beginUpdateAndWait { update in
+                for index in 0..<rows { try update.create(CrashEntry.self).index = index }
+                try update.commit()
+            }
+        }
+        let oldHash = try Model(CrashEntry.self, CrashTally.self).versionHash
+        let newHash = try Model(CrashEntryV2.self, CrashTally.self).versionHash
+        var generator = SystemRandomNumberGenerator()
+        for round in 0..<8 {
+            let child = try StressWriterProcess(["migrate", url.path])
+            if round < 7 {
+                // The child starts in some tens of milliseconds and migrates in as many more.
+                usleep(UInt32.random(in: 0...80_000, using: &generator))
+                kill(child.process.processIdentifier, SIGKILL)
+            }
+            child.process.waitUntilExit()
+            if round == 7 {
+                #expect(child.process.terminationReason == .exit && child.process.terminationStatus == 0, "\(child.errorText)")
+            }
+            let db = try Connection(path: url.path)
+            #expect(try db.scalar("PRAGMA integrity_check") == .text("ok"))
+            #expect(try db.scalar("SELECT count(*) FROM Entry") == .integer(Int64(rows)))
+            let hash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'")
+            let columns = try db.rows("SELECT name FROM pragma_table_info('Entry')").compactMap { $0[0].stringValue }
+            if hash == .text(newHash) {
+                #expect(columns.contains("note"))
+                #expect(try db.scalar("SELECT count(*) FROM Entry WHERE note = 'migrated'") == .integer(Int64(rows)))
+            } else {
+                #expect(hash == .text(oldHash))
+                #expect(!columns.contains("note"))
+            }
+            if round == 7 { #expect(hash == .text(newHash)) }
+        }
     }
 
     /// Two processes commit to one file at the same time: both finish without an error (busy

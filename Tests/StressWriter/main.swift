@@ -2,6 +2,7 @@
 // CrashSafetyTests.swift). Not a product: SwiftPM builds it beside the test bundle.
 //
 //     stress-writer batches <store> [grouped]  commits numbered batches until killed
+//     stress-writer migrate <store>            opens the store with the next model version
 //     stress-writer commits <store> <writer> <count>   says "ready", waits for a line on its
 //                                                      input, commits <count> one-row commits
 //
@@ -15,6 +16,14 @@ import Foundation
     var batch: Int = 0
     var index: Int = 0
     var writer: Int = 0
+}
+
+/// The next version of `Entry`, for `migrate`: a new attribute and an index.
+@Entity(name: "Entry") final class EntryV2: ManagedObject {
+    @Attribute(.indexed) var batch: Int = 0
+    var index: Int = 0
+    var writer: Int = 0
+    var note: String = "migrated"
 }
 
 @Entity(name: "Tally") final class Tally: ManagedObject {
@@ -32,6 +41,18 @@ func fail(_ message: String) -> Never {
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else { fail("usage: stress-writer batches <store> | commits <store> <writer> <count>") }
 let url = URL(fileURLWithPath: arguments[2])
+
+if arguments[1] == "migrate" {
+    // Opens the store with the next model version (migrating it), then says so.
+    do {
+        let stack = try Stack(model: Model(EntryV2.self, Tally.self), rootContext: .none)
+        try stack.addDatabaseStore(at: url)
+        FileHandle.standardOutput.write(Data("migrated\n".utf8))
+        exit(0)
+    } catch {
+        fail("\(error)")
+    }
+}
 
 do {
     // `batches grouped`: commits go through the root writer, which groups those that arrive
