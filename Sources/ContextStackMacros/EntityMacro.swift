@@ -20,6 +20,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let className = classDecl.name.trimmedDescription
         let properties = persistedProperties(of: classDecl, in: context)
         let entityName = stringArgument("name", of: node) ?? "\"\(className)\""
+        let originalName = stringArgument("originalName", of: node).map { ", originalName: \($0)" } ?? ""
         let superclass = superclassName(of: classDecl)
         let superentity = superclass.map { "\($0).entityDescription" } ?? "nil"
         let access = accessPrefix(of: classDecl)
@@ -30,6 +31,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             case .attribute:
                 var line = ".attribute(\"\(property.name)\", \(property.type).self, default: \(property.defaultExpression ?? "nil")"
                 if let options = property.options, !options.isEmpty { line += ", options: [\(options)]" }
+                if let originalName = property.originalName { line += ", originalName: \(originalName)" }
                 lines.append(line + ")")
             case .toOne, .toMany:
                 var line = property.kind == .toOne ? ".toOne" : ".toMany"
@@ -44,7 +46,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             """
             \(raw: access)nonisolated static let \(raw: staticName(className)) = ContextStack.EntityDescription(
                 name: \(raw: entityName), type: \(raw: className).self, superentity: \(raw: superentity),
-                properties: \(raw: list))
+                properties: \(raw: list)\(raw: originalName))
             """,
             "\(raw: access)override class var entityDescription: ContextStack.EntityDescription { \(raw: staticName(className)) }",
             """
@@ -105,6 +107,8 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let kind: Kind
         var defaultExpression: String?
         var options: String?
+        /// The attribute's name in the previous model version, from `@Attribute(originalName:)`.
+        var originalName: String?
         var destination: String?
         var inverse: String?
         var deleteRule: String?
@@ -175,6 +179,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
                 if let attributeNode = attribute("Attribute", in: variable), case .argumentList(let arguments) = attributeNode.arguments {
                     let options = arguments.filter { $0.label == nil }.map(\.expression.trimmedDescription)
                     persisted.options = options.joined(separator: ", ")
+                    persisted.originalName = arguments.first { $0.label?.text == "originalName" }?.expression.trimmedDescription
                 }
                 result.append(persisted)
             }

@@ -4,6 +4,7 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable {
         private enum Base: Hashable, Sendable {
             case duplicateEntity, unknownDestination, badInverse, emptyModel, unknownConfiguration, reservedName
+            case relationshipAcrossConfigurations
         }
         private let base: Base
         /// Two entities share a name.
@@ -18,6 +19,9 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
         public static let reservedName = Code(base: .reservedName)
         /// A configuration lists an entity that is not in the model.
         public static let unknownConfiguration = Code(base: .unknownConfiguration)
+        /// A relationship points to an entity that a configuration holding its source lacks:
+        /// the two would live in different stores.
+        public static let relationshipAcrossConfigurations = Code(base: .relationshipAcrossConfigurations)
     }
 
     public let code: Code

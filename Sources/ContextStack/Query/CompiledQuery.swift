@@ -58,9 +58,13 @@ struct CompiledQuery: Sendable {
     /// Prefixes this query's table aliases, so a nested query (a quantifier) does not clash.
     let aliasPrefix: String
 
+    /// Whether objects of the entity's sub-entities match too (not with `.noSubEntities`).
+    let includesSubEntities: Bool
+
     init(entity: Entity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = [],
-         aliasPrefix: String = "") throws(QueryError) {
+         aliasPrefix: String = "", includesSubEntities: Bool = true) throws(QueryError) {
         self.entity = entity
+        self.includesSubEntities = includesSubEntities
         self.aliasPrefix = aliasPrefix
         var uses: [(property: Property, inner: CompiledQuery?)] = []
         var nested = 0
@@ -87,6 +91,7 @@ struct CompiledQuery: Sendable {
         }
         var order: [SortTerm] = []
         for term in orderBy?.terms ?? [] {
+            if let error = term.invalid { throw error }
             let path = try Self.resolvePath(term.key, in: entity)
             guard path.leaf.isStored, !path.countsMembers else {
                 throw QueryError(.unsupported, "Cannot sort \(entity.name) by '\(term.key)': it is a to-many relationship.", key: term.key, entity: entity.name)
@@ -425,6 +430,12 @@ struct CompiledQuery: Sendable {
         var arguments: [Value]
     }
 
+    /// Whether a row of `other` can match: the entity itself, or one below it unless
+    /// sub-entities are left out.
+    func accepts(_ other: Entity) -> Bool {
+        includesSubEntities ? entity.includes(other) : other === entity
+    }
+
     /// `FROM … JOIN … WHERE …` for this query, with `t0` the entity's table.
     func fromWhere(extraWhere: [String] = [], extraArguments: [Value] = []) -> SQL {
         var arguments: [Value] = []
@@ -458,8 +469,9 @@ struct CompiledQuery: Sendable {
     /// The WHERE terms: the entity's family (in a shared table), then the condition.
     func whereTerms(arguments: inout [Value]) -> [String] {
         var conditions: [String] = []
-        if entity.table.hasEntityColumn && entity.family.count < entity.table.familyCount {
-            conditions.append("\(tableAliases[""]!).\"Z_ENT\" IN (\(entity.family.map { String($0.entityCode) }.joined(separator: ", ")))")
+        let members = includesSubEntities ? entity.family : [entity]
+        if entity.table.hasEntityColumn && members.count < entity.table.familyCount {
+            conditions.append("\(tableAliases[""]!).\"Z_ENT\" IN (\(members.map { String($0.entityCode) }.joined(separator: ", ")))")
         }
         if let node {
             conditions.append(Self.sql(node, aliases: tableAliases, arguments: &arguments))
