@@ -14,15 +14,15 @@ func reps(_ standard: Int) -> Int { options.repetitions ?? standard }
 
 let workloads: [any Workload] = [
     InsertWorkload(fixture, repetitions: reps(5)),
-    FetchWorkload(fixture, repetitions: reps(7)),
+    FetchWorkload(fixture, repetitions: reps(9)),
     FilterWorkload(fixture, repetitions: reps(5)),
     AggregateWorkload(fixture, repetitions: reps(5)),
-    UpdateWorkload(fixture, repetitions: reps(5)),
-    LookupWorkload(fixture, repetitions: reps(5)),
-    SaveOneWorkload(fixture, repetitions: reps(5)),
-    ConcurrentWorkload(fixture, repetitions: reps(3)),
+    UpdateWorkload(fixture, repetitions: reps(7)),
+    LookupWorkload(fixture, repetitions: reps(7)),
+    SaveOneWorkload(fixture, repetitions: reps(9)),
+    ConcurrentWorkload(fixture, repetitions: reps(5)),
     MergeWorkload(fixture, repetitions: reps(5)),
-    LiveWorkload(fixture, repetitions: reps(5)),
+    LiveWorkload(fixture, repetitions: reps(7)),
     MemoryWorkload(fixture, repetitions: reps(1)),
 ]
 if let only = options.only {
