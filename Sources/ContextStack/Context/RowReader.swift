@@ -19,6 +19,7 @@ struct RowReader {
     /// `t0."Z_PK", [t0."Z_ENT",] t0."a", t0."b", …` for a table; with `columns`, only those of
     /// the table's columns (by index), and none for `[]`.
     func selectColumns(_ table: Table, alias: String, columns wanted: [Int]? = nil) -> String {
+        if wanted == nil && alias == "t0" { return table.wholeRowSelectList }
         var columns = ["\(alias).\"Z_PK\""]
         if table.hasEntityColumn { columns.append("\(alias).\"Z_ENT\"") }
         for index in wanted ?? Array(table.columns.indices) {

@@ -16,12 +16,19 @@ final class Table: Sendable {
     let hasEntityColumn: Bool
     /// How many entities share the table.
     let familyCount: Int
+    /// `t0."Z_PK", [t0."Z_ENT",] t0."a", …`: every column, made once, because reads by key
+    /// need it on every call.
+    let wholeRowSelectList: String
 
     init(name: String, columns: [Column], familyCount: Int) {
         self.name = name
         self.columns = columns
         self.hasEntityColumn = familyCount > 1
         self.familyCount = familyCount
+        var list = ["t0.\"Z_PK\""]
+        if familyCount > 1 { list.append("t0.\"Z_ENT\"") }
+        list += columns.map { "t0.\($0.name.quotedIdentifier)" }
+        wholeRowSelectList = list.joined(separator: ", ")
     }
 
     var quotedName: String { name.quotedIdentifier }
