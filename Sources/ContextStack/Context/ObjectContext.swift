@@ -120,7 +120,7 @@ final class ObjectContext: @unchecked Sendable {
     /// the runtime's isolation check recognizes.
     @inline(__always)
     static func checkMainActor(_ message: @autoclosure () -> String) {
-        if Thread.isMainThread || Execution.isOnMainQueue { return }
+        if Execution.isMainThread || Execution.isOnMainQueue { return }
         MainActor.preconditionIsolated(message())
     }
 

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -22,6 +23,26 @@ enum Execution {
         DispatchQueue.main.setSpecific(key: key, value: true)
         return key
     }()
+
+    // Created once, never changed: per thread, whether it is the main thread.
+    private static let mainThreadKey: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    /// True on the process's main thread. Foundation's `Thread.isMainThread` makes system calls
+    /// on Linux (getpid, gettid) — on every property access of a main-context object, a
+    /// twentieth of walking a million objects — so each thread asks it once and keeps the
+    /// answer in a thread-local slot.
+    static var isMainThread: Bool {
+        if let known = pthread_getspecific(mainThreadKey) {
+            return UInt(bitPattern: known) == 1
+        }
+        let isMain = Thread.isMainThread
+        pthread_setspecific(mainThreadKey, UnsafeRawPointer(bitPattern: isMain ? 1 : 2))
+        return isMain
+    }
 
     /// True while the current thread runs work of the main queue, where the main actor runs
     /// (on Linux, an async `main` has a worker thread drain it).

@@ -75,7 +75,7 @@ final class UpdateStarter: Sendable {
         if turns != nil { checkNotInsideOwnSerialUpdate() }
         defer {
             // Back on the main actor after our own commit: its objects show it now.
-            if let main, Thread.isMainThread || Execution.isOnMainQueue { main.applyInbox() }
+            if let main, Execution.isMainThread || Execution.isOnMainQueue { main.applyInbox() }
         }
         return try makeUpdateContext().performAndWait(block)
     }
