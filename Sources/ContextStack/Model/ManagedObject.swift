@@ -80,10 +80,26 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
 
     // MARK: - Accessors used by @Entity's expansion
 
+    // The two accessors of plain attributes are inlined into the entity's own accessors, where
+    // `T` is concrete: converting the slot's value is then a direct call, not a generic one
+    // through witness tables. The checks stay in the library, behind `_cs_slot`/`_cs_store`.
+    @inlinable
     public final func _cs_get<T: AttributeValue>(_ slot: Int) -> T {
+        if let value = T(storedValue: _cs_slot(slot)) { return value }
+        return _cs_default(slot)
+    }
+
+    /// The value of `slot`, after the confinement check (loading the object if it is a fault).
+    @usableFromInline
+    final func _cs_slot(_ slot: Int) -> Value {
         context.checkRead(self, slot: slot)
-        if let value = T(storedValue: values[slot]) { return value }
-        return Self.fallback(entity.defaults[slot], slot: slot, entity: entity)
+        return values[slot]
+    }
+
+    /// The entity's default for `slot`, when the stored value does not convert.
+    @usableFromInline
+    final func _cs_default<T: AttributeValue>(_ slot: Int) -> T {
+        Self.fallback(entity.defaults[slot], slot: slot, entity: entity)
     }
 
     public final func _cs_get<T: RawRepresentable>(_ slot: Int) -> T where T.RawValue: AttributeValue {
@@ -101,9 +117,16 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
         return T.RawValue(storedValue: values[slot]).flatMap(T.init(rawValue:))
     }
 
+    @inlinable
     public final func _cs_set<T: AttributeValue>(_ slot: Int, _ newValue: T) {
+        _cs_store(newValue.storedValue, at: slot)
+    }
+
+    /// Stores `value` in `slot`, after checking that the object may change and tracking it.
+    @usableFromInline
+    final func _cs_store(_ value: Value, at slot: Int) {
         context.willChange(self)
-        values[slot] = newValue.storedValue
+        values[slot] = value
     }
 
     public final func _cs_set<T: RawRepresentable>(_ slot: Int, _ newValue: T) where T.RawValue: AttributeValue {
