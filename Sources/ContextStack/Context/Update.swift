@@ -168,9 +168,8 @@ enum FetchOrCreate {
         var result: [(Int, Value)] = []
         func collect(_ node: Condition.Node) throws(QueryError) {
             switch node {
-            case .and(let a, let b):
-                try collect(a)
-                try collect(b)
+            case .and:
+                for operand in node.chain() { try collect(operand) }
             case .compare(let key, .equal, let operand):
                 guard let property = entity.property(named: key), property.isStored else { throw invalid() }
                 switch operand {

@@ -86,8 +86,16 @@ struct AggregateQuery {
         }
         switch node {
         case .constant(let value): return value ? "1" : "0"
-        case .and(let a, let b): return "(\(try sql(a, named: named, arguments: &arguments)) AND \(try sql(b, named: named, arguments: &arguments)))"
-        case .or(let a, let b): return "(\(try sql(a, named: named, arguments: &arguments)) OR \(try sql(b, named: named, arguments: &arguments)))"
+        case .and, .or:
+            // Balanced, so a long chain nests log n deep in SQL too.
+            let operands = node.chain()
+            let joined: Condition.Node
+            if case .and = node { joined = balanced(operands[...]) { .and($0, $1) } } else { joined = balanced(operands[...]) { .or($0, $1) } }
+            guard case .and(let a, let b) = joined else {
+                guard case .or(let a, let b) = joined else { return try sql(joined, named: named, arguments: &arguments) }
+                return "(\(try sql(a, named: named, arguments: &arguments)) OR \(try sql(b, named: named, arguments: &arguments)))"
+            }
+            return "(\(try sql(a, named: named, arguments: &arguments)) AND \(try sql(b, named: named, arguments: &arguments)))"
         case .not(let a): return "(NOT \(try sql(a, named: named, arguments: &arguments)))"
         case .compare(let key, let op, let right):
             let left = try named(key)

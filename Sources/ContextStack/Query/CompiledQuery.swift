@@ -160,8 +160,11 @@ struct CompiledQuery: Sendable {
                                 quantify: (Quantifier, String, Condition.Node) throws(QueryError) -> Node) throws(QueryError) -> Node {
         switch node {
         case .constant(let value): return .constant(value)
-        case .and(let a, let b): return .and(try resolve(a, in: entity, note: note, quantify: quantify), try resolve(b, in: entity, note: note, quantify: quantify))
-        case .or(let a, let b): return .or(try resolve(a, in: entity, note: note, quantify: quantify), try resolve(b, in: entity, note: note, quantify: quantify))
+        case .and, .or:
+            var operands: [Node] = []
+            for operand in node.chain() { operands.append(try resolve(operand, in: entity, note: note, quantify: quantify)) }
+            if case .and = node { return balanced(operands[...]) { .and($0, $1) } }
+            return balanced(operands[...]) { .or($0, $1) }
         case .not(let a): return .not(try resolve(a, in: entity, note: note, quantify: quantify))
         case .text(let key, let op, let pattern, let options):
             let path = try resolvePath(key, in: entity)
@@ -249,8 +252,11 @@ struct CompiledQuery: Sendable {
         case .text(let k, let op, let pattern, let options): return .text(try key(k), op, pattern, options)
         case .oneOf(let k, let list): return .oneOf(try key(k), list)
         case .between(let k, let low, let high): return .between(try key(k), low, high)
-        case .and(let a, let b): return .and(try strip(prefix, from: a, entity: entity), try strip(prefix, from: b, entity: entity))
-        case .or(let a, let b): return .or(try strip(prefix, from: a, entity: entity), try strip(prefix, from: b, entity: entity))
+        case .and, .or:
+            var operands: [Condition.Node] = []
+            for operand in node.chain() { operands.append(try strip(prefix, from: operand, entity: entity)) }
+            if case .and = node { return balanced(operands[...]) { .and($0, $1) } }
+            return balanced(operands[...]) { .or($0, $1) }
         case .not(let a): return .not(try strip(prefix, from: a, entity: entity))
         case .quantified(let quantifier, let k, let inner): return .quantified(quantifier, try key(k), try strip(prefix, from: inner, entity: entity))
         case .constant, .invalid: return node
