@@ -17,11 +17,15 @@
 /// the entity's static description, and restates `@unchecked Sendable` (see `ManagedObject`).
 /// Sub-entities: declare the parent without `final` and subclass it with `@Entity` too.
 ///
-/// - Parameter name: the entity's name in the store; the class name by default.
+/// - Parameters:
+///   - name: the entity's name in the store; the class name by default.
+///   - unique: compound uniqueness constraints, each a list of property names whose values
+///     together may occur only once (`unique: [["firstName", "lastName"]]`); a single
+///     attribute is made unique with `@Attribute(.unique)`. See Docs/Writing.md.
 @attached(member, names: arbitrary)
 @attached(memberAttribute)
 @attached(extension, conformances: Sendable)
-public macro Entity(name: String? = nil) = #externalMacro(module: "ContextStackMacros", type: "EntityMacro")
+public macro Entity(name: String? = nil, unique: [[String]] = []) = #externalMacro(module: "ContextStackMacros", type: "EntityMacro")
 
 /// Options for an attribute: `@Attribute(.unique)`, `@Attribute(.indexed)`.
 @attached(peer)

@@ -3,7 +3,7 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {
         private enum Base: Hashable, Sendable {
-            case duplicateEntity, unknownDestination, badInverse, emptyModel, unknownConfiguration, reservedName
+            case duplicateEntity, unknownDestination, badInverse, emptyModel, unknownConfiguration, reservedName, invalidUniqueness
         }
         private let base: Base
         /// Two entities share a name.
@@ -16,6 +16,9 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
         public static let emptyModel = Code(base: .emptyModel)
         /// A property name starts with `Z_`, which the store keeps for its own columns.
         public static let reservedName = Code(base: .reservedName)
+        /// A uniqueness constraint (`@Entity(unique:)`) is empty, names a key that is not an
+        /// attribute or to-one relationship of the entity, or names one twice.
+        public static let invalidUniqueness = Code(base: .invalidUniqueness)
         /// A configuration lists an entity that is not in the model.
         public static let unknownConfiguration = Code(base: .unknownConfiguration)
     }

@@ -5,7 +5,6 @@ final class Table: Sendable {
     struct Column: Sendable {
         let name: String
         let type: String
-        let isUnique: Bool
         let isIndexed: Bool
         /// For a to-one relationship: the table it points into.
         var references: String? = nil
@@ -16,6 +15,8 @@ final class Table: Sendable {
     let hasEntityColumn: Bool
     /// How many entities share the table.
     let familyCount: Int
+    /// The unique indexes on the table; written once in `Model.init`, before it is shared.
+    nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
 
     init(name: String, columns: [Column], familyCount: Int) {
         self.name = name

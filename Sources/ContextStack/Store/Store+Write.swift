@@ -35,7 +35,7 @@ extension Store {
             announce = onVisible
         }
         var appended: (Submission, Bool)?
-        if !(policy.checksStore && !changes.updates.isEmpty) {
+        if !(policy.checksStore && !changes.updates.isEmpty) && !changes.touchesUniqueKeys {
             // The fast path, unless a pinned view needs before-images (checked under the lock,
             // so a view pinned concurrently cannot miss this commit).
             appended = state.withLock { state in
@@ -49,6 +49,8 @@ extension Store {
                     var reader = RowReader(session: ReadSession(store: self, db: writerState.connection, overlay: state.overlay), context: nil)
                     var resolved = item
                     resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
+                    resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
+                    try Self.checkUniqueness(resolved.changes, reader: &reader)
                     try Self.capture(resolved.changes, into: &state.pins, reader: &reader, db: writerState.connection)
                     return Self.append(resolved, to: &state, announce: announce)
                 }
@@ -73,15 +75,18 @@ extension Store {
         let claimed: Bool
         /// Runs under the lock once the commit is written (for commits visible only then).
         let afterWrite: (@Sendable (ChangeSet) -> Void)?
+        /// A batch operation, which learns its changes only when the writer runs it.
+        var batch: BatchOperation? = nil
         var sequence: UInt64 = 0
     }
 
     /// Appends a resolved commit to the queue and the overlay; says whether a drain must start.
-    private static func append(_ item: QueueItem, to state: inout State, announce: (ChangeSet) -> Void) -> (Submission, Bool) {
+    static func append(_ item: QueueItem, to state: inout State, announce: (ChangeSet) -> Void) -> (Submission, Bool) {
         state.lastSequence += 1
         var item = item
         item.sequence = state.lastSequence
         state.overlay.apply(item.changes, sequence: item.sequence)
+        releaseClaims(of: item.changes, in: &state)
         state.queue.append(item)
         announce(item.changes)
         let start = !state.isDraining
@@ -149,7 +154,7 @@ extension Store {
 
     /// Records, for every pinned view, how the rows this commit changes were before it (the
     /// first change after a pin wins: that is the row as it was when the view was pinned).
-    private static func capture(_ changes: ChangeSet, into pins: inout [UInt64: PinnedImages],
+    static func capture(_ changes: ChangeSet, into pins: inout [UInt64: PinnedImages],
                                 reader: inout RowReader, db: Connection) throws {
         guard !pins.isEmpty else { return }
         var images: [ObjectID: BeforeImage] = [:]
@@ -210,6 +215,7 @@ extension Store {
             }
             var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
             var failed = Set<UInt64>()
+            var batchResults: [UInt64: BatchResult] = [:]
             do {
                 try writer.withLock { writerState in
                     let db = writerState.connection
@@ -218,13 +224,18 @@ extension Store {
                             let savepoint = "commit\(index)"
                             try db.execute("SAVEPOINT \(savepoint)")
                             do {
-                                try apply(item.changes, writer: &writerState)
+                                if let operation = item.batch {
+                                    batchResults[item.sequence] = try execute(operation, db: db)
+                                } else {
+                                    try apply(item.changes, writer: &writerState)
+                                }
                                 try db.execute("RELEASE \(savepoint)")
                             } catch {
                                 try db.execute("ROLLBACK TO \(savepoint)")
                                 try db.execute("RELEASE \(savepoint)")
-                                failures.append((item.sequence, error, item.claimed))
+                                failures.append((item.sequence, Self.saveError(error, graph: graph), item.claimed))
                                 failed.insert(item.sequence)
+                                batchResults[item.sequence] = nil
                             }
                         }
                     }, commit: { commit in
@@ -244,7 +255,15 @@ extension Store {
             let ready = state.withLock { state -> [FlushWaiter] in
                 state.writtenSequence = last
                 state.transactionCount += 1
-                for item in batch where !failed.contains(item.sequence) { item.afterWrite?(item.changes) }
+                for item in batch where !failed.contains(item.sequence) {
+                    if let result = batchResults[item.sequence] {
+                        Self.releaseClaims(of: result.changes, in: &state)
+                        state.batchResults[item.sequence] = result
+                        item.afterWrite?(result.changes)
+                    } else {
+                        item.afterWrite?(item.changes)
+                    }
+                }
                 state.errors += failures.filter { !$0.claimed }.map(\.error)
                 for failure in failures where failure.claimed { state.failures[failure.sequence] = failure.error }
                 if state.failures.count > 1024 {
@@ -261,6 +280,40 @@ extension Store {
     /// Applies one commit with the writer connection, inside the caller's transaction.
     private func apply(_ changes: ChangeSet, writer: inout WriterState) throws {
         let db = writer.connection
+        for delete in changes.deletes {
+            let table = delete.entity.table!
+            try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            for property in delete.entity.properties where property.storage == .joinTable {
+                guard let join = property.joinTable else { continue }
+                let column = property.isJoinSource ? "source" : "target"
+                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(column) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            }
+        }
+        // SQLite checks unique indexes row by row: deletes go first, so a value they free can be
+        // reused, and rows of the commit that trade unique values let go of theirs first.
+        let trading = changes.updates.filter { $0.slots.contains(where: $0.entity.uniqueSlots.contains) }
+        if trading.count > 1 {
+            for update in trading {
+                let columns = update.slots.filter(update.entity.uniqueSlots.contains).map { "\(update.entity.properties[$0].name.quotedIdentifier) = NULL" }
+                try db.cachedStatement("UPDATE \(update.entity.table.quotedName) SET \(columns.joined(separator: ", ")) WHERE \"Z_PK\" = ?")
+                    .bindAndExecute([.integer(update.id.primaryKey)])
+            }
+        }
+        for update in changes.updates where !update.slots.isEmpty {
+            let entity = update.entity
+            let names = update.slots.map { entity.properties[$0].name }
+            let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
+            let sql = writer.updateSQL[cacheKey] ?? {
+                let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
+                let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
+                writer.updateSQL[cacheKey] = sql
+                return sql
+            }()
+            let statement = try db.cachedStatement(sql)
+            try statement.bind(update.values)
+            try statement.bind(.integer(update.id.primaryKey), at: update.values.count + 1)
+            try statement.execute()
+        }
         for insert in changes.inserts {
             let entity = insert.row.entity
             let sql = writer.insertSQL[ObjectIdentifier(entity)] ?? {
@@ -285,30 +338,6 @@ extension Store {
                 index += 1
             }
             try statement.execute()
-        }
-        for update in changes.updates where !update.slots.isEmpty {
-            let entity = update.entity
-            let names = update.slots.map { entity.properties[$0].name }
-            let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
-            let sql = writer.updateSQL[cacheKey] ?? {
-                let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
-                let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
-                writer.updateSQL[cacheKey] = sql
-                return sql
-            }()
-            let statement = try db.cachedStatement(sql)
-            try statement.bind(update.values)
-            try statement.bind(.integer(update.id.primaryKey), at: update.values.count + 1)
-            try statement.execute()
-        }
-        for delete in changes.deletes {
-            let table = delete.entity.table!
-            try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
-            for property in delete.entity.properties where property.storage == .joinTable {
-                guard let join = property.joinTable else { continue }
-                let column = property.isJoinSource ? "source" : "target"
-                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(column) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
-            }
         }
         for link in changes.links {
             let join = link.key.table.quotedIdentifier

@@ -49,6 +49,11 @@ final class Store: Sendable {
         /// How many SQLite transactions the writer has committed (group commit makes it fewer
         /// than the commits it wrote).
         var transactionCount = 0
+        /// Unique values claimed by `fetchOrCreate`, with the ID of the object made for them.
+        var claims: [Claim: ObjectID] = [:]
+        var claimOrder: [Claim] = []
+        /// What batch operations did, by sequence number, until their caller takes it.
+        var batchResults: [UInt64: BatchResult] = [:]
     }
 
     private struct KeyBlock: Sendable {
@@ -137,10 +142,11 @@ final class Store: Sendable {
                 columns.append("\(column.name.quotedIdentifier) \(column.type)\(reference)")
             }
             statements.append("CREATE TABLE \(table.quotedName) (\(columns.joined(separator: ", ")))")
-            for column in table.columns where column.isUnique || column.isIndexed {
+            for column in table.columns where column.isIndexed {
                 let name = "Z_\(table.name)_\(column.name)".quotedIdentifier
-                statements.append("CREATE \(column.isUnique ? "UNIQUE " : "")INDEX \(name) ON \(table.quotedName) (\(column.name.quotedIdentifier))")
+                statements.append("CREATE INDEX \(name) ON \(table.quotedName) (\(column.name.quotedIdentifier))")
             }
+            statements += table.uniqueConstraints.map(\.createIndexSQL)
             statements.append("INSERT INTO Z_KEYS (name, next) VALUES ('\(table.name.replacingOccurrences(of: "'", with: "''"))', 1)")
         }
         for join in graph.joinTables {
