@@ -34,6 +34,10 @@ let package = Package(
         ),
         .target(name: "ContextStack", dependencies: ["CSQLite", "ContextStackMacros"]),
         .executableTarget(name: "demo", dependencies: ["ContextStack"]),
+        // The child process that the crash-safety tests kill with SIGKILL. Not a product: a
+        // plain `swift build` or `swift test` builds it next to the test bundle, where the
+        // tests look for it.
+        .executableTarget(name: "stress-writer", dependencies: ["ContextStack"], path: "Tests/StressWriter"),
         .testTarget(name: "ContextStackTests", dependencies: ["ContextStack"]),
         .testTarget(
             name: "ContextStackMacrosTests",

@@ -20,6 +20,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let className = classDecl.name.trimmedDescription
         let properties = persistedProperties(of: classDecl, in: context)
         let entityName = stringArgument("name", of: node) ?? "\"\(className)\""
+        let originalName = stringArgument("originalName", of: node).map { ", originalName: \($0)" } ?? ""
         let superclass = superclassName(of: classDecl)
         let superentity = superclass.map { "\($0).entityDescription" } ?? "nil"
         let access = accessPrefix(of: classDecl)
@@ -31,6 +32,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             case .attribute:
                 var line = ".attribute(\"\(property.name)\", \(property.type).self, default: \(property.defaultExpression ?? "nil")"
                 if let options = property.options, !options.isEmpty { line += ", options: [\(options)]" }
+                if let originalName = property.originalName { line += ", originalName: \(originalName)" }
                 lines.append(line + ")")
             case .toOne, .toMany:
                 var line = property.kind == .toOne ? ".toOne" : ".toMany"
@@ -45,7 +47,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             """
             \(raw: access)nonisolated static let \(raw: staticName(className)) = ContextStack.EntityDescription(
                 name: \(raw: entityName), type: \(raw: className).self, superentity: \(raw: superentity),
-                properties: \(raw: list)\(raw: unique))
+                properties: \(raw: list)\(raw: originalName)\(raw: unique))
             """,
             "\(raw: access)override class var entityDescription: ContextStack.EntityDescription { \(raw: staticName(className)) }",
             """
@@ -106,6 +108,8 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let kind: Kind
         var defaultExpression: String?
         var options: String?
+        /// The attribute's name in the previous model version, from `@Attribute(originalName:)`.
+        var originalName: String?
         var destination: String?
         var inverse: String?
         var deleteRule: String?
@@ -176,6 +180,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
                 if let attributeNode = attribute("Attribute", in: variable), case .argumentList(let arguments) = attributeNode.arguments {
                     let options = arguments.filter { $0.label == nil }.map(\.expression.trimmedDescription)
                     persisted.options = options.joined(separator: ", ")
+                    persisted.originalName = arguments.first { $0.label?.text == "originalName" }?.expression.trimmedDescription
                 }
                 result.append(persisted)
             }

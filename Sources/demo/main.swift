@@ -178,4 +178,23 @@ await withTaskGroup(of: Void.self) { group in
     }
 }
 print("Serial: 4 tasks × 25 increments → \(try counter.fetch(Pet.self, id: counterID)!.age).")
-withExtendedLifetime(token) {}
+// MARK: - Live results
+
+print("\n— Live results —")
+let live = try FetchedResults(context: world, Person.self, %"age" >= 18,
+                              orderBy: .ascending("location") | .ascending("name"), sectionBy: %"location")
+@MainActor func showLive() {
+    for section in live.sections { print("  [\(section.name ?? "no location")] \(section.objects.map(\.name).joined(separator: ", "))") }
+}
+showLive()
+live.onChange = { change in print("A commit landed: \(change)") }
+let watch = world.observe(knight!) { change in print("The knight changed: \(change.changedKeys.sorted())") }
+try world.beginUpdateAndWait { update in
+    try update.use(knight!).location = "Taipei"      // moves into the farmer's section
+    let pilgrim = try update.create(Person.self)     // a new section
+    (pilgrim.name, pilgrim.age, pilgrim.location) = ("Pilgrim", 40, "Kyoto")
+    try update.commit()
+}
+await mainTurn()
+showLive()
+withExtendedLifetime((token, watch)) {}

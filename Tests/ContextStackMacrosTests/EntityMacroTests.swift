@@ -82,6 +82,45 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
         )
     }
 
+    @Test func originalNamesReachTheDescription() {
+        expect(
+            """
+            @Entity(name: "Product", originalName: "Item") final class Product: ManagedObject {
+                @Attribute(.indexed, originalName: "title") var heading: String = ""
+            }
+            """,
+            expands: """
+            final class Product: ManagedObject {
+                @ContextStack._PersistedProperty(0, .attribute) var heading: String = ""
+
+                nonisolated static let _cs_entity_Product = ContextStack.EntityDescription(
+                    name: "Product", type: Product.self, superentity: nil,
+                    properties: [
+                        .attribute("heading", String.self, default: "", options: [.indexed], originalName: "title")
+                    ], originalName: "Item")
+
+                override class var entityDescription: ContextStack.EntityDescription {
+                    _cs_entity_Product
+                }
+
+                static func _cs_key_Product<R: Product>(_ keyPath: AnyKeyPath, root: R.Type) -> String? {
+                    if keyPath == \\R.heading as AnyKeyPath {
+                        return "heading"
+                    }
+                    return nil
+                }
+
+                override class func _cs_key(for keyPath: AnyKeyPath) -> String? {
+                    _cs_key_Product(keyPath, root: self)
+                }
+            }
+
+            extension Product: @unchecked Sendable {
+            }
+            """
+        )
+    }
+
     @Test func subEntitiesNumberSlotsAfterTheirParent() {
         expect(
             """

@@ -115,7 +115,10 @@ import Testing
             #expect(try update.fetchCount(Article.self, %"tags.name"%.any == "swift") == 0)
         }
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, %"name"%.any == "x") }
-        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, %"friend.pets.@count" > 1) }
+        // Through a to-one hop, quantifiers and counts are refused (with .unsupported), not guessed.
+        for condition in [%"friend.pets.@count" > 1, %"friend.pets.name"%.any == "Rex", %"friend.friendOf.age"%.all > 1] {
+            #expect { _ = try world.fetchAll(Person.self, condition) } throws: { ($0 as? QueryError)?.code == .unsupported }
+        }
     }
 }
 

@@ -178,12 +178,12 @@ import Testing
         let url = try #require(store.url)
         let other = try Stack(model: Model(Person.self, Pet.self))
         #expect {
-            try other.addDatabaseStore(at: url)
+            try other.addDatabaseStore(at: url, autoMigrating: false)
         } throws: { error in
             (error as? StoreError)?.code == .modelMismatch
         }
         let resetting = try Stack(model: Model(Person.self, Pet.self))
-        try resetting.addDatabaseStore(at: url, resetOnFailure: true)
+        try resetting.addDatabaseStore(at: url, autoMigrating: false, resetOnFailure: true)
         let db = try store.rawConnection()
         #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Stranger'") == .integer(0))
         #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Person'") == .integer(1))

@@ -36,6 +36,8 @@ public final class MainContext: CommitSource {
     nonisolated let core: ObjectContext
     nonisolated let starter: UpdateStarter
     private var resetRegistration: UInt64?
+    /// The live results reading this context, reloaded when it resets.
+    let live = LiveRegistry()
 
     /// A main context of `stack`.
     ///
@@ -117,6 +119,20 @@ public final class MainContext: CommitSource {
         try core.fetchAll(type, condition, orderBy: orderBy, options: options)
     }
 
+    /// A cursor over the objects matching `condition`, loading them `.batch(n)` at a time
+    /// (1000 by default): walking millions of objects keeps memory flat.
+    ///
+    /// For example:
+    ///
+    /// ```swift
+    /// var people = try world.fetchCursor(Person.self, orderBy: .ascending("name"), options: .batch(500))
+    /// while let person = try people.next() { print(person.name) }
+    /// ```
+    public func fetchCursor<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
+                                              options: FetchOptions = FetchOptions()) throws -> FetchCursor<T> {
+        try core.fetchCursor(type, condition, orderBy: orderBy, options: options)
+    }
+
     /// How many objects match `condition`.
     public func fetchCount<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil) throws -> Int {
         try core.fetchCount(type, condition)
@@ -138,6 +154,7 @@ public final class MainContext: CommitSource {
     public func reset() {
         core.checkExecution("reset()")
         core.reset()
+        live.contextDidReset()
     }
 
     // MARK: Updating

@@ -30,6 +30,8 @@ final class ObjectContext: @unchecked Sendable {
     private var linkEnds: [LinkKey: LinkEnds] = [:]
     /// Bumped whenever loaded to-many relationships may be out of date.
     private(set) var generation = 0
+    /// What `.prefetch` read ahead for objects not registered yet.
+    var prefetched = PrefetchCache(generation: 0)
 
     /// Change sets handed to a main context, applied before its next read.
     private let inbox = Locked<[ChangeSet]>([])
@@ -88,9 +90,17 @@ final class ObjectContext: @unchecked Sendable {
 
     // MARK: - Confinement
 
+    /// Checks that `object` is used where its context runs and is not invalidated, and loads
+    /// its values if it is a fault (all of them, or those missing for `slot` when given).
+    @inline(__always)
+    func checkRead(_ object: ManagedObject, slot: Int? = nil) {
+        checkConfined(object)
+        if _slowPath(object.fault != nil) { fulfill(object, slot: slot) }
+    }
+
     /// Checks that `object` is used where its context runs, and is not invalidated.
     @inline(__always)
-    func checkRead(_ object: ManagedObject) {
+    func checkConfined(_ object: ManagedObject) {
         switch kind {
         case .main:
             Self.checkMainActor("\(object) belongs to a MainContext and is used off the main actor: read it on the main actor, or bring it into an update with `try update.use(object)`.")
@@ -140,6 +150,7 @@ final class ObjectContext: @unchecked Sendable {
 
     /// Starts tracking `object`'s changes (no checks: internal upkeep of inverses and deletes).
     private func markChanged(_ object: ManagedObject) {
+        if object.fault != nil { fulfill(object, slot: nil) }
         if object.state == .clean {
             object.snapshot = object.values
             object.state = .updated
@@ -165,7 +176,12 @@ final class ObjectContext: @unchecked Sendable {
         registry[id]?.object
     }
 
-    private func register(_ object: ManagedObject) {
+    /// Forgets a registered object (deleted below this context).
+    func unregister(_ id: ObjectID) {
+        registry[id] = nil
+    }
+
+    func register(_ object: ManagedObject) {
         registry[object.objectID] = WeakObject(object: object)
         if registry.count >= registrySweepThreshold {
             registry = registry.filter { $0.value.object != nil }
@@ -179,6 +195,7 @@ final class ObjectContext: @unchecked Sendable {
         if let existing = registered(id) {
             if existing.state == .clean {
                 existing.values = row.values
+                existing.fault = nil
             }
             return existing
         }
@@ -208,24 +225,25 @@ final class ObjectContext: @unchecked Sendable {
 
     /// The objects for `ids`, in order, skipping those that do not exist; one read for all.
     func objects(for ids: [ObjectID]) throws -> [ManagedObject] {
-        var result: [ManagedObject] = []
-        var missing: [ObjectID] = []
+        var found: [ObjectID: ManagedObject] = [:]
+        var unread: [ObjectID] = []
         for id in ids {
             if let object = registered(id) {
-                if object.state != .deleted { result.append(object) }
+                found[id] = object
+            } else if let row = prefetchedRow(id) {
+                found[id] = materialize(id, row)
             } else {
-                missing.append(id)
+                unread.append(id)
             }
         }
-        guard !missing.isEmpty else { return result }
-        let rows = try read { session in
-            var reader = RowReader(session: session, context: self)
-            return try missing.map { ($0, try reader.row($0)) }
+        if !unread.isEmpty {
+            let rows = try read { session in
+                var reader = RowReader(session: session, context: self)
+                return try reader.rows(for: unread)
+            }
+            for (id, row) in rows { found[id] = materialize(id, row) }
         }
-        for (id, row) in rows {
-            if let row { result.append(materialize(id, row)) }
-        }
-        return result
+        return ids.compactMap { id in found[id].flatMap { $0.state == .deleted ? nil : $0 } }
     }
 
     // MARK: - Fetching
@@ -235,41 +253,51 @@ final class ObjectContext: @unchecked Sendable {
     func fetchRows(_ query: CompiledQuery, offset: Int = 0, limit: Int? = nil) throws -> [(id: ObjectID, row: RowData)] {
         try read { session in
             var reader = RowReader(session: session, context: self)
-            var recheck = reader.pendingIDs(of: query.entity.rootDescription)
-            for chain in query.hopChains {
-                recheck.formUnion(try reader.referencing(chain, from: query.entity))
-            }
-            recheck.formUnion(try reader.ownersToRecheck(query))
-            var sql = query.fromWhere()
-            sql.text = "SELECT \(reader.selectColumns(query.entity.table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
-            if recheck.isEmpty {
-                // Nothing pending: SQL's window is the answer.
-                if limit != nil || offset > 0 {
-                    sql.text += " LIMIT ? OFFSET ?"
-                    sql.arguments += [.integer(Int64(limit ?? -1)), .integer(Int64(offset))]
-                }
-                return try reader.rows(sql, table: query.entity.table)
-            }
-            // Each pending object can push at most one stored row out of the window, so the
-            // first offset + limit + pending stored rows hold every row the window can need.
-            if let limit {
-                sql.text += " LIMIT ?"
-                sql.arguments.append(.integer(Int64(offset + limit + recheck.count)))
-            }
-            var rows = try reader.rows(sql, table: query.entity.table).filter { !recheck.contains($0.id) }
-            for id in recheck {
-                guard let row = try reader.row(id), query.entity.includes(row.entity) else { continue }
-                if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {
-                    rows.append((id, row))
-                }
-            }
-            try rows.sort { a, b in
-                try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try reader.row($0) })
-            }
-            if offset > 0 { rows.removeFirst(min(offset, rows.count)) }
-            if let limit, rows.count > limit { rows.removeLast(rows.count - limit) }
-            return rows
+            return try selectRows(query, offset: offset, limit: limit, columns: nil, reader: &reader).rows
         }
+    }
+
+    /// The rows matching `query`, as `fetchRows`, reading only `columns` of the table (by index;
+    /// `[]` for IDs only) when SQL alone decides the answer. `complete` tells whether the rows
+    /// hold every value anyway (pending changes make the rows come whole).
+    func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?,
+                    reader: inout RowReader) throws -> (rows: [(id: ObjectID, row: RowData)], complete: Bool) {
+        var recheck = reader.pendingIDs(of: query.entity.rootDescription)
+        for chain in query.hopChains {
+            recheck.formUnion(try reader.referencing(chain, from: query.entity))
+        }
+        recheck.formUnion(try reader.ownersToRecheck(query))
+        var sql = query.fromWhere()
+        let table = query.entity.table!
+        if recheck.isEmpty {
+            // Nothing pending: SQL's window is the answer.
+            sql.text = "SELECT \(reader.selectColumns(table, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
+            if limit != nil || offset > 0 {
+                sql.text += " LIMIT ? OFFSET ?"
+                sql.arguments += [.integer(Int64(limit ?? -1)), .integer(Int64(offset))]
+            }
+            return (try reader.rows(sql, table: table, columns: columns), columns == nil)
+        }
+        sql.text = "SELECT \(reader.selectColumns(table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
+        // Each pending object can push at most one stored row out of the window, so the
+        // first offset + limit + pending stored rows hold every row the window can need.
+        if let limit {
+            sql.text += " LIMIT ?"
+            sql.arguments.append(.integer(Int64(offset + limit + recheck.count)))
+        }
+        var rows = try reader.rows(sql, table: table).filter { !recheck.contains($0.id) }
+        for id in recheck {
+            guard let row = try reader.row(id), query.accepts(row.entity) else { continue }
+            if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {
+                rows.append((id, row))
+            }
+        }
+        try rows.sort { a, b in
+            try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try reader.row($0) })
+        }
+        if offset > 0 { rows.removeFirst(min(offset, rows.count)) }
+        if let limit, rows.count > limit { rows.removeLast(rows.count - limit) }
+        return (rows, true)
     }
 
     /// The objects matching `query`.
@@ -299,6 +327,7 @@ final class ObjectContext: @unchecked Sendable {
     }
 
     private func foreignKey(_ object: ManagedObject, _ property: Property) -> ObjectID? {
+        if object.fault != nil { fulfill(object, slot: property.slot) }
         guard case .integer(let key) = object.values[property.slot], let destination = property.destination else { return nil }
         return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
     }
@@ -318,6 +347,10 @@ final class ObjectContext: @unchecked Sendable {
     private func toManyIDs(of object: ManagedObject, _ property: Property) throws -> Set<ObjectID> {
         if let cached = object.toManyCache[property.slot], cached.generation == generation {
             return cached.ids
+        }
+        if let ids = prefetchedMembers(object.objectID, slot: property.slot) {
+            object.toManyCache[property.slot] = (ids, generation)
+            return ids
         }
         // The same member resolution quantifiers and counts use: store, pending commits,
         // pinned view and this context's own changes.

@@ -6,6 +6,8 @@ struct RowReader {
     /// The reading context, whose own changes come first; `nil` for the store itself.
     let context: ObjectContext?
     private var cache: [ObjectID: RowData?] = [:]
+    /// Stored rows read ahead in bulk by `rows(for:)`, before the overlay and the context apply.
+    private var stored: [ObjectID: RowData?] = [:]
 
     init(session: ReadSession, context: ObjectContext?) {
         self.session = session
@@ -14,28 +16,33 @@ struct RowReader {
 
     private var graph: ModelGraph { session.store.graph }
 
-    /// `t0."Z_PK", [t0."Z_ENT",] t0."a", t0."b", …` for a table.
-    func selectColumns(_ table: Table, alias: String) -> String {
+    /// `t0."Z_PK", [t0."Z_ENT",] t0."a", t0."b", …` for a table; with `columns`, only those of
+    /// the table's columns (by index), and none for `[]`.
+    func selectColumns(_ table: Table, alias: String, columns wanted: [Int]? = nil) -> String {
         var columns = ["\(alias).\"Z_PK\""]
         if table.hasEntityColumn { columns.append("\(alias).\"Z_ENT\"") }
-        columns += table.columns.map { "\(alias).\($0.name.quotedIdentifier)" }
+        for index in wanted ?? Array(table.columns.indices) {
+            columns.append("\(alias).\(table.columns[index].name.quotedIdentifier)")
+        }
         return columns.joined(separator: ", ")
     }
 
-    /// Runs a SELECT made with `selectColumns` and decodes its rows.
-    func rows(_ sql: CompiledQuery.SQL, table: Table) throws -> [(id: ObjectID, row: RowData)] {
+    /// Runs a SELECT made with `selectColumns` (and the same `columns`) and decodes its rows.
+    /// With `columns`, a row's other slots are `.null`, and with `[]` its values are empty.
+    func rows(_ sql: CompiledQuery.SQL, table: Table, columns: [Int]? = nil) throws -> [(id: ObjectID, row: RowData)] {
         let statement = try session.db.cachedStatement(sql.text)
         defer { statement.reset() }
         try statement.bind(sql.arguments)
         var result: [(id: ObjectID, row: RowData)] = []
+        guard let root = graph.entity(named: table.name) else { return [] }
         while try statement.step() {
-            if let decoded = decode(statement, table: table) { result.append(decoded) }
+            if let decoded = decode(statement, root: root, columns: columns) { result.append(decoded) }
         }
         return result
     }
 
-    private func decode(_ statement: Statement, table: Table) -> (id: ObjectID, row: RowData)? {
-        guard let root = graph.entity(named: table.name) else { return nil }
+    private func decode(_ statement: Statement, root: Entity, columns: [Int]?) -> (id: ObjectID, row: RowData)? {
+        let table = root.table!
         let key = statement.int64(0)
         var entity = root
         var base = 1
@@ -45,12 +52,56 @@ struct RowReader {
             entity = member
             base = 2
         }
+        let id = ObjectID(rootEntity: root.description_, primaryKey: key)
+        guard let columns else {
+            var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
+            for slot in entity.storedSlots {
+                values[slot] = statement.column(base + entity.properties[slot].column)
+            }
+            return (id, RowData(entity: entity, values: values))
+        }
+        guard !columns.isEmpty else { return (id, RowData(entity: entity, values: [])) }
         var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
         for slot in entity.storedSlots {
-            values[slot] = statement.column(base + entity.properties[slot].column)
+            if let position = columns.firstIndex(of: entity.properties[slot].column) {
+                values[slot] = statement.column(base + position)
+            }
         }
-        return (ObjectID(rootEntity: root.description_, primaryKey: key), RowData(entity: entity, values: values))
+        return (id, RowData(entity: entity, values: values))
     }
+
+    /// The rows of `ids` as the reading context sees them (absent: missing or deleted), with
+    /// the stored ones read in a few statements instead of one each.
+    mutating func rows(for ids: [ObjectID]) throws -> [ObjectID: RowData] {
+        var needed: [ObjectIdentifier: (root: Entity, keys: [Int64])] = [:]
+        for id in ids where cache[id] == nil && stored[id] == nil && context?.changed[id] == nil {
+            guard let root = graph.entity(for: id.rootEntity) else { continue }
+            needed[ObjectIdentifier(id.rootEntity), default: (root, [])].keys.append(id.primaryKey)
+        }
+        for (root, keys) in needed.values {
+            let table = root.table!
+            for start in stride(from: 0, to: keys.count, by: Self.maxBatch) {
+                let chunk = Array(keys[start..<min(start + Self.maxBatch, keys.count)])
+                for key in chunk { stored[ObjectID(rootEntity: root.description_, primaryKey: key)] = .some(nil) }
+                // Padded to a power of two with repeats, so a handful of statements serve every size.
+                var width = 1
+                while width < chunk.count { width *= 2 }
+                let padded = chunk + Array(repeating: chunk[chunk.count - 1], count: width - chunk.count)
+                let sql = CompiledQuery.SQL(
+                    text: "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" IN (\(Array(repeating: "?", count: width).joined(separator: ", ")))",
+                    arguments: padded.map { .integer($0) })
+                for (id, row) in try rows(sql, table: table) { stored[id] = .some(row) }
+            }
+        }
+        var result: [ObjectID: RowData] = [:]
+        for id in ids {
+            if let row = try row(id) { result[id] = row }
+        }
+        return result
+    }
+
+    /// The most primary keys one bulk read binds.
+    static let maxBatch = 512
 
     /// The row of `id` as the reading context sees it; `nil` when it does not exist or is deleted.
     mutating func row(_ id: ObjectID) throws -> RowData? {
@@ -95,6 +146,7 @@ struct RowReader {
     }
 
     private func storedRow(_ id: ObjectID) throws -> RowData? {
+        if let read = stored[id] { return read }
         guard let root = graph.entity(for: id.rootEntity) else { return nil }
         let table = root.table!
         let sql = CompiledQuery.SQL(text: "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" = ?",
@@ -166,46 +218,81 @@ struct RowReader {
     /// The members of `owner`'s to-many relationship as the reader sees them: stored, with
     /// pending commits, the pinned view and the context's own changes applied.
     mutating func members(of owner: ObjectID, _ property: Property) throws -> [ObjectID] {
-        guard let destination = property.destination else { return [] }
-        var result: [ObjectID] = []
+        try members(of: [owner], property)[owner] ?? []
+    }
+
+    /// The members of each owner's to-many relationship, read for all owners in a few
+    /// statements (stored members, then pending commits, the pinned view and the context's
+    /// own changes applied).
+    mutating func members(of owners: [ObjectID], _ property: Property) throws -> [ObjectID: [ObjectID]] {
+        guard let destination = property.destination, let ownerRoot = owners.first?.rootEntity else { return [:] }
+        let root = destination.rootDescription
+        var result: [ObjectID: [ObjectID]] = [:]
+        for owner in owners { result[owner] = [] }
+        let ownerKeys = Set(owners.map(\.primaryKey))
+        let pending = pendingIDs(of: root)
         switch property.storage {
         case .joinTable:
-            var ids = try joined(owner, property)
-            if let context, let join = property.joinTable {
-                for (key, present) in context.pendingLinks(in: join.name) {
-                    let (me, other) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
-                    guard me == owner.primaryKey else { continue }
-                    let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: other)
-                    if present { ids.insert(id) } else { ids.remove(id) }
+            guard let join = property.joinTable else { return result }
+            let (mine, theirs) = property.isJoinSource ? ("source", "target") : ("target", "source")
+            var pairs: [Int64: Set<Int64>] = [:]
+            try eachRow(keys: Array(ownerKeys), sql: { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) { statement in
+                pairs[statement.int64(0), default: []].insert(statement.int64(1))
+            }
+            var changes = session.overlay.links(of: join.name)
+            if let pinned = session.pinned {
+                for (key, existed) in pinned.links where key.table == join.name { changes[key] = existed }
+            }
+            if let context {
+                for (key, present) in context.pendingLinks(in: join.name) { changes[key] = present }
+            }
+            for (key, present) in changes {
+                let (me, other) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
+                guard ownerKeys.contains(me) else { continue }
+                if present { pairs[me, default: []].insert(other) } else { pairs[me]?.remove(other) }
+            }
+            for owner in owners {
+                // Deleting a row deletes its join rows, so only pending members can be gone.
+                for key in (pairs[owner.primaryKey] ?? []).sorted() {
+                    let id = ObjectID(rootEntity: root, primaryKey: key)
+                    if try !pending.contains(id) || row(id) != nil { result[owner]!.append(id) }
                 }
             }
-            // Deleting a row deletes its join rows, so only pending members can be gone.
-            let pending = pendingIDs(of: destination.rootDescription)
-            for id in ids.sorted() where try !pending.contains(id) || row(id) != nil { result.append(id) }
         case .inverseColumn:
-            guard let inverse = property.inverse else { return [] }
-            let pending = pendingIDs(of: destination.rootDescription)
-            // Stored members in one statement (the destination's family only, in a shared table).
-            let members = try CompiledQuery(entity: destination, condition: Key(inverse.name) == owner, orderBy: nil)
-            let sql = members.fromWhere()
-            let statement = try session.db.cachedStatement("SELECT \(members.tableAliases[""]!).\"Z_PK\" \(sql.text)")
-            do {
-                defer { statement.reset() }
-                try statement.bind(sql.arguments)
-                while try statement.step() {
-                    let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: statement.int64(0))
-                    if !pending.contains(id) { result.append(id) }
-                }
+            guard let inverse = property.inverse else { return result }
+            // Stored members (the destination's family only, in a shared table).
+            let members = try CompiledQuery(entity: destination, condition: nil, orderBy: nil)
+            let alias = members.tableAliases[""]!
+            try eachRow(keys: Array(ownerKeys), sql: { placeholders in
+                let sql = members.fromWhere(extraWhere: ["\(alias).\(inverse.name.quotedIdentifier) IN (\(placeholders))"])
+                return "SELECT \(alias).\"Z_PK\", \(alias).\(inverse.name.quotedIdentifier) \(sql.text)"
+            }) { statement in
+                let id = ObjectID(rootEntity: root, primaryKey: statement.int64(0))
+                if !pending.contains(id) { result[ObjectID(rootEntity: ownerRoot, primaryKey: statement.int64(1))]?.append(id) }
             }
             for id in pending.sorted() {
                 guard let row = try row(id), destination.includes(row.entity),
-                      case .integer(owner.primaryKey) = row.values[inverse.slot] else { continue }
-                result.append(id)
+                      case .integer(let owner) = row.values[inverse.slot], ownerKeys.contains(owner) else { continue }
+                result[ObjectID(rootEntity: ownerRoot, primaryKey: owner)]?.append(id)
             }
         case .column:
             break
         }
         return result
+    }
+
+    /// Runs `sql(placeholders)` over `keys` in chunks (padded to a power of two with repeats, so
+    /// a handful of cached statements serve every size), handing each row to `body`.
+    private func eachRow(keys: [Int64], sql: (String) throws -> String, _ body: (Statement) throws -> Void) throws {
+        for start in stride(from: 0, to: keys.count, by: Self.maxBatch) {
+            let chunk = Array(keys[start..<min(start + Self.maxBatch, keys.count)])
+            var width = 1
+            while width < chunk.count { width *= 2 }
+            let statement = try session.db.cachedStatement(try sql(Array(repeating: "?", count: width).joined(separator: ", ")))
+            defer { statement.reset() }
+            try statement.bind((chunk + Array(repeating: chunk[chunk.count - 1], count: width - chunk.count)).map { Value.integer($0) })
+            while try statement.step() { try body(statement) }
+        }
     }
 
     /// Objects of `query`'s entity whose to-many relationships, as read by the query's

@@ -102,6 +102,20 @@ public struct Update: Sendable {
         try core.fetchAll(type, condition, orderBy: orderBy, options: options)
     }
 
+    /// A cursor over the objects matching `condition`, loading them `.batch(n)` at a time
+    /// (1000 by default): walking millions of objects keeps memory flat.
+    ///
+    /// For example:
+    ///
+    /// ```swift
+    /// var people = try world.fetchCursor(Person.self, orderBy: .ascending("name"), options: .batch(500))
+    /// while let person = try people.next() { print(person.name) }
+    /// ```
+    public func fetchCursor<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
+                                              options: FetchOptions = FetchOptions()) throws -> FetchCursor<T> {
+        try core.fetchCursor(type, condition, orderBy: orderBy, options: options)
+    }
+
     /// How many objects match `condition`.
     public func fetchCount<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil) throws -> Int {
         try core.fetchCount(type, condition)
@@ -178,9 +192,8 @@ enum FetchOrCreate {
         var result: [(Int, Value)] = []
         func collect(_ node: Condition.Node) throws(QueryError) {
             switch node {
-            case .and(let a, let b):
-                try collect(a)
-                try collect(b)
+            case .and:
+                for operand in node.chain() { try collect(operand) }
             case .compare(let key, .equal, let operand):
                 guard let property = entity.property(named: key), property.isStored else { throw invalid() }
                 switch operand {

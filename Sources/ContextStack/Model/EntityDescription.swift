@@ -34,29 +34,43 @@ public struct PropertyDescription: Sendable {
     /// The property's name, as written in Swift and as used in predicates.
     public let name: String
     let kind: Kind
+    /// The name in the previous model version (`@Attribute(originalName:)`), for migration.
+    public let originalName: String?
+
+    init(name: String, kind: Kind, originalName: String? = nil) {
+        self.name = name
+        self.kind = kind
+        self.originalName = originalName
+    }
 
     /// An attribute of an `AttributeValue` type.
     public static func attribute<T: AttributeValue>(
-        _ name: String, _ type: T.Type, default defaultValue: T, options: [AttributeOption] = []
+        _ name: String, _ type: T.Type, default defaultValue: T, options: [AttributeOption] = [],
+        originalName: String? = nil
     ) -> PropertyDescription {
         PropertyDescription(name: name, kind: .attribute(T.attributeKind, isOptional: T.isOptionalAttribute,
-                                                         defaultValue: defaultValue.storedValue, options: Set(options)))
+                                                         defaultValue: defaultValue.storedValue, options: Set(options)),
+                            originalName: originalName)
     }
 
     /// An attribute of a `RawRepresentable` type, stored through its raw value.
     public static func attribute<T: RawRepresentable>(
-        _ name: String, _ type: T.Type, default defaultValue: T, options: [AttributeOption] = []
+        _ name: String, _ type: T.Type, default defaultValue: T, options: [AttributeOption] = [],
+        originalName: String? = nil
     ) -> PropertyDescription where T.RawValue: AttributeValue {
         PropertyDescription(name: name, kind: .attribute(T.RawValue.attributeKind, isOptional: false,
-                                                         defaultValue: defaultValue.rawValue.storedValue, options: Set(options)))
+                                                         defaultValue: defaultValue.rawValue.storedValue, options: Set(options)),
+                            originalName: originalName)
     }
 
     /// An optional attribute of a `RawRepresentable` type.
     public static func attribute<T: RawRepresentable>(
-        _ name: String, _ type: T?.Type, default defaultValue: T?, options: [AttributeOption] = []
+        _ name: String, _ type: T?.Type, default defaultValue: T?, options: [AttributeOption] = [],
+        originalName: String? = nil
     ) -> PropertyDescription where T.RawValue: AttributeValue {
         PropertyDescription(name: name, kind: .attribute(T.RawValue.attributeKind, isOptional: true,
-                                                         defaultValue: defaultValue?.rawValue.storedValue ?? .null, options: Set(options)))
+                                                         defaultValue: defaultValue?.rawValue.storedValue ?? .null, options: Set(options)),
+                            originalName: originalName)
     }
 
     /// A relationship to one object of `destination` (or none).
@@ -86,6 +100,8 @@ public final class EntityDescription: Sendable, CustomStringConvertible {
     let type: ManagedObject.Type
     /// The parent entity, for a sub-entity.
     public let superentity: EntityDescription?
+    /// The entity's name in the previous model version (`@Entity(originalName:)`), for migration.
+    public let originalName: String?
     /// The properties declared by this entity's own class (not inherited ones).
     public let ownProperties: [PropertyDescription]
     /// All properties, inherited ones first; a property's index here is its slot.
@@ -95,8 +111,9 @@ public final class EntityDescription: Sendable, CustomStringConvertible {
     public let uniqueness: [[String]]
 
     public init(name: String, type: ManagedObject.Type, superentity: EntityDescription?, properties: [PropertyDescription],
-                unique: [[String]] = []) {
+                originalName: String? = nil, unique: [[String]] = []) {
         self.name = name
+        self.originalName = originalName
         self.type = type
         self.superentity = superentity
         self.ownProperties = properties

@@ -28,6 +28,8 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     var state: ObjectState = .clean
     /// Loaded to-many relationships, by slot, with the context generation they were loaded in.
     var toManyCache: [Int: (ids: Set<ObjectID>, generation: Int)] = [:]
+    /// Set while the object is a fault (values empty) or partly loaded: what loads the rest.
+    var fault: FaultGroup?
 
     /// Objects come from contexts (`update.create`, fetches), never from this initializer.
     public required init(_ seed: _ObjectSeed) {
@@ -46,21 +48,28 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     /// `@Entity`), for typed predicates such as `\Person.age > 18`.
     open class func _cs_key(for keyPath: AnyKeyPath) -> String? { nil }
 
+    /// True while the object's values are not loaded yet (fetched with `.noPropertyValues` or
+    /// `.batch(n)`): using a property loads them. Asking does not load anything.
+    public var isFault: Bool {
+        context.checkConfined(self)
+        return fault != nil
+    }
+
     /// True once the object is deleted in its context (its last values stay readable).
     public var isDeleted: Bool {
-        context.checkRead(self)
+        context.checkConfined(self)
         return state == .deleted
     }
 
     /// True for an object created in its context and not yet committed.
     public var isInserted: Bool {
-        context.checkRead(self)
+        context.checkConfined(self)
         return state == .inserted
     }
 
     /// True when the object has changes its context has not committed.
     public var hasChanges: Bool {
-        context.checkRead(self)
+        context.checkConfined(self)
         return state == .inserted || state == .updated || (state == .deleted && context.isUpdate)
     }
 
@@ -72,13 +81,13 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     // MARK: - Accessors used by @Entity's expansion
 
     public final func _cs_get<T: AttributeValue>(_ slot: Int) -> T {
-        context.checkRead(self)
+        context.checkRead(self, slot: slot)
         if let value = T(storedValue: values[slot]) { return value }
         return Self.fallback(entity.defaults[slot], slot: slot, entity: entity)
     }
 
     public final func _cs_get<T: RawRepresentable>(_ slot: Int) -> T where T.RawValue: AttributeValue {
-        context.checkRead(self)
+        context.checkRead(self, slot: slot)
         if let raw = T.RawValue(storedValue: values[slot]), let value = T(rawValue: raw) { return value }
         let raw: T.RawValue = Self.fallback(entity.defaults[slot], slot: slot, entity: entity)
         guard let value = T(rawValue: raw) else {
@@ -88,7 +97,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     }
 
     public final func _cs_get<T: RawRepresentable>(_ slot: Int) -> T? where T.RawValue: AttributeValue {
-        context.checkRead(self)
+        context.checkRead(self, slot: slot)
         return T.RawValue(storedValue: values[slot]).flatMap(T.init(rawValue:))
     }
 
@@ -108,7 +117,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     }
 
     public final func _cs_toOne<T: ManagedObject>(_ slot: Int) -> T? {
-        context.checkRead(self)
+        context.checkRead(self, slot: slot)
         guard let target = context.toOne(of: self, slot: slot) else { return nil }
         guard let typed = target as? T else {
             preconditionFailure("\(entity.name).\(entity.properties[slot].name) holds a \(target.entity.name), not a \(T.self).")
@@ -122,7 +131,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     }
 
     public final func _cs_toMany<T: ManagedObject>(_ slot: Int) -> Set<T> {
-        context.checkRead(self)
+        context.checkRead(self, slot: slot)
         var result = Set<T>()
         for object in context.toMany(of: self, slot: slot) {
             guard let typed = object as? T else {

@@ -86,11 +86,14 @@ final class ModelGraph: Sendable {
             for member in members where byName[member.name] == nil {
                 throw ModelError(code: .unknownConfiguration, message: "Configuration '\(name)' lists \(member.name), which is not in the model.")
             }
-            namedConfigurations[name] = Set(members.map(\.name))
+            // A hierarchy shares one table, so a configuration holds whole hierarchies.
+            let roots = Set(members.map { ObjectIdentifier($0.root) })
+            namedConfigurations[name] = Set(entities.filter { roots.contains(ObjectIdentifier($0.rootDescription)) }.map(\.name))
         }
         self.configurations = namedConfigurations
 
         try Self.resolveRelationships(entities, byDescription: byDescription)
+        try Self.checkConfigurations(namedConfigurations, entities: entities)
         (tables, joinTables) = Self.buildSchema(entities, byDescription: byDescription)
         try UniqueConstraint.resolve(entities)
         for entity in entities {
@@ -143,6 +146,19 @@ final class ModelGraph: Sendable {
                         guard let backEntity = byDescription[ObjectIdentifier(back())] else { return false }
                         return backInverse == property.name && backEntity.includes(entity)
                     }
+                }
+            }
+        }
+    }
+
+    /// A store holds one configuration: a relationship must stay inside every configuration
+    /// that holds its entity, or the store could not write it.
+    private static func checkConfigurations(_ configurations: [String: Set<String>], entities: [Entity]) throws(ModelError) {
+        for (name, members) in configurations.sorted(by: { $0.key < $1.key }) {
+            for entity in entities where members.contains(entity.name) {
+                for property in entity.properties where property.isRelationship {
+                    guard let destination = property.destination, !members.contains(destination.name) else { continue }
+                    throw ModelError(code: .relationshipAcrossConfigurations, message: "\(entity.name).\(property.name) points to \(destination.name), which configuration '\(name)' does not hold: a relationship cannot cross stores. Add \(destination.name).self to '\(name)', or remove the relationship.")
                 }
             }
         }
@@ -202,7 +218,8 @@ final class ModelGraph: Sendable {
         return (tables, joinTables.keys.sorted().map { joinTables[$0]! })
     }
 
-    private static func describe(tables: [Table], joinTables: [JoinTable], entities: [Entity]) -> String {
+    /// The text a store keeps in `Z_METADATA` to know which model wrote it (and to migrate from).
+    static func describe(tables: [Table], joinTables: [JoinTable], entities: [Entity]) -> String {
         var lines: [String] = []
         for table in tables {
             let columns = table.columns.map {
@@ -215,12 +232,13 @@ final class ModelGraph: Sendable {
         }
         for join in joinTables { lines.append("join \(join.name)") }
         for entity in entities {
-            lines.append("entity \(entity.name) \(entity.entityCode) " + entity.properties.map(\.name).joined(separator: ","))
+            // `?` marks optional attributes: making one non-optional must migrate (fill NULLs).
+            lines.append("entity \(entity.name) \(entity.entityCode) " + entity.properties.map { $0.isAttribute && $0.isOptional ? $0.name + "?" : $0.name }.joined(separator: ","))
         }
         return lines.joined(separator: "\n")
     }
 
-    private static func fnv1a(_ text: String) -> String {
+    static func fnv1a(_ text: String) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in text.utf8 {
             hash ^= UInt64(byte)

@@ -3,7 +3,8 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {
         private enum Base: Hashable, Sendable {
-            case duplicateEntity, unknownDestination, badInverse, emptyModel, unknownConfiguration, reservedName, invalidUniqueness
+            case duplicateEntity, unknownDestination, badInverse, emptyModel, unknownConfiguration, reservedName
+            case relationshipAcrossConfigurations, invalidUniqueness
         }
         private let base: Base
         /// Two entities share a name.
@@ -21,6 +22,9 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
         public static let invalidUniqueness = Code(base: .invalidUniqueness)
         /// A configuration lists an entity that is not in the model.
         public static let unknownConfiguration = Code(base: .unknownConfiguration)
+        /// A relationship points to an entity that a configuration holding its source lacks:
+        /// the two would live in different stores.
+        public static let relationshipAcrossConfigurations = Code(base: .relationshipAcrossConfigurations)
     }
 
     public let code: Code

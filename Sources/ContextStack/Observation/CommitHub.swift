@@ -1,8 +1,9 @@
 import Dispatch
 
 /// Delivers commits to observers on the main actor, in commit order: first resetting the main
-/// contexts that asked to be reset on commits of that origin, then calling observers, then
-/// feeding `commits` streams.
+/// contexts that asked to be reset on commits of that origin, then updating live results and
+/// object observations, then calling observers, then feeding `commits` streams — so a commit
+/// observer already sees every `FetchedResults` reflect the commit.
 final class CommitHub: Sendable {
     typealias Observer = @MainActor @Sendable (Commit) -> Void
 
@@ -10,6 +11,8 @@ final class CommitHub: Sendable {
         var nextID: UInt64 = 1
         /// Observers by token, with the origin they watch (`nil`: every commit).
         var observers: [UInt64: (origin: ContextID?, block: Observer)] = [:]
+        /// Live results and object observations: every commit, before observers.
+        var live: [UInt64: Observer] = [:]
         var streams: [UInt64: (origin: ContextID?, continuation: AsyncStream<Commit>.Continuation)] = [:]
         /// Resets to run before observers of a commit from the origin (`resetOnCommitOf:`).
         var resetters: [UInt64: (origin: ContextID, reset: @MainActor @Sendable () -> Void)] = [:]
@@ -19,7 +22,7 @@ final class CommitHub: Sendable {
 
     /// Publishes a commit from any thread; delivery happens on the main actor.
     func publish(_ commit: Commit) {
-        let hasListeners = state.withLock { !$0.observers.isEmpty || !$0.streams.isEmpty || !$0.resetters.isEmpty }
+        let hasListeners = state.withLock { !$0.observers.isEmpty || !$0.streams.isEmpty || !$0.resetters.isEmpty || !$0.live.isEmpty }
         guard hasListeners else { return }
         DispatchQueue.main.async { [self] in
             MainActor.assumeIsolated { deliver(commit) }
@@ -27,13 +30,15 @@ final class CommitHub: Sendable {
     }
 
     @MainActor private func deliver(_ commit: Commit) {
-        let (resets, observers, streams) = state.withLock { state in
+        let (resets, live, observers, streams) = state.withLock { state in
             let origin: ContextID? = commit.origin
             return (state.resetters.values.filter { $0.origin == commit.origin }.map(\.reset),
+                    state.live.sorted { $0.key < $1.key }.map(\.value),
                     state.observers.sorted { $0.key < $1.key }.map(\.value).filter { $0.origin == nil || $0.origin == origin }.map(\.block),
                     state.streams.values.filter { $0.origin == nil || $0.origin == origin }.map(\.continuation))
         }
         for reset in resets { reset() }
+        for update in live { update(commit) }
         for observer in observers { observer(commit) }
         for stream in streams { stream.yield(commit) }
     }
@@ -47,6 +52,21 @@ final class CommitHub: Sendable {
         }
         return CommitObservation(hub: self, id: id)
     }
+
+    /// Registers live results or an object observation: told of every commit, after resets
+    /// and before observers.
+    func addLiveObserver(_ block: @escaping Observer) -> CommitObservation {
+        let id = state.withLock { state in
+            let id = state.nextID
+            state.nextID += 1
+            state.live[id] = block
+            return id
+        }
+        return CommitObservation(hub: self, id: id)
+    }
+
+    /// How many live results and object observations are registered (for tests).
+    var liveObserverCount: Int { state.withLock { $0.live.count } }
 
     func stream(origin: ContextID?) -> AsyncStream<Commit> {
         let (stream, continuation) = AsyncStream<Commit>.makeStream(bufferingPolicy: .unbounded)
@@ -73,6 +93,7 @@ final class CommitHub: Sendable {
     func remove(_ id: UInt64) {
         state.withLock { state in
             state.observers[id] = nil
+            state.live[id] = nil
             state.streams[id] = nil
             state.resetters[id] = nil
         }

@@ -9,9 +9,15 @@ struct AggregateQuery {
         guard !select.terms.isEmpty else {
             throw QueryError(.unsupported, "A query of \(entity.name) needs something to select: .select(\"key\") or an aggregate.", entity: entity.name)
         }
+        // The options a query honours: the window, `.distinct`, `.noSubEntities`, and `.tweak`.
+        let request = FetchRequest(condition: condition, orderBy: orderBy, options: options)
         let groupKeys = groupBy?.keys.map(\.path) ?? []
-        let base = try CompiledQuery(entity: entity, condition: condition, orderBy: nil,
-                                     extraKeys: select.terms.map(\.key) + groupKeys)
+        if having != nil && groupKeys.isEmpty && !select.terms.contains(where: { $0.function != nil }) {
+            throw QueryError(.unsupported, "A query of \(entity.name) with having: needs groupBy: or an aggregate in its selection: having filters groups.", entity: entity.name)
+        }
+        let base = try CompiledQuery(entity: entity, condition: request.condition, orderBy: nil,
+                                     extraKeys: select.terms.map(\.key) + groupKeys,
+                                     includesSubEntities: request.includesSubEntities)
         var paths: [String: ResolvedPath] = [:]
         for path in base.extraPaths { paths[path.key] = path }
         var columns: [String] = []
@@ -33,27 +39,32 @@ struct AggregateQuery {
             }
         }
         var from = base.fromWhere()
-        var text = "SELECT \(options.distinct ? "DISTINCT " : "")\(columns.joined(separator: ", ")) \(from.text)"
+        var text = "SELECT \(request.distinct ? "DISTINCT " : "")\(columns.joined(separator: ", ")) \(from.text)"
         if !groupKeys.isEmpty {
             text += " GROUP BY " + groupKeys.map { base.columnSQL(paths[$0]!) }.joined(separator: ", ")
         }
         let aliases = Set(select.terms.map(\.alias))
+        // Order and having name what each result row has: an alias, or a grouped key (a key
+        // that is only aggregated has no one value per row).
         let named = { (key: String) throws(QueryError) -> String in
             if aliases.contains(key) { return key.quotedIdentifier }
-            if let path = paths[key] { return base.columnSQL(path) }
+            if groupKeys.contains(key), let path = paths[key] { return base.columnSQL(path) }
             throw QueryError(.unknownKey, "'\(key)' is neither an alias of the query's selection (\(aliases.sorted().joined(separator: ", "))) nor a grouped key of \(entity.name).", key: key, entity: entity.name)
         }
         if let having {
             text += " HAVING " + (try Self.sql(having.node, named: named, arguments: &from.arguments))
         }
-        if let terms = orderBy?.terms, !terms.isEmpty {
+        if let terms = request.orderBy?.terms, !terms.isEmpty {
             var order: [String] = []
-            for term in terms { order.append("\(try named(term.key)) \(term.ascending ? "ASC" : "DESC")") }
+            for term in terms {
+                if let error = term.invalid { throw error }
+                order.append("\(try named(term.key)) \(term.ascending ? "ASC" : "DESC")")
+            }
             text += " ORDER BY " + order.joined(separator: ", ")
         }
-        if options.limit != nil || options.offset != nil {
+        if request.limit != nil || request.offset > 0 {
             text += " LIMIT ? OFFSET ?"
-            from.arguments += [.integer(Int64(options.limit.map { max(0, $0) } ?? -1)), .integer(Int64(max(0, options.offset ?? 0)))]
+            from.arguments += [.integer(Int64(request.limit ?? -1)), .integer(Int64(request.offset))]
         }
         sql = CompiledQuery.SQL(text: text, arguments: from.arguments)
     }
@@ -75,8 +86,16 @@ struct AggregateQuery {
         }
         switch node {
         case .constant(let value): return value ? "1" : "0"
-        case .and(let a, let b): return "(\(try sql(a, named: named, arguments: &arguments)) AND \(try sql(b, named: named, arguments: &arguments)))"
-        case .or(let a, let b): return "(\(try sql(a, named: named, arguments: &arguments)) OR \(try sql(b, named: named, arguments: &arguments)))"
+        case .and, .or:
+            // Balanced, so a long chain nests log n deep in SQL too.
+            let operands = node.chain()
+            let joined: Condition.Node
+            if case .and = node { joined = balanced(operands[...]) { .and($0, $1) } } else { joined = balanced(operands[...]) { .or($0, $1) } }
+            guard case .and(let a, let b) = joined else {
+                guard case .or(let a, let b) = joined else { return try sql(joined, named: named, arguments: &arguments) }
+                return "(\(try sql(a, named: named, arguments: &arguments)) OR \(try sql(b, named: named, arguments: &arguments)))"
+            }
+            return "(\(try sql(a, named: named, arguments: &arguments)) AND \(try sql(b, named: named, arguments: &arguments)))"
         case .not(let a): return "(NOT \(try sql(a, named: named, arguments: &arguments)))"
         case .compare(let key, let op, let right):
             let left = try named(key)

@@ -58,9 +58,13 @@ struct CompiledQuery: Sendable {
     /// Prefixes this query's table aliases, so a nested query (a quantifier) does not clash.
     let aliasPrefix: String
 
+    /// Whether objects of the entity's sub-entities match too (not with `.noSubEntities`).
+    let includesSubEntities: Bool
+
     init(entity: Entity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = [],
-         aliasPrefix: String = "") throws(QueryError) {
+         aliasPrefix: String = "", includesSubEntities: Bool = true) throws(QueryError) {
         self.entity = entity
+        self.includesSubEntities = includesSubEntities
         self.aliasPrefix = aliasPrefix
         var uses: [(property: Property, inner: CompiledQuery?)] = []
         var nested = 0
@@ -87,6 +91,7 @@ struct CompiledQuery: Sendable {
         }
         var order: [SortTerm] = []
         for term in orderBy?.terms ?? [] {
+            if let error = term.invalid { throw error }
             let path = try Self.resolvePath(term.key, in: entity)
             guard path.leaf.isStored, !path.countsMembers else {
                 throw QueryError(.unsupported, "Cannot sort \(entity.name) by '\(term.key)': it is a to-many relationship.", key: term.key, entity: entity.name)
@@ -155,8 +160,11 @@ struct CompiledQuery: Sendable {
                                 quantify: (Quantifier, String, Condition.Node) throws(QueryError) -> Node) throws(QueryError) -> Node {
         switch node {
         case .constant(let value): return .constant(value)
-        case .and(let a, let b): return .and(try resolve(a, in: entity, note: note, quantify: quantify), try resolve(b, in: entity, note: note, quantify: quantify))
-        case .or(let a, let b): return .or(try resolve(a, in: entity, note: note, quantify: quantify), try resolve(b, in: entity, note: note, quantify: quantify))
+        case .and, .or:
+            var operands: [Node] = []
+            for operand in node.chain() { operands.append(try resolve(operand, in: entity, note: note, quantify: quantify)) }
+            if case .and = node { return balanced(operands[...]) { .and($0, $1) } }
+            return balanced(operands[...]) { .or($0, $1) }
         case .not(let a): return .not(try resolve(a, in: entity, note: note, quantify: quantify))
         case .text(let key, let op, let pattern, let options):
             let path = try resolvePath(key, in: entity)
@@ -244,8 +252,11 @@ struct CompiledQuery: Sendable {
         case .text(let k, let op, let pattern, let options): return .text(try key(k), op, pattern, options)
         case .oneOf(let k, let list): return .oneOf(try key(k), list)
         case .between(let k, let low, let high): return .between(try key(k), low, high)
-        case .and(let a, let b): return .and(try strip(prefix, from: a, entity: entity), try strip(prefix, from: b, entity: entity))
-        case .or(let a, let b): return .or(try strip(prefix, from: a, entity: entity), try strip(prefix, from: b, entity: entity))
+        case .and, .or:
+            var operands: [Condition.Node] = []
+            for operand in node.chain() { operands.append(try strip(prefix, from: operand, entity: entity)) }
+            if case .and = node { return balanced(operands[...]) { .and($0, $1) } }
+            return balanced(operands[...]) { .or($0, $1) }
         case .not(let a): return .not(try strip(prefix, from: a, entity: entity))
         case .quantified(let quantifier, let k, let inner): return .quantified(quantifier, try key(k), try strip(prefix, from: inner, entity: entity))
         case .constant, .invalid: return node
@@ -425,6 +436,12 @@ struct CompiledQuery: Sendable {
         var arguments: [Value]
     }
 
+    /// Whether a row of `other` can match: the entity itself, or one below it unless
+    /// sub-entities are left out.
+    func accepts(_ other: Entity) -> Bool {
+        includesSubEntities ? entity.includes(other) : other === entity
+    }
+
     /// `FROM … JOIN … WHERE …` for this query, with `t0` the entity's table.
     func fromWhere(extraWhere: [String] = [], extraArguments: [Value] = []) -> SQL {
         var arguments: [Value] = []
@@ -458,8 +475,9 @@ struct CompiledQuery: Sendable {
     /// The WHERE terms: the entity's family (in a shared table), then the condition.
     func whereTerms(arguments: inout [Value]) -> [String] {
         var conditions: [String] = []
-        if entity.table.hasEntityColumn && entity.family.count < entity.table.familyCount {
-            conditions.append("\(tableAliases[""]!).\"Z_ENT\" IN (\(entity.family.map { String($0.entityCode) }.joined(separator: ", ")))")
+        let members = includesSubEntities ? entity.family : [entity]
+        if entity.table.hasEntityColumn && members.count < entity.table.familyCount {
+            conditions.append("\(tableAliases[""]!).\"Z_ENT\" IN (\(members.map { String($0.entityCode) }.joined(separator: ", ")))")
         }
         if let node {
             conditions.append(Self.sql(node, aliases: tableAliases, arguments: &arguments))

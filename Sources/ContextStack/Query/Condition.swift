@@ -63,8 +63,8 @@ public struct Condition: Sendable, CustomStringConvertible {
             return "\(key) BETWEEN {\(describe(low)), \(describe(high))}"
         case .quantified(let quantifier, _, let inner):
             return "\(quantifier.rawValue) \(describe(inner))"
-        case .and(let a, let b): return "(\(describe(a)) AND \(describe(b)))"
-        case .or(let a, let b): return "(\(describe(a)) OR \(describe(b)))"
+        case .and: return "(" + node.chain().map(describe).joined(separator: " AND ") + ")"
+        case .or: return "(" + node.chain().map(describe).joined(separator: " OR ") + ")"
         case .not(let a): return "NOT (\(describe(a)))"
         case .invalid(let error): return "<invalid: \(error.message)>"
         }
@@ -88,6 +88,42 @@ enum ComparisonOperator: String, Sendable {
     case greaterOrEqual = ">="
 
     var isOrdering: Bool { self != .equal && self != .notEqual }
+}
+
+// MARK: - Chains
+
+extension Condition.Node {
+    /// The operands of a chain of this node's operator (`a && b && c`, however it is nested —
+    /// `reduce` builds chains thousands deep), in order, found without recursion; `[self]` for
+    /// any other node.
+    func chain() -> [Condition.Node] {
+        let isAnd: Bool
+        switch self {
+        case .and: isAnd = true
+        case .or: isAnd = false
+        default: return [self]
+        }
+        var operands: [Condition.Node] = []
+        var pending = [self]
+        while let node = pending.popLast() {
+            switch (node, isAnd) {
+            case (.and(let a, let b), true), (.or(let a, let b), false):
+                pending.append(b)
+                pending.append(a)
+            default:
+                operands.append(node)
+            }
+        }
+        return operands
+    }
+}
+
+/// `operands` joined by a binary operator as a balanced tree: a chain of n operands nests
+/// log n deep (in memory, in recursion and in the SQL it becomes), not n.
+func balanced<Node>(_ operands: ArraySlice<Node>, _ join: (Node, Node) -> Node) -> Node {
+    if operands.count == 1 { return operands[operands.startIndex] }
+    let middle = operands.startIndex + (operands.count + 1) / 2
+    return join(balanced(operands[..<middle], join), balanced(operands[middle...], join))
 }
 
 // MARK: - Combining

@@ -11,7 +11,7 @@
 /// path through a relationship use a key string (`%"friend.age"`).
 extension KeyPath where Root: ManagedObject {
     /// The key this key path names, or a `Condition` that throws when used.
-    fileprivate var conditionKey: Result<Key, QueryError> {
+    var conditionKey: Result<Key, QueryError> {
         guard let name = Root._cs_key(for: self) else {
             return .failure(QueryError(.unknownKey, "The key path \(self) does not name a persisted property of \(Root.self): typed predicates take a property of the entity itself (\\\(Root.self).name); write a path through a relationship as a string (%\"friend.age\").", entity: "\(Root.self)"))
         }
@@ -40,11 +40,18 @@ public func != <Root: ManagedObject, V: ManagedObject>(lhs: KeyPath<Root, V?>, r
 extension OrderBy {
     /// Ascending by a property: `.ascending(\Person.name)`.
     public static func ascending<Root: ManagedObject, V>(_ keyPath: KeyPath<Root, V>) -> OrderBy {
-        .ascending(Root._cs_key(for: keyPath) ?? "\(keyPath)")
+        term(keyPath, ascending: true)
     }
 
     /// Descending by a property: `.descending(\Person.age)`.
     public static func descending<Root: ManagedObject, V>(_ keyPath: KeyPath<Root, V>) -> OrderBy {
-        .descending(Root._cs_key(for: keyPath) ?? "\(keyPath)")
+        term(keyPath, ascending: false)
+    }
+
+    private static func term<Root: ManagedObject, V>(_ keyPath: KeyPath<Root, V>, ascending: Bool) -> OrderBy {
+        switch keyPath.conditionKey {
+        case .success(let key): return OrderBy(terms: [Term(key: key.path, ascending: ascending)])
+        case .failure(let error): return OrderBy(terms: [Term(key: "\(keyPath)", ascending: ascending, invalid: error)])
+        }
     }
 }

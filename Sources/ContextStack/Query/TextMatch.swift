@@ -12,14 +12,27 @@ enum TextMatch {
 
     static func evaluate(_ op: TextOperator, _ options: MatchOptions, _ text: String, _ pattern: String) -> Bool {
         if op == .matches { return regularExpression(pattern, options).map { matchesWhole($0, fold(text, options.subtracting(.caseInsensitive))) } ?? false }
-        let value = Array(fold(text, options).unicodeScalars)
-        let wanted = Array(fold(pattern, options).unicodeScalars)
+        var value = fold(text, options)
+        var wanted = fold(pattern, options)
         switch op {
-        case .contains: return wanted.isEmpty || value.firstRange(of: wanted) != nil
-        case .beginsWith: return value.starts(with: wanted)
-        case .endsWith: return value.reversed().starts(with: wanted.reversed())
-        case .like: return like(value[...], wanted[...])
-        case .matches: return false
+        case .contains, .beginsWith, .endsWith:
+            // On UTF-8 bytes: equal scalar sequences are equal byte sequences, and a valid UTF-8
+            // pattern found in valid UTF-8 text always starts and ends on scalar boundaries.
+            return value.withUTF8 { text in
+                wanted.withUTF8 { wanted in
+                    guard wanted.count <= text.count else { return false }
+                    if wanted.isEmpty { return true }
+                    switch op {
+                    case .beginsWith: return memcmp(text.baseAddress!, wanted.baseAddress!, wanted.count) == 0
+                    case .endsWith: return memcmp(text.baseAddress! + (text.count - wanted.count), wanted.baseAddress!, wanted.count) == 0
+                    default: return contains(text, wanted)
+                    }
+                }
+            }
+        case .like:
+            return like(Array(value.unicodeScalars)[...], Array(wanted.unicodeScalars)[...])
+        case .matches:
+            return false
         }
     }
 
@@ -32,6 +45,22 @@ enum TextMatch {
         guard !folding.isEmpty else { return text }
         // Decompose first, so precomposed and combining forms fold alike.
         return text.decomposedStringWithCanonicalMapping.folding(options: folding, locale: nil)
+    }
+
+    /// Whether `wanted` (not empty, not longer) occurs in `text`: memchr finds each candidate
+    /// first byte, memcmp checks the rest.
+    private static func contains(_ text: UnsafeBufferPointer<UInt8>, _ wanted: UnsafeBufferPointer<UInt8>) -> Bool {
+        let base = text.baseAddress!
+        let first = Int32(wanted[0])
+        var start = 0
+        let last = text.count - wanted.count
+        while start <= last {
+            guard let found = memchr(base + start, first, last - start + 1) else { return false }
+            let offset = base.distance(to: found.assumingMemoryBound(to: UInt8.self))
+            if memcmp(base + offset, wanted.baseAddress!, wanted.count) == 0 { return true }
+            start = offset + 1
+        }
+        return false
     }
 
     /// `*` matches any run of scalars, `?` exactly one; everything else matches itself.

@@ -1,6 +1,6 @@
 import Foundation
 
-/// The top of ContextStack: a model, the store that holds it, and the root writer.
+/// The top of ContextStack: a model, the stores that hold it, and the root writer.
 ///
 /// For example:
 ///
@@ -29,10 +29,22 @@ public final class Stack: Sendable {
     private let state = Locked(State())
     /// Delivers commits to observers on the main actor.
     let commits = CommitHub()
+    /// Shared by the stack's stores: `trace(_:)` sets what it calls.
+    let tracer = StatementTracer()
+
+    /// Hands the SQL of every statement the stack's stores run to `body`, on the thread that
+    /// runs it; `nil` stops tracing. Bound values appear as `?` and never reach the trace.
+    ///
+    /// For example: `stack.trace { sql in print(sql) }` — to see what a fetch with `.prefetch`
+    /// or `.batch` costs, or to count statements in a test.
+    public func trace(_ body: (@Sendable (String) -> Void)?) {
+        tracer.set(body)
+    }
 
     private struct State: Sendable {
         var store: Store?
-        var storeSettings: StoreSettings?
+        /// The settings of every store added, first added first.
+        var storeSettings: [StoreSettings] = []
         var onError: (@Sendable (any Error) -> Void)?
         var nextContextID: UInt64 = 1
         /// Main contexts with `.rootContext(autoMerge: true)`: they merge every save of the root.
@@ -79,23 +91,31 @@ public final class Stack: Sendable {
     ///
     /// The store uses write-ahead logging with `synchronous=NORMAL`: a crash of the application
     /// loses nothing committed to SQLite; a power loss may lose the last commits, never
-    /// corrupting the file.
+    /// corrupting the file. Adding the same file again with the same settings does nothing.
     ///
     /// - Parameters:
     ///   - url: the file.
-    ///   - configuration: a configuration name of the model (checked to exist). A stack holds
-    ///     one store today, and that store holds every entity of the model.
-    ///   - autoMigrating: accepted for the migration feature; a store written by a different
-    ///     model currently throws `StoreError.Code.modelMismatch` either way.
-    ///   - resetOnFailure: replace a store written by a different model with an empty one
-    ///     (every table in the file is dropped) instead of throwing.
-    /// - Throws: `StoreError` when the file cannot be opened or holds another model.
+    ///   - configuration: the model configuration whose entities the file holds; `nil` for every
+    ///     entity of the model (then it is the stack's only store).
+    ///   - autoMigrating: migrate a file written by an earlier model version on open (see
+    ///     Docs/Stores.md for what is inferred); `false` throws `StoreError.Code.modelMismatch`
+    ///     for such a file instead.
+    ///   - resetOnFailure: when the file holds an incompatible model, cannot be migrated, or is
+    ///     a damaged SQLite database, delete it (with its `-wal`, `-shm` and `-journal` files)
+    ///     and start an empty store instead of throwing. A file that is not an SQLite database,
+    ///     or a database ContextStack did not create, is never deleted.
+    /// - Throws: `StoreError` saying what is wrong with the file (see Docs/Errors.md).
     public func addDatabaseStore(at url: URL, configuration: String? = nil, autoMigrating: Bool = true, resetOnFailure: Bool = false) throws {
-        try addStore(StoreSettings(path: url.standardizedFileURL.path, configuration: configuration,
-                                   autoMigrating: autoMigrating, resetOnFailure: resetOnFailure), url: url)
+        // One file, however it is spelled (`a/../store.sqlite`, a symbolic link to it).
+        let file = url.standardizedFileURL.resolvingSymlinksInPath()
+        try addStore(StoreSettings(path: file.path, configuration: configuration,
+                                   autoMigrating: autoMigrating, resetOnFailure: resetOnFailure), url: file)
     }
 
     /// Adds an in-memory store: fast, private to this stack, gone when the stack is.
+    ///
+    /// - Parameter configuration: the model configuration whose entities it holds; `nil` for
+    ///   every entity of the model (then it is the stack's only store).
     public func addInMemoryStore(configuration: String? = nil) throws {
         try addStore(StoreSettings(path: nil, configuration: configuration, autoMigrating: true, resetOnFailure: false), url: nil)
     }
@@ -104,23 +124,39 @@ public final class Stack: Sendable {
         if let configuration = settings.configuration, graph.configurations[configuration] == nil {
             throw StoreError(.unknownConfiguration, "The model has no configuration named '\(configuration)'; it has \(graph.configurations.keys.sorted()).")
         }
-        let existing = state.withLock { $0.storeSettings }
-        if let existing {
-            if existing == settings && settings.path != nil { return }
-            throw StoreError(.alreadyAdded, "This stack already has a store (\(existing.path ?? "in memory")); a stack holds one store.")
-        }
-        let store = try Store(graph: graph, url: url, resetOnFailure: settings.resetOnFailure,
-                              writesInBackground: rootContext == .shared) { [weak self] error in
-            self?.report(error)
-        }
-        try state.withLock { state in
-            guard state.store == nil else {
-                throw StoreError(.alreadyAdded, "This stack already has a store; a stack holds one store.")
+        // Adding stores is setup: one at a time, so two adds cannot both pass the checks below.
+        try addingStore.withLock { _ in
+            let existing = state.withLock { $0.storeSettings }
+            if let path = settings.path, let same = existing.first(where: { $0.path == path }) {
+                if same == settings { return }
+                throw StoreError(.alreadyAdded, "The file \(path) is already a store of this stack, with other settings (configuration \(same.configuration ?? "nil"), autoMigrating \(same.autoMigrating), resetOnFailure \(same.resetOnFailure)).")
             }
-            state.store = store
-            state.storeSettings = settings
+            let schema = StoreSchema(graph: graph, configuration: settings.configuration)
+            for other in existing {
+                if other.configuration == nil || settings.configuration == nil {
+                    throw StoreError(.alreadyAdded, "A store without a configuration holds every entity, so it must be the stack's only store; give each store a configuration of the model.")
+                }
+                let otherEntities = StoreSchema(graph: graph, configuration: other.configuration).entityNames
+                if let shared = schema.entityNames.intersection(otherEntities).sorted().first {
+                    throw StoreError(.alreadyAdded, "\(shared) is already held by the store for configuration '\(other.configuration ?? "")' (\(other.path ?? "in memory")); an entity lives in one store of a stack.")
+                }
+            }
+            let options = Store.OpenOptions(autoMigrating: settings.autoMigrating, resetOnFailure: settings.resetOnFailure)
+            if let store = state.withLock({ $0.store }) {
+                try store.attach(schema: schema, url: url, options: options)
+            } else {
+                let store = try Store(graph: graph, schema: schema, url: url, options: options,
+                                      writesInBackground: rootContext == .shared, tracer: tracer) { [weak self] error in
+                    self?.report(error)
+                }
+                state.withLock { $0.store = store }
+            }
+            state.withLock { $0.storeSettings.append(settings) }
         }
     }
+
+    /// Held while a store is added.
+    private let addingStore = Locked(())
 
     /// The stack's store; a precondition failure naming the fix when there is none.
     var store: Store {

@@ -11,10 +11,13 @@ import Foundation
 /// for the writer); in-memory stores share one connection.
 final class Store: Sendable {
     let graph: ModelGraph
-    /// The file, or `nil` for an in-memory store.
-    let url: URL?
+    /// The databases the writer connection holds: the first store added is SQLite's `main`,
+    /// later ones (other configurations) are attached to it.
+    private let layout: Locked<Layout>
+    /// Receives the SQL of every statement the store runs, while someone listens (`Stack.traceStatements`).
+    let tracer: StatementTracer
     let writer: Locked<WriterState>
-    private let readers: Locked<[Connection]>
+    private let readers: Locked<[Reader]>
     let state = Locked(State())
     private let keys = Locked<[String: KeyBlock]>([:])
     let writeQueue = DispatchQueue(label: "ContextStack.Store.writer", qos: .utility)
@@ -56,6 +59,46 @@ final class Store: Sendable {
         var batchResults: [UInt64: BatchResult] = [:]
     }
 
+    /// One store of the stack: one configuration in one SQLite database.
+    struct Part: Sendable {
+        /// The database's name on the writer connection: `main`, or the name it is attached as.
+        let database: String
+        /// The file, or `nil` in memory.
+        let url: URL?
+        let schema: StoreSchema
+    }
+
+    private struct Layout: Sendable {
+        var parts: [Part]
+        /// The part that holds each table, by table name.
+        var databaseOfTable: [String: String] = [:]
+        /// Bumped when a part is attached: idle readers of an older generation lack it.
+        var generation = 0
+
+        init(_ part: Part) {
+            parts = []
+            add(part)
+        }
+
+        mutating func add(_ part: Part) {
+            parts.append(part)
+            for table in part.schema.tables { databaseOfTable[table.name] = part.database }
+            generation += 1
+        }
+
+        /// Reads go through the writer when a part is in memory: other connections cannot see it.
+        var readsThroughWriter: Bool { parts.contains { $0.url == nil } }
+    }
+
+    /// A reader connection, with every part attached as of `generation`.
+    private struct Reader {
+        let connection: Connection
+        let generation: Int
+        /// Reads one row of every database, so the read transaction holds a snapshot of each
+        /// (SQLite starts an attached database's snapshot only when it is first read).
+        let snapshotSQL: String
+    }
+
     private struct KeyBlock: Sendable {
         var next: Int64
         var limit: Int64
@@ -64,99 +107,57 @@ final class Store: Sendable {
 
     // MARK: - Opening
 
-    /// Opens or creates the store at `url` (or in memory), creating the model's tables in a new
-    /// file and checking the model of an existing one.
-    init(graph: ModelGraph, url: URL?, resetOnFailure: Bool, writesInBackground: Bool,
-         reportError: @escaping @Sendable (any Error) -> Void) throws {
+    /// Opens or creates the store of `schema` at `url` (or in memory), creating its tables in a
+    /// new file and checking, migrating or resetting an existing one as `options` say.
+    init(graph: ModelGraph, schema: StoreSchema, url: URL?, options: OpenOptions, writesInBackground: Bool,
+         tracer: StatementTracer = StatementTracer(), reportError: @escaping @Sendable (any Error) -> Void) throws {
         self.graph = graph
-        self.url = url
+        self.tracer = tracer
         self.writesInBackground = writesInBackground
         self.reportError = reportError
         let connection: Connection
         if let url {
-            connection = try Self.openFile(url, graph: graph, resetOnFailure: resetOnFailure)
+            connection = try Self.openFile(url, schema: schema, options: options)
         } else {
             connection = try Connection(path: ":memory:")
-            try Self.prepareSchema(connection, graph: graph, resetOnFailure: resetOnFailure)
+            try connection.writeTransaction {
+                for statement in schema.creationStatements() { try connection.execute(statement) }
+            }
         }
+        connection.install(tracer)
         writer = Locked(WriterState(connection: connection))
         readers = Locked([])
+        layout = Locked(Layout(Part(database: "main", url: url, schema: schema)))
     }
 
-    private static func openFile(_ url: URL, graph: ModelGraph, resetOnFailure: Bool) throws -> Connection {
-        let connection: Connection
-        do {
-            connection = try Connection(path: url.path)
-        } catch {
-            throw StoreError(.cannotOpen, "Cannot open or create the store at \(url.path).", underlying: error)
+    /// Adds the store of another configuration: its file (opened, checked and migrated on its
+    /// own first) or a new in-memory database, attached to the writer connection.
+    func attach(schema: StoreSchema, url: URL?, options: OpenOptions) throws {
+        if let url {
+            // Prepared on a connection of its own, so migration works on plain table names;
+            // closed before the writer attaches the file.
+            _ = try Self.openFile(url, schema: schema, options: options)
         }
-        connection.setBusyTimeout(milliseconds: 10_000)
-        do {
-            let mode = try connection.scalar("PRAGMA journal_mode = WAL").stringValue
-            if mode?.lowercased() != "wal" {
-                throw StoreError(.cannotOpen, "The store at \(url.path) cannot use write-ahead logging (journal mode is \(mode ?? "unknown")).")
-            }
-            try connection.execute("PRAGMA synchronous = NORMAL")
-        } catch let error as SQLiteError where error.code.primary == .notADatabase || error.code.primary == .corrupt {
-            throw StoreError(.notADatabase, "The file at \(url.path) is not an SQLite database, or is damaged.", underlying: error)
-        }
-        try prepareSchema(connection, graph: graph, resetOnFailure: resetOnFailure)
-        return connection
-    }
-
-    /// Creates the tables of a new store, or checks that an existing one holds this model.
-    private static func prepareSchema(_ db: Connection, graph: ModelGraph, resetOnFailure: Bool) throws {
-        try db.writeTransaction {
-            let hasMetadata = try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'Z_METADATA'").int64Value == 1
-            let tableCount = try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").int64Value ?? 0
-            if !hasMetadata && tableCount > 0 {
-                // Someone else's database: never adopt it, never drop its tables.
-                throw StoreError(.foreignDatabase, "The file holds an SQLite database that ContextStack did not create (it has \(tableCount) tables and no Z_METADATA); choose another file.")
-            }
-            if hasMetadata {
-                let storedHash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'").stringValue
-                if storedHash == graph.versionHash { return }
-                guard resetOnFailure else {
-                    throw StoreError(.modelMismatch, "The store was written by a different model (hash \(storedHash ?? "none"), this model \(graph.versionHash)); open it with the model that wrote it, or pass resetOnFailure: true to replace it with an empty store.")
+        try writer.withLock { state in
+            let db = state.connection
+            let database = layout.withLock { "s\($0.parts.count)" }
+            let attach = try db.cachedStatement("ATTACH DATABASE ? AS \(database.quotedIdentifier)")
+            defer { attach.reset() }
+            try attach.bindAndExecute([.text(url?.path ?? ":memory:")])
+            if url != nil {
+                try db.execute("PRAGMA \(database.quotedIdentifier).synchronous = NORMAL")
+            } else {
+                try db.writeTransaction {
+                    for statement in schema.creationStatements(in: database) { try db.execute(statement) }
                 }
-                // Drop every table of the old model (the file is ContextStack's): it starts empty.
-                let tables = try db.rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-                for row in tables { if let name = row[0].stringValue { try db.execute("DROP TABLE \(name.quotedIdentifier)") } }
             }
-            for statement in schemaStatements(graph) { try db.execute(statement) }
+            layout.withLock { $0.add(Part(database: database, url: url, schema: schema)) }
         }
+        readers.withLock { $0.removeAll() }
     }
 
-    static func schemaStatements(_ graph: ModelGraph) -> [String] {
-        var statements = [
-            "CREATE TABLE Z_METADATA (key TEXT PRIMARY KEY, value)",
-            "CREATE TABLE Z_KEYS (name TEXT PRIMARY KEY, next INTEGER NOT NULL)",
-        ]
-        for table in graph.tables {
-            var columns = ["\"Z_PK\" INTEGER PRIMARY KEY"]
-            if table.hasEntityColumn { columns.append("\"Z_ENT\" INTEGER NOT NULL") }
-            for column in table.columns {
-                // Foreign keys are declared for the schema's readers; ContextStack keeps them
-                // itself (delete rules), so SQLite's enforcement stays off.
-                let reference = column.references.map { " REFERENCES \($0.quotedIdentifier) (\"Z_PK\")" } ?? ""
-                columns.append("\(column.name.quotedIdentifier) \(column.type)\(reference)")
-            }
-            statements.append("CREATE TABLE \(table.quotedName) (\(columns.joined(separator: ", ")))")
-            for column in table.columns where column.isIndexed {
-                let name = "Z_\(table.name)_\(column.name)".quotedIdentifier
-                statements.append("CREATE INDEX \(name) ON \(table.quotedName) (\(column.name.quotedIdentifier))")
-            }
-            statements += table.uniqueConstraints.map(\.createIndexSQL)
-            statements.append("INSERT INTO Z_KEYS (name, next) VALUES ('\(table.name.replacingOccurrences(of: "'", with: "''"))', 1)")
-        }
-        for join in graph.joinTables {
-            statements.append("CREATE TABLE \(join.quotedName) (source INTEGER NOT NULL, target INTEGER NOT NULL, PRIMARY KEY (source, target)) WITHOUT ROWID")
-            statements.append("CREATE INDEX \("\(join.name)_target".quotedIdentifier) ON \(join.quotedName) (target)")
-        }
-        let schema = graph.schemaDescription.replacingOccurrences(of: "'", with: "''")
-        statements.append("INSERT INTO Z_METADATA (key, value) VALUES ('hash', '\(graph.versionHash)'), ('schema', '\(schema)'), ('format', 1)")
-        return statements
-    }
+    /// The stores of this stack, first added first.
+    var parts: [Part] { layout.withLock { $0.parts } }
 
     // MARK: - Keys
 
@@ -174,14 +175,18 @@ final class Store: Sendable {
             return key
         }
         let size = keys.withLock { min(($0[name]?.size ?? 32) * 2, 8192) }
+        guard let database = layout.withLock({ $0.databaseOfTable[name] }) else {
+            preconditionFailure("\(name) is in no store of this stack: add a store for a configuration that holds it (addDatabaseStore(at:configuration:) or addInMemoryStore(configuration:)) before creating its objects.")
+        }
+        let keysTable = "\(database.quotedIdentifier).Z_KEYS"
         let first = try writer.withLock { state -> Int64 in
             let db = state.connection
             return try db.writeTransaction {
-                let next = try db.scalar("SELECT next FROM Z_KEYS WHERE name = ?", [.text(name)]).int64Value ?? 1
+                let next = try db.scalar("SELECT next FROM \(keysTable) WHERE name = ?", [.text(name)]).int64Value ?? 1
                 // Keys in the table may be ahead of Z_KEYS when rows were written by other means.
                 let floor = try db.scalar("SELECT coalesce(max(Z_PK), 0) + 1 FROM \(name.quotedIdentifier)").int64Value ?? 1
                 let first = max(next, floor)
-                try db.cachedStatement("UPDATE Z_KEYS SET next = ? WHERE name = ?").bindAndExecute([.integer(first + size), .text(name)])
+                try db.cachedStatement("UPDATE \(keysTable) SET next = ? WHERE name = ?").bindAndExecute([.integer(first + size), .text(name)])
                 return first
             }
         }
@@ -200,7 +205,7 @@ final class Store: Sendable {
     /// `whileLocked` runs under the lock that fixes the snapshot (main contexts take the
     /// commits handed to them there, so they apply exactly what the snapshot shows).
     func read<T>(pin: UInt64? = nil, whileLocked: () -> Void = {}, _ body: (ReadSession) throws -> T) throws -> T {
-        if url == nil {
+        if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
                 let (overlay, pinned) = state.withLock { state in
                     whileLocked()
@@ -209,12 +214,13 @@ final class Store: Sendable {
                 return try body(ReadSession(store: self, db: writerState.connection, overlay: overlay, pinned: pinned))
             }
         }
-        let db = try takeReader()
-        defer { returnReader(db) }
+        let reader = try takeReader()
+        defer { returnReader(reader) }
+        let db = reader.connection
         let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
             // Start the read transaction under the same lock the writer commits under.
             try db.execute("BEGIN DEFERRED")
-            _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
+            _ = try db.scalar(reader.snapshotSQL)
             whileLocked()
             return (state.overlay, pin.flatMap { state.pins[$0] })
         }
@@ -240,17 +246,31 @@ final class Store: Sendable {
         _ = state.withLock { $0.pins.removeValue(forKey: id) }
     }
 
-    private func takeReader() throws -> Connection {
-        if let db = readers.withLock({ $0.popLast() }) { return db }
-        guard let url else { preconditionFailure("in-memory stores read through the writer connection") }
-        let db = try Connection(path: url.path, readOnly: true)
-        db.setBusyTimeout(milliseconds: 10_000)
-        return db
+    private func takeReader() throws -> Reader {
+        if let reader = readers.withLock({ $0.popLast() }) { return reader }
+        let (parts, generation) = layout.withLock { ($0.parts, $0.generation) }
+        guard let main = parts.first?.url else { preconditionFailure("in-memory stores read through the writer connection") }
+        let db = try Connection(path: main.path, readOnly: true)
+        db.setBusyTimeout(milliseconds: Self.busyTimeout)
+        for part in parts.dropFirst() {
+            guard let url = part.url else { preconditionFailure("stores with an in-memory part read through the writer connection") }
+            // Attached with the reader's own read-only flags.
+            let attach = try db.cachedStatement("ATTACH DATABASE ? AS \(part.database.quotedIdentifier)")
+            defer { attach.reset() }
+            try attach.bindAndExecute([.text(url.path)])
+        }
+        db.install(tracer)
+        let snapshot = parts.count == 1
+            ? "SELECT 1 FROM sqlite_master LIMIT 1"
+            : "SELECT " + parts.map { "(SELECT 1 FROM \($0.database.quotedIdentifier).sqlite_master LIMIT 1)" }.joined(separator: ", ")
+        return Reader(connection: db, generation: generation, snapshotSQL: snapshot)
     }
 
-    private func returnReader(_ db: Connection) {
+    private func returnReader(_ reader: Reader) {
+        let current = layout.withLock { $0.generation }
+        guard reader.generation == current else { return }
         readers.withLock { idle in
-            if idle.count < Self.maximumIdleReaders { idle.append(db) }
+            if idle.count < Self.maximumIdleReaders { idle.append(reader) }
         }
     }
 

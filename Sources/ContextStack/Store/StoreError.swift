@@ -6,11 +6,17 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable {
         private enum Base: Hashable, Sendable {
             case modelMismatch, alreadyAdded, unknownConfiguration, cannotOpen, notADatabase, foreignDatabase
+            case cannotMigrate, corrupt, permissionDenied
         }
         private let base: Base
-        /// The file was written by a different model, and migrating it is not possible.
+        /// The file was written by a different model, and `autoMigrating` is false.
         public static let modelMismatch = Code(base: .modelMismatch)
-        /// A store for this configuration is already added.
+        /// The file was written by a different model, and the change cannot be inferred (an
+        /// attribute's type changed, a new unique constraint that stored rows violate): the
+        /// message names the entity and attribute; the file is left as it was.
+        public static let cannotMigrate = Code(base: .cannotMigrate)
+        /// A store for this configuration (or for one of its entities) is already added, or
+        /// the file is already added with other settings.
         public static let alreadyAdded = Code(base: .alreadyAdded)
         /// The model has no configuration of that name.
         public static let unknownConfiguration = Code(base: .unknownConfiguration)
@@ -18,8 +24,13 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let foreignDatabase = Code(base: .foreignDatabase)
         /// The file cannot be opened or created.
         public static let cannotOpen = Code(base: .cannotOpen)
-        /// The file is not an SQLite database, or is damaged.
+        /// The file is not an SQLite database; it is left untouched, even with `resetOnFailure`.
         public static let notADatabase = Code(base: .notADatabase)
+        /// The file is an SQLite database but damaged (truncated, or pages that do not parse).
+        public static let corrupt = Code(base: .corrupt)
+        /// The process may not read or write the file, or may not create files in its
+        /// directory (a store needs its `-wal` and `-shm` files beside it).
+        public static let permissionDenied = Code(base: .permissionDenied)
     }
 
     public let code: Code

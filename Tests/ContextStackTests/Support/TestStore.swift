@@ -29,6 +29,16 @@ final class TestStore: Sendable {
         }
     }
 
+    /// A stack whose stores `setup` adds (several stores, configurations), given a fresh
+    /// temporary directory for their files (removed afterwards).
+    init(rootContext: Stack.RootContext = .shared, model: Model, setup: (Stack, URL) throws -> Void) throws {
+        stack = try Stack(model: model, rootContext: rootContext)
+        let directory = try makeTemporaryDirectory()
+        self.directory = directory
+        url = nil
+        try setup(stack, directory)
+    }
+
     /// A second stack on the same file, as a later run of the program would open it.
     func reopen(types: [ManagedObject.Type] = fullModelTypes) throws -> Stack {
         guard let url else { preconditionFailure("only file stores reopen") }

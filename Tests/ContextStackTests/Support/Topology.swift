@@ -25,27 +25,33 @@ enum Topology: String, CaseIterable, CustomStringConvertible, Sendable {
     let world: MainContext
     let updater: Context?
 
-    init(_ topology: Topology, kind: StoreKind = .file, order: UpdateOrder = .default, policy: MergePolicy = .objectTrump) throws {
+    convenience init(_ topology: Topology, kind: StoreKind = .file, order: UpdateOrder = .default, policy: MergePolicy = .objectTrump) throws {
+        try self.init(topology, order: order, policy: policy) { rootContext in try TestStore(kind, rootContext: rootContext) }
+    }
+
+    /// A harness over the store `makeStore` builds for the root context the topology needs.
+    init(_ topology: Topology, order: UpdateOrder = .default, policy: MergePolicy = .objectTrump,
+         makeStore: (Stack.RootContext) throws -> TestStore) throws {
         self.topology = topology
         switch topology {
         case .threeTier:
-            store = try TestStore(kind)
+            store = try makeStore(.shared)
             world = try MainContext(stack: store.stack, updateOrder: order, mergePolicy: policy)
             updater = nil
         case .threeTierWithoutRoot:
-            store = try TestStore(kind, rootContext: .none)
+            store = try makeStore(.none)
             world = try MainContext(stack: store.stack, updateOrder: order, mergePolicy: policy)
             updater = nil
         case .twoTierAutoMerge:
-            store = try TestStore(kind)
+            store = try makeStore(.shared)
             world = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: true), updateOrder: order, mergePolicy: policy)
             updater = nil
         case .twoTierWithoutMerge:
-            store = try TestStore(kind)
+            store = try makeStore(.shared)
             world = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false), updateOrder: order, mergePolicy: policy)
             updater = nil
         case .perConsumer:
-            store = try TestStore(kind, rootContext: .none)
+            store = try makeStore(.none)
             let updater = try Context(stack: store.stack, updateTarget: .persistentStore, updateOrder: order, mergePolicy: policy)
             world = try MainContext(stack: store.stack, updateTarget: .persistentStore, resetOnCommitOf: updater)
             self.updater = updater

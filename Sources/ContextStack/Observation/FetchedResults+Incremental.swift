@@ -1,0 +1,198 @@
+import Foundation
+
+/// Keeping results up to date from a commit's change set alone.
+///
+/// The objects a commit touched are taken out of the sections, their current rows are tested
+/// against the condition in memory, and those that match are put back where the order says —
+/// binary searches, so a commit touching k objects of n costs about k log n comparisons. The
+/// objects the commit did not touch keep their order, which is what makes the batch small:
+/// a touched object that lands between the same untouched neighbours it had is an update in
+/// place, any other one that stays in the results is a move.
+extension FetchedResults {
+    /// A touched object's place among the objects the commit did not touch.
+    private struct Slot: Hashable {
+        let section: Int
+        let item: Int
+    }
+
+    /// Where the object `id`, placed by `values`, is in the sections; `nil` if it is not there.
+    func locate(_ id: ObjectID, _ values: ContiguousArray<Value>) throws -> IndexPath? {
+        let (s, found) = sectionIndex(of: sectionValue(values))
+        guard found else { return nil }
+        let i = try insertionIndex(in: s, id, values)
+        guard i < sections[s].objects.count, sections[s].objects[i].objectID == id else { return nil }
+        return .at(s, i)
+    }
+
+    /// The index of the section holding `value`, or where it would go.
+    private func sectionIndex(of value: Value) -> (index: Int, found: Bool) {
+        if keepsEmptySection { return (0, true) }
+        var low = 0, high = sections.count
+        while low < high {
+            let mid = (low + high) / 2
+            if sectionBefore(sections[mid].value, value) { low = mid + 1 } else { high = mid }
+        }
+        return (low, low < sections.count && sections[low].value == value)
+    }
+
+    /// The first index of section `s` whose object does not sort before (`id`, `values`).
+    private func insertionIndex(in s: Int, _ id: ObjectID, _ values: ContiguousArray<Value>) throws -> Int {
+        var low = 0, high = sections[s].objects.count
+        while low < high {
+            let mid = (low + high) / 2
+            if try query.sortsBefore((sections[s].objects[mid].objectID, sections[s].rows[mid]), (id, values), resolve: { _ in nil }) {
+                low = mid + 1
+            } else {
+                high = mid
+            }
+        }
+        return low
+    }
+
+    /// Brings the sections up to date with the objects `touched` by a commit, and reports the
+    /// change. Only for conditions and orders on the entity's own attributes.
+    func applyIncrementally(_ touched: [ObjectID]) throws {
+        let core = context.core
+        // The touched objects as the context sees them now, those that belong in the results.
+        core.beginRead()
+        let fresh: [(id: ObjectID, row: RowData)]
+        do {
+            defer { core.endRead() }
+            fresh = try core.read { session in
+                var reader = RowReader(session: session, context: core)
+                var result: [(id: ObjectID, row: RowData)] = []
+                for id in touched {
+                    guard let row = try reader.row(id), query.accepts(row.entity) else { continue }
+                    if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {
+                        result.append((id, row))
+                    }
+                }
+                return result
+            }
+        }
+        var entering: [(id: ObjectID, object: T, values: ContiguousArray<Value>)] = []
+        for (id, row) in fresh {
+            if let object = core.materialize(id, row) as? T { entering.append((id, object, row.values)) }
+        }
+
+        // Where the touched objects were, found by the values they were placed by.
+        var leaving: [(id: ObjectID, section: Int, item: Int, value: Value)] = []
+        for id in touched {
+            guard let values = placed[id] else { continue }
+            guard let path = try locate(id, values) else {
+                return try recover(touched)
+            }
+            leaving.append((id, path[0], path[1], sectionValue(values)))
+        }
+        leaving.sort { ($0.section, $0.item) < ($1.section, $1.item) }
+        let oldSectionCount = sections.count
+
+        // Take them out: the untouched objects remain, in their unchanged order.
+        for hit in leaving.reversed() {
+            sections[hit.section].objects.remove(at: hit.item)
+            sections[hit.section].rows.remove(at: hit.item)
+        }
+        var oldSlots: [ObjectID: Slot] = [:]
+        var oldRank: [ObjectID: Int] = [:]
+        var takenBefore = 0, currentSection = -1
+        for (rank, hit) in leaving.enumerated() {
+            if hit.section != currentSection { (currentSection, takenBefore) = (hit.section, 0) }
+            oldSlots[hit.id] = Slot(section: hit.section, item: hit.item - takenBefore)
+            oldRank[hit.id] = rank
+            takenBefore += 1
+        }
+
+        // Objects back between the same untouched neighbours stay; among several in one gap,
+        // the longest run still in the old order does.
+        try entering.sort { try query.sortsBefore(($0.id, $0.values), ($1.id, $1.values), resolve: { _ in nil }) }
+        var gaps: [Slot: [Int]] = [:]
+        for (index, entry) in entering.enumerated() {
+            guard let oldSlot = oldSlots[entry.id] else { continue }
+            let (s, found) = sectionIndex(of: sectionValue(entry.values))
+            guard found, s == oldSlot.section else { continue }
+            let slot = Slot(section: s, item: try insertionIndex(in: s, entry.id, entry.values))
+            if slot == oldSlot { gaps[slot, default: []].append(index) }
+        }
+        var stays = Set<ObjectID>()
+        for members in gaps.values {
+            let ranks = members.map { oldRank[entering[$0].id] ?? 0 }
+            for i in ResultsDiff.longestIncreasing(ranks) { stays.insert(entering[members[i]].id) }
+        }
+
+        // Put the entering objects in, in order, making sections as needed.
+        var madeSections: [Value] = []
+        for entry in entering {
+            let value = sectionValue(entry.values)
+            let (s, found) = sectionIndex(of: value)
+            if !found {
+                sections.insert(Section(value: value, objects: [], rows: []), at: s)
+                madeSections.append(value)
+            }
+            let i = try insertionIndex(in: s, entry.id, entry.values)
+            sections[s].objects.insert(entry.object, at: i)
+            sections[s].rows.insert(entry.values, at: i)
+        }
+        // Sections left empty are gone.
+        var goneSections: [Int] = []
+        var goneValues = Set<Value>()
+        if !keepsEmptySection {
+            var seen = Set<Int>()
+            for hit in leaving where seen.insert(hit.section).inserted {
+                let (s, found) = sectionIndex(of: hit.value)
+                if found && sections[s].objects.isEmpty {
+                    sections.remove(at: s)
+                    goneSections.append(hit.section)
+                    goneValues.insert(hit.value)
+                }
+            }
+        }
+
+        // The batch: removals in old coordinates, additions in new ones.
+        var change = ResultsChange()
+        change.deletedSections = goneSections
+        let made = Set(madeSections)
+        change.insertedSections = madeSections.map { sectionIndex(of: $0).index }
+        var newPaths: [ObjectID: (path: IndexPath, section: Value)] = [:]
+        for entry in entering {
+            guard let path = try locate(entry.id, entry.values) else {
+                return try recover(touched, oldSectionCount: oldSectionCount)
+            }
+            newPaths[entry.id] = (path, sectionValue(entry.values))
+        }
+        for hit in leaving {
+            let from = IndexPath.at(hit.section, hit.item)
+            let fromGone = goneValues.contains(hit.value)
+            guard let to = newPaths[hit.id] else {
+                if !fromGone { change.deletedRows.append(from) }
+                continue
+            }
+            if stays.contains(hit.id) {
+                change.updatedRows.append(from)
+            } else if fromGone || made.contains(to.section) {
+                if !fromGone { change.deletedRows.append(from) }
+                if !made.contains(to.section) { change.insertedRows.append(to.path) }
+            } else {
+                change.movedRows.append(.init(from: from, to: to.path))
+            }
+        }
+        for entry in entering where oldSlots[entry.id] == nil {
+            guard let to = newPaths[entry.id], !made.contains(to.section) else { continue }
+            change.insertedRows.append(to.path)
+        }
+        for hit in leaving { placed[hit.id] = nil }
+        for entry in entering { placed[entry.id] = entry.values }
+        change.normalize()
+        if !change.isEmpty { emit(change) }
+    }
+
+    /// The sections do not hold an object where its values say (which the incremental path
+    /// never lets happen): refetch. Before the sections were touched, the difference is
+    /// exact; after, the consumer is told to reload.
+    private func recover(_ touched: [ObjectID], oldSectionCount: Int? = nil) throws {
+        assertionFailure("FetchedResults lost track of an object; refetching.")
+        guard let oldSectionCount else { return try reload(touched: Set(touched)) }
+        sections = try fetchSections()
+        indexAll()
+        emit(ResultsDiff.reload(oldSectionCount: oldSectionCount, newSectionCount: sections.count))
+    }
+}

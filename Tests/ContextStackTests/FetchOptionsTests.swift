@@ -1,0 +1,280 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+/// Counts the statements a stack runs that read or write rows, through `Stack.trace`
+/// (transaction bookkeeping — BEGIN, COMMIT, a read's opening probe — is left out).
+final class StatementCounter: Sendable {
+    private let statements = Locked<[String]>([])
+    init(_ stack: Stack) {
+        stack.trace { [statements] sql in
+            let bookkeeping = ["BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "SELECT 1 FROM sqlite_master"]
+            guard !bookkeeping.contains(where: { sql.hasPrefix($0) }) else { return }
+            statements.withLock { $0.append(sql) }
+        }
+    }
+    var all: [String] { statements.withLock { $0 } }
+    /// The statements `body` runs.
+    func during(_ body: () throws -> Void) rethrows -> [String] {
+        let before = all.count
+        try body()
+        return Array(all.dropFirst(before))
+    }
+
+    /// What `body` returns, and the statements it runs.
+    func value<T>(_ body: () throws -> T) rethrows -> (T, [String]) {
+        let before = all.count
+        let value = try body()
+        return (value, Array(all.dropFirst(before)))
+    }
+}
+
+@Suite struct FetchOptionsTests {
+    /// 25 people, each befriending the previous one, every third with two pets.
+    @MainActor private static func populated(_ kind: StoreKind = .memory) throws -> (TestStore, MainContext) {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            var previous: Person?
+            for index in 0..<25 {
+                let person = try update.create(Person.self)
+                person.name = String(format: "p%02d", index)
+                person.age = index
+                person.friend = previous
+                if index % 3 == 0 {
+                    for petIndex in 0..<2 {
+                        let pet = try update.create(Pet.self)
+                        pet.name = "pet\(index)-\(petIndex)"
+                        pet.owner = person
+                    }
+                }
+                previous = person
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        return (store, world)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func batchesLoadOnFirstUseOneStatementPerBatch(kind: StoreKind) throws {
+        let (store, world) = try Self.populated(kind)
+        let counter = StatementCounter(store.stack)
+        var people: [Person] = []
+        let fetch = try counter.during {
+            people = try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .batch(10))
+        }
+        #expect(fetch.count == 1)
+        #expect(!fetch[0].contains("\"name\""), "the fetch reads IDs only: \(fetch[0])")
+        #expect(people.count == 25 && people.allSatisfy(\.isFault))
+        do {
+            let (ok, statements) = counter.value { people[0].name == "p00" }
+            #expect(ok)
+            #expect(statements.count == 1)
+        }
+        #expect(!people[9].isFault && people[10].isFault)
+        do {
+            let (ok, statements) = counter.value { people[9].age == 9 }
+            #expect(ok)
+            #expect(statements.isEmpty)
+        }
+        do {
+            let (ok, statements) = counter.value { people[24].name == "p24" }
+            #expect(ok)
+            #expect(statements.count == 1)
+        }
+        #expect(people.map(\.age) == Array(0..<25))
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func prefetchedRelationshipsRunNoFurtherStatements(kind: StoreKind) throws {
+        let (store, world) = try Self.populated(kind)
+        let counter = StatementCounter(store.stack)
+        // Without prefetching, following relationships costs statements (the test can fail).
+        let plain = try world.fetchAll(Person.self, orderBy: .ascending("age"))
+        let lazy = counter.during { _ = plain.map { ($0.friend?.name, $0.pets.count) } }
+        #expect(!lazy.isEmpty)
+        world.reset()
+
+        var people: [Person] = []
+        let fetch = try counter.during {
+            people = try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .prefetch(["friend", "pets"]))
+        }
+        // The fetch (friends are among the fetched), the pets' memberships, the pets' rows.
+        #expect(fetch.count == 3, "\(fetch)")
+        let following = counter.during {
+            for (index, person) in people.enumerated() {
+                #expect(person.friend?.name == (index == 0 ? nil : String(format: "p%02d", index - 1)))
+                #expect(person.pets.count == (index % 3 == 0 ? 2 : 0))
+            }
+        }
+        #expect(following.isEmpty, "\(following)")
+    }
+
+    @Test @MainActor func nestedPrefetchAndPrefetchWithBatches() throws {
+        let (store, world) = try Self.populated()
+        let counter = StatementCounter(store.stack)
+        var people: [Person] = []
+        _ = try counter.during {
+            people = try world.fetchAll(Person.self, %"age" >= 20, orderBy: .ascending("age"), options: .prefetch(["friend.pets"]))
+        }
+        let following = counter.during {
+            #expect(people.map { $0.friend?.pets.count ?? -1 } == [0, 0, 2, 0, 0])
+        }
+        #expect(following.isEmpty, "\(following)")
+
+        world.reset()
+        _ = try counter.during {
+            people = try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .batch(5) | .prefetch(["pets"]))
+        }
+        // The first use loads the batch, its pets' memberships and rows; then nothing for the batch.
+        #expect(counter.during { _ = people[0].pets.count }.count == 3)
+        do {
+            let (ok, statements) = counter.value { people[3].pets.count == 2 }
+            #expect(ok)
+            #expect(statements.isEmpty)
+        }
+    }
+
+    @Test @MainActor func prefetchRejectsUnknownKeysAndAttributes() throws {
+        let (store, world) = try Self.populated()
+        _ = store
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, options: .prefetch(["enemy"])) }
+        #expect { _ = try world.fetchAll(Person.self, options: .prefetch(["name"])) } throws: {
+            ($0 as? QueryError)?.code == .unsupported
+        }
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func propertiesOnlyLoadsTheRestOnFirstUse(kind: StoreKind) throws {
+        let (store, world) = try Self.populated(kind)
+        let counter = StatementCounter(store.stack)
+        var people: [Person] = []
+        let fetch = try counter.during {
+            people = try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .propertiesOnly(["name"]))
+        }
+        #expect(fetch.count == 1 && !fetch[0].components(separatedBy: " FROM ")[0].contains("\"age\""), "\(fetch)")
+        do {
+            let (ok, statements) = counter.value { people[3].name == "p03" }
+            #expect(ok)
+            #expect(statements.isEmpty)
+        }
+        do {
+            let (ok, statements) = counter.value { people[3].age == 3 }
+            #expect(ok)
+            #expect(statements.count == 1)
+        }
+        do {
+            let (ok, statements) = counter.value { people[3].location == nil && people[3].name == "p03" }
+            #expect(ok)
+            #expect(statements.isEmpty)
+        }
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, options: .propertiesOnly(["friendOf"])) }
+    }
+
+    @Test @MainActor func noPropertyValuesReturnsFaults() throws {
+        let (store, world) = try Self.populated()
+        let counter = StatementCounter(store.stack)
+        let people = try world.fetchAll(Person.self, %"age" < 3, orderBy: .ascending("age"), options: .noPropertyValues)
+        #expect(people.count == 3 && people.allSatisfy(\.isFault))
+        // Without a batch size each fault loads alone, as Core Data's do.
+        do {
+            let (ok, statements) = counter.value { people[1].age == 1 }
+            #expect(ok)
+            #expect(statements.count == 1)
+        }
+        #expect(people[0].isFault && !people[1].isFault)
+        // An object already held keeps its values: a later fault fetch returns it loaded.
+        let again = try world.fetchAll(Person.self, %"age" == 1, options: .noPropertyValues)
+        #expect(again.first === people[1] && !people[1].isFault)
+    }
+
+    @Test @MainActor func aFaultWhoseRowIsGoneReadsAsDeleted() throws {
+        let (store, world) = try Self.populated()
+        _ = store
+        let faults = try world.fetchAll(Person.self, %"age" == 7, options: .noPropertyValues)
+        let fault = try #require(faults.first)
+        try world.beginUpdateAndWait { update in
+            try update.delete(try #require(try update.fetch(Person.self, %"age" == 7)))
+            try update.commit()
+        }
+        #expect(fault.name == "")  // the entity's default: the values were never loaded
+        #expect(fault.isDeleted)
+        #expect(try world.fetchCount(Person.self, %"age" == 7) == 0)
+    }
+
+    @Test @MainActor func noSubEntitiesLeavesSubEntitiesOut() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Staff.self).name = "staff"
+            try update.create(Engineer.self).name = "engineer"
+            try update.create(Manager.self).name = "manager"
+            try update.commit()
+        }
+        #expect(try world.fetchAll(Staff.self, orderBy: .ascending("name")).map(\.name) == ["engineer", "manager", "staff"])
+        #expect(try world.fetchAll(Staff.self, options: .noSubEntities).map(\.name) == ["staff"])
+        #expect(try world.fetchIDs(Staff.self, options: .noSubEntities).count == 1)
+        try world.beginUpdateAndWait { update in
+            // Pending objects obey it too.
+            try update.create(Engineer.self).name = "new engineer"
+            try update.create(Staff.self).name = "new staff"
+            #expect(try update.fetchAll(Staff.self, orderBy: .ascending("name"), options: .noSubEntities).map(\.name) == ["new staff", "staff"])
+        }
+    }
+
+    @Test @MainActor func noPendingChangesMatchesBySavedValues() throws {
+        let (store, world) = try Self.populated()
+        _ = store
+        try world.beginUpdateAndWait { update in
+            let created = try update.create(Person.self)
+            created.name = "new"
+            created.age = 100
+            let changed = try #require(try update.fetch(Person.self, %"age" == 5))
+            changed.age = 200
+            #expect(try update.fetchAll(Person.self, %"age" >= 100).count == 2)
+            let saved = try update.fetchAll(Person.self, %"age" >= 100, options: .noPendingChanges)
+            #expect(saved.isEmpty)
+            let bySavedValue = try update.fetchAll(Person.self, %"age" == 5, options: .noPendingChanges)
+            // The context's own object comes back, with its pending value.
+            #expect(bySavedValue.count == 1 && bySavedValue[0] === changed && changed.age == 200)
+        }
+    }
+
+    @Test @MainActor func tweakChangesTheRequestLast() throws {
+        let (store, world) = try Self.populated()
+        _ = store
+        let people = try world.fetchAll(Person.self, %"age" > 10, orderBy: .ascending("age"),
+                                        options: .limit(10) | .tweak { request in
+                                            request.limit = 3
+                                            request.orderBy = .descending("age")
+                                        })
+        #expect(people.map(\.age) == [24, 23, 22])
+        let seen = Locked<FetchRequest?>(nil)
+        _ = try world.fetchAll(Person.self, options: .batch(7) | .noSubEntities | .tweak { request in seen.withLock { $0 = request } })
+        let request = try #require(seen.withLock { $0 })
+        #expect(request.batchSize == 7 && !request.includesSubEntities && request.includesPendingChanges)
+    }
+
+    @Test(arguments: StoreKind.allCases) @MainActor
+    func cursorsLoadOneBatchAtATimeAndLetGo(kind: StoreKind) throws {
+        let (store, world) = try Self.populated(kind)
+        let counter = StatementCounter(store.stack)
+        var cursor = try world.fetchCursor(Person.self, %"age" >= 2, orderBy: .ascending("age"), options: .batch(10))
+        weak var firstOfFirstBatch: Person?
+        var ages: [Int] = []
+        let statements = try counter.during {
+            while let person = try cursor.next() {
+                if ages.isEmpty { firstOfFirstBatch = person }
+                ages.append(person.age)
+                if ages.count == 11 {
+                    // The first batch is let go once the cursor moves on.
+                    #expect(firstOfFirstBatch == nil)
+                }
+            }
+        }
+        #expect(ages == Array(2..<25))
+        #expect(statements.count == 3, "three batches of rows: \(statements)")
+        #expect(try cursor.next() == nil)
+    }
+}

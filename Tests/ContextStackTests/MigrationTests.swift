@@ -1,0 +1,410 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+// Two versions of one model. Version 1 writes the store; version 2 opens it.
+
+@Entity(name: "Item") final class ItemV1: ManagedObject {
+    var title: String = ""
+    var count: Int = 0
+    var note: String?
+    var legacy: String?
+    var code: String?
+}
+
+@Entity(name: "Owner") final class OwnerV1: ManagedObject {
+    var label: String = ""
+}
+
+@Entity(name: "Gone") final class GoneV1: ManagedObject {
+    var value: Int = 0
+}
+
+/// Item renamed to Product, `title` renamed to `heading`, `legacy` removed, `added` and
+/// `optionalAdded` added, `note` made non-optional, `count` indexed, `code` unique, a to-one
+/// and a many-to-many relationship added, Gone removed and Label added.
+@Entity(name: "Product", originalName: "Item") final class ProductV2: ManagedObject {
+    @Attribute(originalName: "title") var heading: String = ""
+    @Attribute(.indexed) var count: Int = 0
+    var note: String = "none"
+    @Attribute(.unique) var code: String?
+    var added: Int = 7
+    var optionalAdded: String?
+    @Relationship(inverse: \OwnerV2.products) var owner: OwnerV2?
+    @Relationship(inverse: \LabelV2.products) var labels: Set<LabelV2>
+}
+
+@Entity(name: "Owner") final class OwnerV2: ManagedObject {
+    var label: String = ""
+    @Relationship var products: Set<ProductV2>
+}
+
+@Entity(name: "Label") final class LabelV2: ManagedObject {
+    var name: String = ""
+    @Relationship var products: Set<ProductV2>
+}
+
+// A second pair for the reverse changes: constraints dropped, non-optional made optional.
+
+@Entity(name: "Gadget") final class GadgetV1: ManagedObject {
+    @Attribute(.unique) var serial: String = ""
+    @Attribute(.indexed) var size: Int = 0
+    var label: String = "plain"
+}
+
+@Entity(name: "Gadget") final class GadgetV2: ManagedObject {
+    var serial: String = ""
+    var size: Int = 0
+    var label: String?
+}
+
+/// `serial` changed from String to Int: not inferable.
+@Entity(name: "Gadget") final class GadgetRetyped: ManagedObject {
+    var serial: Int = 0
+    var size: Int = 0
+    var label: String = "plain"
+}
+
+// Sub-entities added to a flat entity.
+
+@Entity(name: "Worker") final class WorkerV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Worker") class WorkerV2: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Welder") final class WelderV2: WorkerV2 {
+    var torch: String = "oxy"
+}
+
+// A many-to-many whose entity is renamed: the join table is renamed, and since "Volume" sorts
+// after "Shelf" where "Book" sorted before, its columns change places.
+
+@Entity(name: "Book") final class BookV1: ManagedObject {
+    var title: String = ""
+    @Relationship(inverse: \ShelfV1.books) var shelves: Set<ShelfV1>
+}
+
+@Entity(name: "Shelf") final class ShelfV1: ManagedObject {
+    var name: String = ""
+    @Relationship var books: Set<BookV1>
+}
+
+@Entity(name: "Volume", originalName: "Book") final class VolumeV2: ManagedObject {
+    var title: String = ""
+    @Relationship(inverse: \ShelfV2.books) var shelves: Set<ShelfV2>
+}
+
+@Entity(name: "Shelf") final class ShelfV2: ManagedObject {
+    var name: String = ""
+    @Relationship var books: Set<VolumeV2>
+}
+
+// A sub-entity added between others: "Medic" sorts before "Pilot" and "Steward", whose entity
+// codes move up by one.
+
+@Entity(name: "Crew") class CrewV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Pilot") final class PilotV1: CrewV1 {
+    var hours: Int = 0
+}
+
+@Entity(name: "Steward") final class StewardV1: CrewV1 {}
+
+@Entity(name: "Crew") class CrewV2: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Medic") final class MedicV2: CrewV2 {}
+
+@Entity(name: "Pilot") final class PilotV2: CrewV2 {
+    var hours: Int = 0
+}
+
+@Entity(name: "Steward") final class StewardV2: CrewV2 {}
+
+/// Writes a store with `types` at `url`: `body` fills it in one commit.
+func writeStore(_ types: [ManagedObject.Type], at url: URL, _ body: (Update) throws -> Void) throws {
+    let stack = try Stack(model: Model(types), rootContext: .none)
+    try stack.addDatabaseStore(at: url)
+    let context = try Context(stack: stack, updateTarget: .persistentStore)
+    try context.beginUpdateAndWait { update in
+        try body(update)
+        try update.commit()
+    }
+}
+
+/// A context on the store at `url` opened with `types`.
+func openStore(_ types: [ManagedObject.Type], at url: URL, autoMigrating: Bool = true, resetOnFailure: Bool = false) throws -> Context {
+    let stack = try Stack(model: Model(types), rootContext: .none)
+    try stack.addDatabaseStore(at: url, autoMigrating: autoMigrating, resetOnFailure: resetOnFailure)
+    return try Context(stack: stack, updateTarget: .persistentStore)
+}
+
+/// The bytes of a store's files, to show that a failed open left them as they were.
+func storeBytes(_ url: URL) -> [Data?] {
+    ["", "-wal"].map { FileManager.default.contents(atPath: url.path + $0) }
+}
+
+@Suite struct MigrationTests {
+    let directory: URL
+    let url: URL
+
+    init() throws {
+        directory = try makeTemporaryDirectory()
+        url = directory.appendingPathComponent("store.sqlite")
+    }
+
+    func cleanUp() { try? FileManager.default.removeItem(at: directory) }
+
+    func writeVersion1() throws {
+        try writeStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url) { update in
+            for index in 0..<5 {
+                let item = try update.create(ItemV1.self)
+                item.title = "item \(index)"
+                item.count = index
+                item.note = index.isMultiple(of: 2) ? nil : "note \(index)"
+                item.legacy = "old"
+                item.code = "code \(index)"
+            }
+            try update.create(OwnerV1.self).label = "Ann"
+            try update.create(GoneV1.self).value = 1
+        }
+    }
+
+    @Test func everyInferableChangeKeepsTheData() throws {
+        defer { cleanUp() }
+        try writeVersion1()
+        let context = try openStore([ProductV2.self, OwnerV2.self, LabelV2.self], at: url)
+        try context.beginUpdateAndWait { update in
+            let products = try update.fetchAll(ProductV2.self, orderBy: .ascending("count"))
+            #expect(products.map(\.heading) == (0..<5).map { "item \($0)" })
+            #expect(products.map(\.count) == Array(0..<5))
+            #expect(products.map(\.code) == (0..<5).map { "code \($0)" })
+            #expect(products.map(\.note) == ["none", "note 1", "none", "note 3", "none"])
+            #expect(products.allSatisfy { $0.added == 7 && $0.optionalAdded == nil && $0.owner == nil && $0.labels.isEmpty })
+            // Filled in SQLite, not only by the accessors' fallback.
+            #expect(try update.fetchCount(ProductV2.self, %"added" == 7 && %"note" == "none") == 3)
+            #expect(try update.fetch(OwnerV2.self)?.label == "Ann")
+
+            // The new relationships work, and keys continue after the old rows.
+            let owner = try #require(try update.fetch(OwnerV2.self))
+            let label = try update.create(LabelV2.self)
+            label.name = "sale"
+            for product in products.prefix(2) {
+                product.owner = owner
+                product.labels.insert(label)
+            }
+            let fresh = try update.create(ProductV2.self)
+            #expect(!products.map(\.objectID).contains(fresh.objectID))
+            try update.commit()
+        }
+        let again = try openStore([ProductV2.self, OwnerV2.self, LabelV2.self], at: url)
+        try again.beginUpdateAndWait { (update: Update) throws in
+            #expect(try update.fetch(OwnerV2.self)?.products.count == 2)
+            #expect(try update.fetch(LabelV2.self)?.products.map(\.heading).sorted() == ["item 0", "item 1"])
+        }
+
+        let db = try Connection(path: url.path)
+        let tables = Set(try db.rows("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0[0].stringValue })
+        #expect(tables.isSuperset(of: ["Product", "Owner", "Label", "Z_Label_products_Product_labels"]))
+        #expect(tables.isDisjoint(with: ["Item", "Gone"]))
+        let columns = try db.rows("SELECT name FROM pragma_table_info('Product')").compactMap { $0[0].stringValue }
+        #expect(columns == ["Z_PK", "heading", "count", "note", "code", "added", "optionalAdded", "owner"])
+        let indexes = try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'Product'")
+        let indexSQL = Dictionary(uniqueKeysWithValues: indexes.map { ($0[0].stringValue ?? "", $0[1].stringValue ?? "") })
+        #expect(indexSQL["Z_Product_count"]?.contains("UNIQUE") == false)
+        #expect(indexSQL["Z_Product_unique_code"]?.contains("UNIQUE") == true)
+        #expect(indexSQL["Z_Product_owner"] != nil)
+        #expect(try db.scalar("SELECT name FROM Z_KEYS WHERE name = 'Item'") == .null)
+        #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'") == .text(try Model(ProductV2.self, OwnerV2.self, LabelV2.self).versionHash))
+        #expect(try db.scalar("PRAGMA integrity_check") == .text("ok"))
+    }
+
+    @Test func constraintsRemovedAndNonOptionalMadeOptionalKeepTheData() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in
+            for index in 0..<3 {
+                let gadget = try update.create(GadgetV1.self)
+                gadget.serial = "S\(index)"
+                gadget.size = index
+            }
+        }
+        let context = try openStore([GadgetV2.self], at: url)
+        try context.beginUpdateAndWait { update in
+            let gadgets = try update.fetchAll(GadgetV2.self, orderBy: .ascending("size"))
+            #expect(gadgets.map(\.serial) == ["S0", "S1", "S2"])
+            #expect(gadgets.map(\.label) == ["plain", "plain", "plain"])
+            // Without the unique constraint, duplicates may now be stored.
+            try update.create(GadgetV2.self).serial = "S0"
+            try update.commit()
+        }
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'Gadget'") == .integer(0))
+    }
+
+    @Test func aUniqueConstraintThatStoredRowsViolateFailsAndLeavesTheFile() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV2.self], at: url) { update in
+            for _ in 0..<2 { try update.create(GadgetV2.self).serial = "same" }
+        }
+        let before = storeBytes(url)
+        #expect {
+            try openStore([GadgetV1.self], at: url)
+        } throws: { error in
+            guard let error = error as? StoreError else { return false }
+            return error.code == .cannotMigrate && error.message.contains("Gadget.serial")
+        }
+        #expect(storeBytes(url) == before)
+        // Still readable by the model that wrote it.
+        let context = try openStore([GadgetV2.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetchCount(GadgetV2.self) } == 2)
+    }
+
+    @Test func aTypeChangeThrowsNamingTheAttributeAndLeavesTheFile() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let before = storeBytes(url)
+        #expect {
+            try openStore([GadgetRetyped.self], at: url)
+        } throws: { error in
+            guard let error = error as? StoreError else { return false }
+            return error.code == .cannotMigrate && error.message.contains("Gadget.serial") && error.message.contains("TEXT")
+        }
+        #expect(storeBytes(url) == before)
+        let context = try openStore([GadgetV1.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetch(GadgetV1.self)?.serial } == "S1")
+    }
+
+    @Test func withoutAutoMigratingADifferentModelThrows() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let before = storeBytes(url)
+        #expect {
+            try openStore([GadgetV2.self], at: url, autoMigrating: false)
+        } throws: { ($0 as? StoreError)?.code == .modelMismatch }
+        #expect(storeBytes(url) == before)
+        // The same model opens without migrating.
+        _ = try openStore([GadgetV1.self], at: url, autoMigrating: false)
+    }
+
+    @Test func resetOnFailureReplacesAStoreThatCannotMigrate() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let context = try openStore([GadgetRetyped.self], at: url, resetOnFailure: true)
+        try context.beginUpdateAndWait { update in
+            #expect(try update.fetchCount(GadgetRetyped.self) == 0)
+            try update.create(GadgetRetyped.self).serial = 42
+            try update.commit()
+        }
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("SELECT serial FROM Gadget") == .integer(42))
+    }
+
+    @Test func aManyToManyKeepsItsPairsWhenAnEntityIsRenamed() throws {
+        defer { cleanUp() }
+        try writeStore([BookV1.self, ShelfV1.self], at: url) { update in
+            let shelves = try (0..<2).map { index in
+                let shelf = try update.create(ShelfV1.self)
+                shelf.name = "shelf \(index)"
+                return shelf
+            }
+            for index in 0..<3 {
+                let book = try update.create(BookV1.self)
+                book.title = "book \(index)"
+                book.shelves = index == 0 ? Set(shelves) : [shelves[index - 1]]
+            }
+        }
+        let context = try openStore([VolumeV2.self, ShelfV2.self], at: url)
+        try context.beginUpdateAndWait { (update: Update) throws in
+            let volumes = try update.fetchAll(VolumeV2.self, orderBy: .ascending("title"))
+            #expect(volumes.map { $0.shelves.map(\.name).sorted() } == [["shelf 0", "shelf 1"], ["shelf 0"], ["shelf 1"]])
+            let shelves = try update.fetchAll(ShelfV2.self, orderBy: .ascending("name"))
+            #expect(shelves.map { $0.books.map(\.title).sorted() } == [["book 0", "book 1"], ["book 0", "book 2"]])
+        }
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("SELECT count(*) FROM Z_Shelf_books_Volume_shelves") == .integer(4))
+        #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Z_Book_shelves_Shelf_books'") == .integer(0))
+    }
+
+    @Test func aSubEntityAddedKeepsTheRowsAsTheParent() throws {
+        defer { cleanUp() }
+        try writeStore([WorkerV1.self], at: url) { update in try update.create(WorkerV1.self).name = "Ann" }
+        let context = try openStore([WorkerV2.self, WelderV2.self], at: url)
+        try context.beginUpdateAndWait { update in
+            let workers = try update.fetchAll(WorkerV2.self)
+            #expect(workers.map(\.name) == ["Ann"])
+            #expect(!(workers[0] is WelderV2))
+            let welder = try update.create(WelderV2.self)
+            welder.name = "Bo"
+            try update.commit()
+        }
+        let again = try openStore([WorkerV2.self, WelderV2.self], at: url)
+        try again.beginUpdateAndWait { (update: Update) throws in
+            #expect(try update.fetchAll(WorkerV2.self, orderBy: .ascending("name")).map(\.name) == ["Ann", "Bo"])
+            #expect(try update.fetchAll(WelderV2.self).map(\.torch) == ["oxy"])
+        }
+    }
+
+    @Test func entityCodesFollowASubEntityAddedBetweenOthers() throws {
+        defer { cleanUp() }
+        try writeStore([CrewV1.self, PilotV1.self, StewardV1.self], at: url) { update in
+            try update.create(CrewV1.self).name = "Ann"
+            let pilot = try update.create(PilotV1.self)
+            pilot.name = "Bo"
+            pilot.hours = 900
+            try update.create(StewardV1.self).name = "Cy"
+        }
+        let context = try openStore([CrewV2.self, MedicV2.self, PilotV2.self, StewardV2.self], at: url)
+        try context.beginUpdateAndWait { (update: Update) throws in
+            #expect(try update.fetchAll(PilotV2.self).map { "\($0.name) \($0.hours)" } == ["Bo 900"])
+            #expect(try update.fetchAll(StewardV2.self).map(\.name) == ["Cy"])
+            #expect(try update.fetchAll(MedicV2.self).isEmpty)
+            let crew = try update.fetchAll(CrewV2.self, orderBy: .ascending("name"))
+            #expect(crew.map { String(describing: type(of: $0)) } == ["CrewV2", "PilotV2", "StewardV2"])
+        }
+    }
+
+    @Test func aSubEntityRemovedTakesItsRowsAlong() throws {
+        defer { cleanUp() }
+        try writeStore([WorkerV2.self, WelderV2.self], at: url) { update in
+            try update.create(WorkerV2.self).name = "Ann"
+            try update.create(WelderV2.self).name = "Bo"
+        }
+        let context = try openStore([WorkerV1.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetchAll(WorkerV1.self).map(\.name) } == ["Ann"])
+    }
+
+    /// Stores written before the description marked optional attributes (`?`) differ only in
+    /// that text: they open with their tables untouched.
+    @Test func aStoreFromBeforeOptionalityWasRecordedOpensWithItsTablesUntouched() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV2.self], at: url) { update in try update.create(GadgetV2.self).serial = "S1" }
+        do {
+            let db = try Connection(path: url.path)
+            let description = try #require(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'schema'").stringValue)
+            #expect(description.contains("label?"))
+            let older = description.replacingOccurrences(of: "?", with: "")
+            try db.execute("UPDATE Z_METADATA SET value = \(older.quotedLiteral) WHERE key = 'schema'; UPDATE Z_METADATA SET value = 'older' WHERE key = 'hash'")
+        }
+        let db = try Connection(path: url.path)
+        let tables = try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        let context = try openStore([GadgetV2.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetch(GadgetV2.self)?.serial } == "S1")
+        #expect(try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name") == tables)
+        #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'") == .text(try Model(GadgetV2.self).versionHash))
+    }
+
+    @Test func anUnchangedModelOpensWithoutRewritingTheTables() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let db = try Connection(path: url.path)
+        let schemaBefore = try db.rows("SELECT name, sql FROM sqlite_master ORDER BY name")
+        _ = try openStore([GadgetV1.self], at: url)
+        #expect(try db.rows("SELECT name, sql FROM sqlite_master ORDER BY name") == schemaBefore)
+    }
+}

@@ -1,0 +1,224 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+@Entity final class Session: ManagedObject {
+    var token: String = ""
+    var hits: Int = 0
+}
+
+@Entity final class Bookmark: ManagedObject {
+    var title: String = ""
+    @Relationship var session: Session?
+}
+
+/// People and pets in a file, sessions in memory: DESIGN 3.1's configurations.
+let splitModelTypes: [ManagedObject.Type] = [Person.self, Pet.self, Session.self]
+func splitModel() throws -> Model {
+    try Model(splitModelTypes, configurations: ["Database": [Person.self, Pet.self], "InMemory": [Session.self]])
+}
+
+/// Where each configuration of the split model lives.
+enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
+    /// People in a file, sessions in memory.
+    case fileAndMemory
+    /// Sessions in memory added first, then people in a file.
+    case memoryThenFile
+    /// Each configuration in a file of its own.
+    case twoFiles
+    var description: String { rawValue }
+
+    func makeStore(_ rootContext: Stack.RootContext) throws -> TestStore {
+        try TestStore(rootContext: rootContext, model: splitModel()) { stack, directory in
+            switch self {
+            case .fileAndMemory:
+                try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
+                try stack.addInMemoryStore(configuration: "InMemory")
+            case .memoryThenFile:
+                try stack.addInMemoryStore(configuration: "InMemory")
+                try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
+            case .twoFiles:
+                try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
+                try stack.addDatabaseStore(at: directory.appendingPathComponent("sessions.sqlite"), configuration: "InMemory")
+            }
+        }
+    }
+}
+
+@Suite struct MultiStoreTests {
+    @Test(arguments: Topology.allCases, Split.allCases) @MainActor
+    func fetchesAndSavesReachEveryStore(topology: Topology, split: Split) async throws {
+        let harness = try TopologyHarness(topology, makeStore: split.makeStore)
+        try harness.update { update in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            let rex = try update.create(Pet.self)
+            rex.name = "Rex"
+            rex.owner = monk
+            let session = try update.create(Session.self)
+            session.token = "abc"
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        try await harness.settle()
+        #expect(try harness.world.fetch(Person.self, %"name" == "Monk")?.pets.map(\.name) == ["Rex"])
+        #expect(try harness.world.fetch(Session.self, %"token" == "abc") != nil)
+        try harness.update { update in
+            let session = try #require(try update.fetch(Session.self))
+            session.hits += 1
+            try update.delete(try #require(try update.fetch(Pet.self)))
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        try await harness.settle()
+        #expect(try harness.world.fetch(Session.self)?.hits == 1)
+        #expect(try harness.world.fetchCount(Pet.self) == 0)
+        #expect(try harness.world.fetchCount(Person.self) == 1)
+    }
+
+    @Test(arguments: Split.allCases) @MainActor
+    func eachConfigurationIsWrittenToItsOwnStore(split: Split) async throws {
+        let store = try split.makeStore(.shared)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Session.self).token = "abc"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let directory = try #require(store.directory)
+        let people = try Connection(path: directory.appendingPathComponent("people.sqlite").path)
+        #expect(try people.scalar("SELECT count(*) FROM Person") == .integer(1))
+        #expect(try people.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Session'") == .integer(0))
+        let sessionsFile = directory.appendingPathComponent("sessions.sqlite")
+        if split == .twoFiles {
+            let sessions = try Connection(path: sessionsFile.path)
+            #expect(try sessions.scalar("SELECT token FROM Session") == .text("abc"))
+            #expect(try sessions.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Person'") == .integer(0))
+        } else {
+            #expect(!FileManager.default.fileExists(atPath: sessionsFile.path))
+        }
+        // Reopened, the file holds the people; the in-memory sessions are gone.
+        let reopened = try Stack(model: splitModel())
+        try reopened.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
+        try reopened.addInMemoryStore(configuration: "InMemory")
+        let again = try MainContext(stack: reopened)
+        #expect(try again.fetchCount(Person.self) == 1)
+        #expect(try again.fetchCount(Session.self) == 0)
+    }
+
+    @Test func aRelationshipAcrossConfigurationsIsRejected() {
+        #expect {
+            try Model(Session.self, Bookmark.self, configurations: ["A": [Session.self], "B": [Bookmark.self]])
+        } throws: { error in
+            guard let error = error as? ModelError else { return false }
+            return error.code == .relationshipAcrossConfigurations && error.message.contains("Bookmark.session")
+        }
+        // Within one configuration it is fine.
+        #expect(throws: Never.self) { try Model(Session.self, Bookmark.self, configurations: ["A": [Session.self, Bookmark.self]]) }
+    }
+
+    @Test func aConfigurationHoldsWholeHierarchies() throws {
+        let model = try Model(Staff.self, Engineer.self, Manager.self, Team.self, configurations: ["Work": [Engineer.self, Team.self]])
+        #expect(model.graph.configurations["Work"] == ["Staff", "Engineer", "Manager", "Team"])
+        // Listing the sub-entity without its relationship's destination is caught through the parent.
+        #expect {
+            try Model(Staff.self, Engineer.self, Team.self, configurations: ["Work": [Engineer.self]])
+        } throws: { ($0 as? ModelError)?.code == .relationshipAcrossConfigurations }
+    }
+
+    @Test func theSameFileTwiceIsANoOpWithTheSameSettingsAndAnErrorWithOthers() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("store.sqlite")
+        let stack = try Stack(model: splitModel())
+        try stack.addDatabaseStore(at: url, configuration: "Database")
+        try stack.addDatabaseStore(at: url, configuration: "Database")
+        // Spelled another way, or through a symbolic link: the same file.
+        try stack.addDatabaseStore(at: directory.appendingPathComponent("sub/../store.sqlite"), configuration: "Database")
+        let link = directory.appendingPathComponent("link.sqlite")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: url)
+        try stack.addDatabaseStore(at: link, configuration: "Database")
+        #expect(stack.store.parts.count == 1)
+        #expect {
+            try stack.addDatabaseStore(at: url, configuration: "Database", resetOnFailure: true)
+        } throws: { ($0 as? StoreError)?.code == .alreadyAdded }
+        #expect {
+            try stack.addDatabaseStore(at: url, configuration: "InMemory")
+        } throws: { ($0 as? StoreError)?.code == .alreadyAdded }
+    }
+
+    @Test func configurationsMayNotOverlapOnOneStack() throws {
+        let model = try Model([Person.self, Pet.self, Session.self],
+                              configurations: ["Database": [Person.self, Pet.self], "Both": [Person.self, Pet.self, Session.self]])
+        let stack = try Stack(model: model)
+        try stack.addInMemoryStore(configuration: "Database")
+        #expect {
+            try stack.addInMemoryStore(configuration: "Both")
+        } throws: { error in
+            guard let error = error as? StoreError else { return false }
+            return error.code == .alreadyAdded && error.message.contains("Person")
+        }
+        #expect {
+            try stack.addInMemoryStore()
+        } throws: { ($0 as? StoreError)?.code == .alreadyAdded }
+    }
+
+    @Test func creatingAnObjectOfAnEntityWithoutAStoreTraps() async {
+        await #expect(processExitsWith: .failure) {
+            let stack = try Stack(model: splitModel(), rootContext: .none)
+            try stack.addInMemoryStore(configuration: "Database")
+            let context = try Context(stack: stack)
+            // Fine: people have a store.
+            try context.beginUpdateAndWait { update in _ = try update.create(Person.self) }
+            // Sessions have none: add a store for "InMemory" first.
+            try context.beginUpdateAndWait { update in _ = try update.create(Session.self) }
+        }
+    }
+
+    @Test func eachFileMigratesItsOwnConfigurationOnly() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let gadgets = directory.appendingPathComponent("gadgets.sqlite")
+        func open(_ model: Model) throws -> Context {
+            let stack = try Stack(model: model, rootContext: .none)
+            try stack.addDatabaseStore(at: gadgets, configuration: "Database")
+            try stack.addInMemoryStore(configuration: "InMemory")
+            return try Context(stack: stack)
+        }
+        let first = try open(Model(GadgetV1.self, Session.self, configurations: ["Database": [GadgetV1.self], "InMemory": [Session.self]]))
+        try first.beginUpdateAndWait { update in
+            try update.create(GadgetV1.self).serial = "S1"
+            try update.create(Session.self).token = "t"
+            try update.commit()
+        }
+        let db = try Connection(path: gadgets.path)
+        let schema = try db.rows("SELECT name, sql FROM sqlite_master ORDER BY name")
+        let hash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'")
+
+        // Another in-memory configuration: the file is not touched.
+        let second = try open(Model(GadgetV1.self, Session.self, Bookmark.self,
+                                    configurations: ["Database": [GadgetV1.self], "InMemory": [Session.self, Bookmark.self]]))
+        #expect(try second.beginUpdateAndWait { try $0.fetch(GadgetV1.self)?.serial } == "S1")
+        #expect(try db.rows("SELECT name, sql FROM sqlite_master ORDER BY name") == schema)
+        #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'") == hash)
+
+        // A new version of the file's own configuration: migrated, data kept.
+        let third = try open(Model(GadgetV2.self, Session.self, configurations: ["Database": [GadgetV2.self], "InMemory": [Session.self]]))
+        try third.beginUpdateAndWait { update in
+            let gadget = try #require(try update.fetch(GadgetV2.self))
+            #expect(gadget.serial == "S1" && gadget.label == "plain")
+            gadget.label = nil
+            try update.commit()
+        }
+        #expect(try db.scalar("SELECT label FROM Gadget") == .null)
+    }
+
+    @Test func aStoreWithoutConfigurationIsTheOnlyStore() throws {
+        let stack = try Stack(model: splitModel())
+        try stack.addInMemoryStore()
+        #expect {
+            try stack.addInMemoryStore(configuration: "InMemory")
+        } throws: { ($0 as? StoreError)?.code == .alreadyAdded }
+    }
+}

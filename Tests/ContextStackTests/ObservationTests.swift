@@ -1,0 +1,366 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+/// `FetchedResults`, object observation and fetch streams, one behaviour at a time.
+@Suite(.timeLimit(.minutes(1))) struct ObservationTests {
+    /// A three-tier world holding five people in three places (one nowhere).
+    @MainActor static func world() throws -> (TestStore, MainContext) {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for (name, age, location) in [("Farmer", 28, "Oslo"), ("Knight", 18, "Rome"), ("Monk", 63, "Oslo"),
+                                          ("Warrior", 35, nil), ("Child", 8, "Rome")] as [(String, Int, String?)] {
+                let person = try update.create(Person.self)
+                (person.name, person.age, person.location) = (name, age, location)
+            }
+            try update.commit()
+        }
+        return (store, world)
+    }
+
+    @Test @MainActor func sectionsFollowTheSectionKeyAndTheOrder() throws {
+        let (store, world) = try Self.world()
+        let results = try FetchedResults(context: world, Person.self, %"age" > 10,
+                                         orderBy: .ascending("location") | .ascending("name"), sectionBy: %"location")
+        #expect(results.sections.map(\.name) == [nil, "Oslo", "Rome"])
+        #expect(results.sections.map { $0.objects.map(\.name) } == [["Warrior"], ["Farmer", "Monk"], ["Knight"]])
+        #expect(results.sections[0].value == .null)
+        let monk = results.object(at: IndexPath(item: 1, section: 1))
+        #expect(monk.name == "Monk")
+        #expect(results.indexPath(for: monk) == IndexPath(item: 1, section: 1))
+        let child = try #require(try world.fetch(Person.self, %"name" == "Child"))
+        #expect(results.indexPath(for: child) == nil)
+        #expect(results.count == 4)
+        _ = store
+    }
+
+    @Test @MainActor func withoutSectionByThereIsAlwaysOneSection() throws {
+        let (store, world) = try Self.world()
+        let none = try FetchedResults(context: world, Person.self, %"age" > 100)
+        #expect(none.sections.count == 1)
+        #expect(none.sections[0].objects.isEmpty)
+        #expect(none.sections[0].name == nil)
+        let sectioned = try FetchedResults(context: world, Person.self, %"age" > 100, sectionBy: %"location")
+        #expect(sectioned.sections.isEmpty)
+        _ = store
+    }
+
+    @Test @MainActor func anOrderWithoutTheSectionKeySortsByItFirst() throws {
+        let (store, world) = try Self.world()
+        let results = try FetchedResults(context: world, Person.self, orderBy: .descending("age"), sectionBy: %"location")
+        #expect(results.sections.map(\.name) == [nil, "Oslo", "Rome"])
+        #expect(results.sections[1].objects.map(\.name) == ["Monk", "Farmer"])
+        _ = store
+    }
+
+    @Test @MainActor func sectionByMustBeAnOwnAttribute() throws {
+        let (store, world) = try Self.world()
+        #expect(throws: QueryError.self) { try FetchedResults(context: world, Person.self, sectionBy: %"friend.name") }
+        #expect(throws: QueryError.self) { try FetchedResults(context: world, Person.self, sectionBy: %"friend") }
+        #expect(throws: QueryError.self) { try FetchedResults(context: world, Person.self, sectionBy: %"nothing") }
+        _ = store
+    }
+
+    @Test @MainActor func aCommitArrivesAsOneBatchOnTheChangesStream() async throws {
+        let (store, world) = try Self.world()
+        let results = try FetchedResults(context: world, Person.self, %"age" > 10,
+                                         orderBy: .ascending("location") | .ascending("name"), sectionBy: %"location")
+        var changes = results.changes.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            // Knight leaves Rome (its section goes), Farmer is renamed past Monk, Zed arrives in Paris.
+            try #require(try update.fetch(Person.self, %"name" == "Knight")).location = "Oslo"
+            try #require(try update.fetch(Person.self, %"name" == "Farmer")).name = "Pilgrim"
+            let zed = try update.create(Person.self)
+            (zed.name, zed.age, zed.location) = ("Zed", 40, "Paris")
+            try update.commit()
+        }
+        let change = try #require(await changes.next())
+        #expect(results.sections.map(\.name) == [nil, "Oslo", "Paris"])
+        #expect(results.sections[1].objects.map(\.name) == ["Knight", "Monk", "Pilgrim"])
+        #expect(change.deletedSections == [2])
+        #expect(change.insertedSections == [2])
+        // Knight comes from a deleted section: an insert. Pilgrim moves past Monk; Monk stays.
+        #expect(change.insertedRows == [IndexPath(item: 0, section: 1)])
+        #expect(change.movedRows == [.init(from: IndexPath(item: 0, section: 1), to: IndexPath(item: 2, section: 1))])
+        #expect(change.deletedRows.isEmpty && change.updatedRows.isEmpty)
+        _ = store
+    }
+
+    @Test @MainActor func aChangeInPlaceIsAnUpdateAndAnUnrelatedEntityIsNothing() async throws {
+        let (store, world) = try Self.world()
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
+        let received = Locked<[ResultsChange]>([])
+        results.onChange = { change in received.withLock { $0.append(change) } }
+        // Commit observers run after live results: each sees the results' batches so far.
+        let seenByObserver = Locked<[Int]>([])
+        let token = world.observeCommit { _ in
+            seenByObserver.withLock { $0.append(received.withLock(\.count)) }
+        }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Farmer")).email = "farmer@example.com"
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Farmer")).age = 29
+            try update.commit()
+        }
+        // Delivery happens on the main queue: wait for all three commits.
+        var commits = store.stack.allCommits.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Fido"
+            try update.commit()
+        }
+        _ = await commits.next()
+        let changes = received.withLock { $0 }
+        #expect(changes.count == 2)
+        #expect(changes.allSatisfy { $0.updatedRows == [IndexPath(item: 1, section: 0)] && $0.movedRows.isEmpty })
+        #expect(seenByObserver.withLock { $0 } == [1, 1, 2, 2])
+        withExtendedLifetime(token) {}
+    }
+
+    @Test @MainActor func anObjectFilterMakesEveryChangeAReload() async throws {
+        let (store, world) = try Self.world()
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"), sectionBy: %"location",
+                                         objectFilter: { $0.name.count <= 5 })
+        #expect(results.sections.map { $0.objects.map(\.name) } == [["Monk"], ["Child"]])
+        var changes = results.changes.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Warrior")).name = "Ward"
+            try update.commit()
+        }
+        let change = try #require(await changes.next())
+        #expect(change.isReload)
+        #expect(change.deletedSections == [0, 1])
+        #expect(change.insertedSections == [0, 1, 2])
+        #expect(results.sections.map { $0.objects.map(\.name) } == [["Ward"], ["Monk"], ["Child"]])
+        _ = store
+    }
+
+    @Test @MainActor func aWindowSlidesWithTheOrder() async throws {
+        let (store, world) = try Self.world()
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("age"), options: .offset(1) | .limit(2))
+        #expect(results.objects.map(\.name) == ["Knight", "Farmer"])
+        var changes = results.changes.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            let baby = try update.create(Person.self)
+            (baby.name, baby.age) = ("Baby", 1)
+            try update.commit()
+        }
+        let change = try #require(await changes.next())
+        #expect(results.objects.map(\.name) == ["Child", "Knight"])
+        #expect(change.insertedRows == [IndexPath(item: 0, section: 0)])
+        #expect(change.deletedRows == [IndexPath(item: 1, section: 0)])
+        _ = store
+    }
+
+    @Test @MainActor func aPerConsumerResetReloadsAndReportsTheDifference() async throws {
+        let harness = try TopologyHarness(.perConsumer, kind: .memory)
+        try harness.update { update in
+            for name in ["Ann", "Bob"] { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        try await harness.settle()
+        let results = try FetchedResults(context: harness.world, Person.self, orderBy: .ascending("name"))
+        var changes = results.changes.makeAsyncIterator()
+        try harness.update { update in
+            try update.create(Person.self).name = "Ada"
+            try #require(try update.fetch(Person.self, %"name" == "Bob")).age = 7
+            try update.commit()
+        }
+        let change = try #require(await changes.next())
+        #expect(results.objects.map(\.name) == ["Ada", "Ann", "Bob"])
+        #expect(results.objects.last?.age == 7)
+        #expect(change.insertedRows == [IndexPath(item: 0, section: 0)])
+        #expect(change.updatedRows == [IndexPath(item: 1, section: 0)])
+    }
+
+    @Test @MainActor func observeReportsChangedKeysThenDeletion() async throws {
+        let (store, world) = try Self.world()
+        let knight = try #require(try world.fetch(Person.self, %"name" == "Knight"))
+        var seen: [ObjectChange] = []
+        let watch = world.observe(knight) { seen.append($0) }
+        var commits = store.stack.allCommits.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            let knight = try update.use(knight)
+            knight.age = 19
+            knight.location = "Paris"
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 64
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.delete(update.use(knight))
+            try update.commit()
+        }
+        for _ in 0..<3 { _ = await commits.next() }
+        #expect(seen.count == 2)
+        #expect(seen.first?.changedKeys == ["age", "location"])
+        #expect(seen.first?.isDeleted == false)
+        #expect(seen.last?.isDeleted == true)
+        #expect(seen.allSatisfy { $0.objectID == knight.objectID })
+        watch.cancel()
+    }
+
+    @Test @MainActor func fetchAllStreamYieldsFreshResultsAndEndsWhenTheConsumerStops() async throws {
+        let (store, world) = try Self.world()
+        let before = store.stack.commits.liveObserverCount
+        var snapshots: [[String]] = []
+        for await adults in world.fetchAllStream(Person.self, %"age" > 30, orderBy: .ascending("name")) {
+            snapshots.append(adults.map(\.name))
+            if snapshots.count == 1 {
+                #expect(store.stack.commits.liveObserverCount == before + 1)
+                try world.beginUpdateAndWait { update in
+                    try #require(try update.fetch(Person.self, %"name" == "Farmer")).age = 31
+                    try update.commit()
+                }
+            } else {
+                break
+            }
+        }
+        #expect(snapshots == [["Monk", "Warrior"], ["Farmer", "Monk", "Warrior"]])
+        // Leaving the loop ended the stream: its results and their observation are gone.
+        await mainQueueTurn()
+        #expect(store.stack.commits.liveObserverCount == before)
+    }
+
+    @Test @MainActor func fetchStreamFollowsTheFirstObject() async throws {
+        let (store, world) = try Self.world()
+        var names: [String?] = []
+        for await first in world.fetchStream(Person.self, %"location" == "Rome", orderBy: .ascending("age")) {
+            names.append(first?.name)
+            if names.count == 1 {
+                try world.beginUpdateAndWait { update in
+                    try update.delete(#require(try update.fetch(Person.self, %"name" == "Child")))
+                    try update.commit()
+                }
+            } else {
+                break
+            }
+        }
+        #expect(names == ["Child", "Knight"])
+        _ = store
+    }
+
+    @Test @MainActor func aStreamWithABadConditionEndsAndReportsTheError() async throws {
+        let (store, world) = try Self.world()
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        var count = 0
+        for await _ in world.fetchAllStream(Person.self, %"nothing" == 1) { count += 1 }
+        #expect(count == 0)
+        #expect(errors.all.first is QueryError)
+    }
+
+    @Test @MainActor func changesEndWhenTheResultsAreReleased() async throws {
+        let (store, world) = try Self.world()
+        var results: FetchedResults<Person>? = try FetchedResults(context: world, Person.self)
+        var changes = try #require(results).changes.makeAsyncIterator()
+        let before = store.stack.commits.liveObserverCount
+        results = nil
+        #expect(store.stack.commits.liveObserverCount == before - 1)
+        #expect(await changes.next() == nil)
+    }
+
+    @Test func observingAnObjectOfAnotherContextTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try ObservationTests.world()
+                let other = try MainContext(stack: store.stack)
+                let farmer = try #require(try world.fetch(Person.self, %"name" == "Farmer"))
+                _ = other.observe(farmer) { _ in }
+            }
+        }
+    }
+
+    @Test func objectAtOutsideTheResultsTraps() async {
+        await #expect(processExitsWith: .failure) {
+            try await MainActor.run {
+                let (store, world) = try ObservationTests.world()
+                let results = try FetchedResults(context: world, Person.self)
+                _ = results.object(at: IndexPath(item: 9, section: 0))
+                _ = store
+            }
+        }
+    }
+
+    @Test @MainActor func ownAttributesUpdateInPlaceAndKeyPathsOrWindowsRefetch() throws {
+        let (store, world) = try Self.world()
+        #expect(try FetchedResults(context: world, Person.self, %"age" > 3 || %"name"%.beginsWith("M"),
+                                   orderBy: .descending("age"), sectionBy: %"location").strategy == .incremental)
+        #expect(try FetchedResults(context: world, Person.self, %"friend.age" > 3).strategy == .refetch)
+        #expect(try FetchedResults(context: world, Person.self, %"pets.@count" > 0).strategy == .refetch)
+        #expect(try FetchedResults(context: world, Person.self, orderBy: .ascending("friend.name")).strategy == .refetch)
+        #expect(try FetchedResults(context: world, Person.self, options: .limit(3)).strategy == .refetch)
+        #expect(try FetchedResults(context: world, Person.self, objectFilter: { _ in true }).strategy == .reload)
+        _ = store
+    }
+
+    @Test @MainActor func commitsUpdateInPlaceWithoutRefetching() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for index in 0..<500 {
+                let person = try update.create(Person.self)
+                (person.name, person.age, person.location) = ("P\(index)", index % 90, ["Oslo", "Rome", nil][index % 3])
+            }
+            try update.commit()
+        }
+        let results = try FetchedResults(context: world, Person.self, %"age" >= 18,
+                                         orderBy: .ascending("location") | .descending("age"), sectionBy: %"location")
+        let count = results.count
+        var changes = results.changes.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "P19")).age = 99          // Rome, moves to the top
+            try #require(try update.fetch(Person.self, %"name" == "P30")).location = "Rome"  // Oslo → Rome
+            try update.delete(#require(try update.fetch(Person.self, %"name" == "P40")))
+            try update.commit()
+        }
+        let change = try #require(await changes.next())
+        #expect(results.fetchCount == 1)
+        #expect(results.count == count - 1)
+        #expect(change.movedRows.count == 2 && change.deletedRows.count == 1)
+        #expect(results.sections.map { $0.objects.map(\.objectID) }
+                == (try Self.grouped(world.fetchAll(Person.self, %"age" >= 18, orderBy: .ascending("location") | .descending("age")))))
+    }
+
+    @MainActor static func grouped(_ people: [Person]) -> [[ObjectID]] {
+        var sections: [[ObjectID]] = []
+        var last: String?? = .none
+        for person in people {
+            if last == nil || last! != person.location { sections.append([]) }
+            last = .some(person.location)
+            sections[sections.count - 1].append(person.objectID)
+        }
+        return sections
+    }
+
+    @Test @MainActor func subEntitiesFollowTheFetchOptions() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let staff = try FetchedResults(context: world, Staff.self, orderBy: .ascending("name"))
+        let onlyStaff = try FetchedResults(context: world, Staff.self, orderBy: .ascending("name"), options: .noSubEntities)
+        var commits = store.stack.allCommits.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            try update.create(Staff.self).name = "Ann"
+            try update.create(Engineer.self).name = "Bob"
+            try update.commit()
+        }
+        _ = await commits.next()
+        #expect(staff.objects.map(\.name) == ["Ann", "Bob"])
+        #expect(onlyStaff.objects.map(\.name) == ["Ann"])
+        #expect(try world.fetchAll(Staff.self, orderBy: .ascending("name"), options: .noSubEntities).map(\.name) == ["Ann"])
+    }
+
+    @Test func longestIncreasingSubsequenceKeepsTheMostInPlace() {
+        #expect(ResultsDiff.longestIncreasing([]) == [])
+        #expect(ResultsDiff.longestIncreasing([3, 1, 2, 0, 4]).map { [3, 1, 2, 0, 4][$0] } == [1, 2, 4])
+        #expect(ResultsDiff.longestIncreasing([5, 4, 3]).count == 1)
+    }
+}
