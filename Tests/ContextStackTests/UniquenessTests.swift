@@ -99,7 +99,8 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         #expect(error?.keys == ["email"])
         #expect(error?.values == [.text("monk@example.com")])
         #expect(error?.objects.count == 2)
-        #expect(error?.message.contains("Person.email = \"monk@example.com\"") == true)
+        #expect(error?.message.contains("the same Person.email") == true)
+        #expect(error?.message.contains("monk@example.com") == false)
         try await harness.stack.flush()
         try await harness.settle()
         #expect(try harness.world.fetchAll(Person.self).map(\.name) == ["Monk"])
@@ -194,7 +195,7 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         }
         #expect(error?.keys == ["first", "last"])
         #expect(error?.values == [.text("Ada"), .text("Lovelace")])
-        #expect(error?.message.contains("Member.(first, last) = (\"Ada\", \"Lovelace\")") == true)
+        #expect(error?.message.contains("Member.(first, last)") == true)
         #expect(try world.fetchCount(Member.self) == 3)
     }
 

@@ -38,7 +38,9 @@ public struct SaveError: Error, CustomStringConvertible, Sendable {
     public let entityName: String?
     /// The keys of the failed constraint (`["email"]`), empty for other codes.
     public let keys: [String]
-    /// The values the keys would have held twice, in the order of `keys`.
+    /// The values the keys would have held twice, in the order of `keys` (kept out of
+    /// `message`, so that logging the error does not leak data; empty when SQLite found the
+    /// duplicate, as it does not say which values).
     public let values: [Value]
 
     init(_ code: Code, _ message: String, objects: [ObjectID] = [], entityName: String? = nil,

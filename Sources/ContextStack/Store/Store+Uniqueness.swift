@@ -194,11 +194,11 @@ extension Store {
                          entityName: constraint?.entity.name ?? table, keys: keys)
     }
 
+    /// The error for `id` taking `key` from `other`. The values are in `values`, never in the
+    /// message, so logging the error does not leak data.
     private static func violation(_ constraint: UniqueConstraint, _ key: [Value], _ id: ObjectID, _ other: ObjectID) -> SaveError {
-        let values = key.map(\.description).joined(separator: ", ")
-        let shown = constraint.keys.count == 1 ? values : "(\(values))"
-        return SaveError(.uniquenessViolated,
-                         "Cannot save \(id): \(constraint.label) = \(shown) is already used by \(other), and \(constraint.label) is unique. Nothing of this commit was saved; change the value, or use update.fetchOrCreate to reuse the existing object.",
+        SaveError(.uniquenessViolated,
+                         "Cannot save \(id): \(other) already holds the same \(constraint.label), which is unique (the values are in SaveError.values). Nothing of this commit was saved; change the value, or use update.fetchOrCreate to reuse the existing object.",
                          objects: [id, other], entityName: constraint.entity.name, keys: constraint.keys, values: key)
     }
 }
