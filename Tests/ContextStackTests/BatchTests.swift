@@ -123,6 +123,24 @@ import Testing
         token.cancel()
     }
 
+    /// Live results follow batch operations as they follow commits.
+    @Test(arguments: [Topology.threeTier, .twoTierAutoMerge]) @MainActor
+    func liveResultsFollowBatchOperations(topology: Topology) async throws {
+        let harness = try TopologyHarness(topology)
+        try Self.seed(harness)
+        let adults = try FetchedResults(context: harness.world, Person.self, %"age" >= 18, orderBy: .ascending("name"))
+        #expect(adults.objects.map(\.name) == ["Farmer", "Knight"])
+        _ = try harness.update { update in try update.batchUpdate(Person.self, %"name" == "Monk", set: ["age": 70]) }
+        await mainQueueTurn()
+        #expect(adults.objects.map(\.name) == ["Farmer", "Knight", "Monk"])
+        _ = try harness.update { update in try update.batchInsert(Person.self, [["name": "Abbot", "age": 80], ["name": "Child", "age": 3]]) }
+        await mainQueueTurn()
+        #expect(adults.objects.map(\.name) == ["Abbot", "Farmer", "Knight", "Monk"])
+        _ = try harness.update { update in try update.batchDelete(Person.self, %"age" >= 70) }
+        await mainQueueTurn()
+        #expect(adults.objects.map(\.name) == ["Farmer", "Knight"])
+    }
+
     @Test @MainActor func denyRefusesAndDeletesNothing() async throws {
         let harness = try TopologyHarness(.threeTier)
         try harness.update { update in
