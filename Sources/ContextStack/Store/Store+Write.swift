@@ -43,17 +43,14 @@ extension Store {
             }
         }
         if appended == nil {
-            // Reading what is stored now needs the writer connection; lock order is writer, then state.
-            appended = try writer.withLock { writerState in
-                try state.withLock { state in
-                    var reader = RowReader(session: ReadSession(store: self, db: writerState.connection, overlay: state.overlay), context: nil)
-                    var resolved = item
-                    resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
-                    resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
-                    try Self.checkUniqueness(resolved.changes, reader: &reader)
-                    try Self.capture(resolved.changes, into: &state.pins, reader: &reader, db: writerState.connection)
-                    return Self.append(resolved, to: &state, announce: announce)
-                }
+            // Checked against what is committed now, and queued before anything else can be.
+            appended = try withCommittedView { state, reader, db in
+                var resolved = item
+                resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
+                resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
+                try Self.checkUniqueness(resolved.changes, reader: &reader)
+                try Self.capture(resolved.changes, into: &state.pins, reader: &reader, db: db)
+                return Self.append(resolved, to: &state, announce: announce)
             }
         }
         let (submission, start) = appended!
