@@ -24,6 +24,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let superclass = superclassName(of: classDecl)
         let superentity = superclass.map { "\($0).entityDescription" } ?? "nil"
         let access = accessPrefix(of: classDecl)
+        let unique = stringArgument("unique", of: node).map { ", unique: \($0)" } ?? ""
 
         var lines: [String] = []
         for property in properties {
@@ -46,7 +47,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             """
             \(raw: access)nonisolated static let \(raw: staticName(className)) = ContextStack.EntityDescription(
                 name: \(raw: entityName), type: \(raw: className).self, superentity: \(raw: superentity),
-                properties: \(raw: list)\(raw: originalName))
+                properties: \(raw: list)\(raw: originalName)\(raw: unique))
             """,
             "\(raw: access)override class var entityDescription: ContextStack.EntityDescription { \(raw: staticName(className)) }",
             """

@@ -343,4 +343,51 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
             """
         )
     }
+
+    @Test func passesCompoundUniquenessToTheDescription() {
+        expect(
+            """
+            @Entity(unique: [["first", "last"]]) final class Member: ManagedObject {
+                var first: String = ""
+                var last: String = ""
+            }
+            """,
+            expands: """
+            final class Member: ManagedObject {
+                @ContextStack._PersistedProperty(0, .attribute)
+                var first: String = ""
+                @ContextStack._PersistedProperty(1, .attribute)
+                var last: String = ""
+
+                nonisolated static let _cs_entity_Member = ContextStack.EntityDescription(
+                    name: "Member", type: Member.self, superentity: nil,
+                    properties: [
+                        .attribute("first", String.self, default: ""),
+                        .attribute("last", String.self, default: "")
+                    ], unique: [["first", "last"]])
+
+                override class var entityDescription: ContextStack.EntityDescription {
+                    _cs_entity_Member
+                }
+
+                static func _cs_key_Member<R: Member>(_ keyPath: AnyKeyPath, root: R.Type) -> String? {
+                    if keyPath == \\R.first as AnyKeyPath {
+                        return "first"
+                    }
+                    if keyPath == \\R.last as AnyKeyPath {
+                        return "last"
+                    }
+                    return nil
+                }
+
+                override class func _cs_key(for keyPath: AnyKeyPath) -> String? {
+                    _cs_key_Member(keyPath, root: self)
+                }
+            }
+
+            extension Member: @unchecked Sendable {
+            }
+            """
+        )
+    }
 }

@@ -286,9 +286,10 @@ import Testing
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         let world = try MainContext(stack: store.stack)
-        try await world.transaction { update in try update.create(Person.self).email = "a@example.com" }
+        try store.refuseWrites(ofName: "refused")
+        try await world.transaction { update in try update.create(Person.self).name = "a" }
         await #expect {
-            try await world.transaction { update in try update.create(Person.self).email = "a@example.com" }
+            try await world.transaction { update in try update.create(Person.self).name = "refused" }
         } throws: { error in
             (error as? SQLiteError)?.code.primary == .constraint
         }
@@ -302,12 +303,13 @@ import Testing
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         let world = try MainContext(stack: store.stack)
+        try store.refuseWrites(ofName: "refused")
         try world.beginUpdateAndWait { update in
-            try update.create(Person.self).email = "a@example.com"
+            try update.create(Person.self).name = "a"
             try update.commit()
         }
         try world.beginUpdateAndWait { update in
-            try update.create(Person.self).email = "a@example.com"
+            try update.create(Person.self).name = "refused"
             try update.create(Pet.self).name = "lost with its commit"
             try update.commit()
         }

@@ -218,7 +218,7 @@ func storeBytes(_ url: URL) -> [Data?] {
         let indexes = try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'Product'")
         let indexSQL = Dictionary(uniqueKeysWithValues: indexes.map { ($0[0].stringValue ?? "", $0[1].stringValue ?? "") })
         #expect(indexSQL["Z_Product_count"]?.contains("UNIQUE") == false)
-        #expect(indexSQL["Z_Product_code"]?.contains("UNIQUE") == true)
+        #expect(indexSQL["Z_Product_unique_code"]?.contains("UNIQUE") == true)
         #expect(indexSQL["Z_Product_owner"] != nil)
         #expect(try db.scalar("SELECT name FROM Z_KEYS WHERE name = 'Item'") == .null)
         #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'") == .text(try Model(ProductV2.self, OwnerV2.self, LabelV2.self).versionHash))

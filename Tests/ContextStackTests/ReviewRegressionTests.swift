@@ -62,8 +62,9 @@ import Testing
     @Test @MainActor func aFailedWriteWithoutRootIsNotHandedToTheMainContext() throws {
         let store = try TestStore(.file, rootContext: .none)
         let world = try MainContext(stack: store.stack)
+        try store.refuseWrites(ofName: "refused")
         try world.beginUpdateAndWait { update in
-            try update.create(Person.self).email = "taken@example.com"
+            try update.create(Person.self).name = "a"
             try update.create(Pet.self).name = "Rex"
             try update.commit()
         }
@@ -71,7 +72,7 @@ import Testing
         #expect(throws: SQLiteError.self) {
             try world.beginUpdateAndWait { update in
                 try update.use(rex).name = "Renamed"
-                try update.create(Person.self).email = "taken@example.com"
+                try update.create(Person.self).name = "refused"
                 try update.commit()
             }
         }
@@ -111,10 +112,10 @@ import Testing
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         let world = try MainContext(stack: store.stack)
-        try await world.transaction { update in try update.create(Person.self).email = "taken@example.com" }
+        try store.refuseWrites(ofName: "refused")
         await #expect(throws: SQLiteError.self) {
             try await world.transaction { update in
-                try update.create(Person.self).email = "taken@example.com"
+                try update.create(Person.self).name = "refused"
                 try update.commit()  // fails when written
                 try update.create(Pet.self).name = "fine"
             }

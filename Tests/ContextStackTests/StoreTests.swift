@@ -13,10 +13,10 @@ import Testing
         #expect(try columns("Pet") == ["Z_PK", "name", "age", "owner"])
         #expect(try columns("Z_Article_tags_Tag_articles") == ["source", "target"])
         let indexes = Set(try db.rows("SELECT name FROM sqlite_master WHERE type = 'index'").compactMap { $0[0].stringValue })
-        #expect(indexes.isSuperset(of: ["Z_Person_email", "Z_Person_friend", "Z_Pet_owner", "Z_Tag_name"]))
+        #expect(indexes.isSuperset(of: ["Z_Person_unique_email", "Z_Person_friend", "Z_Pet_owner", "Z_Tag_name"]))
         let foreignKeys = try db.rows("SELECT \"from\", \"table\", \"to\" FROM pragma_foreign_key_list('Pet')")
         #expect(foreignKeys.map { $0.compactMap(\.stringValue) } == [["owner", "Person", "Z_PK"]])
-        let unique = try db.scalar("SELECT sql FROM sqlite_master WHERE name = 'Z_Person_email'").stringValue ?? ""
+        let unique = try db.scalar("SELECT sql FROM sqlite_master WHERE name = 'Z_Person_unique_email'").stringValue ?? ""
         #expect(unique.contains("UNIQUE"))
         let hash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'")
         #expect(hash == .text(try Model(fullModelTypes).versionHash))

@@ -23,6 +23,8 @@ final class ObjectContext: @unchecked Sendable {
     private var registrySweepThreshold = 1024
     /// Inserted, updated and deleted objects, held strongly until commit or rollback.
     private(set) var changed: [ObjectID: ManagedObject] = [:]
+    /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
+    var upserts: [ObjectID: [Int]] = [:]
     /// Join-table pairs added (`true`) or removed (`false`) since the last commit.
     private var links: [LinkKey: Bool] = [:]
     private var linkEnds: [LinkKey: LinkEnds] = [:]
@@ -205,9 +207,8 @@ final class ObjectContext: @unchecked Sendable {
     }
 
     /// A new object of `entity`, with its permanent ID and default values.
-    func create(_ entity: Entity) throws -> ManagedObject {
-        let key = try store.reserveKey(for: entity.rootDescription)
-        let id = ObjectID(rootEntity: entity.rootDescription, primaryKey: key)
+    func create(_ entity: Entity, id: ObjectID? = nil) throws -> ManagedObject {
+        let id = try id ?? ObjectID(rootEntity: entity.rootDescription, primaryKey: store.reserveKey(for: entity.rootDescription))
         let object = entity.type.init(_ObjectSeed(id: id, entity: entity, context: self, values: entity.defaults))
         object.state = .inserted
         register(object)
@@ -558,6 +559,7 @@ final class ObjectContext: @unchecked Sendable {
                 continue
             }
         }
+        for (id, slots) in upserts where changed[id]?.state == .inserted { changes.upserts[id] = slots }
         for (key, present) in links {
             if present && (gone.contains(key.source) || gone.contains(key.target)) { continue }
             changes.links.append((key, present))
@@ -579,6 +581,7 @@ final class ObjectContext: @unchecked Sendable {
             }
         }
         changed.removeAll()
+        upserts.removeAll()
         links.removeAll()
         linkEnds.removeAll()
     }
@@ -598,6 +601,7 @@ final class ObjectContext: @unchecked Sendable {
         }
         // Objects created then deleted are no longer in `changed`; they are dropped with the registry entries.
         changed.removeAll()
+        upserts.removeAll()
         links.removeAll()
         linkEnds.removeAll()
         generation += 1
@@ -611,6 +615,7 @@ final class ObjectContext: @unchecked Sendable {
         for object in changed.values { object.state = .invalidated }
         registry.removeAll()
         changed.removeAll()
+        upserts.removeAll()
         links.removeAll()
         linkEnds.removeAll()
         generation += 1
@@ -648,6 +653,32 @@ final class ObjectContext: @unchecked Sendable {
             defer { inbox.removeAll() }
             return inbox
         }
+    }
+
+    /// Applies what a batch operation of this update context did to its objects: clean ones
+    /// take the new values, changed ones keep their own values for the keys they changed,
+    /// deleted ones leave the context (their uncommitted changes with them).
+    func absorb(_ changes: ChangeSet) {
+        for update in changes.updates {
+            guard let object = registered(update.id), object.state == .clean || object.state == .updated else { continue }
+            for (slot, value) in zip(update.slots, update.values) where slot < object.values.count {
+                if var snapshot = object.snapshot {
+                    if object.values[slot].isIdentical(to: snapshot[slot]) { object.values[slot] = value }
+                    snapshot[slot] = value
+                    object.snapshot = snapshot
+                } else {
+                    object.values[slot] = value
+                }
+            }
+        }
+        for delete in changes.deletes {
+            guard let object = registered(delete.id) else { continue }
+            object.state = .deleted
+            object.snapshot = nil
+            registry[delete.id] = nil
+            changed[delete.id] = nil
+        }
+        generation += 1
     }
 
     /// Applies commits to registered objects: changed values, deletions.

@@ -18,7 +18,7 @@
 public struct Update: Sendable {
     let context: UpdateContext
 
-    private var core: ObjectContext { context.core }
+    var core: ObjectContext { context.core }
 
     // MARK: Creating
 
@@ -52,7 +52,9 @@ public struct Update: Sendable {
             }
             targets[slot] = target
         }
-        let object = try core.create(entity)
+        let claims = Self.claims(of: entity, assignments)
+        let object = try core.create(entity, id: try claims.map { try claimedID(for: entity, $0) })
+        if claims != nil { core.upserts[object.objectID] = assignments.map(\.0) }
         for (slot, value) in assignments {
             if let target = targets[slot] {
                 // Through the relationship setter, so the inverse side learns of it too.
@@ -62,6 +64,28 @@ public struct Update: Sendable {
             }
         }
         return object as! T
+    }
+
+    /// The unique values a `fetchOrCreate` condition pins down: one claim per uniqueness
+    /// constraint whose keys all have non-nil `==` values; `nil` when there is none.
+    private static func claims(of entity: Entity, _ assignments: [(Int, Value)]) -> [Store.Claim]? {
+        var values: [Int: Value] = [:]
+        for (slot, value) in assignments { values[slot] = value }
+        let claims = entity.uniqueConstraints.compactMap { constraint -> Store.Claim? in
+            let key = constraint.slots.compactMap { values[$0] }
+            guard key.count == constraint.slots.count, !key.contains(where: \.isNull) else { return nil }
+            return Store.Claim(index: constraint.indexName, entity: entity.name, values: key)
+        }
+        return claims.isEmpty ? nil : claims
+    }
+
+    /// The ID for an object `fetchOrCreate` makes: the one a concurrent `fetchOrCreate` of the
+    /// same unique values chose, so both make the same object (see `Store.claim`).
+    private func claimedID(for entity: Entity, _ claims: [Store.Claim]) throws -> ObjectID {
+        let proposed = ObjectID(rootEntity: entity.rootDescription, primaryKey: try core.store.reserveKey(for: entity.rootDescription))
+        let id = core.store.claim(claims, proposed: proposed)
+        // This context already holds that object (it deleted it, say): make a new one.
+        return core.registered(id) == nil ? id : proposed
     }
 
     // MARK: Reading

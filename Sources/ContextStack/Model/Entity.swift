@@ -18,6 +18,10 @@ final class Entity: Sendable, CustomStringConvertible {
     nonisolated(unsafe) var entityCode: Int64 = 0
     /// The slots of attribute and to-one properties, in column order of this entity's own row.
     nonisolated(unsafe) private(set) var storedSlots: [Int] = []
+    /// The uniqueness constraints rows of this entity obey: its own and its parents'.
+    nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
+    /// The slots that take part in a uniqueness constraint.
+    nonisolated(unsafe) var uniqueSlots: Set<Int> = []
 
     var description: String { name }
     var rootDescription: EntityDescription { description_.root }

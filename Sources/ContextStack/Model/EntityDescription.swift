@@ -16,9 +16,9 @@ public enum DeleteRule: String, Sendable, Hashable {
 public struct AttributeOption: Hashable, Sendable {
     enum Kind: Hashable, Sendable { case unique, indexed }
     let kind: Kind
-    /// A unique index backs the attribute; saving a duplicate value fails with an
-    /// `SQLiteError` (`.constraint`) — from `commit()` when it writes SQLite itself, otherwise
-    /// on `stack.onError`, the next `flush()`, or the `transaction` that made the change.
+    /// No two objects of the entity (sub-entities included) may hold the same non-nil value:
+    /// `commit()` throws `SaveError.Code.uniquenessViolated` and saves nothing of the commit.
+    /// A unique index backs it in SQLite. See Docs/Writing.md.
     public static let unique = AttributeOption(kind: .unique)
     /// An index backs the attribute, for fast predicates and sorting.
     public static let indexed = AttributeOption(kind: .indexed)
@@ -106,15 +106,19 @@ public final class EntityDescription: Sendable, CustomStringConvertible {
     public let ownProperties: [PropertyDescription]
     /// All properties, inherited ones first; a property's index here is its slot.
     let properties: [PropertyDescription]
+    /// Compound uniqueness constraints declared by this entity (`@Entity(unique:)`), each a
+    /// list of property names; single `.unique` attributes are in their options instead.
+    public let uniqueness: [[String]]
 
     public init(name: String, type: ManagedObject.Type, superentity: EntityDescription?, properties: [PropertyDescription],
-                originalName: String? = nil) {
+                originalName: String? = nil, unique: [[String]] = []) {
         self.name = name
         self.originalName = originalName
         self.type = type
         self.superentity = superentity
         self.ownProperties = properties
         self.properties = (superentity?.properties ?? []) + properties
+        self.uniqueness = unique
     }
 
     /// The first slot of this class's own properties: the number of inherited properties.

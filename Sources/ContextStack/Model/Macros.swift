@@ -21,10 +21,13 @@
 ///   - name: the entity's name in the store; the class name by default.
 ///   - originalName: the entity's name in the previous model version, when it was renamed:
 ///     opening a store written by that version renames the table and keeps its rows.
+///   - unique: compound uniqueness constraints, each a list of property names whose values
+///     together may occur only once (`unique: [["firstName", "lastName"]]`); a single
+///     attribute is made unique with `@Attribute(.unique)`. See Docs/Writing.md.
 @attached(member, names: arbitrary)
 @attached(memberAttribute)
 @attached(extension, conformances: Sendable)
-public macro Entity(name: String? = nil, originalName: String? = nil) = #externalMacro(module: "ContextStackMacros", type: "EntityMacro")
+public macro Entity(name: String? = nil, originalName: String? = nil, unique: [[String]] = []) = #externalMacro(module: "ContextStackMacros", type: "EntityMacro")
 
 /// Options for an attribute: `@Attribute(.unique)`, `@Attribute(.indexed)`.
 ///

@@ -95,6 +95,11 @@ final class ModelGraph: Sendable {
         try Self.resolveRelationships(entities, byDescription: byDescription)
         try Self.checkConfigurations(namedConfigurations, entities: entities)
         (tables, joinTables) = Self.buildSchema(entities, byDescription: byDescription)
+        try UniqueConstraint.resolve(entities)
+        for entity in entities {
+            entity.uniqueSlots = Set(entity.uniqueConstraints.flatMap(\.slots))
+            entity.table.uniqueConstraints += entity.uniqueConstraints.filter { $0.entity === entity }
+        }
         schemaDescription = Self.describe(tables: tables, joinTables: joinTables, entities: entities)
         versionHash = Self.fnv1a(schemaDescription)
     }
@@ -174,7 +179,6 @@ final class ModelGraph: Sendable {
                     columns.append(Table.Column(
                         name: property.name,
                         type: property.attributeKind?.columnType ?? "INTEGER",
-                        isUnique: options.contains(.unique),
                         isIndexed: options.contains(.indexed) || property.isToOne,
                         references: property.isToOne ? property.destination.map { $0.rootDescription.name } : nil))
                 }
@@ -219,9 +223,12 @@ final class ModelGraph: Sendable {
         var lines: [String] = []
         for table in tables {
             let columns = table.columns.map {
-                "\($0.name):\($0.type)\($0.isUnique ? ":unique" : "")\($0.isIndexed ? ":indexed" : "")\($0.references.map { "->" + $0 } ?? "")"
+                "\($0.name):\($0.type)\($0.isIndexed ? ":indexed" : "")\($0.references.map { "->" + $0 } ?? "")"
             }
             lines.append("table \(table.name)\(table.hasEntityColumn ? " +entity" : "") " + columns.joined(separator: ","))
+            for constraint in table.uniqueConstraints {
+                lines.append("unique \(constraint.entity.name) \(constraint.keys.joined(separator: ","))")
+            }
         }
         for join in joinTables { lines.append("join \(join.name)") }
         for entity in entities {

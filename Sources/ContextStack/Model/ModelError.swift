@@ -4,7 +4,7 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable {
         private enum Base: Hashable, Sendable {
             case duplicateEntity, unknownDestination, badInverse, emptyModel, unknownConfiguration, reservedName
-            case relationshipAcrossConfigurations
+            case relationshipAcrossConfigurations, invalidUniqueness
         }
         private let base: Base
         /// Two entities share a name.
@@ -17,6 +17,9 @@ public struct ModelError: Error, CustomStringConvertible, Sendable {
         public static let emptyModel = Code(base: .emptyModel)
         /// A property name starts with `Z_`, which the store keeps for its own columns.
         public static let reservedName = Code(base: .reservedName)
+        /// A uniqueness constraint (`@Entity(unique:)`) is empty, names a key that is not an
+        /// attribute or to-one relationship of the entity, or names one twice.
+        public static let invalidUniqueness = Code(base: .invalidUniqueness)
         /// A configuration lists an entity that is not in the model.
         public static let unknownConfiguration = Code(base: .unknownConfiguration)
         /// A relationship points to an entity that a configuration holding its source lacks:

@@ -5,7 +5,6 @@ final class Table: Sendable {
     struct Column: Sendable {
         let name: String
         let type: String
-        let isUnique: Bool
         let isIndexed: Bool
         /// For a to-one relationship: the table it points into.
         var references: String? = nil
@@ -19,6 +18,8 @@ final class Table: Sendable {
     /// `t0."Z_PK", [t0."Z_ENT",] t0."a", …`: every column, made once, because reads by key
     /// need it on every call.
     let wholeRowSelectList: String
+    /// The unique indexes on the table; written once in `Model.init`, before it is shared.
+    nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
 
     init(name: String, columns: [Column], familyCount: Int) {
         self.name = name

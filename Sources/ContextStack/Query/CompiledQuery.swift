@@ -398,7 +398,7 @@ struct CompiledQuery: Sendable {
     }
 
     /// An ordering comparison with SQL's NULL rule: unknown when either side is NULL.
-    private static func order(_ left: Value, _ right: Value, _ op: ComparisonOperator) -> Bool? {
+    static func order(_ left: Value, _ right: Value, _ op: ComparisonOperator) -> Bool? {
         if left.isNull || right.isNull { return nil }
         let order = Value.compare(left, right)
         switch op {

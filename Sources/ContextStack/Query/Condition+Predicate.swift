@@ -144,20 +144,12 @@ struct PredicateTranslator {
         }
     }
 
-    /// `a op b` on constants, with the NULL rules of conditions.
+    /// `a op b` on constants, with the NULL rules of conditions (unknown counts as false).
     static func holds(_ a: Value, _ op: ComparisonOperator, _ b: Value) -> Bool {
         switch op {
-        case .equal: return Value.compare(a, b) == 0
-        case .notEqual: return Value.compare(a, b) != 0
-        default:
-            if a.isNull || b.isNull { return false }
-            let order = Value.compare(a, b)
-            switch op {
-            case .less: return order < 0
-            case .lessOrEqual: return order <= 0
-            case .greater: return order > 0
-            default: return order >= 0
-            }
+        case .equal: Value.compare(a, b) == 0
+        case .notEqual: Value.compare(a, b) != 0
+        default: CompiledQuery.order(a, b, op) ?? false
         }
     }
 

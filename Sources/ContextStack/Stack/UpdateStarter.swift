@@ -33,28 +33,25 @@ final class UpdateStarter: Sendable {
     /// at the moment it becomes visible at the target — queued for the root, or written for a
     /// commit that must be in SQLite first — so both see commits in that order.
     func deliver(_ changes: ChangeSet, waitsForSaves: Bool) throws -> UInt64 {
-        let store = stack.store
+        switch target {
+        case .mainContext, .rootContext:
+            return try stack.store.submit(changes, policy: policy, claimed: waitsForSaves, onVisible: receivers).sequence
+        case .persistentStore:
+            return try stack.store.submit(changes, policy: policy, claimed: true, wait: true, onVisible: receivers).sequence
+        }
+    }
+
+    /// Hands a commit, once visible at this starter's target, to the main contexts that merge
+    /// it and to commit observers.
+    var receivers: @Sendable (ChangeSet) -> Void {
         let stack = self.stack
         let origin = id
         let target = self.target
-        let main = self.main
-        let tell: @Sendable (ChangeSet) -> Void = { resolved in
-            if !resolved.isEmpty { stack.commits.publish(Commit(resolved, origin: origin, target: target)) }
-        }
-        switch target {
-        case .mainContext:
-            return try store.submit(changes, policy: policy, claimed: waitsForSaves) { resolved in
-                main?.handOver(resolved)
-                stack.handOverToAutoMergers(resolved, except: main)
-                tell(resolved)
-            }.sequence
-        case .rootContext:
-            return try store.submit(changes, policy: policy, claimed: waitsForSaves) { resolved in
-                stack.handOverToAutoMergers(resolved, except: nil)
-                tell(resolved)
-            }.sequence
-        case .persistentStore:
-            return try store.submit(changes, policy: policy, claimed: true, wait: true, onVisible: tell).sequence
+        let main = target == .mainContext ? self.main : nil
+        return { changes in
+            if let main { main.handOver(changes) }
+            if target != .persistentStore { stack.handOverToAutoMergers(changes, except: main) }
+            if !changes.isEmpty { stack.commits.publish(Commit(changes, origin: origin, target: target)) }
         }
     }
 

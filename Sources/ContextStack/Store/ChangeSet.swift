@@ -41,8 +41,18 @@ struct ChangeSet: Sendable {
     var links: [(key: LinkKey, present: Bool)] = []
     /// Which objects and relationships each pair joins.
     var linkEnds: [LinkKey: LinkEnds] = [:]
+    /// Inserted objects that `fetchOrCreate` made under a claimed unique key, with the slots it
+    /// set: if the row exists by the time the commit is saved, they merge into it.
+    var upserts: [ObjectID: [Int]] = [:]
 
     var isEmpty: Bool { inserts.isEmpty && updates.isEmpty && deletes.isEmpty && links.isEmpty }
+
+    /// Whether the commit sets values that a uniqueness constraint covers (an insert whose
+    /// constrained values are all `nil` cannot conflict).
+    var touchesUniqueKeys: Bool {
+        inserts.contains { insert in insert.row.entity.uniqueConstraints.contains { $0.key(in: insert.row.values) != nil } }
+            || updates.contains { $0.slots.contains(where: $0.entity.uniqueSlots.contains) }
+    }
 }
 
 /// What a main context that does not merge must still see of rows changed since it pinned its

@@ -209,8 +209,8 @@ struct Migration {
                 try db.execute(index.sql)
             } catch {
                 guard error.code.primary == .constraint else { throw error }
-                let column = index.name.dropFirst("Z_\(index.table)_".count)
-                throw StoreError(.cannotMigrate, "Cannot add the unique constraint on \(index.table).\(column): stored rows share a value. Remove the duplicates with the previous model first, or open the store with resetOnFailure: true to start empty.", underlying: error)
+                let constraint = schema.tables.flatMap(\.uniqueConstraints).first { $0.indexName == index.name }
+                throw StoreError(.cannotMigrate, "Cannot add the unique constraint on \(constraint?.label ?? index.name): stored rows share a value. Remove the duplicates with the previous model first, or open the store with resetOnFailure: true to start empty.", underlying: error)
             }
         }
     }

@@ -35,7 +35,7 @@ extension Store {
             announce = onVisible
         }
         var appended: (Submission, Bool)?
-        if !(policy.checksStore && !changes.updates.isEmpty) {
+        if !(policy.checksStore && !changes.updates.isEmpty) && !changes.touchesUniqueKeys {
             // The fast path, unless a pinned view needs before-images (checked under the lock,
             // so a view pinned concurrently cannot miss this commit).
             appended = state.withLock { state in
@@ -43,15 +43,14 @@ extension Store {
             }
         }
         if appended == nil {
-            // Reading what is stored now needs the writer connection; lock order is writer, then state.
-            appended = try writer.withLock { writerState in
-                try state.withLock { state in
-                    var reader = RowReader(session: ReadSession(store: self, db: writerState.connection, overlay: state.overlay), context: nil)
-                    var resolved = item
-                    resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
-                    try Self.capture(resolved.changes, into: &state.pins, reader: &reader, db: writerState.connection)
-                    return Self.append(resolved, to: &state, announce: announce)
-                }
+            // Checked against what is committed now, and queued before anything else can be.
+            appended = try withCommittedView { state, reader, db in
+                var resolved = item
+                resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
+                resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
+                try Self.checkUniqueness(resolved.changes, reader: &reader)
+                try Self.capture(resolved.changes, into: &state.pins, reader: &reader, db: db)
+                return Self.append(resolved, to: &state, announce: announce)
             }
         }
         let (submission, start) = appended!
@@ -73,15 +72,18 @@ extension Store {
         let claimed: Bool
         /// Runs under the lock once the commit is written (for commits visible only then).
         let afterWrite: (@Sendable (ChangeSet) -> Void)?
+        /// A batch operation, which learns its changes only when the writer runs it.
+        var batch: BatchOperation? = nil
         var sequence: UInt64 = 0
     }
 
     /// Appends a resolved commit to the queue and the overlay; says whether a drain must start.
-    private static func append(_ item: QueueItem, to state: inout State, announce: (ChangeSet) -> Void) -> (Submission, Bool) {
+    static func append(_ item: QueueItem, to state: inout State, announce: (ChangeSet) -> Void) -> (Submission, Bool) {
         state.lastSequence += 1
         var item = item
         item.sequence = state.lastSequence
         state.overlay.apply(item.changes, sequence: item.sequence)
+        releaseClaims(of: item.changes, in: &state)
         state.queue.append(item)
         announce(item.changes)
         let start = !state.isDraining
@@ -149,7 +151,7 @@ extension Store {
 
     /// Records, for every pinned view, how the rows this commit changes were before it (the
     /// first change after a pin wins: that is the row as it was when the view was pinned).
-    private static func capture(_ changes: ChangeSet, into pins: inout [UInt64: PinnedImages],
+    static func capture(_ changes: ChangeSet, into pins: inout [UInt64: PinnedImages],
                                 reader: inout RowReader, db: Connection) throws {
         guard !pins.isEmpty else { return }
         var images: [ObjectID: BeforeImage] = [:]
@@ -210,28 +212,44 @@ extension Store {
             }
             var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
             var failed = Set<UInt64>()
+            var batchResults: [UInt64: BatchResult] = [:]
             do {
                 try writer.withLock { writerState in
                     let db = writerState.connection
                     try db.writeTransaction({
                         if batch.count == 1 {
                             // Alone in its transaction: if it fails, the transaction rolls
-                            // back whole, as its savepoint would; two statements fewer for
-                            // every commit that does not share the writer's turn.
-                            try apply(batch[0].changes, writer: &writerState)
+                            // back whole, as its savepoint would, and it fails with the same
+                            // error; two statements fewer for every commit that does not
+                            // share the writer's turn.
+                            let item = batch[0]
+                            do {
+                                if let operation = item.batch {
+                                    batchResults[item.sequence] = try execute(operation, db: db)
+                                } else {
+                                    try apply(item.changes, writer: &writerState)
+                                }
+                            } catch {
+                                throw Self.saveError(error, graph: graph)
+                            }
                             return
                         }
                         for (index, item) in batch.enumerated() {
                             let savepoint = "commit\(index)"
                             try db.execute("SAVEPOINT \(savepoint)")
                             do {
-                                try apply(item.changes, writer: &writerState)
+                                if let operation = item.batch {
+                                    batchResults[item.sequence] = try execute(operation, db: db)
+                                } else {
+                                    try apply(item.changes, writer: &writerState)
+                                }
                                 try db.execute("RELEASE \(savepoint)")
                             } catch {
                                 try db.execute("ROLLBACK TO \(savepoint)")
                                 try db.execute("RELEASE \(savepoint)")
-                                failures.append((item.sequence, error, item.claimed))
+                                failures.append((item.sequence, Self.saveError(error, graph: graph), item.claimed))
                                 failed.insert(item.sequence)
+                                batchResults[item.sequence] = nil
                             }
                         }
                     }, commit: { commit in
@@ -251,7 +269,15 @@ extension Store {
             let ready = state.withLock { state -> [FlushWaiter] in
                 state.writtenSequence = last
                 state.transactionCount += 1
-                for item in batch where !failed.contains(item.sequence) { item.afterWrite?(item.changes) }
+                for item in batch where !failed.contains(item.sequence) {
+                    if let result = batchResults[item.sequence] {
+                        Self.releaseClaims(of: result.changes, in: &state)
+                        state.batchResults[item.sequence] = result
+                        item.afterWrite?(result.changes)
+                    } else {
+                        item.afterWrite?(item.changes)
+                    }
+                }
                 state.errors += failures.filter { !$0.claimed }.map(\.error)
                 for failure in failures where failure.claimed { state.failures[failure.sequence] = failure.error }
                 if state.failures.count > 1024 {
@@ -272,6 +298,47 @@ extension Store {
         // only binds and steps: hashing the SQL text for every row cost more than the row.
         var insertStatements: [ObjectIdentifier: Statement] = [:]
         var updateStatements: [UpdateShape: Statement] = [:]
+        for delete in changes.deletes {
+            let table = delete.entity.table!
+            try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            for property in delete.entity.properties where property.storage == .joinTable {
+                guard let join = property.joinTable else { continue }
+                let column = property.isJoinSource ? "source" : "target"
+                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(column) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            }
+        }
+        // SQLite checks unique indexes row by row: deletes go first, so a value they free can be
+        // reused, and rows of the commit that trade unique values let go of theirs first.
+        let trading = changes.updates.filter { $0.slots.contains(where: $0.entity.uniqueSlots.contains) }
+        if trading.count > 1 {
+            for update in trading {
+                let columns = update.slots.filter(update.entity.uniqueSlots.contains).map { "\(update.entity.properties[$0].name.quotedIdentifier) = NULL" }
+                try db.cachedStatement("UPDATE \(update.entity.table.quotedName) SET \(columns.joined(separator: ", ")) WHERE \"Z_PK\" = ?")
+                    .bindAndExecute([.integer(update.id.primaryKey)])
+            }
+        }
+        for update in changes.updates where !update.slots.isEmpty {
+            let entity = update.entity
+            let shape = UpdateShape(entity: ObjectIdentifier(entity), slots: update.slots)
+            let statement: Statement
+            if let known = updateStatements[shape] {
+                statement = known
+            } else {
+                let names = update.slots.map { entity.properties[$0].name }
+                let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
+                let sql = writer.updateSQL[cacheKey] ?? {
+                    let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
+                    let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
+                    writer.updateSQL[cacheKey] = sql
+                    return sql
+                }()
+                statement = try db.cachedStatement(sql)
+                updateStatements[shape] = statement
+            }
+            try statement.bind(update.values)
+            try statement.bind(.integer(update.id.primaryKey), at: update.values.count + 1)
+            try statement.execute()
+        }
         for insert in changes.inserts {
             let entity = insert.row.entity
             let statement: Statement
@@ -302,37 +369,6 @@ extension Store {
                 index += 1
             }
             try statement.execute()
-        }
-        for update in changes.updates where !update.slots.isEmpty {
-            let entity = update.entity
-            let shape = UpdateShape(entity: ObjectIdentifier(entity), slots: update.slots)
-            let statement: Statement
-            if let known = updateStatements[shape] {
-                statement = known
-            } else {
-                let names = update.slots.map { entity.properties[$0].name }
-                let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
-                let sql = writer.updateSQL[cacheKey] ?? {
-                    let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
-                    let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
-                    writer.updateSQL[cacheKey] = sql
-                    return sql
-                }()
-                statement = try db.cachedStatement(sql)
-                updateStatements[shape] = statement
-            }
-            try statement.bind(update.values)
-            try statement.bind(.integer(update.id.primaryKey), at: update.values.count + 1)
-            try statement.execute()
-        }
-        for delete in changes.deletes {
-            let table = delete.entity.table!
-            try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
-            for property in delete.entity.properties where property.storage == .joinTable {
-                guard let join = property.joinTable else { continue }
-                let column = property.isJoinSource ? "source" : "target"
-                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(column) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
-            }
         }
         for link in changes.links {
             let join = link.key.table.quotedIdentifier

@@ -52,6 +52,11 @@ final class Store: Sendable {
         /// How many SQLite transactions the writer has committed (group commit makes it fewer
         /// than the commits it wrote).
         var transactionCount = 0
+        /// Unique values claimed by `fetchOrCreate`, with the ID of the object made for them.
+        var claims: [Claim: ObjectID] = [:]
+        var claimOrder: [Claim] = []
+        /// What batch operations did, by sequence number, until their caller takes it.
+        var batchResults: [UInt64: BatchResult] = [:]
     }
 
     /// One store of the stack: one configuration in one SQLite database.
@@ -98,6 +103,13 @@ final class Store: Sendable {
         var next: Int64
         var limit: Int64
         var size: Int64
+    }
+
+    deinit {
+        // Readers close first, so the writer is the file's last connection: closing it
+        // checkpoints the write-ahead log into the file and removes it (a read-only reader
+        // closing last could not), and the file is left whole, as another program expects.
+        readers.withLock { $0.removeAll() }
     }
 
     // MARK: - Opening
@@ -221,6 +233,33 @@ final class Store: Sendable {
         }
         defer { if db.isInTransaction { try? db.execute("COMMIT") } }
         return try body(ReadSession(store: self, db: db, overlay: overlay, pinned: pinned))
+    }
+
+    /// Runs `body` under the state lock with a reader that sees exactly what is committed now:
+    /// a reader connection whose snapshot starts under that lock, plus the overlay. Nothing can
+    /// be written or queued meanwhile, so a commit checked in `body` can be queued in it too.
+    /// A file store's writer is not taken, so this never waits for a transaction the writer
+    /// is running; an in-memory store reads through the writer (lock order: writer, state).
+    func withCommittedView<T>(_ body: (inout State, inout RowReader, Connection) throws -> T) throws -> T {
+        if layout.withLock({ $0.readsThroughWriter }) {
+            return try writer.withLock { writerState in
+                try state.withLock { state in
+                    let db = writerState.connection
+                    var reader = RowReader(session: ReadSession(store: self, db: db, overlay: state.overlay), context: nil)
+                    return try body(&state, &reader, db)
+                }
+            }
+        }
+        let connection = try takeReader()
+        defer { returnReader(connection) }
+        let db = connection.connection
+        return try state.withLock { state in
+            try db.execute("BEGIN DEFERRED")
+            defer { if db.isInTransaction { try? db.execute("COMMIT") } }
+            _ = try db.scalar(connection.snapshotSQL)
+            var reader = RowReader(session: ReadSession(store: self, db: db, overlay: state.overlay), context: nil)
+            return try body(&state, &reader, db)
+        }
     }
 
     /// Pins a view of the store as it is now: reads with the returned ID see every row as it

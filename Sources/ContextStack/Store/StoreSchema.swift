@@ -85,9 +85,12 @@ struct StoreSchema: Sendable {
     var indexes: [(name: String, table: String, sql: String)] {
         var result: [(name: String, table: String, sql: String)] = []
         for table in tables {
-            for column in table.columns where column.isUnique || column.isIndexed {
+            for column in table.columns where column.isIndexed {
                 let name = "Z_\(table.name)_\(column.name)"
-                result.append((name, table.name, "CREATE \(column.isUnique ? "UNIQUE " : "")INDEX \(name.quotedIdentifier) ON \(table.quotedName) (\(column.name.quotedIdentifier))"))
+                result.append((name, table.name, "CREATE INDEX \(name.quotedIdentifier) ON \(table.quotedName) (\(column.name.quotedIdentifier))"))
+            }
+            for constraint in table.uniqueConstraints {
+                result.append((constraint.indexName, table.name, constraint.createIndexSQL))
             }
         }
         for join in joinTables {

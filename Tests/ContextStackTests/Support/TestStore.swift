@@ -59,6 +59,18 @@ final class TestStore: Sendable {
         try stack.store.read { session in try session.db.scalar(sql) }
     }
 
+    /// Makes the writer refuse to insert a row of `table` named `name`, as a write that fails in
+    /// SQLite would (`SQLiteError.Code.constraint`). The trigger lives on the writer's connection
+    /// only: the file's schema is untouched, and every check before the write passes.
+    func refuseWrites(ofName name: String, in table: String = "Person") throws {
+        try stack.store.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP TRIGGER "refuse_\(table)" BEFORE INSERT ON main."\(table)" WHEN NEW.name = '\(name)'
+                BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+                """)
+        }
+    }
+
     /// True when the writer has nothing left to write.
     var overlayIsEmpty: Bool {
         get throws { try stack.store.read { $0.overlay.isEmpty } }

@@ -1,0 +1,263 @@
+@testable import ContextStack
+import Dispatch
+import Foundation
+import Testing
+
+/// `batchInsert`, `batchUpdate` and `batchDelete`: straight to SQLite, and every context told.
+@Suite(.timeLimit(.minutes(2))) struct BatchTests {
+    @MainActor static func seed(_ harness: TopologyHarness) throws {
+        try harness.update { update in
+            let farmer = try update.create(Person.self)
+            farmer.name = "Farmer"
+            farmer.age = 28
+            let knight = try update.create(Person.self)
+            knight.name = "Knight"
+            knight.age = 18
+            knight.friend = farmer
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            monk.age = 12
+            for name in ["Rex", "Tom"] {
+                let pet = try update.create(Pet.self)
+                pet.name = name
+                pet.owner = farmer
+            }
+            let article = try update.create(Article.self)
+            article.title = "News"
+            let tag = try update.create(Tag.self)
+            tag.name = "swift"
+            article.tags = [tag]
+            try update.commit()
+        }
+    }
+
+    @Test(arguments: Topology.allCases) @MainActor
+    func batchInsertWritesAtOnceAndIsOneCommit(topology: Topology) async throws {
+        let harness = try TopologyHarness(topology)
+        let commits = Locked<[Commit]>([])
+        let token = harness.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        let count = try harness.update { update in
+            try update.batchInsert(Person.self, [["name": "Farmer", "age": 28], ["name": "Knight", "location": "Taipei"], [:]])
+        }
+        #expect(count == 3)
+        // In SQLite when it returns, whatever the topology.
+        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person") == .integer(3))
+        try await harness.settle()
+        let people = try harness.world.fetchAll(Person.self, orderBy: .ascending("name"))
+        #expect(people.map(\.name) == ["", "Farmer", "Knight"])
+        #expect(people.map(\.age) == [0, 28, 0])
+        #expect(people.map(\.location) == [nil, nil, "Taipei"])
+        await mainQueueTurn()
+        let seen = commits.withLock { $0 }
+        #expect(seen.count == 1)
+        #expect(Set(seen.first?.inserted ?? []) == Set(people.map(\.objectID)))
+        token.cancel()
+    }
+
+    @Test(arguments: Topology.allCases) @MainActor
+    func batchUpdateReachesHeldObjectsAndObservers(topology: Topology) async throws {
+        let harness = try TopologyHarness(topology)
+        try Self.seed(harness)
+        try await harness.settle()
+        let farmer = try #require(try harness.world.fetch(Person.self, %"name" == "Farmer"))
+        let commits = Locked<[Commit]>([])
+        let token = harness.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        let matched = try harness.update { update in
+            try update.batchUpdate(Person.self, %"age" >= 18, set: ["location": "Taipei", "age": 30])
+        }
+        #expect(matched == 2)
+        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person WHERE location = 'Taipei' AND age = 30") == .integer(2))
+        if topology == .twoTierWithoutMerge {
+            // A main context that does not merge keeps its view until it resets.
+            #expect(try harness.world.fetch(Person.self, %"name" == "Knight")?.location == nil)
+            #expect(try harness.world.fetchCount(Person.self, %"location" == "Taipei") == 0)
+        }
+        try await harness.settle()
+        await mainQueueTurn()
+        if topology == .threeTier || topology == .threeTierWithoutRoot || topology == .twoTierAutoMerge {
+            // The object it already held shows the new values.
+            _ = try harness.world.fetchCount(Person.self)
+            #expect(farmer.location == "Taipei" && farmer.age == 30)
+        }
+        #expect(try harness.world.fetchAll(Person.self, %"location" == "Taipei", orderBy: .ascending("name")).map(\.name) == ["Farmer", "Knight"])
+        let seen = commits.withLock { $0 }
+        #expect(seen.count == 1)
+        let commit = try #require(seen.first)
+        #expect(commit.updated.count == 2 && commit.inserted.isEmpty && commit.deleted.isEmpty)
+        #expect(commit.updated.allSatisfy { commit.changedKeys(of: $0) == ["location", "age"] })
+        token.cancel()
+    }
+
+    @Test(arguments: Topology.allCases) @MainActor
+    func batchDeleteAppliesDeleteRules(topology: Topology) async throws {
+        let harness = try TopologyHarness(topology)
+        try Self.seed(harness)
+        try await harness.settle()
+        let commits = Locked<[Commit]>([])
+        let token = harness.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        let farmerID = try #require(try harness.world.fetch(Person.self, %"name" == "Farmer")).objectID
+        let knightID = try #require(try harness.world.fetch(Person.self, %"name" == "Knight")).objectID
+        let matched = try harness.update { update in try update.batchDelete(Person.self, %"name" == "Farmer") }
+        #expect(matched == 1)
+        let db = try harness.store.rawConnection()
+        #expect(try db.scalar("SELECT count(*) FROM Person") == .integer(2))
+        // `.cascade` took the pets; `.nullify` cleared the knight's friend.
+        #expect(try db.scalar("SELECT count(*) FROM Pet") == .integer(0))
+        #expect(try db.scalar("SELECT friend FROM Person WHERE name = 'Knight'") == .null)
+        try await harness.settle()
+        await mainQueueTurn()
+        #expect(try harness.world.fetchCount(Pet.self) == 0)
+        #expect(try harness.world.fetch(Person.self, id: farmerID) == nil)
+        #expect(try harness.world.fetch(Person.self, %"name" == "Knight")?.friend == nil)
+        let commit = try #require(commits.withLock { $0 }.first)
+        #expect(commit.deleted.count == 3)
+        #expect(commit.deleted(Pet.self).count == 2)
+        #expect(commit.updated == [knightID])
+        #expect(commit.changedKeys(of: knightID) == ["friend"])
+
+        // Many-to-many: the join rows go, and the other side is told.
+        _ = try harness.update { update in try update.batchDelete(Tag.self) }
+        #expect(try db.scalar("SELECT count(*) FROM Z_Article_tags_Tag_articles") == .integer(0))
+        try await harness.settle()
+        #expect(try harness.world.fetch(Article.self)?.tags.isEmpty == true)
+        token.cancel()
+    }
+
+    /// Live results follow batch operations as they follow commits.
+    @Test(arguments: [Topology.threeTier, .twoTierAutoMerge]) @MainActor
+    func liveResultsFollowBatchOperations(topology: Topology) async throws {
+        let harness = try TopologyHarness(topology)
+        try Self.seed(harness)
+        let adults = try FetchedResults(context: harness.world, Person.self, %"age" >= 18, orderBy: .ascending("name"))
+        #expect(adults.objects.map(\.name) == ["Farmer", "Knight"])
+        _ = try harness.update { update in try update.batchUpdate(Person.self, %"name" == "Monk", set: ["age": 70]) }
+        await mainQueueTurn()
+        #expect(adults.objects.map(\.name) == ["Farmer", "Knight", "Monk"])
+        _ = try harness.update { update in try update.batchInsert(Person.self, [["name": "Abbot", "age": 80], ["name": "Child", "age": 3]]) }
+        await mainQueueTurn()
+        #expect(adults.objects.map(\.name) == ["Abbot", "Farmer", "Knight", "Monk"])
+        _ = try harness.update { update in try update.batchDelete(Person.self, %"age" >= 70) }
+        await mainQueueTurn()
+        #expect(adults.objects.map(\.name) == ["Farmer", "Knight"])
+    }
+
+    @Test @MainActor func denyRefusesAndDeletesNothing() async throws {
+        let harness = try TopologyHarness(.threeTier)
+        try harness.update { update in
+            let full = try update.create(Vault.self)
+            full.label = "full"
+            try update.create(Coin.self).vault = full
+            try update.create(Vault.self).label = "empty"
+            try update.commit()
+        }
+        let error = #expect(throws: SaveError.self) {
+            try harness.update { update in try update.batchDelete(Vault.self) }
+        }
+        #expect(error?.code == .deleteDenied)
+        #expect(error?.message.contains("'coins'") == true)
+        #expect(try harness.world.fetchCount(Vault.self) == 2)
+        // A vault without coins goes.
+        #expect(try harness.update { update in try update.batchDelete(Vault.self, %"label" == "empty") } == 1)
+        try await harness.stack.flush()
+        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Vault") == .integer(1))
+    }
+
+    @Test @MainActor func theUpdateItselfStaysCoherent() async throws {
+        let harness = try TopologyHarness(.threeTier)
+        try Self.seed(harness)
+        try harness.update { update in
+            let farmer = try #require(try update.fetch(Person.self, %"name" == "Farmer"))
+            let knight = try #require(try update.fetch(Person.self, %"name" == "Knight"))
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            knight.name = "Sir Knight"
+            knight.age = 19
+            #expect(try update.batchUpdate(Person.self, set: ["age": 40, "location": "Hsinchu"]) == 3)
+            #expect(farmer.age == 40 && farmer.location == "Hsinchu")
+            // Its own change wins for the key it changed; the rest comes from the batch.
+            #expect(knight.age == 19 && knight.location == "Hsinchu")
+            // It acts on committed rows, not on the update's uncommitted name.
+            #expect(try update.batchDelete(Person.self, %"name" == "Monk") == 1)
+            #expect(monk.isDeleted)
+            #expect(try update.fetch(Person.self, %"name" == "Monk") == nil)
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        let rows = try harness.store.rawConnection().rows("SELECT name, age, location FROM Person ORDER BY name")
+        #expect(rows == [["Farmer", 40, "Hsinchu"], ["Sir Knight", 19, "Hsinchu"]])
+    }
+
+    @Test @MainActor func badKeysAndValuesThrowBeforeAnythingIsWritten() throws {
+        let harness = try TopologyHarness(.threeTier)
+        try Self.seed(harness)
+        let cases: [(String, @Sendable (Update) throws -> Void, QueryError.Code)] = [
+            ("unknown key", { try $0.batchInsert(Person.self, [["name": "a"], ["nope": 1]]) }, .unknownKey),
+            ("text into Int", { try $0.batchUpdate(Person.self, set: ["age": "old"]) }, .typeMismatch),
+            ("nil into String", { try $0.batchUpdate(Person.self, set: ["name": nil]) }, .typeMismatch),
+            ("fraction into Int", { try $0.batchInsert(Person.self, [["age": 1.5]]) }, .typeMismatch),
+            ("relationship", { try $0.batchUpdate(Person.self, set: ["friend": 1]) }, .unsupported),
+            ("bad predicate", { try $0.batchDelete(Person.self, %"nope" == 1) }, .unknownKey),
+        ]
+        for (label, body, code) in cases {
+            let error = #expect(throws: QueryError.self, "\(label)") { try harness.update(body) }
+            #expect(error?.code == code, "\(label)")
+        }
+        #expect(try harness.world.fetchCount(Person.self) == 3)
+        #expect(try harness.world.fetchCount(Person.self, %"age" == 0) == 0)
+    }
+
+    @Test @MainActor func uniquenessHoldsForBatchesToo() async throws {
+        let harness = try TopologyHarness(.threeTier)
+        try Self.seed(harness)
+        let insert = #expect(throws: SaveError.self) {
+            try harness.update { update in
+                try update.batchInsert(Person.self, [["email": "a@example.com"], ["email": "b@example.com"], ["email": "a@example.com"]])
+            }
+        }
+        #expect(insert?.code == .uniquenessViolated)
+        let update = #expect(throws: SaveError.self) {
+            try harness.update { update in try update.batchUpdate(Person.self, set: ["email": "same@example.com"]) }
+        }
+        #expect(update?.code == .uniquenessViolated)
+        #expect(update?.keys == ["email"])
+        try await harness.stack.flush()
+        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person WHERE email IS NOT NULL") == .integer(0))
+        #expect(try harness.world.fetchCount(Person.self) == 3)
+    }
+
+    /// A failing batch shares the writer's transaction with commits queued around it; only the
+    /// batch fails.
+    @Test @MainActor func aFailingBatchFailsAloneInAGroupCommit() async throws {
+        let harness = try TopologyHarness(.threeTier)
+        let recorder = ErrorRecorder()
+        harness.stack.onError = { recorder.record($0) }
+        try harness.update { update in
+            try update.create(Person.self).email = "taken@example.com"
+            try update.create(Person.self).name = "No address"
+            try update.commit()
+        }
+        let failures = Locked(0)
+        let world = harness.world
+        await onThreads(4) { worker in
+            for index in 0..<10 {
+                do {
+                    try world.beginUpdateAndWait { update in
+                        if index % 5 == 4 {
+                            _ = try update.batchUpdate(Person.self, %"email" == nil, set: ["email": "taken@example.com"])
+                        } else {
+                            try update.create(Pet.self).name = "pet\(worker)-\(index)"
+                            try update.commit()
+                        }
+                    }
+                } catch let error as SaveError where error.code == .uniquenessViolated {
+                    failures.withLock { $0 += 1 }
+                } catch {
+                    Issue.record("unexpected \(error)")
+                }
+            }
+        }
+        try await harness.stack.flush()
+        #expect(failures.withLock { $0 } == 8)
+        #expect(recorder.all.isEmpty)
+        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Pet") == .integer(32))
+    }
+}

@@ -1,0 +1,277 @@
+@testable import ContextStack
+import Dispatch
+import Foundation
+import Testing
+
+/// A compound constraint.
+@Entity(unique: [["first", "last"]]) final class Member: ManagedObject {
+    var first: String = ""
+    var last: String = ""
+    var note: String = ""
+}
+
+/// Constraints in a hierarchy: `serial` over every device, `number` over phones only, and a
+/// tablet's own `number` column (shared by name) that is not unique.
+@Entity class Device: ManagedObject {
+    @Attribute(.unique) var serial: String?
+}
+
+@Entity final class Phone: Device {
+    @Attribute(.unique) var number: String?
+}
+
+@Entity final class Tablet: Device {
+    var number: String?
+}
+
+@Entity(unique: [["missing"]]) final class UnknownKeyEntity: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(unique: [["name", "name"]]) final class TwiceKeyEntity: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(unique: [["children"]]) final class ToManyKeyEntity: ManagedObject {
+    @Relationship var children: Set<Pet>
+}
+
+let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Device.self, Phone.self, Tablet.self]
+
+@Suite(.timeLimit(.minutes(2))) struct UniquenessTests {
+    // MARK: The model and the schema
+
+    @Test func uniqueKeysMustNameStoredProperties() throws {
+        for (type, fragment) in [(UnknownKeyEntity.self as ManagedObject.Type, "'missing'"), (TwiceKeyEntity.self, "twice"),
+                                 (ToManyKeyEntity.self, "to-many")] {
+            do {
+                _ = try Model(type, Pet.self, Person.self)
+                Issue.record("\(type) should be rejected")
+            } catch let error as ModelError {
+                #expect(error.code == .invalidUniqueness)
+                #expect(error.message.contains(fragment), "\(error.message)")
+            }
+        }
+    }
+
+    @Test func uniqueIndexesAreCreatedPerHierarchy() throws {
+        let store = try TestStore(.file, types: uniquenessTypes)
+        let sql = try store.rawConnection().rows("SELECT sql FROM sqlite_master WHERE type = 'index' AND sql LIKE 'CREATE UNIQUE%' ORDER BY name")
+            .compactMap { $0[0].stringValue }
+        let phoneCode = try #require(store.stack.graph.entity(named: "Phone")?.entityCode)
+        #expect(sql == [
+            #"CREATE UNIQUE INDEX "Z_Device_unique_serial" ON "Device" ("serial")"#,
+            #"CREATE UNIQUE INDEX "Z_Member_unique_first_last" ON "Member" ("first", "last")"#,
+            #"CREATE UNIQUE INDEX "Z_Person_unique_email" ON "Person" ("email")"#,
+            "CREATE UNIQUE INDEX \"Z_Phone_unique_number\" ON \"Device\" (\"number\") WHERE \"Z_ENT\" IN (\(phoneCode))",
+        ])
+    }
+
+    @Test func constraintsChangeTheModelHash() throws {
+        #expect(try Model(Person.self, Pet.self).versionHash != Model(Member.self).versionHash)
+        let plain = try Model(Device.self, Phone.self, Tablet.self).graph.schemaDescription
+        #expect(plain.contains("unique Device serial") && plain.contains("unique Phone number"))
+    }
+
+    // MARK: Violations
+
+    @Test(arguments: Topology.allCases) @MainActor
+    func aDuplicateThrowsNamingEntityKeyAndValueAndSavesNothingOfTheCommit(topology: Topology) async throws {
+        let harness = try TopologyHarness(topology)
+        try harness.update { update in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            monk.email = "monk@example.com"
+            try update.commit()
+        }
+        let error = #expect(throws: SaveError.self) {
+            try harness.update { update in
+                let pet = try update.create(Pet.self)
+                pet.name = "Rex"
+                let impostor = try update.create(Person.self)
+                impostor.name = "Impostor"
+                impostor.email = "monk@example.com"
+                try update.commit()
+            }
+        }
+        #expect(error?.code == .uniquenessViolated)
+        #expect(error?.entityName == "Person")
+        #expect(error?.keys == ["email"])
+        #expect(error?.values == [.text("monk@example.com")])
+        #expect(error?.objects.count == 2)
+        #expect(error?.message.contains("the same Person.email") == true)
+        #expect(error?.message.contains("monk@example.com") == false)
+        try await harness.stack.flush()
+        try await harness.settle()
+        #expect(try harness.world.fetchAll(Person.self).map(\.name) == ["Monk"])
+        #expect(try harness.world.fetchCount(Pet.self) == 0)
+        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Pet") == .integer(0))
+        // The store takes later commits as usual.
+        try harness.update { update in
+            try update.create(Person.self).email = "knight@example.com"
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person") == .integer(2))
+    }
+
+    @Test @MainActor func duplicatesInsideOneCommitThrow() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let error = #expect(throws: SaveError.self) {
+            try world.beginUpdateAndWait { update in
+                try update.create(Person.self).email = "twin@example.com"
+                try update.create(Person.self).email = "twin@example.com"
+                try update.commit()
+            }
+        }
+        #expect(error?.code == .uniquenessViolated)
+        #expect(try world.fetchCount(Person.self) == 0)
+    }
+
+    @Test @MainActor func changingAValueToOneInUseThrowsButSwapsAndReusesAreFine() async throws {
+        let store = try TestStore(.file)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for name in ["a", "b", "c"] {
+                let person = try update.create(Person.self)
+                person.name = name
+                person.email = "\(name)@example.com"
+            }
+            try update.commit()
+        }
+        #expect(throws: SaveError.self) {
+            try world.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "a")).email = "b@example.com"
+                try update.commit()
+            }
+        }
+        try world.beginUpdateAndWait { update in
+            // Swap a and b in one commit; delete c and give its address to a new person.
+            let a = try #require(try update.fetch(Person.self, %"name" == "a"))
+            let b = try #require(try update.fetch(Person.self, %"name" == "b"))
+            (a.email, b.email) = (b.email, a.email)
+            try update.delete(#require(try update.fetch(Person.self, %"name" == "c")))
+            let d = try update.create(Person.self)
+            d.name = "d"
+            d.email = "c@example.com"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let emails = try world.fetchAll(Person.self, orderBy: .ascending("name")).map { "\($0.name):\($0.email ?? "-")" }
+        #expect(emails == ["a:b@example.com", "b:a@example.com", "d:c@example.com"])
+    }
+
+    @Test @MainActor func nilNeverConflicts() throws {
+        let store = try TestStore(.memory, types: uniquenessTypes)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for _ in 0..<3 { try update.create(Person.self).email = nil }
+            try update.create(Phone.self)
+            try update.create(Phone.self)
+            try update.commit()
+        }
+        #expect(try world.fetchCount(Person.self) == 3)
+    }
+
+    @Test @MainActor func compoundKeysConflictOnlyAsAWhole() throws {
+        let store = try TestStore(.file, types: uniquenessTypes)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for (first, last) in [("Ada", "Lovelace"), ("Ada", "Byron"), ("Grace", "Lovelace")] {
+                let member = try update.create(Member.self)
+                member.first = first
+                member.last = last
+            }
+            try update.commit()
+        }
+        let error = #expect(throws: SaveError.self) {
+            try world.beginUpdateAndWait { update in
+                let member = try update.create(Member.self)
+                member.first = "Ada"
+                member.last = "Lovelace"
+                try update.commit()
+            }
+        }
+        #expect(error?.keys == ["first", "last"])
+        #expect(error?.values == [.text("Ada"), .text("Lovelace")])
+        #expect(error?.message.contains("Member.(first, last)") == true)
+        #expect(try world.fetchCount(Member.self) == 3)
+    }
+
+    @Test @MainActor func subEntityConstraintsCoverTheirOwnFamily() async throws {
+        let store = try TestStore(.file, types: uniquenessTypes)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let phone = try update.create(Phone.self)
+            phone.serial = "S1"
+            phone.number = "555"
+            // A tablet's `number` shares the column but not the constraint.
+            let tablet = try update.create(Tablet.self)
+            tablet.serial = "S2"
+            tablet.number = "555"
+            try update.commit()
+        }
+        let phone = #expect(throws: SaveError.self) {
+            try world.beginUpdateAndWait { update in
+                try update.create(Phone.self).number = "555"
+                try update.commit()
+            }
+        }
+        #expect(phone?.entityName == "Phone")
+        // `serial` is declared on Device: a tablet and a phone cannot share one.
+        let serial = #expect(throws: SaveError.self) {
+            try world.beginUpdateAndWait { update in
+                try update.create(Tablet.self).serial = "S1"
+                try update.commit()
+            }
+        }
+        #expect(serial?.entityName == "Device")
+        try world.beginUpdateAndWait { update in
+            try update.create(Tablet.self).number = "555"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(try store.rawConnection().scalar("SELECT count(*) FROM Device WHERE number = '555'") == .integer(3))
+    }
+
+    @Test @MainActor func aFireAndForgetViolationGoesToOnError() async throws {
+        let store = try TestStore(.file)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).email = "x@example.com"
+            try update.commit()
+        }
+        let done = DispatchSemaphore(value: 0)
+        world.beginUpdate { update in
+            defer { done.signal() }
+            try update.create(Person.self).email = "x@example.com"
+            try update.commit()
+        }
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { done.wait(); continuation.resume() }
+        }
+        try await store.stack.flush()
+        #expect(recorder.all.count == 1)
+        #expect((recorder.all.first as? SaveError)?.code == .uniquenessViolated)
+        #expect(try world.fetchCount(Person.self) == 1)
+    }
+
+    @Test func aUniqueIndexFailureFromAnotherWriterBecomesASaveError() throws {
+        let store = try TestStore(.file)
+        let db = try store.rawConnection()
+        try db.execute("INSERT INTO Person (Z_PK, name, age, email) VALUES (1000, 'a', 0, 'x')")
+        do {
+            try db.execute("INSERT INTO Person (Z_PK, name, age, email) VALUES (1001, 'b', 0, 'x')")
+            Issue.record("SQLite should refuse the duplicate")
+        } catch {
+            let mapped = Store.saveError(error, graph: store.stack.graph)
+            let saveError = try #require(mapped as? SaveError)
+            #expect(saveError.code == .uniquenessViolated)
+            #expect(saveError.entityName == "Person")
+            #expect(saveError.keys == ["email"])
+        }
+    }
+}
