@@ -302,13 +302,6 @@ final class ObjectContext: @unchecked Sendable {
         return (rows, true)
     }
 
-    /// The objects matching `query`.
-    func fetchObjects(_ query: CompiledQuery, offset: Int = 0, limit: Int? = nil) throws -> [ManagedObject] {
-        let rows = try fetchRows(query, offset: offset, limit: limit)
-        reserveRegistrations(rows.count)
-        return rows.map { materialize($0.id, $0.row) }
-    }
-
     /// Makes room in the registry for `count` objects about to be registered: at most one
     /// sweep and one allocation, where registering them one by one grew (and swept) the
     /// registry again at every doubling — a tenth of a 100,000-object fetch.
