@@ -107,6 +107,15 @@ print("The warrior was deleted: isDeleted = \(warrior.isDeleted), last known nam
 let adults = try world.fetchAll(Person.self, %"age" >= 18 && %"location" == nil, orderBy: .descending("age"))
 print("Adults with no location, oldest first: \(adults.map(\.name).joined(separator: ", "))")
 print("People whose friend is older than 25: \(try world.fetchAll(Person.self, %"friend.age" > 25).map(\.name))")
+let typed = try world.fetchAll(Person.self, .predicate(#Predicate<Person> { $0.age > 20 && $0.name.starts(with: "M") }))
+print("#Predicate { $0.age > 20 && $0.name.starts(with: \"M\") }: \(typed.map(\.name))")
+let statements = StatementCount()
+stack.trace { _ in statements.add() }
+let withFriends = try world.fetchAll(Person.self, orderBy: .ascending("name"), options: .prefetch(["friend", "pets"]))
+let statementsBefore = statements.value
+let described = withFriends.map { "\($0.name) (friend: \($0.friend?.name ?? "—"), pets: \($0.pets.count))" }
+print("Prefetched: \(described.joined(separator: "; ")) — \(statements.value - statementsBefore) statements to follow them")
+stack.trace(nil)
 try await stack.flush()
 try show("Finally, in SQLite and the main context:", world)
 
@@ -198,3 +207,11 @@ try world.beginUpdateAndWait { update in
 await mainTurn()
 showLive()
 withExtendedLifetime((token, watch)) {}
+
+/// Counts the statements `stack.trace` reports. `@unchecked Sendable`: `lock` guards `count`.
+final class StatementCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+}
