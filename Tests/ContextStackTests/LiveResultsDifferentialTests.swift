@@ -33,6 +33,10 @@ import Testing
               options: .limit(4) | .offset(2)),
         Setup(label: "key path", condition: %"friend.age" > 20, orderBy: .ascending("name"), sectioned: false,
               options: FetchOptions()),
+        Setup(label: "two hops, sections", condition: %"friend.friend.age" < 30 || %"friend" == nil,
+              orderBy: .ascending("location") | .descending("age"), sectioned: true, options: FetchOptions()),
+        Setup(label: "key path order", condition: %"age" > 10, orderBy: .ascending("friend.name") | .ascending("name"),
+              sectioned: false, options: FetchOptions()),
     ]
 
     enum Op {

@@ -175,12 +175,16 @@ struct RowReader {
     /// Objects of `entity` whose values along `chain` (to-one hops) may differ from what the
     /// store says, because an object along the chain has pending changes. Their predicate is
     /// evaluated in memory instead of trusting SQL.
-    func referencing(_ chain: [Property], from entity: Entity) throws -> Set<ObjectID> {
+    ///
+    /// `changed` adds keys, by root entity, to those counted as pending (a commit's objects,
+    /// for live results).
+    func referencing(_ chain: [Property], from entity: Entity, changed: [ObjectIdentifier: Set<Int64>] = [:]) throws -> Set<ObjectID> {
         var affected: Set<Int64> = []
         for index in chain.indices.reversed() {
             let hop = chain[index]
             guard let destination = hop.destination else { return [] }
             let targets = pendingKeys(of: destination.rootDescription).union(affected)
+                .union(changed[ObjectIdentifier(destination.rootDescription)] ?? [])
             if targets.isEmpty { return [] }
             let source = index == 0 ? entity : chain[index - 1].destination!
             affected = try keys(in: source.table, where: hop.name, in: targets)

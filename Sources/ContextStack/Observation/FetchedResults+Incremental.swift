@@ -50,16 +50,29 @@ extension FetchedResults {
     }
 
     /// Brings the sections up to date with the objects `touched` by a commit, and reports the
-    /// change. Only for conditions and orders on the entity's own attributes.
-    func applyIncrementally(_ touched: [ObjectID]) throws {
+    /// change. For orders on the entity's own attributes; a condition may read through to-one
+    /// key paths, and then the objects whose paths reach one of `changed` (keys by root
+    /// entity) are touched too.
+    func applyIncrementally(_ touchedByCommit: [ObjectID], referencing changed: [ObjectIdentifier: Set<Int64>] = [:]) throws {
         let core = context.core
         // The touched objects as the context sees them now, those that belong in the results.
         core.beginRead()
         let fresh: [(id: ObjectID, row: RowData)]
+        var touched = touchedByCommit
         do {
             defer { core.endRead() }
             fresh = try core.read { session in
                 var reader = RowReader(session: session, context: core)
+                if !query.hopChains.isEmpty {
+                    // Objects whose key paths lead to a changed object, and objects whose own
+                    // foreign keys are not written yet (the store cannot say where they lead).
+                    var more = reader.pendingIDs(of: query.entity.rootDescription)
+                    for chain in query.hopChains {
+                        more.formUnion(try reader.referencing(chain, from: query.entity, changed: changed))
+                    }
+                    var seen = Set(touched)
+                    for id in more.sorted() where seen.insert(id).inserted { touched.append(id) }
+                }
                 var result: [(id: ObjectID, row: RowData)] = []
                 for id in touched {
                     guard let row = try reader.row(id), query.accepts(row.entity) else { continue }

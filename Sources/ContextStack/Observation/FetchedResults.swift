@@ -22,9 +22,10 @@ import Foundation
 ///
 /// The results follow the main context: where it merges commits (`.mainContext`,
 /// `.rootContext(autoMerge: true)`), each commit updates them in place from its change set —
-/// a commit touching k objects costs about k log n, never a refetch — when the condition and
-/// the order read only the entity's own attributes (no key paths, quantifiers or `@count`);
-/// otherwise, and with `.limit`/`.offset`, they refetch and diff. Where the context does not
+/// a commit touching k objects costs about k log n, never a refetch — when the order reads
+/// only the entity's own attributes and the condition no quantifier or `@count` (to-one key
+/// paths are fine: objects reaching a changed object are touched too); otherwise, and with
+/// `.limit`/`.offset`, they refetch and diff. Where the context does not
 /// merge, they change when it resets (`reset()`, or `resetOnCommitOf:`): they reload and report
 /// the difference. See `Docs/Observation.md`.
 @MainActor
@@ -135,7 +136,9 @@ public final class FetchedResults<T: ManagedObject> {
         self.objectFilter = objectFilter
         if objectFilter != nil {
             strategy = .reload
-        } else if query.hopChains.isEmpty && query.toManyUses.isEmpty && limit == nil && offset == 0 {
+        } else if query.toManyUses.isEmpty && limit == nil && offset == 0 && query.order.allSatisfy({ $0.path.hops.isEmpty }) {
+            // A condition through to-one key paths stays incremental: a commit also touches the
+            // objects whose paths lead to what it changed (found by their foreign keys).
             strategy = .incremental
         } else {
             strategy = .refetch
@@ -208,12 +211,17 @@ public final class FetchedResults<T: ManagedObject> {
             switch strategy {
             case .incremental:
                 let root = query.entity.rootDescription
+                let ids = commit.inserted + commit.updated + commit.deleted
                 var seen = Set<ObjectID>()
-                let touched = (commit.inserted + commit.updated + commit.deleted).filter {
-                    $0.rootEntity === root && seen.insert($0).inserted
+                let touched = ids.filter { $0.rootEntity === root && seen.insert($0).inserted }
+                var changed: [ObjectIdentifier: Set<Int64>] = [:]
+                if !query.hopChains.isEmpty {
+                    for id in ids where relevantRoots.contains(ObjectIdentifier(id.rootEntity)) {
+                        changed[ObjectIdentifier(id.rootEntity), default: []].insert(id.primaryKey)
+                    }
                 }
-                guard !touched.isEmpty else { return }
-                try applyIncrementally(touched)
+                guard !touched.isEmpty || !changed.isEmpty else { return }
+                try applyIncrementally(touched, referencing: changed)
             case .refetch, .reload:
                 let ids = commit.inserted + commit.updated + commit.deleted
                 guard ids.contains(where: { relevantRoots.contains(ObjectIdentifier($0.rootEntity)) }) else { return }
