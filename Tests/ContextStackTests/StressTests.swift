@@ -168,7 +168,11 @@ import Testing
         try await store.stack.flush()
         let before = store.stack.store.transactionCount
         let observed = Locked(0)
-        let token = world.observeCommit { _ in observed.withLock { $0 += 1 } }
+        let undone = Locked(0)
+        let token = world.observeCommit { commit in
+            observed.withLock { $0 += 1 }
+            undone.withLock { $0 += commit.deleted.count }
+        }
         // Hold the writer while five commits queue up behind it.
         try store.stack.store.writer.withLock { _ in
             for index in 0..<5 {
@@ -187,7 +191,10 @@ import Testing
         #expect((recorder.all.first as? SQLiteError)?.code.primary == .constraint)
         let db = try store.rawConnection()
         #expect(try db.rows("SELECT name FROM Person ORDER BY name").map { $0[0] } == ["p0", "p1", "p3", "p4", "seed"])
-        #expect(observed.withLock { $0 } == 5)
+        // The five commits, and what undoes the failed one (its insert deleted), which observers
+        // and merging main contexts took when it was announced.
+        #expect(observed.withLock { $0 } == 6)
+        #expect(undone.withLock { $0 } == 1)
         withExtendedLifetime(token) {}
     }
 }

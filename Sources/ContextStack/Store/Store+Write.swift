@@ -26,7 +26,8 @@ extension Store {
     func submit(_ changes: ChangeSet, policy: MergePolicy = .objectTrump, claimed: Bool = false, wait: Bool = false,
                 onVisible: @escaping @Sendable (ChangeSet) -> Void = { _ in }) throws -> Submission {
         let mustWait = wait || !writesInBackground
-        let item = QueueItem(changes: changes, claimed: claimed || mustWait, afterWrite: mustWait ? onVisible : nil)
+        let item = QueueItem(changes: changes, claimed: claimed || mustWait, afterWrite: mustWait ? onVisible : nil,
+                             afterFailure: mustWait ? nil : onVisible)
         // A commit that waits becomes visible at its target once written; others now.
         let announce: (ChangeSet) -> Void
         if mustWait {
@@ -72,6 +73,9 @@ extension Store {
         let claimed: Bool
         /// Runs under the lock once the commit is written (for commits visible only then).
         let afterWrite: (@Sendable (ChangeSet) -> Void)?
+        /// For a commit announced before it was written: told what undoes it if writing fails,
+        /// so the main contexts that took it (and observers) come back to what is stored.
+        var afterFailure: (@Sendable (ChangeSet) -> Void)? = nil
         /// A batch operation, which learns its changes only when the writer runs it.
         var batch: BatchOperation? = nil
         var sequence: UInt64 = 0
@@ -265,6 +269,21 @@ extension Store {
                 failures = batch.map { ($0.sequence, error, $0.claimed) }
                 failed = Set(batch.map(\.sequence))
             }
+            let announced = batch.filter { failed.contains($0.sequence) && $0.afterFailure != nil && $0.batch == nil }
+            if !announced.isEmpty {
+                // The overlay no longer holds these commits (the transaction's end removed them):
+                // undo what their receivers were told, from what is committed now.
+                do {
+                    try withCommittedView { _, reader, _ in
+                        for item in announced {
+                            let undo = try Self.undo(item.changes, reader: &reader)
+                            if !undo.isEmpty { item.afterFailure?(undo) }
+                        }
+                    }
+                } catch {
+                    reportError(error)
+                }
+            }
             for failure in failures where !failure.claimed { reportError(failure.error) }
             let ready = state.withLock { state -> [FlushWaiter] in
                 state.writtenSequence = last
@@ -289,6 +308,33 @@ extension Store {
             }
             for waiter in ready { waiter.resume(store: self) }
         }
+    }
+
+    /// What undoes a commit that was announced but not stored: its inserts deleted, its
+    /// changed slots back to their committed values, its deletes restored, its links as they are.
+    static func undo(_ changes: ChangeSet, reader: inout RowReader) throws -> ChangeSet {
+        var undo = ChangeSet()
+        for insert in changes.inserts where try reader.row(insert.id) == nil {
+            undo.deletes.append((insert.id, insert.row.entity))
+        }
+        for update in changes.updates {
+            guard let row = try reader.row(update.id) else {
+                undo.deletes.append((update.id, update.entity))
+                continue
+            }
+            undo.updates.append(.init(id: update.id, entity: row.entity, slots: update.slots,
+                                      values: update.slots.map { row.values[$0] }))
+        }
+        for delete in changes.deletes {
+            if let row = try reader.row(delete.id) { undo.inserts.append((delete.id, row)) }
+        }
+        for link in changes.links {
+            let present = try reader.linkExists(link.key)
+            guard present != link.present else { continue }
+            undo.links.append((link.key, present))
+            undo.linkEnds[link.key] = changes.linkEnds[link.key]
+        }
+        return undo
     }
 
     /// Applies one commit with the writer connection, inside the caller's transaction.
