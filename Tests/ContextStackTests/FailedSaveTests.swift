@@ -28,13 +28,16 @@ import Testing
                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
                 """)
         }
-        // Both changes in one commit, which the root then fails to write.
-        try world.beginUpdateAndWait { update in
-            try update.use(monk).age = 99
-            try update.create(Person.self).name = "refused"
-            try update.commit()
+        // Both changes in one commit, which the root then fails to write — not before the main
+        // context has shown them: the test holds the writer until then.
+        let refused = try store.stack.store.writer.withLock { _ in
+            try world.beginUpdateAndWait { update in
+                try update.use(monk).age = 99
+                try update.create(Person.self).name = "refused"
+                try update.commit()
+            }
+            return try #require(try world.fetch(Person.self, %"name" == "refused"))
         }
-        let refused = try #require(try world.fetch(Person.self, %"name" == "refused"))
         #expect(monk.age == 99)
         await #expect(throws: (any Error).self) { try await store.stack.flush() }
         // The next read — one that does not refetch them — brings the objects held back to
