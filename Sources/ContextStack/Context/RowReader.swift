@@ -81,17 +81,9 @@ struct RowReader {
         }
         for (root, keys) in needed.values {
             let table = root.table!
-            for start in stride(from: 0, to: keys.count, by: Self.maxBatch) {
-                let chunk = Array(keys[start..<min(start + Self.maxBatch, keys.count)])
-                for key in chunk { stored[ObjectID(rootEntity: root.description_, primaryKey: key)] = .some(nil) }
-                // Padded to a power of two with repeats, so a handful of statements serve every size.
-                var width = 1
-                while width < chunk.count { width *= 2 }
-                let padded = chunk + Array(repeating: chunk[chunk.count - 1], count: width - chunk.count)
-                let sql = CompiledQuery.SQL(
-                    text: "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" IN (\(Array(repeating: "?", count: width).joined(separator: ", ")))",
-                    arguments: padded.map { .integer($0) })
-                for (id, row) in try rows(sql, table: table) { stored[id] = .some(row) }
+            for key in keys { stored[ObjectID(rootEntity: root.description_, primaryKey: key)] = .some(nil) }
+            try eachRow(keys: keys, sql: { "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" IN (\($0))" }) { statement in
+                if let (id, row) = decode(statement, root: root, columns: nil) { stored[id] = .some(row) }
             }
         }
         var result: [ObjectID: RowData] = [:]
@@ -349,16 +341,11 @@ struct RowReader {
         }
     }
 
-    /// Runs a one-column query over `keys` in chunks of 500 bound values; the integers it returns.
+    /// Runs a one-column query over `keys` in chunks; the integers it returns.
     private func chunked(_ keys: Set<Int64>, _ sql: (String) -> String) throws -> Set<Int64> {
         var result: Set<Int64> = []
-        let all = Array(keys)
-        for start in stride(from: 0, to: all.count, by: 500) {
-            let chunk = all[start..<min(start + 500, all.count)]
-            let statement = try session.db.cachedStatement(sql(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
-            defer { statement.reset() }
-            try statement.bind(chunk.map { Value.integer($0) })
-            while try statement.step() { if !statement.isNull(0) { result.insert(statement.int64(0)) } }
+        try eachRow(keys: Array(keys), sql: sql) { statement in
+            if !statement.isNull(0) { result.insert(statement.int64(0)) }
         }
         return result
     }

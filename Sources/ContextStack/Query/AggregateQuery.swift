@@ -88,14 +88,10 @@ struct AggregateQuery {
         case .constant(let value): return value ? "1" : "0"
         case .and, .or:
             // Balanced, so a long chain nests log n deep in SQL too.
-            let operands = node.chain()
-            let joined: Condition.Node
-            if case .and = node { joined = balanced(operands[...]) { .and($0, $1) } } else { joined = balanced(operands[...]) { .or($0, $1) } }
-            guard case .and(let a, let b) = joined else {
-                guard case .or(let a, let b) = joined else { return try sql(joined, named: named, arguments: &arguments) }
-                return "(\(try sql(a, named: named, arguments: &arguments)) OR \(try sql(b, named: named, arguments: &arguments)))"
-            }
-            return "(\(try sql(a, named: named, arguments: &arguments)) AND \(try sql(b, named: named, arguments: &arguments)))"
+            let word = if case .and = node { "AND" } else { "OR" }
+            var operands: [String] = []
+            for operand in node.chain() { operands.append(try sql(operand, named: named, arguments: &arguments)) }
+            return balanced(operands[...]) { "(\($0) \(word) \($1))" }
         case .not(let a): return "(NOT \(try sql(a, named: named, arguments: &arguments)))"
         case .compare(let key, let op, let right):
             let left = try named(key)
