@@ -23,79 +23,48 @@ import Testing
     var note: String = "migrated"
 }
 
-/// The entries the child writes per batch, in one commit.
-private let batchSize = 10
-
-/// The `stress-writer` executable, built by SwiftPM beside the test bundle.
-func stressWriter() throws -> URL {
-    var directories: [URL] = []
-    if let executable = Bundle.main.executableURL { directories.append(executable.deletingLastPathComponent()) }
-    directories.append(URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
-    // <package>/Tests/ContextStackTests/this file → <package>/.build/debug
-    let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    directories.append(package.appendingPathComponent(".build/debug"))
-    for directory in directories {
-        let candidate = directory.appendingPathComponent("stress-writer")
-        if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-    }
-    throw ChildProcessError(message: "stress-writer not found in \(directories.map(\.path)); `swift build` builds it")
-}
-
-struct ChildProcessError: Error, CustomStringConvertible {
-    let message: String
-    var description: String { message }
-}
-
-/// A running `stress-writer`, its input, output and errors in pipes.
-struct StressWriterProcess {
-    let process = Process()
-    let input = Pipe()
-    let output = Pipe()
-    let errors = Pipe()
-
-    init(_ arguments: [String]) throws {
-        process.executableURL = try stressWriter()
-        process.arguments = arguments
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-    }
-
-    /// What the process wrote to its standard error.
-    var errorText: String { String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
-}
-
 @Suite struct CrashSafetyTests {
     /// A child commits numbered batches in a loop; it is killed with SIGKILL at a random moment,
     /// again and again. After each kill the store opens, passes `integrity_check`, and holds every
     /// batch wholly or not at all — and every batch the child saw committed.
+    ///
+    /// The kills that count are those that land while a commit is in flight (the child said
+    /// "begin N" and not yet "N"): the loop goes on until enough of them did, and says so.
     @Test func killedWritersLeaveWholeCommits() throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("crash.sqlite")
         var generator = SystemRandomNumberGenerator()
         var acknowledged = Set<Int>()
-        var kills = 0
-        for round in 0..<24 {
+        var inFlightKills = 0
+        var groupedInFlightKills = 0
+        var round = 0
+        while (inFlightKills < 12 || groupedInFlightKills < 4) && round < 120 {
             // Every other round through the root writer, whose group commit puts several
             // commits in one transaction.
-            let child = try StressWriterProcess(["batches", url.path] + (round.isMultiple(of: 2) ? [] : ["grouped"]))
-            var output = Data()
+            let grouped = !round.isMultiple(of: 2)
+            let child = try StressWriterProcess(["batches", url.path] + (grouped ? ["grouped"] : []))
+            var lines: [String] = []
             if round % 4 == 3 {
                 // Sometimes early: while the child starts, opens or recovers the store.
                 usleep(UInt32.random(in: 0...30_000, using: &generator))
             } else {
-                // Usually while it commits: after its first batch, a random while later.
-                output = child.output.fileHandleForReading.availableData
+                // Usually while it commits: once it began its first batch, a random while later.
+                while let line = child.readLine() {
+                    lines.append(line)
+                    if line.hasPrefix("begin ") { break }
+                }
                 usleep(UInt32.random(in: 0...25_000, using: &generator))
             }
-            kill(child.process.processIdentifier, SIGKILL)
-            child.process.waitUntilExit()
-            output += child.output.fileHandleForReading.readDataToEndOfFile()
-            try #require(child.process.terminationReason == .uncaughtSignal, "the writer stopped by itself: \(child.errorText)")
-            kills += 1
-            acknowledged.formUnion(String(decoding: output, as: UTF8.self).split(separator: "\n").compactMap { Int($0) })
+            lines += child.killAndCollect()
+            try #require(child.wasKilled, "the writer stopped by itself: \(child.errorText)")
+            let log = WriterLog(lines)
+            if log.inFlight && round % 4 != 3 {
+                inFlightKills += 1
+                if grouped { groupedInFlightKills += 1 }
+            }
+            acknowledged.formUnion(log.acknowledged)
+            round += 1
 
             // The store opens (recovering the write-ahead log) and reads.
             let stack = try Stack(model: Model(CrashEntry.self, CrashTally.self), rootContext: .none)
@@ -117,7 +86,8 @@ struct StressWriterProcess {
             #expect(try db.scalar("SELECT coalesce(sum(entries), 0) FROM Tally") == .integer(Int64(entries)))
             #expect(entries == present.count * batchSize)
         }
-        #expect(kills >= 20)
+        #expect(inFlightKills >= 12, "only \(inFlightKills) of \(round) kills landed while a commit was in flight")
+        #expect(groupedInFlightKills >= 4, "only \(groupedInFlightKills) kills landed in flight through the root writer")
         #expect(!acknowledged.isEmpty)
     }
 
@@ -127,8 +97,8 @@ struct StressWriterProcess {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("migrate.sqlite")
-        let rows = 20_000
-        do {
+        let rows = 100_000
+        func writeOldStore() throws {
             let stack = try Stack(model: Model(CrashEntry.self, CrashTally.self), rootContext: .none)
             try stack.addDatabaseStore(at: url)
             try Context(stack: stack).beginUpdateAndWait { update in
@@ -136,34 +106,54 @@ struct StressWriterProcess {
                 try update.commit()
             }
         }
+        try writeOldStore()
         let oldHash = try Model(CrashEntry.self, CrashTally.self).versionHash
         let newHash = try Model(CrashEntryV2.self, CrashTally.self).versionHash
         var generator = SystemRandomNumberGenerator()
-        for round in 0..<8 {
+        // A kill lands inside the migration when the old version is still current but the
+        // write-ahead log holds pages (the file was closed cleanly, so the log starts empty
+        // each round, and nothing but the migration writes).
+        var inFlightKills = 0
+        var rounds = 0
+        while inFlightKills < 3 && rounds < 40 {
+            rounds += 1
             let child = try StressWriterProcess(["migrate", url.path])
-            if round < 7 {
-                // The child starts in some tens of milliseconds and migrates in as many more.
-                usleep(UInt32.random(in: 0...80_000, using: &generator))
-                kill(child.process.processIdentifier, SIGKILL)
+            usleep(UInt32.random(in: 0...400_000, using: &generator))
+            _ = child.killAndCollect()
+            let walSize = (try? FileManager.default.attributesOfItem(atPath: url.path + "-wal")[.size] as? Int) ?? 0
+            let version = try checkMigratedStore(url, rows: rows, oldHash: oldHash, newHash: newHash)
+            if child.wasKilled && version == oldHash && walSize > 0 { inFlightKills += 1 }
+            if version == newHash {
+                // Finished before the kill: start again from the old version.
+                // (No connection is open on the file here, so removing it is safe.)
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: url.path + suffix) }
+                try writeOldStore()
             }
-            child.process.waitUntilExit()
-            if round == 7 {
-                #expect(child.process.terminationReason == .exit && child.process.terminationStatus == 0, "\(child.errorText)")
-            }
-            let db = try Connection(path: url.path)
-            #expect(try db.scalar("PRAGMA integrity_check") == .text("ok"))
-            #expect(try db.scalar("SELECT count(*) FROM Entry") == .integer(Int64(rows)))
-            let hash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'")
-            let columns = try db.rows("SELECT name FROM pragma_table_info('Entry')").compactMap { $0[0].stringValue }
-            if hash == .text(newHash) {
-                #expect(columns.contains("note"))
-                #expect(try db.scalar("SELECT count(*) FROM Entry WHERE note = 'migrated'") == .integer(Int64(rows)))
-            } else {
-                #expect(hash == .text(oldHash))
-                #expect(!columns.contains("note"))
-            }
-            if round == 7 { #expect(hash == .text(newHash)) }
         }
+        #expect(inFlightKills >= 3, "only \(inFlightKills) of \(rounds) kills landed inside the migration")
+        // The last child runs to the end and finishes it.
+        let child = try StressWriterProcess(["migrate", url.path])
+        child.process.waitUntilExit()
+        #expect(child.exitedCleanly, "\(child.errorText)")
+        #expect(try checkMigratedStore(url, rows: rows, oldHash: oldHash, newHash: newHash) == newHash)
+    }
+
+    /// Checks that the store at `url` is wholly the old version or wholly the new one, and
+    /// returns the hash of the version it is.
+    private func checkMigratedStore(_ url: URL, rows: Int, oldHash: String, newHash: String) throws -> String? {
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("PRAGMA integrity_check") == .text("ok"))
+        #expect(try db.scalar("SELECT count(*) FROM Entry") == .integer(Int64(rows)))
+        let hash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'").stringValue
+        let columns = try db.rows("SELECT name FROM pragma_table_info('Entry')").compactMap { $0[0].stringValue }
+        if hash == newHash {
+            #expect(columns.contains("note"))
+            #expect(try db.scalar("SELECT count(*) FROM Entry WHERE note = 'migrated'") == .integer(Int64(rows)))
+        } else {
+            #expect(hash == oldHash)
+            #expect(!columns.contains("note"))
+        }
+        return hash
     }
 
     /// Two processes commit to one file at the same time: both finish without an error (busy
@@ -179,11 +169,8 @@ struct StressWriterProcess {
         let commits = 400
         let children = try (1...2).map { writer in try StressWriterProcess(["commits", url.path, "\(writer)", "\(commits)"]) }
         // Both have opened the store; then both start at once.
-        for child in children {
-            let ready = String(decoding: child.output.fileHandleForReading.availableData, as: UTF8.self)
-            try #require(ready == "ready\n", "writer failed to start: \(child.errorText)")
-        }
-        for child in children { child.input.fileHandleForWriting.write(Data("go\n".utf8)) }
+        for child in children { try child.waitFor("ready") }
+        for child in children { child.send("go") }
         for child in children {
             child.process.waitUntilExit()
             #expect(child.process.terminationReason == .exit && child.process.terminationStatus == 0, "writer failed: \(child.errorText)")

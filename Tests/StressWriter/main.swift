@@ -1,14 +1,22 @@
-// A child process for the crash-safety and two-process tests (Tests/ContextStackTests/
-// CrashSafetyTests.swift). Not a product: SwiftPM builds it beside the test bundle.
+// A child process for the crash-safety and several-process tests (Tests/ContextStackTests/
+// CrashSafetyTests.swift, SeveralProcessesTests.swift, PermissionTests.swift). Not a product:
+// SwiftPM builds it beside the test bundle.
 //
-//     stress-writer batches <store> [grouped]  commits numbered batches until killed
-//     stress-writer migrate <store>            opens the store with the next model version
+//     stress-writer batches <store> [grouped]   commits numbered batches until killed
+//     stress-writer migrate <store>             opens the store with the next model version
 //     stress-writer commits <store> <writer> <count>   says "ready", waits for a line on its
 //                                                      input, commits <count> one-row commits
+//     stress-writer create <store>              says "ready", waits for a line, then creates
+//                                               (or opens) the store and commits one row
+//     stress-writer two-stacks <store>          two stacks on one file, see `twoStacks`
+//     stress-writer chaos <store> <writer>      two stacks on one file, committing numbered
+//                                               batches through each in turn until killed
+//     stress-writer open-close <store>          opens, reads and closes the store in a loop
+//     stress-writer permissions <store>         adds the store, then commits one row; says
+//                                               what each step did
 //
-// `batches` prints each batch number once its commit returned; the test kills the process with
-// SIGKILL at a random moment and checks that every batch is wholly present or wholly absent,
-// and that every printed batch is present.
+// A writer prints "begin N" before it commits batch N and "N" once that commit returned, so
+// a test that kills it knows whether the kill landed while a commit was in flight.
 import ContextStack
 import Foundation
 
@@ -38,38 +46,63 @@ func fail(_ message: String) -> Never {
     exit(2)
 }
 
-let arguments = CommandLine.arguments
-guard arguments.count >= 3 else { fail("usage: stress-writer batches <store> | commits <store> <writer> <count>") }
-let url = URL(fileURLWithPath: arguments[2])
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
 
-if arguments[1] == "migrate" {
-    // Opens the store with the next model version (migrating it), then says so.
-    do {
-        let stack = try Stack(model: Model(EntryV2.self, Tally.self), rootContext: .none)
-        try stack.addDatabaseStore(at: url)
-        FileHandle.standardOutput.write(Data("migrated\n".utf8))
-        exit(0)
-    } catch {
-        fail("\(error)")
+/// A stack on `url` with no root context: each commit is in SQLite when `commit()` returns.
+func openStore(_ url: URL) throws -> (Stack, Context) {
+    let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: .none)
+    try stack.addDatabaseStore(at: url)
+    return (stack, try Context(stack: stack, updateTarget: .persistentStore, updateOrder: .serial))
+}
+
+/// Commits one batch of `batchSize` entries of `writer` through `updater`.
+func commitBatch(_ batch: Int, writer: Int, through updater: Context) throws {
+    try updater.beginUpdateAndWait { update in
+        for index in 0..<batchSize {
+            let entry = try update.create(Entry.self)
+            entry.batch = batch
+            entry.index = index
+            entry.writer = writer
+        }
+        try update.commit()
     }
 }
 
+/// The number after the highest batch of `writer` in the store.
+func nextBatch(of writer: Int, in updater: Context) throws -> Int {
+    try updater.beginUpdateAndWait { update in
+        try update.fetchAll(Entry.self, %"writer" == writer, orderBy: .descending("batch"), options: .limit(1))
+            .first.map { $0.batch + 1 } ?? 0
+    }
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 3 else { fail("usage: stress-writer <mode> <store> …") }
+let url = URL(fileURLWithPath: arguments[2])
+
 do {
-    // `batches grouped`: commits go through the root writer, which groups those that arrive
-    // while it writes into one transaction; a batch is printed once a flush saw it saved.
-    // Otherwise there is no root: each commit is in SQLite when `commit()` returns.
-    let grouped = arguments.count > 3 && arguments[3] == "grouped"
-    let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: grouped ? .shared : .none)
-    try stack.addDatabaseStore(at: url)
-    let updater = try Context(stack: stack, updateTarget: grouped ? .rootContext(autoMerge: false) : .persistentStore,
-                              updateOrder: .serial)
     switch arguments[1] {
+    case "migrate":
+        // Opens the store with the next model version (migrating it), then says so.
+        let stack = try Stack(model: Model(EntryV2.self, Tally.self), rootContext: .none)
+        try stack.addDatabaseStore(at: url)
+        say("migrated")
+
     case "batches":
-        var next = try updater.beginUpdateAndWait { update in
-            try update.fetchAll(Entry.self, orderBy: .descending("batch"), options: .limit(1)).first.map { $0.batch + 1 } ?? 0
-        }
+        // `batches grouped`: commits go through the root writer, which groups those that
+        // arrive while it writes into one transaction; a batch is printed once a flush saw it
+        // saved. Otherwise there is no root: each commit is in SQLite when `commit()` returns.
+        let grouped = arguments.count > 3 && arguments[3] == "grouped"
+        let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: grouped ? .shared : .none)
+        try stack.addDatabaseStore(at: url)
+        let updater = try Context(stack: stack, updateTarget: grouped ? .rootContext(autoMerge: false) : .persistentStore,
+                                  updateOrder: .serial)
+        var next = try nextBatch(of: 0, in: updater)
         while true {
             let batch = next
+            say("begin \(batch)")
             try updater.beginUpdateAndWait { update in
                 for index in 0..<batchSize {
                     let entry = try update.create(Entry.self)
@@ -84,18 +117,20 @@ do {
             if grouped {
                 guard next.isMultiple(of: 8) else { continue }
                 try stack.flushAndWait()
-                FileHandle.standardOutput.write(Data((next - 8..<next).map { "\($0)\n" }.joined().utf8))
+                say((next - 8..<next).map(String.init).joined(separator: "\n"))
             } else {
-                FileHandle.standardOutput.write(Data("\(batch)\n".utf8))
+                say("\(batch)")
             }
         }
+
     case "commits":
         guard arguments.count == 5, let writer = Int(arguments[3]), let count = Int(arguments[4]) else {
             fail("usage: stress-writer commits <store> <writer> <count>")
         }
+        let (_, updater) = try openStore(url)
         // Both writers of the test start committing at once: each says it is ready, then
         // waits for the go on its standard input.
-        FileHandle.standardOutput.write(Data("ready\n".utf8))
+        say("ready")
         _ = readLine()
         for index in 0..<count {
             try updater.beginUpdateAndWait { update in
@@ -105,6 +140,71 @@ do {
                 try update.commit()
             }
         }
+
+    case "create":
+        // Several of these start at the same moment on a file that does not exist yet.
+        say("ready")
+        _ = readLine()
+        let (_, updater) = try openStore(url)
+        try commitBatch(0, writer: Int(getpid()), through: updater)
+        say("created")
+
+    case "two-stacks":
+        // Two stacks of one process on one file. The test opens and closes the file from
+        // another process while this one holds it, then lets it commit more; every commit
+        // acknowledged here must survive the SIGKILL that ends it.
+        let (_, first) = try openStore(url)
+        try commitBatch(0, writer: 1, through: first)
+        let (_, second) = try openStore(url)
+        try commitBatch(0, writer: 2, through: second)
+        say("ready")
+        _ = readLine()
+        for batch in 1...10 {
+            try commitBatch(batch, writer: 1, through: first)
+            say("\(batch)")
+        }
+        say("done")
+        _ = readLine()  // Until killed.
+
+    case "chaos":
+        // Two stacks on one file, committing in turn, until killed.
+        guard arguments.count == 4, let writer = Int(arguments[3]) else { fail("usage: stress-writer chaos <store> <writer>") }
+        let stacks = try [openStore(url), openStore(url)]
+        var batch = try nextBatch(of: writer, in: stacks[0].1)
+        while true {
+            say("begin \(batch)")
+            try commitBatch(batch, writer: writer, through: stacks[batch % 2].1)
+            say("\(batch)")
+            batch += 1
+        }
+
+    case "open-close":
+        // Another process that opens the file, reads and closes it, again and again.
+        while true {
+            let (_, reader) = try openStore(url)
+            let count = try reader.beginUpdateAndWait { try $0.fetchCount(Entry.self) }
+            say("read \(count)")
+        }
+
+    case "permissions":
+        // Run as an unprivileged user by PermissionTests: what adding the store, and then
+        // writing to it, does.
+        let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: .none)
+        do {
+            try stack.addDatabaseStore(at: url)
+        } catch let error as StoreError {
+            say("add: \(error.code)")
+            exit(0)
+        }
+        say("add: ok")
+        let updater = try Context(stack: stack, updateTarget: .persistentStore)
+        do {
+            try commitBatch(0, writer: 0, through: updater)
+            say("commit: ok")
+        } catch {
+            say("commit: \(error)")
+        }
+
     default:
         fail("unknown mode \(arguments[1])")
     }

@@ -3,8 +3,8 @@ import Foundation
 /// A store that cannot be opened or used: thrown by `addDatabaseStore` and friends.
 public struct StoreError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
-    public struct Code: Hashable, Sendable {
-        private enum Base: Hashable, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Base: String, Hashable, Sendable {
             case modelMismatch, alreadyAdded, unknownConfiguration, cannotOpen, notADatabase, foreignDatabase
             case cannotMigrate, corrupt, permissionDenied
         }
@@ -31,6 +31,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// The process may not read or write the file, or may not create files in its
         /// directory (a store needs its `-wal` and `-shm` files beside it).
         public static let permissionDenied = Code(base: .permissionDenied)
+
+        /// The code's name, as written after the dot: `permissionDenied`.
+        public var description: String { base.rawValue }
     }
 
     public let code: Code

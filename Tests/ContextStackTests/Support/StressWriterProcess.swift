@@ -1,0 +1,134 @@
+import Dispatch
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `stress-writer` executable (Tests/StressWriter), built by SwiftPM beside the test bundle.
+func stressWriter() throws -> URL {
+    var directories: [URL] = []
+    if let executable = Bundle.main.executableURL { directories.append(executable.deletingLastPathComponent()) }
+    directories.append(URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
+    // <package>/Tests/ContextStackTests/Support/this file → <package>/.build/debug
+    var package = URL(fileURLWithPath: #filePath)
+    for _ in 0..<4 { package.deleteLastPathComponent() }
+    directories.append(package.appendingPathComponent(".build/debug"))
+    for directory in directories {
+        let candidate = directory.appendingPathComponent("stress-writer")
+        if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+    }
+    throw ChildProcessError(message: "stress-writer not found in \(directories.map(\.path)); `swift build` builds it")
+}
+
+struct ChildProcessError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}
+
+/// A running `stress-writer`, its input, output and errors in pipes.
+///
+/// Every child is killed with SIGKILL after `timeLimit` seconds if it is still running, so a
+/// test whose child hangs fails instead of hanging the suite.
+final class StressWriterProcess: @unchecked Sendable {
+    // @unchecked Sendable: `pending` is touched only by the thread that runs the test; the
+    // watchdog reads nothing but `process`, whose `isRunning` and `processIdentifier` are
+    // safe from any thread.
+    let process = Process()
+    let input = Pipe()
+    let output = Pipe()
+    let errors = Pipe()
+    /// Output read from the pipe but not yet returned as a line.
+    private var pending = Data()
+
+    /// Starts `stress-writer` with `arguments`; with `asUser`, as that user and group (through
+    /// util-linux's `setpriv`), which only root may do.
+    init(_ arguments: [String], asUser user: (uid: UInt32, gid: UInt32)? = nil, timeLimit: Double = 120) throws {
+        let executable = try stressWriter()
+        if let user {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            process.arguments = ["--reuid=\(user.uid)", "--regid=\(user.gid)", "--clear-groups", executable.path] + arguments
+        } else {
+            process.executableURL = executable
+            process.arguments = arguments
+        }
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let process = self.process
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeLimit) {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+    }
+
+    /// The next line the process writes, without its newline; `nil` once its output ends.
+    func readLine() -> String? {
+        while true {
+            if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
+                pending = Data(pending[(newline + 1)...])
+                return line
+            }
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { return nil }
+            pending.append(chunk)
+        }
+    }
+
+    /// Reads lines until one equals `expected`; throws with the child's errors if its output
+    /// ends first.
+    func waitFor(_ expected: String) throws {
+        while let line = readLine() {
+            if line == expected { return }
+        }
+        throw ChildProcessError(message: "stress-writer ended before saying \"\(expected)\": \(errorText)")
+    }
+
+    /// Writes a line to the process's standard input.
+    func send(_ line: String) {
+        input.fileHandleForWriting.write(Data((line + "\n").utf8))
+    }
+
+    /// Kills the process with SIGKILL, waits for it, and returns every line it wrote that was
+    /// not read yet.
+    func killAndCollect() -> [String] {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        return remainingLines()
+    }
+
+    /// Every line the process wrote that was not read yet, once its output has ended.
+    func remainingLines() -> [String] {
+        var lines: [String] = []
+        while let line = readLine() { lines.append(line) }
+        return lines
+    }
+
+    var wasKilled: Bool { process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL }
+    var exitedCleanly: Bool { process.terminationReason == .exit && process.terminationStatus == 0 }
+
+    /// What the process wrote to its standard error.
+    var errorText: String { String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+}
+
+/// The entries a `stress-writer` commits per batch, in one commit.
+let batchSize = 10
+
+/// What a killed writer's lines say: the batches it saw committed, and whether the kill landed
+/// while a commit was in flight (it said "begin N" and not yet "N").
+struct WriterLog {
+    var acknowledged = Set<Int>()
+    var inFlight = false
+
+    init(_ lines: [String]) {
+        var begun: Int?
+        for line in lines {
+            if line.hasPrefix("begin "), let batch = Int(line.dropFirst(6)) {
+                begun = batch
+            } else if let batch = Int(line) {
+                acknowledged.insert(batch)
+            }
+        }
+        if let begun { inFlight = !acknowledged.contains(begun) }
+    }
+}
