@@ -4,6 +4,11 @@ import Testing
 
 /// Files that are not good stores: each gives its documented `StoreError`, never a crash, and a
 /// file ContextStack did not create is never changed.
+/// Another model whose entity is named `Person`, for a store of the wrong model.
+@Entity(name: "Person") final class OtherPerson: ManagedObject {
+    var nickname: String = ""
+}
+
 @Suite struct BadFileTests {
     let directory: URL
     let url: URL
@@ -46,6 +51,7 @@ import Testing
         Data("hello, this is a text file and not a database at all".utf8),
         Data(repeating: 0xAB, count: 8192),
         Data("SQLite format 3".utf8),  // shorter than a header
+        Data("SQLite format 3\0".utf8) + Data(repeating: 0, count: 83),  // one byte short of a header
     ])
     func aFileThatIsNotSQLiteIsLeftUntouched(contents: Data) throws {
         defer { cleanUp() }
@@ -69,6 +75,56 @@ import Testing
         #expect(try db.scalar("SELECT balance FROM accounts") == .integer(100))
         #expect(try db.scalar("PRAGMA journal_mode") == .text("delete"))
         #expect(FileManager.default.contents(atPath: url.path) == before)
+    }
+
+    /// Any schema object that ContextStack did not make — a view alone included — makes the
+    /// file someone else's database.
+    @Test(arguments: [
+        "CREATE VIEW answer AS SELECT 42 AS value",
+        "CREATE TABLE notes (body TEXT); CREATE INDEX notes_body ON notes (body)",
+    ])
+    func aDatabaseWithAnySchemaOfItsOwnIsSomeoneElses(schema: String) throws {
+        defer { cleanUp() }
+        do {
+            let db = try Connection(path: url.path)
+            try db.execute(schema)
+        }
+        let before = FileManager.default.contents(atPath: url.path)
+        expectCode(.foreignDatabase)
+        expectCode(.foreignDatabase, resetOnFailure: true)
+        #expect(FileManager.default.contents(atPath: url.path) == before)
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Z_METADATA'") == .integer(0))
+    }
+
+    /// A file of zero bytes is SQLite's empty database: it becomes a new store (as a file made
+    /// by `mkstemp` or `touch` would be used).
+    @Test func aZeroByteFileBecomesANewStore() throws {
+        defer { cleanUp() }
+        try Data().write(to: url)
+        try writeStore([Person.self, Pet.self], at: url) { update in
+            try update.create(Person.self).name = "Ada"
+        }
+        let context = try openStore([Person.self, Pet.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetchAll(Person.self).map(\.name) } == ["Ada"])
+    }
+
+    /// Another stack of this process holding the file sees the reset: an empty store, not a
+    /// file deleted under it.
+    @Test func aResetEmptiesTheFileThroughSQLite() throws {
+        defer { cleanUp() }
+        try writeGoodStore()
+        let holder = try Connection(path: url.path)
+        #expect(try holder.scalar("SELECT count(*) FROM Person") == .integer(300))
+        // The same entity names with other attributes: a model mismatch that cannot be migrated
+        // without autoMigrating, so resetOnFailure replaces the store.
+        let stack = try Stack(model: Model(OtherPerson.self))
+        try stack.addDatabaseStore(at: url, autoMigrating: false, resetOnFailure: true)
+        let context = try Context(stack: stack, updateTarget: .persistentStore)
+        #expect(try context.beginUpdateAndWait { try $0.fetchCount(OtherPerson.self) } == 0)
+        // The connection opened before the reset reads the same, emptied file.
+        #expect(try holder.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Pet'") == .integer(0))
+        #expect(try holder.scalar("SELECT count(*) FROM Person") == .integer(0))
     }
 
     @Test func aTruncatedStoreThrowsOrIsReset() throws {
@@ -130,26 +186,6 @@ import Testing
         #expect {
             try stack.addDatabaseStore(at: directory.appendingPathComponent("missing/store.sqlite"))
         } throws: { ($0 as? StoreError)?.code == .cannotOpen }
-    }
-
-    // Root ignores file permissions, so these two run only for other users.
-
-    @Test(.enabled(if: geteuid() != 0, "root ignores file permissions"))
-    func aFileWithoutPermissionThrows() throws {
-        defer { cleanUp() }
-        try writeGoodStore()
-        try FileManager.default.setAttributes([.posixPermissions: 0o000], ofItemAtPath: url.path)
-        defer { try? FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: url.path) }
-        expectCode(.permissionDenied)
-        expectCode(.permissionDenied, resetOnFailure: true)
-    }
-
-    @Test(.enabled(if: geteuid() != 0, "root ignores file permissions"))
-    func aReadOnlyDirectoryThrows() throws {
-        defer { cleanUp() }
-        try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: directory.path)
-        expectCode(.permissionDenied)
-        #expect(!FileManager.default.fileExists(atPath: url.path))
     }
 
     /// What root cannot get from permissions, a read-only file system gives: `/proc` accepts no

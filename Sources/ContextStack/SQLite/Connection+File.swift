@@ -53,9 +53,29 @@ extension Connection {
     /// Empties the database — no schema, no rows — through SQLite, so that other connections
     /// (of this process or others) see an empty database instead of losing a file under them.
     ///
-    /// SQLite's documented procedure (`SQLITE_DBCONFIG_RESET_DATABASE`, then `VACUUM`), which
-    /// works even on a damaged file.
-    func eraseDatabase() throws(SQLiteError) {
+    /// A readable database drops its tables and views in one write transaction, which waits
+    /// for other connections like any write. A damaged one, whose schema cannot be read, is
+    /// reset the way SQLite documents for that (`SQLITE_DBCONFIG_RESET_DATABASE`, then
+    /// `VACUUM`), which needs every other connection to the file closed.
+    func eraseDatabase() throws {
+        do {
+            try writeTransaction {
+                let objects = try rows("""
+                    SELECT type, name FROM sqlite_master
+                    WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+                    """)
+                // Dropping a table drops its indexes and triggers with it.
+                for object in objects {
+                    guard let type = object[0].stringValue, let name = object[1].stringValue else { continue }
+                    try execute("DROP \(type == "view" ? "VIEW" : "TABLE") IF EXISTS main.\(name.quotedIdentifier)")
+                }
+            }
+        } catch let error as SQLiteError where error.code.primary == .corrupt || error.code.primary == .notADatabase {
+            try resetDamagedDatabase()
+        }
+    }
+
+    private func resetDamagedDatabase() throws(SQLiteError) {
         let code = cs_sqlite3_set_reset_database(handle, 1)
         guard code == SQLITE_OK else { throw error(code, sql: nil) }
         do {
