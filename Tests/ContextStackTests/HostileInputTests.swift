@@ -34,6 +34,34 @@ import Testing
         #expect(try store.scalar("SELECT count(*) FROM Person") == .integer(1))
     }
 
+    /// Key paths that are valid against the model but reach through more tables than SQLite
+    /// joins in one query: a `QueryError` before any SQL runs, in conditions (built and
+    /// parsed), orders and counts alike. One hop fewer than the limit still runs.
+    @Test(arguments: [63, 64, 100, 5_000])
+    @MainActor func toOneKeyPathsLongerThanSQLiteJoinsThrowBeforeSQL(hops: Int) throws {
+        let (store, world) = try world()
+        let key = Array(repeating: "friend", count: hops).joined(separator: ".") + ".age"
+        let counter = StatementCounter(store.stack)
+        let attempts: [() throws -> Void] = [
+            { _ = try world.fetchAll(Person.self, %key > 3) },
+            { _ = try world.fetchAll(Person.self, .where("\(key) > 3")) },
+            { _ = try world.fetchCount(Person.self, %key == nil) },
+            { _ = try world.fetchAll(Person.self, orderBy: .ascending(key)) },
+        ]
+        for attempt in attempts {
+            if hops < CompiledQuery.maximumTables {
+                try attempt()
+            } else {
+                let statements = counter.during {
+                    #expect {
+                        try attempt()
+                    } throws: { ($0 as? QueryError)?.code == .unsupported }
+                }
+                #expect(statements.isEmpty, "\(statements.map { $0.prefix(80) })")
+            }
+        }
+    }
+
     @Test(arguments: ["name ==", "((((name == 'a'", "name == 'a' AND", "name IN {", "name MATCHES '('", "$x == 1", "name == %@ %@"])
     @MainActor func malformedFormatStringsThrowInvalidFormatOrUnsupported(format: String) throws {
         let (store, world) = try world()

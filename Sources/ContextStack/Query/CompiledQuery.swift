@@ -121,8 +121,16 @@ struct CompiledQuery: Sendable {
                 if aliases[prefix] == nil { aliases[prefix] = "\(aliasPrefix)t\(aliases.count)" }
             }
         }
+        guard aliases.count <= Self.maximumTables else {
+            let longest = hopChains.max { $0.count < $1.count }?.map(\.name) ?? []
+            let path = longest.count > 4 ? longest.prefix(2).joined(separator: ".") + ".….\(longest.last!)" : longest.joined(separator: ".")
+            throw QueryError(.unsupported, "This query on \(entity.name) reads through \(aliases.count - 1) related tables (the longest key path goes \(longest.count) hops: \(path)); SQLite joins at most \(Self.maximumTables) tables in one query, \(entity.name)'s own included. Use shorter key paths, or fetch in two steps.", entity: entity.name)
+        }
         self.tableAliases = aliases
     }
+
+    /// The most tables SQLite joins in one `SELECT` (its limit, 64, is the width of a bitmask).
+    static let maximumTables = 64
 
     // MARK: - Resolution
 
