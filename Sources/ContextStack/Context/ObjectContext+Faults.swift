@@ -54,8 +54,9 @@ extension ObjectContext {
                 }
             }
         } catch {
-            // The object stays a fault, so its next use tries again; meanwhile it reads defaults.
-            stack.report(error)
+            // The object stays a fault, so its next use tries again; meanwhile it reads defaults,
+            // and an update context will not commit what was done with them.
+            accessorFailed(error)
             if object.values.isEmpty { object.values = object.entity.defaults }
         }
     }

@@ -46,6 +46,11 @@ final class ObjectContext: @unchecked Sendable {
     private var drainsOnNextRead = false
     /// The `UpdateStarter` an update context belongs to (for the `.serial` deadlock check).
     var starter: ObjectIdentifier?
+    /// The first error a property accessor met in an update context since its last commit,
+    /// rollback or reset. Accessors cannot throw, so what they return or change after a failed
+    /// read may be incomplete (a relationship read as empty, a partner left linked); the next
+    /// `commit()` throws this error instead of saving such changes.
+    private var accessorFailure: (any Error)?
 
     init(kind: Kind, stack: Stack, pinsView: Bool = false) {
         self.kind = kind
@@ -351,9 +356,16 @@ final class ObjectContext: @unchecked Sendable {
         do {
             return try self.object(for: id)
         } catch {
-            stack.report(error)
+            accessorFailed(error)
             return nil
         }
+    }
+
+    /// Records an error met inside a property accessor, which cannot throw: it goes to
+    /// `stack.onError`, and an update context refuses its next commit with it.
+    func accessorFailed(_ error: any Error) {
+        stack.report(error)
+        if isUpdate && accessorFailure == nil { accessorFailure = error }
     }
 
     /// The IDs a to-many relationship holds, loaded once and kept in sync afterwards.
@@ -380,7 +392,7 @@ final class ObjectContext: @unchecked Sendable {
         do {
             return try objects(for: Array(try toManyIDs(of: object, object.entity.properties[slot])))
         } catch {
-            stack.report(error)
+            accessorFailed(error)
             return []
         }
     }
@@ -407,7 +419,7 @@ final class ObjectContext: @unchecked Sendable {
         if let oldID {
             if inverse.isToMany {
                 if let old = registered(oldID) { updateCache(old, inverse) { $0.remove(object.objectID) } }
-            } else if let old = try? self.object(for: oldID), foreignKey(old, inverse) == object.objectID {
+            } else if let old = loadPartner(oldID), foreignKey(old, inverse) == object.objectID {
                 markChanged(old)
                 old.values[inverse.slot] = .null
             }
@@ -418,12 +430,23 @@ final class ObjectContext: @unchecked Sendable {
         } else {
             // One-to-one: the target's previous partner lets go of it.
             if let previousID = foreignKey(target, inverse), previousID != object.objectID,
-               let previous = try? self.object(for: previousID) {
+               let previous = loadPartner(previousID) {
                 markChanged(previous)
                 previous.values[property.slot] = .null
             }
             markChanged(target)
             target.values[inverse.slot] = .integer(object.objectID.primaryKey)
+        }
+    }
+
+    /// The one-to-one partner with `id` whose side of the link must change too, or `nil` when
+    /// it is gone. A failed read is an accessor failure: the partner would keep pointing here.
+    private func loadPartner(_ id: ObjectID) -> ManagedObject? {
+        do {
+            return try object(for: id)
+        } catch {
+            accessorFailed(error)
+            return nil
         }
     }
 
@@ -434,7 +457,7 @@ final class ObjectContext: @unchecked Sendable {
         do {
             try replaceMembers(object, property, with: targets)
         } catch {
-            stack.report(error)
+            accessorFailed(error)
         }
     }
 
@@ -517,6 +540,7 @@ final class ObjectContext: @unchecked Sendable {
 
     /// The change set of everything pending, after checking `.deny` rules.
     func makeChangeSet() throws -> ChangeSet {
+        if let accessorFailure { throw accessorFailure }
         var changes = ChangeSet()
         var gone = Set<Int64>()
         for object in changed.values where object.state == .deleted {
@@ -593,6 +617,7 @@ final class ObjectContext: @unchecked Sendable {
             }
         }
         // Objects created then deleted are no longer in `changed`; they are dropped with the registry entries.
+        accessorFailure = nil
         changed.removeAll()
         upserts.removeAll()
         links.removeAll()
@@ -606,6 +631,7 @@ final class ObjectContext: @unchecked Sendable {
             entry.object?.state = .invalidated
         }
         for object in changed.values { object.state = .invalidated }
+        accessorFailure = nil
         registry.removeAll()
         changed.removeAll()
         upserts.removeAll()

@@ -117,6 +117,10 @@ final class Connection {
             }
             return result
         } catch {
+            // The body's (or COMMIT's) error is the one the caller must see. Since SQLite 3.7.11
+            // ROLLBACK does not fail for pending statements (they are aborted instead); should
+            // it fail all the same, the connection stays inside its transaction, and the next
+            // BEGIN IMMEDIATE on it throws, so the failure cannot pass unnoticed.
             if isInTransaction { try? execute("ROLLBACK") }
             throw error
         }

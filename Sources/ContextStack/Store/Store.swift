@@ -222,17 +222,23 @@ final class Store: Sendable {
             }
         }
         let reader = try takeReader()
-        defer { returnReader(reader) }
         let db = reader.connection
-        let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
-            // Start the read transaction under the same lock the writer commits under.
-            try db.execute("BEGIN DEFERRED")
-            _ = try db.scalar(reader.snapshotSQL)
-            whileLocked()
-            return (state.overlay, pin.flatMap { state.pins[$0] })
+        let result: T
+        do {
+            let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
+                // Start the read transaction under the same lock the writer commits under.
+                try db.execute("BEGIN DEFERRED")
+                _ = try db.scalar(reader.snapshotSQL)
+                whileLocked()
+                return (state.overlay, pin.flatMap { state.pins[$0] })
+            }
+            result = try body(ReadSession(store: self, db: db, overlay: overlay, pinned: pinned))
+        } catch {
+            finishReading(reader)
+            throw error
         }
-        defer { if db.isInTransaction { try? db.execute("COMMIT") } }
-        return try body(ReadSession(store: self, db: db, overlay: overlay, pinned: pinned))
+        finishReading(reader)
+        return result
     }
 
     /// Runs `body` under the state lock with a reader that sees exactly what is committed now:
@@ -251,11 +257,10 @@ final class Store: Sendable {
             }
         }
         let connection = try takeReader()
-        defer { returnReader(connection) }
+        defer { finishReading(connection) }
         let db = connection.connection
         return try state.withLock { state in
             try db.execute("BEGIN DEFERRED")
-            defer { if db.isInTransaction { try? db.execute("COMMIT") } }
             _ = try db.scalar(connection.snapshotSQL)
             var reader = RowReader(session: ReadSession(store: self, db: db, overlay: state.overlay), context: nil)
             return try body(&state, &reader, db)
@@ -298,6 +303,28 @@ final class Store: Sendable {
             ? "SELECT 1 FROM sqlite_master LIMIT 1"
             : "SELECT " + parts.map { "(SELECT 1 FROM \($0.database.quotedIdentifier).sqlite_master LIMIT 1)" }.joined(separator: ", ")
         return Reader(connection: db, generation: generation, snapshotSQL: snapshot)
+    }
+
+    /// Ends `reader`'s read transaction and puts it back in the pool.
+    ///
+    /// What the read returned stays whole whatever happens here: it came from one snapshot,
+    /// and ending a read-only transaction changes nothing in the file. The danger is reuse: a
+    /// reader whose `COMMIT` failed may still be inside its transaction, and the next read
+    /// would see its old snapshot. Such a reader is closed instead (closing rolls its
+    /// transaction back), and the error goes to `stack.onError`; the read's caller, whose
+    /// result is good — or whose commit was already queued inside the read — is not told
+    /// otherwise.
+    private func finishReading(_ reader: Reader) {
+        let db = reader.connection
+        if db.isInTransaction {
+            do {
+                try db.execute("COMMIT")
+            } catch {
+                reportError(error)
+                return
+            }
+        }
+        returnReader(reader)
     }
 
     private func returnReader(_ reader: Reader) {

@@ -1,0 +1,74 @@
+@testable import ContextStack
+import Foundation
+import Testing
+
+/// Property accessors cannot throw. When one has to read the store and the read fails, the
+/// error goes to `stack.onError`, and the update context refuses its next commit with it:
+/// what the accessor returned or changed may be incomplete, and saving it could write a
+/// wrong relationship.
+@Suite struct AccessorFailureTests {
+    /// Makes every read of `table` fail from now on, while writes to other tables work: an
+    /// in-memory store reads through its writer connection, where a temporary view of the same
+    /// name hides the table from unqualified reads and fails when evaluated.
+    static func breakReads(of table: String, in store: TestStore) throws {
+        try store.stack.store.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP VIEW "\(table)" AS SELECT * FROM main."\(table)" WHERE json('not json') IS NOT NULL
+                """)
+        }
+    }
+
+    /// A to-one getter whose read fails returns `nil`; a change made after it is not saved.
+    @Test func aFailedToOneReadStopsTheNextCommit() throws {
+        let store = try TestStore(.memory)
+        let errors = ErrorRecorder()
+        store.stack.onError = errors.record
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            let pet = try update.create(Pet.self)
+            pet.name = "Rex"
+            pet.owner = try update.create(Person.self)
+            try update.commit()
+        }
+        let updater = context.beginUpdateContext()
+        try updater.performAndWait { update in
+            let pet = try #require(try update.fetch(Pet.self))
+            try Self.breakReads(of: "Person", in: store)
+            #expect(pet.owner == nil)  // the read failed
+            pet.name = "Orphan?"
+            #expect(throws: SQLiteError.self) { try update.commit() }
+            // After a rollback the context commits again.
+            update.rollback()
+            pet.name = "Rex II"
+            try update.commit()
+        }
+        #expect(errors.all.count == 1)
+        #expect(try store.scalar("SELECT name FROM main.Pet") == .text("Rex II"))
+    }
+
+    /// Unlinking one side of a one-to-one must clear the partner too; when the partner cannot
+    /// be read, the commit is refused rather than saving one side.
+    @Test func aPartnerThatCannotBeReadStopsTheCommit() throws {
+        let store = try TestStore(.memory)
+        store.stack.onError = { _ in }
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            let citizen = try update.create(Citizen.self)
+            citizen.name = "Ada"
+            let passport = try update.create(Passport.self)
+            passport.number = "P-1"
+            citizen.passport = passport
+            try update.commit()
+        }
+        let holder = try store.scalar("SELECT holder FROM main.Passport")
+        #expect(holder != .null)
+        let updater = context.beginUpdateContext()
+        try updater.performAndWait { update in
+            let passport = try #require(try update.fetch(Passport.self))
+            try Self.breakReads(of: "Citizen", in: store)
+            passport.holder = nil
+            #expect(throws: SQLiteError.self) { try update.commit() }
+        }
+        #expect(try store.scalar("SELECT holder FROM main.Passport") == holder)
+    }
+}
