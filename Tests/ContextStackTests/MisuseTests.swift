@@ -17,7 +17,7 @@ import Testing
     }
 
     @Test func settingAPropertyOfAMainContextObjectTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try MisuseTests.world()
                 let pet = try #require(try world.fetch(Pet.self))
@@ -25,10 +25,11 @@ import Testing
                 _ = store
             }
         }
+        expectTrapMessage(result, contains: "whose objects are read-only", "try update.use(object)")
     }
 
     @Test func relatingObjectsOfTwoContextsTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try MisuseTests.world()
                 let farmer = try #require(try world.fetch(Person.self))
@@ -39,10 +40,11 @@ import Testing
                 _ = store
             }
         }
+        expectTrapMessage(result, contains: "they belong to different contexts", "try update.use(other)")
     }
 
     @Test func touchingAnUpdateObjectOutsideItsUpdateTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try MisuseTests.world()
                 let escaped = try world.beginUpdateAndWait { update in try update.create(Pet.self) }
@@ -50,10 +52,11 @@ import Testing
                 _ = store
             }
         }
+        expectTrapMessage(result, contains: "used outside its update", "pass its objectID")
     }
 
     @Test func touchingAMainContextObjectOffTheMainActorTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let pet = try await MainActor.run { () -> Pet in
                 let (store, world) = try MisuseTests.world()
                 _ = Unmanaged.passRetained(store)  // keep the store alive for the detached read
@@ -61,10 +64,11 @@ import Testing
             }
             await Task.detached { _ = pet.name }.value
         }
+        expectTrapMessage(result, contains: "is used off the main actor", "try update.use(object)")
     }
 
     @Test func usingAMainContextObjectAfterResetTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try MisuseTests.world()
                 let pet = try #require(try world.fetch(Pet.self))
@@ -73,10 +77,11 @@ import Testing
                 _ = store
             }
         }
+        expectTrapMessage(result, contains: "after its MainContext was reset", "fetch it again")
     }
 
     @Test func changingADeletedObjectTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try MisuseTests.world()
                 try world.beginUpdateAndWait { update in
@@ -87,10 +92,11 @@ import Testing
                 _ = store
             }
         }
+        expectTrapMessage(result, contains: "is deleted in this update", "cannot be changed")
     }
 
     @Test func usingAnUpdateOutsideItsBlockTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try MisuseTests.world()
                 let leaked = try world.beginUpdateAndWait { update in update }
@@ -98,6 +104,7 @@ import Testing
                 _ = store
             }
         }
+        expectTrapMessage(result, contains: "was called outside its update", "only inside that block")
     }
 
     /// The same operations done right do not trap (so the exit tests above fail for the right reason).
@@ -118,7 +125,7 @@ import Testing
 
 @Suite struct ReentrancyMisuseTests {
     @Test func performAndWaitFromInsideItsOwnBlockTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try MisuseTests.world()
                 let context = world.beginUpdateContext()
@@ -128,5 +135,6 @@ import Testing
                 _ = store
             }
         }
+        expectTrapMessage(result, contains: "would wait for itself forever", "use perform { }")
     }
 }

@@ -165,7 +165,7 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
     }
 
     @Test func creatingAnObjectOfAnEntityWithoutAStoreTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let stack = try Stack(model: splitModel(), rootContext: .none)
             try stack.addInMemoryStore(configuration: "Database")
             let context = try Context(stack: stack)
@@ -174,6 +174,7 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
             // Sessions have none: add a store for "InMemory" first.
             try context.beginUpdateAndWait { update in _ = try update.create(Session.self) }
         }
+        expectTrapMessage(result, contains: "Session is in no store of this stack", "addInMemoryStore(configuration:)")
     }
 
     @Test func eachFileMigratesItsOwnConfigurationOnly() throws {

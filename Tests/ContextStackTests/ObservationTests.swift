@@ -269,7 +269,7 @@ import Testing
     }
 
     @Test func observingAnObjectOfAnotherContextTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try ObservationTests.world()
                 let other = try MainContext(stack: store.stack)
@@ -277,10 +277,11 @@ import Testing
                 _ = other.observe(farmer) { _ in }
             }
         }
+        expectTrapMessage(result, contains: "belongs to another context", "observe it through the MainContext it was fetched from")
     }
 
     @Test func objectAtOutsideTheResultsTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let (store, world) = try ObservationTests.world()
                 let results = try FetchedResults(context: world, Person.self)
@@ -288,6 +289,7 @@ import Testing
                 _ = store
             }
         }
+        expectTrapMessage(result, contains: "no such object", "Check indexPath(for:")
     }
 
     @Test @MainActor func ownOrdersUpdateInPlaceAndKeyPathOrdersOrWindowsRefetch() throws {

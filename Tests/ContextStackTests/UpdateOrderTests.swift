@@ -82,7 +82,7 @@ import Testing
     }
 
     @Test func beginUpdateAndWaitInsideOwnSerialUpdateTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
                 let store = try TestStore(.memory)
                 let world = try MainContext(stack: store.stack, updateOrder: .serial)
@@ -91,6 +91,7 @@ import Testing
                 }
             }
         }
+        expectTrapMessage(result, contains: "updateOrder is .serial", "use beginUpdate { } to run it after")
     }
 
     @Test @MainActor func nestedWaitsAreFineInDefaultOrder() throws {

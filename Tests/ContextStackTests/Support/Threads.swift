@@ -1,4 +1,5 @@
 @testable import ContextStack
+import Testing
 import Foundation
 
 /// Runs `body(0)`, …, `body(count - 1)` each on its own thread, and resumes once all returned.
@@ -16,5 +17,16 @@ func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
             }
             thread.start()
         }
+    }
+}
+
+/// Checks that a trap's message, which the exit test saw on standard error, contains each of
+/// `fragments`: misuse must fail with a message that says what to do instead.
+func expectTrapMessage(_ result: ExitTest.Result?, contains fragments: String..., sourceLocation: SourceLocation = #_sourceLocation) {
+    // A nil result means the exit expectation itself failed, which was recorded already.
+    guard let result else { return }
+    let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+    for fragment in fragments {
+        #expect(text.contains(fragment), "the trap's message lacks \"\(fragment)\": \(text.suffix(600))", sourceLocation: sourceLocation)
     }
 }
