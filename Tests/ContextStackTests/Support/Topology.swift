@@ -18,6 +18,20 @@ enum Topology: String, CaseIterable, CustomStringConvertible, Sendable {
     var description: String { rawValue }
 }
 
+/// One configuration a behaviour runs on: a topology over a kind of store. The conformance
+/// suites take `Setup.all` as their arguments, so every behaviour written once runs on every
+/// topology and every store kind (a PostgreSQL kind joins `StoreKind` with that store).
+struct Setup: Sendable, CustomStringConvertible {
+    let topology: Topology
+    let kind: StoreKind
+
+    static let all: [Setup] = Topology.allCases.flatMap { topology in
+        StoreKind.allCases.map { Setup(topology: topology, kind: $0) }
+    }
+
+    var description: String { "\(topology) on \(kind)" }
+}
+
 /// A store, a reading main context and something that starts updates, wired as `topology` says.
 @MainActor final class TopologyHarness {
     let topology: Topology
@@ -58,7 +72,24 @@ enum Topology: String, CaseIterable, CustomStringConvertible, Sendable {
         }
     }
 
+    convenience init(_ setup: Setup, order: UpdateOrder = .default, policy: MergePolicy = .objectTrump,
+                     types: [ManagedObject.Type] = fullModelTypes) throws {
+        try self.init(setup.topology, order: order, policy: policy) { rootContext in
+            try TestStore(setup.kind, rootContext: rootContext, types: types)
+        }
+    }
+
     var stack: Stack { store.stack }
+
+    /// Runs an update the way the topology starts them and returns once the reading main
+    /// context shows what it committed. Topologies that show commits by resetting the main
+    /// context invalidate the objects it held: fetch again after `write`.
+    func write<T>(_ block: (Update) throws -> T) async throws -> T {
+        let result = try update(block)
+        try await stack.flush()
+        try await settle()
+        return result
+    }
 
     /// The context updates start from.
     var source: any CommitSource { updater ?? world }
