@@ -3,29 +3,11 @@ import Foundation
 import Testing
 
 @Suite struct AggregateTests {
-    @MainActor static func populate(_ world: MainContext) throws {
-        try world.beginUpdateAndWait { update in
-            let rows: [(String, Int, String?)] = [("a", 10, "Taipei"), ("b", 20, "Taipei"), ("c", 60, "Kyoto"),
-                                                  ("d", 30, nil), ("e", 40, "Kyoto"), ("f", 5, "Taipei")]
-            var people: [Person] = []
-            for (name, age, location) in rows {
-                let person = try update.create(Person.self)
-                person.name = name
-                person.age = age
-                person.location = location
-                people.append(person)
-            }
-            people[0].friend = people[2]
-            people[1].friend = people[2]
-            try update.commit()
-        }
-    }
-
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func aggregatesGroupingHavingAndOrder(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try Self.populate(world)  // no flush: queries wait for commits on their way
+    @Test(arguments: Setup.all) @MainActor
+    func aggregatesGroupingHavingAndOrder(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write(Fixtures.agedPeople)
         #expect(try world.queryValue(Person.self, .average("age")).doubleValue == 27.5)
         #expect(try world.queryValue(Person.self, .sum("age")).doubleValue == 165)
         #expect(try world.queryValue(Person.self, .min("age")) == .integer(5))
@@ -70,9 +52,10 @@ import Testing
         #expect(query.sql.arguments == [.integer(10), .integer(20)])
     }
 
-    @Test @MainActor func badQueriesThrowNamingTheProblem() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
+    @Test(arguments: Setup.all) @MainActor
+    func badQueriesThrowNamingTheProblem(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
         #expect(throws: QueryError.self) { _ = try world.query(Person.self, .average("name")) }
         #expect(throws: QueryError.self) { _ = try world.query(Person.self, .average("nope")) }
         #expect(throws: QueryError.self) { _ = try world.query(Person.self, .select("name"), orderBy: .ascending("unknownAlias")) }

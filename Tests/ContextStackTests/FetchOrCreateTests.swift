@@ -3,11 +3,11 @@ import Foundation
 import Testing
 
 @Suite struct FetchOrCreateTests {
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func createsWithTheEqualityValuesThenFindsTheSameObject(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        let first = try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func createsWithTheEqualityValuesThenFindsTheSameObject(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        let first = try await harness.write { update in
             let knight = try update.fetchOrCreate(Person.self, %"name" == "Knight" && %"age" == 18)
             #expect(knight.isInserted)
             #expect(knight.name == "Knight" && knight.age == 18)
@@ -15,17 +15,18 @@ import Testing
             try update.commit()
             return knight.objectID
         }
-        let second = try world.beginUpdateAndWait { update in
+        let second = try await harness.write { update in
             try update.fetchOrCreate(Person.self, %"name" == "Knight" && %"age" == 18).objectID
         }
         #expect(first == second)
         #expect(try world.fetchCount(Person.self) == 1)
     }
 
-    @Test @MainActor func setsRelationshipsAndConvertsNumbers() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func setsRelationshipsAndConvertsNumbers(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             let farmer = try update.create(Person.self)
             let rex = try update.fetchOrCreate(Pet.self, %"owner" == farmer && %"name" == "Rex")
             #expect(rex.owner === farmer)
@@ -36,15 +37,16 @@ import Testing
         }
     }
 
-    @Test @MainActor func otherShapesThrowBeforeCreatingAnything() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
+    @Test(arguments: Setup.all) @MainActor
+    func otherShapesThrowBeforeCreatingAnything(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
         let invalid: [Condition] = [
             %"name" == "a" || %"age" == 1, %"age" > 3, !(%"name" == "a"), %"name" == %"location", %"friend.name" == "x", .all,
         ]
         for condition in invalid {
-            #expect {
-                try world.beginUpdateAndWait { update in
+            await #expect {
+                try await harness.write { update in
                     _ = try update.fetchOrCreate(Person.self, condition)
                     #expect(try update.fetchCount(Person.self) == 0)
                     try update.commit()
@@ -53,29 +55,30 @@ import Testing
                 (error as? QueryError)?.code == .invalidFetchOrCreate
             }
         }
-        #expect(throws: QueryError.self) {
-            try world.beginUpdateAndWait { update in _ = try update.fetchOrCreate(Person.self, %"nope" == 1) }
+        await #expect(throws: QueryError.self) {
+            try await harness.write { update in _ = try update.fetchOrCreate(Person.self, %"nope" == 1) }
         }
-        #expect(throws: QueryError.self) {
-            try world.beginUpdateAndWait { update in _ = try update.fetchOrCreate(Sample.self, %"int" == 2.5) }
+        await #expect(throws: QueryError.self) {
+            try await harness.write { update in _ = try update.fetchOrCreate(Sample.self, %"int" == 2.5) }
         }
         #expect(try world.fetchCount(Person.self) == 0)
     }
 }
 
 @Suite struct FetchOrCreateMissingTargetTests {
-    @Test @MainActor func aMissingRelationshipTargetThrowsBeforeCreating() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        let gone = try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func aMissingRelationshipTargetThrowsBeforeCreating(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        let gone = try await harness.write { update in
             let person = try update.create(Person.self)
             try update.commit()
             try update.delete(person)
             try update.commit()
             return person.objectID
         }
-        #expect {
-            try world.beginUpdateAndWait { update in
+        await #expect {
+            try await harness.write { update in
                 _ = try update.fetchOrCreate(Pet.self, %"owner" == gone)
                 try update.commit()
             }

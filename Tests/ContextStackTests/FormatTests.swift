@@ -184,7 +184,7 @@ import Testing
     func selectsWhatTheOperatorsSelect(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)
-        try PredicateTests.populate(world)
+        try world.beginUpdateAndWait(Fixtures.people)
         var matchedSome = 0
         for testCase in Self.cases {
             let expected = Result { try names(world, testCase.expected) }
@@ -214,7 +214,7 @@ import Testing
     @Test @MainActor func theContractExampleRuns() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        try PredicateTests.populate(world)
+        try world.beginUpdateAndWait(Fixtures.people)
         let people = try world.fetchAll(Person.self, .where("name LIKE[c] %@ AND age > %@", "m*", 18))
         #expect(people.map(\.name) == ["Monk"])
         #expect(try world.fetchCount(Person.self, .where("age >= %d", 35)) == 3)
@@ -260,7 +260,7 @@ import Testing
     func objectsAndObjectIDs(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)
-        try PredicateTests.populate(world)
+        try world.beginUpdateAndWait(Fixtures.people)
         let farmer = try #require(try world.fetch(Person.self, %"name" == "Farmer"))
         let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
         let pairs: [(Condition, Condition)] = [
@@ -562,7 +562,7 @@ import Testing
     @Test @MainActor func aLongChainRunsAsTheShortOneDoes() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        try PredicateTests.populate(world)
+        try world.beginUpdateAndWait(Fixtures.people)
         let chain = Condition.where(Array(repeating: "age > 12", count: 5_000).joined(separator: " AND ") + " AND location != nil")
         #expect(try names(world, chain) == names(world, %"age" > 12 && %"location" != nil))
         #expect(try names(world, chain) == ["Farmer", "Monk", "Warrior"])

@@ -8,7 +8,7 @@ import Testing
     @MainActor private static func world(_ kind: StoreKind) throws -> (TestStore, MainContext) {
         let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)
-        try PredicateTests.populate(world)
+        try world.beginUpdateAndWait(Fixtures.people)
         try world.beginUpdateAndWait { update in
             let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
             for (name, age) in [("Rex", 3), ("Tom", 9)] {

@@ -7,11 +7,11 @@ import Testing
         try world.fetchAll(Person.self, condition, orderBy: .ascending("name")).map(\.name)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func stringOperatorsWithCaseAndDiacriticOptions(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func stringOperatorsWithCaseAndDiacriticOptions(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             for name in ["Monk", "monk", "MONKEY", "Mönch", "Élise", "e\u{301}lise", "Bob"] {
                 try update.create(Person.self).name = name
             }
@@ -38,11 +38,11 @@ import Testing
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, %"name"%.matches("(")) }
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func inAndBetween(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func inAndBetween(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             for (name, age, location) in [("a", 1, "x"), ("b", 5, nil), ("c", 18, "y"), ("d", 19, "x")] as [(String, Int, String?)] {
                 let person = try update.create(Person.self)
                 person.name = name
@@ -72,11 +72,11 @@ import Testing
         #expect(sql.arguments == [.integer(0), .integer(1), .text("M*"), .integer(1), .integer(2), .integer(3), .integer(4)])
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func quantifiersAndCountOverToManyRelationships(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func quantifiersAndCountOverToManyRelationships(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             let ann = try update.create(Person.self)
             ann.name = "Ann"
             let bob = try update.create(Person.self)
@@ -104,7 +104,7 @@ import Testing
         #expect(try world.fetchAll(Article.self, %"tags.name"%.any == "swift").count == 1)
         #expect(try world.fetchAll(Tag.self, %"articles.@count" == 1).count == 1)
         // Pending changes inside an update are seen by quantifiers and counts too.
-        try world.beginUpdateAndWait { update in
+        try await harness.write { update in
             let cy = try #require(try update.fetch(Person.self, %"name" == "Cy"))
             let rex = try #require(try update.fetch(Pet.self, %"name" == "Rex"))
             rex.owner = cy
@@ -124,10 +124,11 @@ import Testing
 
 @Suite struct NaNTests {
     /// SQLite binds NaN as NULL; memory does the same, so pending and stored rows agree.
-    @Test @MainActor func nanIsNullInSQLAndInMemory() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func nanIsNullInSQLAndInMemory(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             try update.create(Sample.self).optionalDouble = .nan
             try update.commit()
             try update.create(Sample.self).optionalDouble = .nan
@@ -140,10 +141,11 @@ import Testing
 
 @Suite struct MatchesTests {
     /// MATCHES is about the whole text: the first match of `a|ab` in "ab" is "a", yet "ab" matches.
-    @Test @MainActor func matchesTheWholeTextWhateverTheAlternativesOrLaziness() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func matchesTheWholeTextWhateverTheAlternativesOrLaziness(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             for name in ["ab", "abc", "b"] { try update.create(Person.self).name = name }
             try update.commit()
         }

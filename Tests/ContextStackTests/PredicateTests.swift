@@ -3,38 +3,16 @@ import Foundation
 import Testing
 
 @Suite struct PredicateTests {
-    /// People: name, age, location (some nil), friend chains.
-    @MainActor static func populate(_ world: MainContext) throws {
-        try world.beginUpdateAndWait { update in
-            let rows: [(String, Int, String?)] = [
-                ("Farmer", 28, "Taipei"), ("Knight", 18, nil), ("Monk", 63, "Kyoto"),
-                ("Warrior", 35, "Taipei"), ("monk", 12, ""), ("Élise", 40, nil),
-            ]
-            var people: [Person] = []
-            for (name, age, location) in rows {
-                let person = try update.create(Person.self)
-                person.name = name
-                person.age = age
-                person.location = location
-                people.append(person)
-            }
-            people[1].friend = people[0]  // Knight → Farmer
-            people[3].friend = people[1]  // Warrior → Knight
-            people[4].friend = people[2]  // monk → Monk
-            try update.commit()
-        }
-    }
-
     @MainActor func names(_ world: MainContext, _ condition: Condition?, orderBy: OrderBy = .ascending("name"),
                           options: FetchOptions = FetchOptions()) throws -> [String] {
         try world.fetchAll(Person.self, condition, orderBy: orderBy, options: options).map(\.name)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func comparisonsWithValuesNilAndKeys(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try Self.populate(world)
+    @Test(arguments: Setup.all) @MainActor
+    func comparisonsWithValuesNilAndKeys(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write(Fixtures.people)
         #expect(try names(world, %"name" == "Monk") == ["Monk"])  // binary: "monk" differs
         #expect(try names(world, "name"% != "Monk") == ["Farmer", "Knight", "Warrior", "monk", "Élise"])
         #expect(try names(world, %"age" > 35) == ["Monk", "Élise"])
@@ -58,11 +36,11 @@ import Testing
         #expect(try names(world, Condition.none) == [])
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func keyPathsThroughToOneRelationships(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try Self.populate(world)
+    @Test(arguments: Setup.all) @MainActor
+    func keyPathsThroughToOneRelationships(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write(Fixtures.people)
         #expect(try names(world, %"friend.age" > 25) == ["Knight", "monk"])
         #expect(try names(world, %"friend.name" == "Knight") == ["Warrior"])
         #expect(try names(world, %"friend.friend.name" == "Farmer") == ["Warrior"])
@@ -74,11 +52,11 @@ import Testing
         #expect(try names(world, %"friend" != farmer) == ["Farmer", "Monk", "Warrior", "monk", "Élise"])
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func orderLimitAndOffset(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try Self.populate(world)
+    @Test(arguments: Setup.all) @MainActor
+    func orderLimitAndOffset(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write(Fixtures.people)
         #expect(try names(world, nil, orderBy: .descending("age")) == ["Monk", "Élise", "Warrior", "Farmer", "Knight", "monk"])
         // NULL first ascending, last descending; ties in primary-key order.
         #expect(try names(world, nil, orderBy: .ascending("location") | .descending("age"))
@@ -92,9 +70,10 @@ import Testing
         #expect(try world.fetchIDs(Person.self, orderBy: .ascending("age"), options: .limit(1)).count == 1)
     }
 
-    @Test @MainActor func unknownKeysAndWrongTypesThrowNamingKeyAndEntity() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
+    @Test(arguments: Setup.all) @MainActor
+    func unknownKeysAndWrongTypesThrowNamingKeyAndEntity(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
         func expectError(_ condition: Condition, _ code: QueryError.Code, key: String, sourceLocation: SourceLocation = #_sourceLocation) {
             #expect(sourceLocation: sourceLocation) {
                 _ = try world.fetchAll(Person.self, condition)
@@ -130,11 +109,12 @@ import Testing
         #expect(notQuery.fromWhere().text == #"FROM "Person" AS t0 WHERE (NOT t0."age" IS NOT ?)"#)
     }
 
-    @Test @MainActor func hostileValuesMatchLiterally() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
+    @Test(arguments: Setup.all) @MainActor
+    func hostileValuesMatchLiterally(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
         let hostile = ["'; DROP TABLE Person; --", "a\u{0}b", "\"quoted\"", String(repeating: "x", count: 1_000_000)]
-        try world.beginUpdateAndWait { update in
+        try await harness.write { update in
             for name in hostile { try update.create(Person.self).name = name }
             try update.commit()
         }

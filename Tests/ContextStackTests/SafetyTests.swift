@@ -20,7 +20,7 @@ import Testing
     func hostileKeysAreRejectedWithQueryErrors(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)
-        try PredicateTests.populate(world)
+        try world.beginUpdateAndWait(Fixtures.people)
         let huge = String(repeating: "k", count: 1 << 20)
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, Key(huge) == "x") }
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, .where("%K == 1", huge)) }
@@ -94,7 +94,7 @@ import Testing
     @Test @MainActor func queriesNameOnlyWhatEachRowHas() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        try PredicateTests.populate(world)
+        try world.beginUpdateAndWait(Fixtures.people)
         // Having filters groups: without grouping or an aggregate it means nothing.
         #expect { _ = try world.query(Person.self, .select("name"), having: %"name" == "Monk") } throws: {
             ($0 as? QueryError)?.code == .unsupported

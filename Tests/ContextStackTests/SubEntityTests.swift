@@ -3,11 +3,11 @@ import Foundation
 import Testing
 
 @Suite struct SubEntityTests {
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func subEntitiesShareTheParentTableAndComeWithItsFetches(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func subEntitiesShareTheParentTableAndComeWithItsFetches(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             let team = try update.create(Team.self)
             team.title = "Core"
             let ada = try update.create(Engineer.self)
@@ -33,10 +33,10 @@ import Testing
         let team = try #require(try world.fetch(Team.self))
         #expect(Set(team.members.map(\.name)) == ["Ada", "Grace"])
         #expect(staff[0].team === team)
-        try await store.stack.flush()
-        #expect(try store.scalar("SELECT count(*) FROM Staff") == .integer(3))
-        if kind == .file {
-            let reopened = try MainContext(stack: store.reopen())
+        try await harness.stack.flush()
+        #expect(try harness.store.scalar("SELECT count(*) FROM Staff") == .integer(3))
+        if setup.kind == .file {
+            let reopened = try MainContext(stack: harness.store.reopen())
             let engineer = try #require(try reopened.fetch(Staff.self, %"name" == "Ada") as? Engineer)
             #expect(engineer.language == "C")
             #expect(engineer.team?.title == "Core")

@@ -3,11 +3,11 @@ import Foundation
 import Testing
 
 @Suite struct TypedPredicateTests {
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func keyPathsWorkLikeKeyStrings(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try PredicateTests.populate(world)
+    @Test(arguments: Setup.all) @MainActor
+    func keyPathsWorkLikeKeyStrings(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write(Fixtures.people)
         func names(_ condition: Condition, _ order: OrderBy = .ascending(\Person.name)) throws -> [String] {
             try world.fetchAll(Person.self, condition, orderBy: order).map(\.name)
         }
@@ -21,9 +21,10 @@ import Testing
         #expect(try names(.all, .descending(\Person.age)) == ["Monk", "Élise", "Warrior", "Farmer", "Knight", "monk"])
     }
 
-    @Test @MainActor func keyPathsThatAreNotPersistedPropertiesThrowWhenUsed() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
+    @Test(arguments: Setup.all) @MainActor
+    func keyPathsThatAreNotPersistedPropertiesThrowWhenUsed(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
         #expect {
             _ = try world.fetchAll(Person.self, \Person.scratch > 1)  // @Transient
         } throws: { error in

@@ -115,11 +115,12 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person") == .integer(2))
     }
 
-    @Test @MainActor func duplicatesInsideOneCommitThrow() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        let error = #expect(throws: SaveError.self) {
-            try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func duplicatesInsideOneCommitThrow(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        let error = await #expect(throws: SaveError.self) {
+            try await harness.write { update in
                 try update.create(Person.self).email = "twin@example.com"
                 try update.create(Person.self).email = "twin@example.com"
                 try update.commit()
@@ -129,10 +130,11 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         #expect(try world.fetchCount(Person.self) == 0)
     }
 
-    @Test @MainActor func changingAValueToOneInUseThrowsButSwapsAndReusesAreFine() async throws {
-        let store = try TestStore(.file)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func changingAValueToOneInUseThrowsButSwapsAndReusesAreFine(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             for name in ["a", "b", "c"] {
                 let person = try update.create(Person.self)
                 person.name = name
@@ -140,13 +142,13 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
             }
             try update.commit()
         }
-        #expect(throws: SaveError.self) {
-            try world.beginUpdateAndWait { update in
+        await #expect(throws: SaveError.self) {
+            try await harness.write { update in
                 try #require(try update.fetch(Person.self, %"name" == "a")).email = "b@example.com"
                 try update.commit()
             }
         }
-        try world.beginUpdateAndWait { update in
+        try await harness.write { update in
             // Swap a and b in one commit; delete c and give its address to a new person.
             let a = try #require(try update.fetch(Person.self, %"name" == "a"))
             let b = try #require(try update.fetch(Person.self, %"name" == "b"))
@@ -157,15 +159,16 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
             d.email = "c@example.com"
             try update.commit()
         }
-        try await store.stack.flush()
+        try await harness.stack.flush()
         let emails = try world.fetchAll(Person.self, orderBy: .ascending("name")).map { "\($0.name):\($0.email ?? "-")" }
         #expect(emails == ["a:b@example.com", "b:a@example.com", "d:c@example.com"])
     }
 
-    @Test @MainActor func nilNeverConflicts() throws {
-        let store = try TestStore(.memory, types: uniquenessTypes)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func nilNeverConflicts(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup, types: uniquenessTypes)
+        let world = harness.world
+        try await harness.write { update in
             for _ in 0..<3 { try update.create(Person.self).email = nil }
             try update.create(Phone.self)
             try update.create(Phone.self)
@@ -174,10 +177,11 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         #expect(try world.fetchCount(Person.self) == 3)
     }
 
-    @Test @MainActor func compoundKeysConflictOnlyAsAWhole() throws {
-        let store = try TestStore(.file, types: uniquenessTypes)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func compoundKeysConflictOnlyAsAWhole(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup, types: uniquenessTypes)
+        let world = harness.world
+        try await harness.write { update in
             for (first, last) in [("Ada", "Lovelace"), ("Ada", "Byron"), ("Grace", "Lovelace")] {
                 let member = try update.create(Member.self)
                 member.first = first
@@ -185,8 +189,8 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
             }
             try update.commit()
         }
-        let error = #expect(throws: SaveError.self) {
-            try world.beginUpdateAndWait { update in
+        let error = await #expect(throws: SaveError.self) {
+            try await harness.write { update in
                 let member = try update.create(Member.self)
                 member.first = "Ada"
                 member.last = "Lovelace"

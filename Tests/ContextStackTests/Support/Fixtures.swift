@@ -1,0 +1,65 @@
+@testable import ContextStack
+import Foundation
+
+/// Data sets that several suites read, each written by one update (which it commits). Pass
+/// them to whatever starts the update: `try await harness.write(Fixtures.people)`,
+/// `try world.beginUpdateAndWait(Fixtures.people)`.
+enum Fixtures {
+    /// Six people: names with case and accent variants, ages 12 to 63, some without a
+    /// location, and friend chains (Knight → Farmer, Warrior → Knight, monk → Monk).
+    static func people(_ update: Update) throws {
+        let rows: [(String, Int, String?)] = [
+            ("Farmer", 28, "Taipei"), ("Knight", 18, nil), ("Monk", 63, "Kyoto"),
+            ("Warrior", 35, "Taipei"), ("monk", 12, ""), ("Élise", 40, nil),
+        ]
+        var people: [Person] = []
+        for (name, age, location) in rows {
+            let person = try update.create(Person.self)
+            person.name = name
+            person.age = age
+            person.location = location
+            people.append(person)
+        }
+        people[1].friend = people[0]
+        people[3].friend = people[1]
+        people[4].friend = people[2]
+        try update.commit()
+    }
+
+    /// Six people "a" to "f" aged 5 to 60 in Taipei, Kyoto or nowhere; a and b befriend c.
+    static func agedPeople(_ update: Update) throws {
+        let rows: [(String, Int, String?)] = [("a", 10, "Taipei"), ("b", 20, "Taipei"), ("c", 60, "Kyoto"),
+                                              ("d", 30, nil), ("e", 40, "Kyoto"), ("f", 5, "Taipei")]
+        var people: [Person] = []
+        for (name, age, location) in rows {
+            let person = try update.create(Person.self)
+            person.name = name
+            person.age = age
+            person.location = location
+            people.append(person)
+        }
+        people[0].friend = people[2]
+        people[1].friend = people[2]
+        try update.commit()
+    }
+
+    /// 25 people "p00" to "p24", each befriending the previous one, every third with two pets.
+    static func chain(_ update: Update) throws {
+        var previous: Person?
+        for index in 0..<25 {
+            let person = try update.create(Person.self)
+            person.name = String(format: "p%02d", index)
+            person.age = index
+            person.friend = previous
+            if index % 3 == 0 {
+                for petIndex in 0..<2 {
+                    let pet = try update.create(Pet.self)
+                    pet.name = "pet\(index)-\(petIndex)"
+                    pet.owner = person
+                }
+            }
+            previous = person
+        }
+        try update.commit()
+    }
+}
