@@ -62,33 +62,36 @@ import Testing
     /// Stands for one counted object, so IDs and count compare in one expectation.
     static let countMarker = ObjectID(rootEntity: Person.entityDescription, primaryKey: -1)
 
-    @MainActor static func populate(_ world: MainContext, _ rng: inout SeededGenerator, count: Int) throws {
-        var local = rng
-        try world.beginUpdateAndWait { update in
-            var people: [Person] = []
-            for _ in 0..<count {
-                let person = try update.create(Person.self)
-                person.name = randomString(&local)
-                person.age = randomAge(&local)
-                person.location = randomOptionalString(&local)
-                people.append(person)
-            }
-            for person in people where Int.random(in: 0..<3, using: &local) > 0 {
-                person.friend = people.randomElement(using: &local)
-            }
-            try update.commit()
+    /// `count` random people with random friends, committed by `update`.
+    static func populate(_ update: Update, _ rng: inout SeededGenerator, count: Int) throws {
+        var people: [Person] = []
+        for _ in 0..<count {
+            let person = try update.create(Person.self)
+            person.name = randomString(&rng)
+            person.age = randomAge(&rng)
+            person.location = randomOptionalString(&rng)
+            people.append(person)
         }
-        rng = local
+        for person in people where Int.random(in: 0..<3, using: &rng) > 0 {
+            person.friend = people.randomElement(using: &rng)
+        }
+        try update.commit()
     }
 
-    @Test(arguments: propertySeeds()) @MainActor
-    func sqlAndMemoryAgreeOnPredicatesAndOrder(seed: UInt64) async throws {
+    /// Every seed on every setup; the default setup (three-tier, in memory) gets the most cases.
+    static let differentialRuns: [(Setup, UInt64)] = { let seeds = propertySeeds(); return Setup.all.flatMap { setup in seeds.map { (setup, $0) } } }()
+
+    @Test(arguments: differentialRuns) @MainActor
+    func sqlAndMemoryAgreeOnPredicatesAndOrder(setup: Setup, seed: UInt64) async throws {
         var rng = SeededGenerator(seed: seed)
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try Self.populate(world, &rng, count: 60)
-        try await store.stack.flush()
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        var local = rng
+        try await harness.write { update in try Self.populate(update, &local, count: 60) }
+        rng = local
+        let store = harness.store
         let entity = store.stack.graph.entity(for: Person.self)
+        let iterations = setup.topology == .threeTier && setup.kind == .memory ? 1500 : 300
         let all = try world.fetchAll(Person.self)
         var rows: [ObjectID: RowData] = [:]
         for person in all { rows[person.objectID] = RowData(entity: entity, values: person.values) }
@@ -99,7 +102,7 @@ import Testing
             return rows.filter { $0.value.values[inverse.slot] == .integer(owner.primaryKey) }.map(\.key).sorted()
         }
 
-        for iteration in 0..<1500 {
+        for iteration in 0..<iterations {
             let condition = Self.randomCondition(&rng)
             let order = Self.randomOrder(&rng)
             let query = try CompiledQuery(entity: entity, condition: condition, orderBy: order)
@@ -108,7 +111,7 @@ import Testing
                 .map { (id: $0.key, values: $0.value.values) }
                 .sorted { try query.sortsBefore($0, $1, resolve: resolve) }
                 .map(\.id)
-            #expect(fromSQL == inMemory, "seed \(seed), case \(iteration): \(condition) ORDER BY \(order)")
+            #expect(fromSQL == inMemory, "\(setup), seed \(seed), case \(iteration): \(condition) ORDER BY \(order)")
             if fromSQL != inMemory { return }
         }
     }
@@ -121,7 +124,9 @@ import Testing
         for round in 0..<12 {
             let store = try TestStore(.memory)
             let world = try MainContext(stack: store.stack)
-            try Self.populate(world, &rng, count: 25)
+            var seeded = rng
+            try world.beginUpdateAndWait { update in try Self.populate(update, &seeded, count: 25) }
+            rng = seeded
             if round.isMultiple(of: 2) { try await store.stack.flush() }  // half the rounds read through the overlay
             let queries = (0..<40).map { _ in
                 (Self.randomCondition(&rng), Self.randomOrder(&rng), Int.random(in: 0..<4, using: &rng), Int.random(in: 1..<12, using: &rng))
