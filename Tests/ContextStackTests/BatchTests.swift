@@ -31,17 +31,17 @@ import Testing
         }
     }
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func batchInsertWritesAtOnceAndIsOneCommit(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.all) @MainActor
+    func batchInsertWritesAtOnceAndIsOneCommit(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         let commits = Locked<[Commit]>([])
         let token = harness.observeCommit { commit in commits.withLock { $0.append(commit) } }
         let count = try harness.update { update in
             try update.batchInsert(Person.self, [["name": "Farmer", "age": 28], ["name": "Knight", "location": "Taipei"], [:]])
         }
         #expect(count == 3)
-        // In SQLite when it returns, whatever the topology.
-        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person") == .integer(3))
+        // In SQLite when it returns, whatever the setup.topology.
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(3))
         try await harness.settle()
         let people = try harness.world.fetchAll(Person.self, orderBy: .ascending("name"))
         #expect(people.map(\.name) == ["", "Farmer", "Knight"])
@@ -54,9 +54,9 @@ import Testing
         token.cancel()
     }
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func batchUpdateReachesHeldObjectsAndObservers(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.all) @MainActor
+    func batchUpdateReachesHeldObjectsAndObservers(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         try Self.seed(harness)
         try await harness.settle()
         let farmer = try #require(try harness.world.fetch(Person.self, %"name" == "Farmer"))
@@ -66,15 +66,15 @@ import Testing
             try update.batchUpdate(Person.self, %"age" >= 18, set: ["location": "Taipei", "age": 30])
         }
         #expect(matched == 2)
-        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person WHERE location = 'Taipei' AND age = 30") == .integer(2))
-        if topology == .twoTierWithoutMerge {
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person WHERE location = 'Taipei' AND age = 30") == .integer(2))
+        if setup.topology == .twoTierWithoutMerge {
             // A main context that does not merge keeps its view until it resets.
             #expect(try harness.world.fetch(Person.self, %"name" == "Knight")?.location == nil)
             #expect(try harness.world.fetchCount(Person.self, %"location" == "Taipei") == 0)
         }
         try await harness.settle()
         await mainQueueTurn()
-        if topology == .threeTier || topology == .threeTierWithoutRoot || topology == .twoTierAutoMerge {
+        if setup.topology == .threeTier || setup.topology == .threeTierWithoutRoot || setup.topology == .twoTierAutoMerge {
             // The object it already held shows the new values.
             _ = try harness.world.fetchCount(Person.self)
             #expect(farmer.location == "Taipei" && farmer.age == 30)
@@ -88,9 +88,9 @@ import Testing
         token.cancel()
     }
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func batchDeleteAppliesDeleteRules(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.all) @MainActor
+    func batchDeleteAppliesDeleteRules(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         try Self.seed(harness)
         try await harness.settle()
         let commits = Locked<[Commit]>([])
@@ -99,11 +99,10 @@ import Testing
         let knightID = try #require(try harness.world.fetch(Person.self, %"name" == "Knight")).objectID
         let matched = try harness.update { update in try update.batchDelete(Person.self, %"name" == "Farmer") }
         #expect(matched == 1)
-        let db = try harness.store.rawConnection()
-        #expect(try db.scalar("SELECT count(*) FROM Person") == .integer(2))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(2))
         // `.cascade` took the pets; `.nullify` cleared the knight's friend.
-        #expect(try db.scalar("SELECT count(*) FROM Pet") == .integer(0))
-        #expect(try db.scalar("SELECT friend FROM Person WHERE name = 'Knight'") == .null)
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Pet") == .integer(0))
+        #expect(try harness.store.writtenScalar("SELECT friend FROM Person WHERE name = 'Knight'") == .null)
         try await harness.settle()
         await mainQueueTurn()
         #expect(try harness.world.fetchCount(Pet.self) == 0)
@@ -117,7 +116,7 @@ import Testing
 
         // Many-to-many: the join rows go, and the other side is told.
         _ = try harness.update { update in try update.batchDelete(Tag.self) }
-        #expect(try db.scalar("SELECT count(*) FROM Z_Article_tags_Tag_articles") == .integer(0))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Z_Article_tags_Tag_articles") == .integer(0))
         try await harness.settle()
         #expect(try harness.world.fetch(Article.self)?.tags.isEmpty == true)
         token.cancel()
@@ -159,7 +158,7 @@ import Testing
         // A vault without coins goes.
         #expect(try harness.update { update in try update.batchDelete(Vault.self, %"label" == "empty") } == 1)
         try await harness.stack.flush()
-        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Vault") == .integer(1))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Vault") == .integer(1))
     }
 
     @Test @MainActor func theUpdateItselfStaysCoherent() async throws {
@@ -182,7 +181,7 @@ import Testing
             try update.commit()
         }
         try await harness.stack.flush()
-        let rows = try harness.store.rawConnection().rows("SELECT name, age, location FROM Person ORDER BY name")
+        let rows = try harness.store.writtenRows("SELECT name, age, location FROM Person ORDER BY name")
         #expect(rows == [["Farmer", 40, "Hsinchu"], ["Sir Knight", 19, "Hsinchu"]])
     }
 
@@ -220,7 +219,7 @@ import Testing
         #expect(update?.code == .uniquenessViolated)
         #expect(update?.keys == ["email"])
         try await harness.stack.flush()
-        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person WHERE email IS NOT NULL") == .integer(0))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person WHERE email IS NOT NULL") == .integer(0))
         #expect(try harness.world.fetchCount(Person.self) == 3)
     }
 
@@ -258,6 +257,6 @@ import Testing
         try await harness.stack.flush()
         #expect(failures.withLock { $0 } == 8)
         #expect(recorder.all.isEmpty)
-        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Pet") == .integer(32))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Pet") == .integer(32))
     }
 }

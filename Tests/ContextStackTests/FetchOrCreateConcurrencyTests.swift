@@ -5,9 +5,9 @@ import Testing
 
 /// `fetchOrCreate` on unique values, from update contexts that run at the same time.
 @Suite(.timeLimit(.minutes(2))) struct FetchOrCreateConcurrencyTests {
-    @Test(arguments: Topology.allCases) @MainActor
-    func twoContextsThatBothCreateEndUpWithOneObject(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.all) @MainActor
+    func twoContextsThatBothCreateEndUpWithOneObject(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         let commits = Locked<[Commit]>([])
         let token = harness.observeCommit { commit in commits.withLock { $0.append(commit) } }
         let a = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
@@ -36,7 +36,7 @@ import Testing
         #expect(monk.objectID == first)
         // Merged property by property: the later commit wins what it set, the rest stays.
         #expect(monk.name == "B" && monk.age == 63 && monk.location == "Taipei")
-        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person") == .integer(1))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(1))
         await mainQueueTurn()
         let seen = commits.withLock { $0 }
         #expect(seen.map(\.inserted) == [[first], []])
@@ -115,6 +115,6 @@ import Testing
         let people = try harness.world.fetchAll(Person.self)
         #expect(people.count == 7)
         #expect(Set(people.compactMap(\.email)).count == 7)
-        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person") == .integer(7))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(7))
     }
 }

@@ -25,7 +25,6 @@ import Testing
     @Test(arguments: Setup.all) @MainActor
     func setsRelationshipsAndConvertsNumbers(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)
-        let world = harness.world
         try await harness.write { update in
             let farmer = try update.create(Person.self)
             let rex = try update.fetchOrCreate(Pet.self, %"owner" == farmer && %"name" == "Rex")

@@ -15,7 +15,7 @@ import Testing
 
     /// The results under test: each exercises another path (in place, descending sections,
     /// one section, a window, a key path).
-    struct Setup {
+    struct Shape {
         let label: String
         let condition: Condition?
         let orderBy: OrderBy
@@ -23,19 +23,19 @@ import Testing
         let options: FetchOptions
     }
 
-    static let setups = [
-        Setup(label: "sections", condition: %"age" > 18, orderBy: .ascending("location") | .ascending("name"),
+    static let shapes = [
+        Shape(label: "sections", condition: %"age" > 18, orderBy: .ascending("location") | .ascending("name"),
               sectioned: true, options: FetchOptions()),
-        Setup(label: "descending sections", condition: %"age" <= 30 || %"location" == nil,
+        Shape(label: "descending sections", condition: %"age" <= 30 || %"location" == nil,
               orderBy: .descending("location") | .descending("age"), sectioned: true, options: FetchOptions()),
-        Setup(label: "one section", condition: nil, orderBy: .ascending("age"), sectioned: false, options: FetchOptions()),
-        Setup(label: "window", condition: %"age" > 5, orderBy: .ascending("name"), sectioned: false,
+        Shape(label: "one section", condition: nil, orderBy: .ascending("age"), sectioned: false, options: FetchOptions()),
+        Shape(label: "window", condition: %"age" > 5, orderBy: .ascending("name"), sectioned: false,
               options: .limit(4) | .offset(2)),
-        Setup(label: "key path", condition: %"friend.age" > 20, orderBy: .ascending("name"), sectioned: false,
+        Shape(label: "key path", condition: %"friend.age" > 20, orderBy: .ascending("name"), sectioned: false,
               options: FetchOptions()),
-        Setup(label: "two hops, sections", condition: %"friend.friend.age" < 30 || %"friend" == nil,
+        Shape(label: "two hops, sections", condition: %"friend.friend.age" < 30 || %"friend" == nil,
               orderBy: .ascending("location") | .descending("age"), sectioned: true, options: FetchOptions()),
-        Setup(label: "key path order", condition: %"age" > 10, orderBy: .ascending("friend.name") | .ascending("name"),
+        Shape(label: "key path order", condition: %"age" > 10, orderBy: .ascending("friend.name") | .ascending("name"),
               sectioned: false, options: FetchOptions()),
     ]
 
@@ -53,16 +53,16 @@ import Testing
     static let names = ["Ann", "Bob", "Cid", "Dee", "Eve", "Fay"]
     static let locations: [String?] = ["Oslo", "Rome", "Taipei", nil]
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func appliedBatchesEqualFreshFetches(topology: Topology) async throws {
+    @Test(arguments: Setup.all) @MainActor
+    func appliedBatchesEqualFreshFetches(setup: Setup) async throws {
         for seed in propertySeeds() {
-            try await run(topology, seed: seed)
+            try await run(setup, seed: seed)
         }
     }
 
-    @MainActor private func run(_ topology: Topology, seed: UInt64) async throws {
+    @MainActor private func run(_ setup: Setup, seed: UInt64) async throws {
         var random = SeededGenerator(seed: seed)
-        let harness = try TopologyHarness(topology, kind: .memory)
+        let harness = try TopologyHarness(setup)
         var alive: [ObjectID] = []
         // Start with some people, so the first commits move things around.
         let initial: [Op] = (0..<12).map { _ in
@@ -75,17 +75,17 @@ import Testing
         let world = harness.world
         var results: [FetchedResults<Person>] = []
         var received: [[ResultsChange]] = []
-        for (index, setup) in Self.setups.enumerated() {
-            let live = try FetchedResults(context: world, Person.self, setup.condition, orderBy: setup.orderBy,
-                                          sectionBy: setup.sectioned ? %"location" : nil, options: setup.options)
+        for (index, shape) in Self.shapes.enumerated() {
+            let live = try FetchedResults(context: world, Person.self, shape.condition, orderBy: shape.orderBy,
+                                          sectionBy: shape.sectioned ? %"location" : nil, options: shape.options)
             received.append([])
             live.onChange = { change in received[index].append(change) }
             results.append(live)
         }
         for step in 0..<30 {
             var snapshots = results.map(Self.snapshot)
-            for (index, setup) in Self.setups.enumerated() {
-                #expect(snapshots[index] == (try fresh(setup, world)), "\(topology) seed \(seed) \(setup.label): results differ from a fetch before step \(step)")
+            for (index, shape) in Self.shapes.enumerated() {
+                #expect(snapshots[index] == (try fresh(shape, world)), "\(setup) seed \(seed) \(shape.label): results differ from a fetch before step \(step)")
             }
             // A commit of one to four operations on distinct people.
             var ops: [Op] = []
@@ -118,10 +118,10 @@ import Testing
             let after = try Self.everyone(world)
             let changed = Set(before.keys.filter { after[$0] != nil && after[$0] != before[$0] })
 
-            for (index, setup) in Self.setups.enumerated() {
-                let context = "\(topology) seed \(seed) step \(step) \(setup.label)"
+            for (index, shape) in Self.shapes.enumerated() {
+                let context = "\(setup) seed \(seed) step \(step) \(shape.label)"
                 let now = Self.snapshot(results[index])
-                let expected = try fresh(setup, world)
+                let expected = try fresh(shape, world)
                 #expect(now == expected, "\(context): results differ from a fresh fetch")
                 #expect(try Self.values(results[index]) == Self.values(of: expected, in: world), "\(context): stale values")
                 let batches = received[index]
@@ -166,9 +166,9 @@ import Testing
         }
     }
 
-    @MainActor private func fresh(_ setup: Setup, _ world: MainContext) throws -> [SnapSection] {
-        let people = try world.fetchAll(Person.self, setup.condition, orderBy: setup.orderBy, options: setup.options)
-        guard setup.sectioned else { return [SnapSection(name: nil, ids: people.map(\.objectID))] }
+    @MainActor private func fresh(_ shape: Shape, _ world: MainContext) throws -> [SnapSection] {
+        let people = try world.fetchAll(Person.self, shape.condition, orderBy: shape.orderBy, options: shape.options)
+        guard shape.sectioned else { return [SnapSection(name: nil, ids: people.map(\.objectID))] }
         var sections: [SnapSection] = []
         for person in people {
             if sections.isEmpty || sections[sections.count - 1].name != person.location {

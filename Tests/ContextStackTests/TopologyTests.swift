@@ -4,9 +4,9 @@ import Testing
 
 /// One set of behaviours, run on every topology.
 @Suite(.timeLimit(.minutes(2))) struct TopologyBehaviourTests {
-    @Test(arguments: Topology.allCases) @MainActor
-    func createUpdateAndDeleteReachTheReader(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.all) @MainActor
+    func createUpdateAndDeleteReachTheReader(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         try harness.update { update in
             for (name, age) in [("Farmer", 28), ("Knight", 18), ("Monk", 63)] {
                 let person = try update.create(Person.self)
@@ -26,12 +26,12 @@ import Testing
         #expect(try harness.world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["Farmer", "Monk"])
         #expect(try harness.world.fetch(Person.self, %"name" == "Monk")?.age == 64)
         try await harness.stack.flush()
-        #expect(try harness.store.rawConnection().scalar("SELECT count(*) FROM Person") == .integer(2))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(2))
     }
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func relationshipsAndDeleteRulesBehaveTheSame(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.all) @MainActor
+    func relationshipsAndDeleteRulesBehaveTheSame(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         try harness.update { update in
             let farmer = try update.create(Person.self)
             farmer.name = "Farmer"
@@ -54,9 +54,9 @@ import Testing
         #expect(try harness.world.fetch(Person.self, %"name" == "Knight")?.friend == nil)
     }
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func observersReceiveEachCommitWithItsPayload(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.all) @MainActor
+    func observersReceiveEachCommitWithItsPayload(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         let received = Locked<[Commit]>([])
         let everything = Locked<[Commit]>([])
         let token = harness.observeCommit { commit in received.withLock { $0.append(commit) } }
@@ -86,10 +86,10 @@ import Testing
         withExtendedLifetime((token, all)) {}
     }
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func aThrowingUpdateRollsBackEverywhere(topology: Topology) async throws {
+    @Test(arguments: Setup.all) @MainActor
+    func aThrowingUpdateRollsBackEverywhere(setup: Setup) async throws {
         struct Boom: Error {}
-        let harness = try TopologyHarness(topology)
+        let harness = try TopologyHarness(setup)
         #expect(throws: Boom.self) {
             try harness.update { update in
                 try update.create(Pet.self).name = "Ghost"
@@ -101,18 +101,18 @@ import Testing
         #expect(try harness.world.fetchCount(Pet.self) == 0)
     }
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func transactionIsDurableWhenItReturns(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.all) @MainActor
+    func transactionIsDurableWhenItReturns(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         _ = try await harness.transaction { update in try update.create(Pet.self).name = "Rex" }
-        #expect(try harness.store.rawConnection().scalar("SELECT name FROM Pet") == .text("Rex"))
+        #expect(try harness.store.writtenScalar("SELECT name FROM Pet") == .text("Rex"))
         try await harness.settle()
         #expect(try harness.world.fetch(Pet.self)?.name == "Rex")
     }
 
-    @Test(arguments: Topology.allCases) @MainActor
-    func aReopenedStoreHoldsEverything(topology: Topology) async throws {
-        let harness = try TopologyHarness(topology)
+    @Test(arguments: Setup.files) @MainActor
+    func aReopenedStoreHoldsEverything(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         try harness.update { update in
             for index in 0..<10 { try update.create(Pet.self).age = index }
             try update.commit()

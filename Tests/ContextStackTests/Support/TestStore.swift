@@ -54,6 +54,20 @@ final class TestStore: Sendable {
         return try Connection(path: url.path)
     }
 
+    /// What is really written, whatever the kind of store: a raw connection to the file, or
+    /// the writer's own connection to the in-memory database (the overlay of commits not yet
+    /// written is not consulted).
+    func written<T>(_ body: (Connection) throws -> T) throws -> T {
+        if url != nil { return try body(rawConnection()) }
+        return try stack.store.writer.withLock { try body($0.connection) }
+    }
+
+    /// The first column of the first row of `sql`, as written (see `written`).
+    func writtenScalar(_ sql: String) throws -> Value { try written { try $0.scalar(sql) } }
+
+    /// Every row of `sql`, as written (see `written`).
+    func writtenRows(_ sql: String) throws -> [[Value]] { try written { try $0.rows(sql) } }
+
     /// The first column of the first row of `sql`, read through the store (committed data only).
     func scalar(_ sql: String) throws -> Value {
         try stack.store.read { session in try session.db.scalar(sql) }

@@ -29,6 +29,9 @@ struct Setup: Sendable, CustomStringConvertible {
         StoreKind.allCases.map { Setup(topology: topology, kind: $0) }
     }
 
+    /// The setups with a file, for behaviours that reopen it.
+    static let files = all.filter { $0.kind == .file }
+
     var description: String { "\(topology) on \(kind)" }
 }
 
