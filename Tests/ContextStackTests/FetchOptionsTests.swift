@@ -2,33 +2,6 @@
 import Foundation
 import Testing
 
-/// Counts the statements a stack runs that read or write rows, through `Stack.trace`
-/// (transaction bookkeeping — BEGIN, COMMIT, a read's opening probe — is left out).
-final class StatementCounter: Sendable {
-    private let statements = Locked<[String]>([])
-    init(_ stack: Stack) {
-        stack.trace { [statements] sql in
-            let bookkeeping = ["BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "SELECT 1 FROM sqlite_master"]
-            guard !bookkeeping.contains(where: { sql.hasPrefix($0) }) else { return }
-            statements.withLock { $0.append(sql) }
-        }
-    }
-    var all: [String] { statements.withLock { $0 } }
-    /// The statements `body` runs.
-    func during(_ body: () throws -> Void) rethrows -> [String] {
-        let before = all.count
-        try body()
-        return Array(all.dropFirst(before))
-    }
-
-    /// What `body` returns, and the statements it runs.
-    func value<T>(_ body: () throws -> T) rethrows -> (T, [String]) {
-        let before = all.count
-        let value = try body()
-        return (value, Array(all.dropFirst(before)))
-    }
-}
-
 @Suite struct FetchOptionsTests {
     /// 25 people, each befriending the previous one, every third with two pets.
     @MainActor private static func populated(_ kind: StoreKind = .memory) throws -> (TestStore, MainContext) {

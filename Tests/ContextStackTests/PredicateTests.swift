@@ -124,3 +124,26 @@ import Testing
         #expect(try world.fetchCount(Person.self) == hostile.count)
     }
 }
+
+/// The statements fetches run, as `Docs/Predicates.md` shows them.
+@Suite struct PredicateSQLTests {
+    @Test @MainActor func fetchesRunTheDocumentedSQL() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait(Fixtures.people)
+        try await store.stack.flush()
+        let select = try #require(store.stack.graph.entity(for: Person.self).table?.wholeRowSelectList)
+        let friends = try expectSQL(store.stack, [
+            "SELECT \(select) FROM \"Person\" AS t0 LEFT JOIN \"Person\" AS t1 ON t1.\"Z_PK\" = t0.\"friend\" WHERE t1.\"age\" > ? ORDER BY t0.\"Z_PK\" ASC",
+        ]) {
+            try world.fetchAll(Person.self, %"friend.age" > 20)
+        }
+        #expect(friends.map(\.name) == ["Knight", "monk"])
+        let count = try expectSQL(store.stack, [
+            "SELECT count(*) FROM \"Person\" AS t0 WHERE cs_text(?, ?, t0.\"name\", ?)",
+        ]) {
+            try world.fetchCount(Person.self, %"name"%.contains("onk", options: .caseInsensitive))
+        }
+        #expect(count == 2)
+    }
+}
