@@ -19,7 +19,7 @@ final class ObjectContext: @unchecked Sendable {
     let stack: Stack
     let graph: ModelGraph
     /// Every object of this context, held weakly unless it has changes.
-    private var registry: [ObjectID: WeakObject] = [:]
+    private(set) var registry: [ObjectID: WeakObject] = [:]
     private var registrySweepThreshold = 1024
     /// Inserted, updated and deleted objects, held strongly until commit or rollback.
     private(set) var changed: [ObjectID: ManagedObject] = [:]
@@ -604,6 +604,9 @@ final class ObjectContext: @unchecked Sendable {
         upserts.removeAll()
         links.removeAll()
         linkEnds.removeAll()
+        #if DEBUG
+        checkInvariants()
+        #endif
     }
 
     /// Forgets every uncommitted change: changed objects get their saved values back, created
@@ -720,5 +723,8 @@ final class ObjectContext: @unchecked Sendable {
             }
         }
         generation += 1
+        #if DEBUG
+        checkInvariants()
+        #endif
     }
 }

@@ -1,4 +1,5 @@
 @testable import ContextStack
+import Synchronization
 import Foundation
 
 /// Where a test's store lives.
@@ -14,6 +15,8 @@ final class TestStore: Sendable {
     let url: URL?
 
     init(_ kind: StoreKind, rootContext: Stack.RootContext = .shared, types: [ManagedObject.Type] = fullModelTypes) throws {
+        // Every context of the tests checks its object graph after each commit it makes or takes.
+        ObjectContext.checksInvariants.store(true, ordering: .relaxed)
         stack = try Stack(model: Model(types), rootContext: rootContext)
         switch kind {
         case .file:
