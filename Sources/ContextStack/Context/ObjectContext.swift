@@ -480,12 +480,9 @@ final class ObjectContext: @unchecked Sendable {
         case .joinTable:
             guard let join = property.joinTable else { break }
             func record(_ other: ObjectID, present: Bool) {
-                let mine = (object.objectID, Optional(property.name))
-                let theirs = (other, property.inverse?.name)
-                let (source, target) = property.isJoinSource ? (mine, theirs) : (theirs, mine)
-                let key = LinkKey(table: join.name, source: source.0.primaryKey, target: target.0.primaryKey)
+                let key = property.linkKey(join, owner: object.objectID.primaryKey, member: other.primaryKey)
                 links[key] = present
-                linkEnds[key] = LinkEnds(source: source.0, sourceKey: source.1, target: target.0, targetKey: target.1)
+                linkEnds[key] = property.linkEnds(owner: object.objectID, member: other)
                 if let inverse = property.inverse, let member = registered(other) {
                     updateCache(member, inverse) { ids in
                         if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }

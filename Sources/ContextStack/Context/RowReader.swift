@@ -194,7 +194,7 @@ struct RowReader {
     /// The IDs related to `object` through a join-table relationship, store plus overlay.
     func joined(_ owner: ObjectID, _ property: Property) throws -> Set<ObjectID> {
         guard let join = property.joinTable, let destination = property.destination else { return [] }
-        let (mine, theirs) = property.isJoinSource ? ("source", "target") : ("target", "source")
+        let (mine, theirs) = property.joinColumns
         let statement = try session.db.cachedStatement("SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) = ?")
         defer { statement.reset() }
         try statement.bind(.integer(owner.primaryKey), at: 1)
@@ -205,7 +205,7 @@ struct RowReader {
             for (key, existed) in pinned.links where key.table == join.name { changes[key] = existed }
         }
         for (key, present) in changes {
-            let (me, other) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
+            let (me, other) = property.ends(of: key)
             guard me == owner.primaryKey else { continue }
             if present { keys.insert(other) } else { keys.remove(other) }
         }
@@ -231,7 +231,7 @@ struct RowReader {
         switch property.storage {
         case .joinTable:
             guard let join = property.joinTable else { return result }
-            let (mine, theirs) = property.isJoinSource ? ("source", "target") : ("target", "source")
+            let (mine, theirs) = property.joinColumns
             var pairs: [Int64: Set<Int64>] = [:]
             try eachRow(keys: Array(ownerKeys), sql: { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) { statement in
                 pairs[statement.int64(0), default: []].insert(statement.int64(1))
@@ -244,7 +244,7 @@ struct RowReader {
                 for (key, present) in context.pendingLinks(in: join.name) { changes[key] = present }
             }
             for (key, present) in changes {
-                let (me, other) = property.isJoinSource ? (key.source, key.target) : (key.target, key.source)
+                let (me, other) = property.ends(of: key)
                 guard ownerKeys.contains(me) else { continue }
                 if present { pairs[me, default: []].insert(other) } else { pairs[me]?.remove(other) }
             }
@@ -314,11 +314,11 @@ struct RowReader {
                 owners.formUnion(try values(of: inverse.name, in: destination.table, forKeys: dirtyKeys))
             case .joinTable:
                 guard let join = use.property.joinTable else { continue }
-                let (mine, theirs) = use.property.isJoinSource ? ("source", "target") : ("target", "source")
+                let (mine, theirs) = use.property.joinColumns
                 var changed = session.overlay.links(of: join.name)
                 if let pinned = session.pinned { for (key, value) in pinned.links where key.table == join.name { changed[key] = value } }
                 if let context { for (key, value) in context.pendingLinks(in: join.name) { changed[key] = value } }
-                for key in changed.keys { owners.insert(use.property.isJoinSource ? key.source : key.target) }
+                for key in changed.keys { owners.insert(use.property.ends(of: key).owner) }
                 owners.formUnion(try values(of: mine, inJoin: join, where: theirs, in: dirtyKeys))
             case .column:
                 continue

@@ -92,7 +92,8 @@ final class Property: Sendable {
     nonisolated(unsafe) var inverse: Property?
     nonisolated(unsafe) var storage: Storage = .column
     nonisolated(unsafe) var joinTable: JoinTable?
-    /// Whether this property is the `source` side of its join table.
+    /// Whether this property is the `source` side of its join table. Read it through
+    /// `joinColumns` and the `LinkKey` helpers rather than choosing sides at each use.
     nonisolated(unsafe) var isJoinSource = true
     /// The column in the entity's table, for attributes and to-one relationships.
     nonisolated(unsafe) var column: Int = -1
@@ -122,4 +123,12 @@ final class Property: Sendable {
     var isToOne: Bool { isRelationship && !isToMany }
     /// Attributes and to-one relationships have a column of their own.
     var isStored: Bool { isAttribute || isToOne }
+}
+
+extension Property {
+    /// The join-table columns of this relationship's own side and of its members' side: the
+    /// one place that chooses between `source` and `target`.
+    var joinColumns: (mine: String, theirs: String) {
+        isJoinSource ? ("source", "target") : ("target", "source")
+    }
 }

@@ -514,7 +514,7 @@ struct CompiledQuery: Sendable {
         let property = path.leaf
         switch property.storage {
         case .joinTable:
-            let (mine, _) = joinColumns(property)
+            let mine = property.joinColumns.mine
             return "(SELECT count(*) FROM \(property.joinTable!.quotedName) WHERE \(mine) = \(owner).\"Z_PK\")"
         default:
             let destination = property.destination!
@@ -527,16 +527,11 @@ struct CompiledQuery: Sendable {
         }
     }
 
-    /// The join-table columns of a relationship's own side and of its members' side.
-    private static func joinColumns(_ property: Property) -> (mine: String, theirs: String) {
-        property.isJoinSource ? ("source", "target") : ("target", "source")
-    }
-
     /// Ties a member row (`memberAlias`) to its owner row (`ownerAlias`) through `property`.
     private static func linkSQL(_ property: Property, member memberAlias: String, owner ownerAlias: String) -> String {
         switch property.storage {
         case .joinTable:
-            let (mine, theirs) = joinColumns(property)
+            let (mine, theirs) = property.joinColumns
             return "\(memberAlias).\"Z_PK\" IN (SELECT \(theirs) FROM \(property.joinTable!.quotedName) WHERE \(mine) = \(ownerAlias).\"Z_PK\")"
         default:
             return "\(memberAlias).\(property.inverse!.name.quotedIdentifier) = \(ownerAlias).\"Z_PK\""

@@ -11,6 +11,25 @@ struct LinkKey: Hashable, Sendable {
     let target: Int64
 }
 
+extension Property {
+    /// The join-table pair that relates `owner` (on this relationship's side) to `member`.
+    func linkKey(_ join: JoinTable, owner: Int64, member: Int64) -> LinkKey {
+        isJoinSource ? LinkKey(table: join.name, source: owner, target: member) : LinkKey(table: join.name, source: member, target: owner)
+    }
+
+    /// The keys of a join-table pair, this relationship's side first.
+    func ends(of key: LinkKey) -> (owner: Int64, member: Int64) {
+        isJoinSource ? (key.source, key.target) : (key.target, key.source)
+    }
+
+    /// The objects and relationship names of the pair relating `owner` (on this side) to `member`.
+    func linkEnds(owner: ObjectID, member: ObjectID) -> LinkEnds {
+        isJoinSource
+            ? LinkEnds(source: owner, sourceKey: name, target: member, targetKey: inverse?.name)
+            : LinkEnds(source: member, sourceKey: inverse?.name, target: owner, targetKey: name)
+    }
+}
+
 /// The two objects of a join-table pair and the relationship on each side (the target side's
 /// is `nil` for a to-many without inverse), so a commit can report both as changed.
 struct LinkEnds: Sendable {

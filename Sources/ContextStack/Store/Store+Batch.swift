@@ -112,19 +112,15 @@ extension Store {
         for (member, keys) in Self.grouped(order) {
             for property in member.properties where property.isRelationship {
                 if property.storage == .joinTable, let join = property.joinTable, let destination = property.destination {
-                    let (mine, theirs) = property.isJoinSource ? ("source", "target") : ("target", "source")
+                    let (mine, theirs) = property.joinColumns
                     for pair in try chunkedRows(db, keys, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) {
                         guard let me = pair[0].int64Value, let other = pair[1].int64Value else { continue }
-                        let key = property.isJoinSource
-                            ? LinkKey(table: join.name, source: me, target: other)
-                            : LinkKey(table: join.name, source: other, target: me)
+                        let key = property.linkKey(join, owner: me, member: other)
                         guard removedLinks.insert(key).inserted else { continue }
                         let mineID = ObjectID(rootEntity: member.rootDescription, primaryKey: me)
                         let otherID = ObjectID(rootEntity: destination.rootDescription, primaryKey: other)
                         changes.links.append((key, false))
-                        changes.linkEnds[key] = property.isJoinSource
-                            ? LinkEnds(source: mineID, sourceKey: property.name, target: otherID, targetKey: property.inverse?.name)
-                            : LinkEnds(source: otherID, sourceKey: property.inverse?.name, target: mineID, targetKey: property.name)
+                        changes.linkEnds[key] = property.linkEnds(owner: mineID, member: otherID)
                     }
                     continue
                 }
@@ -184,7 +180,7 @@ extension Store {
             }).compactMap { $0[0].int64Value }
         case .joinTable:
             guard let join = property.joinTable else { return [] }
-            let (mine, theirs) = property.isJoinSource ? ("source", "target") : ("target", "source")
+            let (mine, theirs) = property.joinColumns
             targets = try chunkedRows(db, keys, { "SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" })
                 .compactMap { $0[0].int64Value }
         }

@@ -349,8 +349,7 @@ extension Store {
             try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
             for property in delete.entity.properties where property.storage == .joinTable {
                 guard let join = property.joinTable else { continue }
-                let column = property.isJoinSource ? "source" : "target"
-                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(column) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(property.joinColumns.mine) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
             }
         }
         // SQLite checks unique indexes row by row: deletes go first, so a value they free can be
