@@ -18,6 +18,7 @@ struct AggregateQuery {
         let base = try CompiledQuery(entity: entity, condition: request.condition, orderBy: nil,
                                      extraKeys: select.terms.map(\.key) + groupKeys,
                                      includesSubEntities: request.includesSubEntities)
+        let dialect = base.dialect
         var paths: [String: ResolvedPath] = [:]
         for path in base.extraPaths { paths[path.key] = path }
         var columns: [String] = []
@@ -33,7 +34,7 @@ struct AggregateQuery {
                 if function != .count && function != .min && function != .max, let kind = path.kind, !kind.isNumeric && kind != .date {
                     throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a \(kind.rawValue) attribute, not a number.", key: term.key, entity: entity.name)
                 }
-                columns.append("\(function.sql)(\(base.columnSQL(path))) AS \(term.alias.quotedIdentifier)")
+                columns.append("\(dialect.aggregate(function))(\(base.columnSQL(path))) AS \(term.alias.quotedIdentifier)")
             } else {
                 columns.append("\(base.columnSQL(path)) AS \(term.alias.quotedIdentifier)")
             }
@@ -52,18 +53,18 @@ struct AggregateQuery {
             throw QueryError(.unknownKey, "'\(key)' is neither an alias of the query's selection (\(aliases.sorted().joined(separator: ", "))) nor a grouped key of \(entity.name).", key: key, entity: entity.name)
         }
         if let having {
-            text += " HAVING " + (try Self.sql(having.node, named: named, arguments: &from.arguments))
+            text += " HAVING " + (try Self.sql(having.node, named: named, dialect: dialect, arguments: &from.arguments))
         }
         if let terms = request.orderBy?.terms, !terms.isEmpty {
             var order: [String] = []
             for term in terms {
                 if let error = term.invalid { throw error }
-                order.append("\(try named(term.key)) \(term.ascending ? "ASC" : "DESC")")
+                order.append(dialect.orderTerm(try named(term.key), ascending: term.ascending))
             }
             text += " ORDER BY " + order.joined(separator: ", ")
         }
         if request.limit != nil || request.offset > 0 {
-            text += " LIMIT ? OFFSET ?"
+            text += " LIMIT \(dialect.placeholder) OFFSET \(dialect.placeholder)"
             from.arguments += [.integer(Int64(request.limit ?? -1)), .integer(Int64(request.offset))]
         }
         sql = CompiledQuery.SQL(text: text, arguments: from.arguments)
@@ -71,28 +72,28 @@ struct AggregateQuery {
 
     /// A condition over aliases (and grouped keys), for HAVING: values are bound as given.
     private static func sql(_ node: Condition.Node, named: (String) throws(QueryError) -> String,
-                            arguments: inout [Value]) throws(QueryError) -> String {
+                            dialect: any SQLDialect, arguments: inout [Value]) throws(QueryError) -> String {
         func operand(_ operand: Condition.Operand) throws(QueryError) -> String {
             switch operand {
             case .value(let value, _):
                 arguments.append(value)
-                return "?"
+                return dialect.placeholder
             case .key(let key):
                 return try named(key)
             case .object(let id):
                 arguments.append(.integer(id.primaryKey))
-                return "?"
+                return dialect.placeholder
             }
         }
         switch node {
-        case .constant(let value): return value ? "1" : "0"
+        case .constant(let value): return value ? dialect.trueCondition : dialect.falseCondition
         case .and, .or:
             // Balanced, so a long chain nests log n deep in SQL too.
             let word = if case .and = node { "AND" } else { "OR" }
             var operands: [String] = []
-            for operand in node.chain() { operands.append(try sql(operand, named: named, arguments: &arguments)) }
+            for operand in node.chain() { operands.append(try sql(operand, named: named, dialect: dialect, arguments: &arguments)) }
             return balanced(operands[...]) { "(\($0) \(word) \($1))" }
-        case .not(let a): return "(NOT \(try sql(a, named: named, arguments: &arguments)))"
+        case .not(let a): return "(NOT \(try sql(a, named: named, dialect: dialect, arguments: &arguments)))"
         case .compare(let key, let op, let right):
             let left = try named(key)
             if case .value(.null, _) = right {
@@ -103,8 +104,8 @@ struct AggregateQuery {
             }
             let rhs = try operand(right)
             switch op {
-            case .equal: return "\(left) IS \(rhs)"
-            case .notEqual: return "\(left) IS NOT \(rhs)"
+            case .equal: return dialect.isSame(left, rhs)
+            case .notEqual: return dialect.isNotSame(left, rhs)
             default: return "\(left) \(op.rawValue) \(rhs)"
             }
         case .between(let key, let low, let high):
@@ -118,7 +119,7 @@ struct AggregateQuery {
         case .text(let key, let op, let pattern, let options):
             let left = try named(key)
             arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue)), .text(pattern)]
-            return "cs_text(?, ?, \(left), ?)"
+            return dialect.textMatch(left)
         case .quantified(let quantifier, let key, _):
             throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) is not allowed in having:.", key: key)
         case .invalid(let error):

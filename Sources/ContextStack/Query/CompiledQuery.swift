@@ -60,10 +60,13 @@ struct CompiledQuery: Sendable {
 
     /// Whether objects of the entity's sub-entities match too (not with `.noSubEntities`).
     let includesSubEntities: Bool
+    /// The SQL the query is written in.
+    let dialect: any SQLDialect
 
     init(entity: Entity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = [],
-         aliasPrefix: String = "", includesSubEntities: Bool = true) throws(QueryError) {
+         aliasPrefix: String = "", includesSubEntities: Bool = true, dialect: any SQLDialect = SQLiteDialect()) throws(QueryError) {
         self.entity = entity
+        self.dialect = dialect
         self.includesSubEntities = includesSubEntities
         self.aliasPrefix = aliasPrefix
         var uses: [(property: Property, inner: CompiledQuery?)] = []
@@ -81,7 +84,7 @@ struct CompiledQuery: Sendable {
             nested += 1
             let memberCondition = Condition(try Self.strip(parts[0] + ".", from: inner, entity: entity))
             let query = try CompiledQuery(entity: destination, condition: memberCondition, orderBy: nil,
-                                          aliasPrefix: "\(aliasPrefix)q\(nested)_")
+                                          aliasPrefix: "\(aliasPrefix)q\(nested)_", dialect: dialect)
             uses.append((property, query))
             return .quantified(quantifier, property, query)
         }
@@ -488,15 +491,15 @@ struct CompiledQuery: Sendable {
             conditions.append("\(tableAliases[""]!).\"Z_ENT\" IN (\(members.map { String($0.entityCode) }.joined(separator: ", ")))")
         }
         if let node {
-            conditions.append(Self.sql(node, aliases: tableAliases, arguments: &arguments))
+            conditions.append(Self.sql(node, aliases: tableAliases, dialect: dialect, arguments: &arguments))
         }
         return conditions
     }
 
     /// `ORDER BY …, t0."Z_PK"`.
     func orderBySQL() -> String {
-        let terms = order.map { "\(columnSQL($0.path)) \($0.ascending ? "ASC" : "DESC")" }
-        return "ORDER BY " + (terms + ["\(tableAliases[""]!).\"Z_PK\" ASC"]).joined(separator: ", ")
+        let terms = order.map { dialect.orderTerm(columnSQL($0.path), ascending: $0.ascending) }
+        return "ORDER BY " + (terms + [dialect.orderTerm("\(tableAliases[""]!).\"Z_PK\"", ascending: true)]).joined(separator: ", ")
     }
 
     /// The column a resolved path reads, as `tN."name"`.
@@ -504,7 +507,7 @@ struct CompiledQuery: Sendable {
 
     /// The SQL of a condition node resolved against this query's entity (for HAVING).
     func conditionSQL(_ node: Node, arguments: inout [Value]) -> String {
-        Self.sql(node, aliases: tableAliases, arguments: &arguments)
+        Self.sql(node, aliases: tableAliases, dialect: dialect, arguments: &arguments)
     }
 
     private static func column(_ path: ResolvedPath, _ aliases: [String: String]) -> String {
@@ -538,12 +541,13 @@ struct CompiledQuery: Sendable {
         }
     }
 
-    private static func sql(_ node: Node, aliases: [String: String], arguments: inout [Value]) -> String {
+    private static func sql(_ node: Node, aliases: [String: String], dialect: any SQLDialect, arguments: inout [Value]) -> String {
+        func sql(_ node: Node) -> String { Self.sql(node, aliases: aliases, dialect: dialect, arguments: &arguments) }
         switch node {
-        case .constant(let value): return value ? "1" : "0"
-        case .and(let a, let b): return "(\(sql(a, aliases: aliases, arguments: &arguments)) AND \(sql(b, aliases: aliases, arguments: &arguments)))"
-        case .or(let a, let b): return "(\(sql(a, aliases: aliases, arguments: &arguments)) OR \(sql(b, aliases: aliases, arguments: &arguments)))"
-        case .not(let a): return "(NOT \(sql(a, aliases: aliases, arguments: &arguments)))"
+        case .constant(let value): return value ? dialect.trueCondition : dialect.falseCondition
+        case .and(let a, let b): return "(\(sql(a)) AND \(sql(b)))"
+        case .or(let a, let b): return "(\(sql(a)) OR \(sql(b)))"
+        case .not(let a): return "(NOT \(sql(a)))"
         case .quantified(let quantifier, let property, let inner):
             // ANY: some member matches; NONE: none does; ALL: none fails to match (NULL fails).
             var terms = [linkSQL(property, member: inner.tableAliases[""]!, owner: aliases[""]!)]
@@ -552,25 +556,24 @@ struct CompiledQuery: Sendable {
             arguments += innerArguments
             let family = inner.node == nil ? innerTerms : Array(innerTerms.dropLast())
             terms += family
-            let condition = inner.node == nil ? "1" : innerTerms.last!
+            let condition = inner.node == nil ? dialect.trueCondition : innerTerms.last!
             switch quantifier {
             case .any: terms.append(condition)
             case .none: terms.append(condition)
-            case .all: terms.append("(\(condition)) IS NOT 1")
+            case .all: terms.append(dialect.isNotTrue(condition))
             }
             let exists = "EXISTS (SELECT 1 \(inner.fromClause()) WHERE \(terms.joined(separator: " AND ")))"
             return quantifier == .any ? exists : "(NOT \(exists))"
         case .text(let path, let op, let pattern, let options):
             arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue))]
-            let call = "cs_text(?, ?, \(column(path, aliases)), ?)"
             arguments.append(.text(pattern))
-            return call
+            return dialect.textMatch(column(path, aliases))
         case .oneOf(let path, let list):
             arguments += list
-            return "\(column(path, aliases)) IN (\(Array(repeating: "?", count: list.count).joined(separator: ", ")))"
+            return "\(column(path, aliases)) IN (\(Array(repeating: dialect.placeholder, count: list.count).joined(separator: ", ")))"
         case .between(let path, let low, let high):
             arguments += [low, high]
-            return "\(column(path, aliases)) BETWEEN ? AND ?"
+            return "\(column(path, aliases)) BETWEEN \(dialect.placeholder) AND \(dialect.placeholder)"
         case .compare(let path, let op, let operand):
             let left = column(path, aliases)
             let right: String
@@ -579,13 +582,13 @@ struct CompiledQuery: Sendable {
                 return op == .equal ? "\(left) IS NULL" : "\(left) IS NOT NULL"
             case .value(let value):
                 arguments.append(value)
-                right = "?"
+                right = dialect.placeholder
             case .path(let other):
                 right = column(other, aliases)
             }
             switch op {
-            case .equal: return "\(left) IS \(right)"
-            case .notEqual: return "\(left) IS NOT \(right)"
+            case .equal: return dialect.isSame(left, right)
+            case .notEqual: return dialect.isNotSame(left, right)
             default: return "\(left) \(op.rawValue) \(right)"
             }
         }

@@ -8,7 +8,7 @@ extension Condition {
     ///
     /// ```swift
     /// try world.fetchAll(Person.self, .predicate(#Predicate<Person> { $0.age > 18 && $0.name.starts(with: "M") }))
-    /// // … WHERE (t0."age" > ? AND cs_text(t0."name", 3, 0, ?))
+    /// // … WHERE (t0."age" > ? AND cs_text(?, ?, t0."name", ?))
     /// ```
     ///
     /// Translated: `==`, `!=`, `<`, `<=`, `>`, `>=` between a property and a value (or two

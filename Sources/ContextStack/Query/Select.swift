@@ -14,18 +14,6 @@
 public struct Select: Sendable {
     enum Function: String, Sendable {
         case average, sum, stdDev, min, max, median, count
-
-        var sql: String {
-            switch self {
-            case .average: "avg"
-            case .sum: "total"
-            case .stdDev: "cs_stddev"
-            case .min: "min"
-            case .max: "max"
-            case .median: "cs_median"
-            case .count: "count"
-            }
-        }
     }
 
     struct Term: Sendable {
