@@ -3,6 +3,49 @@ import Foundation
 import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct ContextTests {
+    /// A transaction whose body commits by itself too waits for, and reports, every commit.
+    @Test @MainActor func aTransactionReportsTheFailureOfAnEarlierCommitInItsBody() async throws {
+        let store = try TestStore(.file)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        try store.refuseWrites(ofName: "refused")
+        await #expect(throws: SQLiteError.self) {
+            try await world.transaction { update in
+                try update.create(Person.self).name = "refused"
+                try update.commit()  // fails when written
+                try update.create(Pet.self).name = "fine"
+            }
+        }
+        #expect(recorder.all.isEmpty)
+    }
+
+    /// A public read that never reaches the store must not leave the main context to catch up
+    /// in the middle of later code (a relationship load, say).
+    @Test @MainActor func heldObjectsChangeOnlyAtReads() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let farmer = try update.create(Person.self)
+            try update.create(Pet.self).owner = farmer
+            try update.commit()
+        }
+        let farmer = try #require(try world.fetch(Person.self))
+        let pet = try #require(try world.fetch(Pet.self))
+        // A commit from another thread: handed to the main context, not yet applied.
+        DispatchQueue.global().sync {
+            try? world.beginUpdateAndWait { update in
+                try update.use(pet).age = 7
+                try update.commit()
+            }
+        }
+        _ = try world.fetch(Pet.self, id: pet.objectID)  // already held: no store read
+        _ = farmer.pets                                  // an internal read
+        #expect(pet.age == 0)
+        _ = try world.fetchAll(Pet.self)                 // a public read catches up
+        #expect(pet.age == 7)
+    }
+
     @Test(arguments: StoreKind.allCases) @MainActor
     func theMainContextSeesACommitWhenCommitReturns(kind: StoreKind) throws {
         let store = try TestStore(kind)

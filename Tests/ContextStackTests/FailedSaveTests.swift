@@ -5,6 +5,29 @@ import Testing
 /// A commit handed to a merging main context before the root wrote it, whose write then
 /// fails: the main context (and observers) are told what undoes it, so they show what is stored.
 @Suite struct FailedSaveTests {
+    /// Without a root, a commit whose write fails throws, and the main context never shows it.
+    @Test @MainActor func aFailedWriteWithoutRootIsNotHandedToTheMainContext() throws {
+        let store = try TestStore(.file, rootContext: .none)
+        let world = try MainContext(stack: store.stack)
+        try store.refuseWrites(ofName: "refused")
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "a"
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        let rex = try #require(try world.fetch(Pet.self))
+        #expect(throws: SQLiteError.self) {
+            try world.beginUpdateAndWait { update in
+                try update.use(rex).name = "Renamed"
+                try update.create(Person.self).name = "refused"
+                try update.commit()
+            }
+        }
+        #expect(rex.name == "Rex")
+        #expect(try world.fetch(Pet.self)?.name == "Rex")
+        #expect(try world.fetchCount(Person.self) == 1)
+    }
+
     static let mergingTargets: [UpdateTarget] = [.mainContext, .rootContext(autoMerge: true)]
 
     @Test(arguments: mergingTargets) @MainActor

@@ -4,6 +4,31 @@ import Testing
 
 /// `FetchedResults`, object observation and fetch streams, one behaviour at a time.
 @Suite(.timeLimit(.minutes(1))) struct ObservationTests {
+    /// A commit that changes only a many-to-many relationship reports both objects as
+    /// updated, under their relationships' names.
+    @Test @MainActor func aManyToManyChangeIsReportedOnBothSides() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let (article, tag) = try world.beginUpdateAndWait { update in
+            let article = try update.create(Article.self)
+            let tag = try update.create(Tag.self)
+            try update.commit()
+            return (article.objectID, tag.objectID)
+        }
+        let commits = Locked<[Commit]>([])
+        let token = world.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Article.self, id: article)).tags = [try #require(try update.fetch(Tag.self, id: tag))]
+            try update.commit()
+        }
+        await mainQueueTurn()
+        let commit = try #require(commits.withLock { $0 }.first)
+        #expect(Set(commit.updated) == [article, tag])
+        #expect(commit.changedKeys(of: article) == ["tags"])
+        #expect(commit.changedKeys(of: tag) == ["articles"])
+        withExtendedLifetime(token) {}
+    }
+
     /// A three-tier world holding five people in three places (one nowhere).
     @MainActor static func world() throws -> (TestStore, MainContext) {
         let store = try TestStore(.memory)

@@ -4,6 +4,33 @@ import Foundation
 import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct UpdateOrderTests {
+    /// Blocks performed on a long-lived serial context while it waits for its turn run after
+    /// the turn comes, in order, and never alongside another update of the same context.
+    @Test @MainActor func aSerialContextWaitingForItsTurnKeepsItsBlocksInOrder() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, updateOrder: .serial)
+        let log = Locked<[String]>([])
+        let release = DispatchSemaphore(value: 0)
+        let holding = DispatchSemaphore(value: 0)
+        world.beginUpdate { _ in
+            log.withLock { $0.append("other") }
+            holding.signal()
+            release.wait()
+            log.withLock { $0.append("other done") }
+        }
+        holding.wait()
+        let context = world.beginUpdateContext()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            context.perform { _ in log.withLock { $0.append("A") } }
+            context.perform { _ in
+                log.withLock { $0.append("B") }
+                done.resume()
+            }
+            release.signal()
+        }
+        #expect(log.withLock { $0 } == ["other", "other done", "A", "B"])
+    }
+
     /// Two update blocks of one context meet inside: only possible if they run concurrently.
     @Test @MainActor func defaultOrderRunsUpdatesConcurrently() async throws {
         let store = try TestStore(.memory)

@@ -11,7 +11,7 @@ final class UpdateStarter: Sendable {
     /// The main context updates commit into (`.mainContext` target).
     let main: ObjectContext?
     /// The turn `.serial` updates take; `nil` for `.default`.
-    let turns: SerialTurns?
+    let turns: SerialGate?
 
     init(stack: Stack, target: UpdateTarget, order: UpdateOrder, policy: MergePolicy, main: ObjectContext?) {
         self.stack = stack
@@ -20,7 +20,7 @@ final class UpdateStarter: Sendable {
         self.policy = policy
         self.main = main
         self.id = stack.makeContextID()
-        self.turns = order == .serial ? SerialTurns() : nil
+        self.turns = order == .serial ? SerialGate() : nil
     }
 
     func makeUpdateContext(waitsForSaves: Bool = false) -> UpdateContext {

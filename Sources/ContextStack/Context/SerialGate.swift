@@ -3,7 +3,7 @@ import Synchronization
 /// The turn of `.serial` updates: one update at a time per starting context, first come,
 /// first served. An update holds the turn while its block or a continuation it scheduled is
 /// running or queued — never longer, so a leaked `Update` cannot wedge the line.
-final class SerialTurns: Sendable {
+final class SerialGate: Sendable {
     private struct State {
         var isTaken = false
         var line: [@Sendable () -> Void] = []
