@@ -4,34 +4,16 @@ import Testing
 
 @Suite struct FetchOptionsTests {
     /// 25 people, each befriending the previous one, every third with two pets.
-    @MainActor private static func populated(_ kind: StoreKind = .memory) throws -> (TestStore, MainContext) {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
-            var previous: Person?
-            for index in 0..<25 {
-                let person = try update.create(Person.self)
-                person.name = String(format: "p%02d", index)
-                person.age = index
-                person.friend = previous
-                if index % 3 == 0 {
-                    for petIndex in 0..<2 {
-                        let pet = try update.create(Pet.self)
-                        pet.name = "pet\(index)-\(petIndex)"
-                        pet.owner = person
-                    }
-                }
-                previous = person
-            }
-            try update.commit()
-        }
-        try store.stack.flushAndWait()
-        return (store, world)
+    /// A harness on `setup` holding `Fixtures.chain`, written and flushed.
+    @MainActor private static func populated(_ setup: Setup) async throws -> (TestStore, MainContext) {
+        let harness = try TopologyHarness(setup)
+        try await harness.write(Fixtures.chain)
+        return (harness.store, harness.world)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func batchesLoadOnFirstUseOneStatementPerBatch(kind: StoreKind) throws {
-        let (store, world) = try Self.populated(kind)
+    @Test(arguments: Setup.all) @MainActor
+    func batchesLoadOnFirstUseOneStatementPerBatch(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         let counter = StatementCounter(store.stack)
         var people: [Person] = []
         let fetch = try counter.during {
@@ -59,9 +41,9 @@ import Testing
         #expect(people.map(\.age) == Array(0..<25))
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func prefetchedRelationshipsRunNoFurtherStatements(kind: StoreKind) throws {
-        let (store, world) = try Self.populated(kind)
+    @Test(arguments: Setup.all) @MainActor
+    func prefetchedRelationshipsRunNoFurtherStatements(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         let counter = StatementCounter(store.stack)
         // Without prefetching, following relationships costs statements (the test can fail).
         let plain = try world.fetchAll(Person.self, orderBy: .ascending("age"))
@@ -84,8 +66,9 @@ import Testing
         #expect(following.isEmpty, "\(following)")
     }
 
-    @Test @MainActor func nestedPrefetchAndPrefetchWithBatches() throws {
-        let (store, world) = try Self.populated()
+    @Test(arguments: Setup.all) @MainActor
+    func nestedPrefetchAndPrefetchWithBatches(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         let counter = StatementCounter(store.stack)
         var people: [Person] = []
         _ = try counter.during {
@@ -109,8 +92,9 @@ import Testing
         }
     }
 
-    @Test @MainActor func prefetchRejectsUnknownKeysAndAttributes() throws {
-        let (store, world) = try Self.populated()
+    @Test(arguments: Setup.all) @MainActor
+    func prefetchRejectsUnknownKeysAndAttributes(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         _ = store
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, options: .prefetch(["enemy"])) }
         #expect { _ = try world.fetchAll(Person.self, options: .prefetch(["name"])) } throws: {
@@ -118,9 +102,9 @@ import Testing
         }
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func propertiesOnlyLoadsTheRestOnFirstUse(kind: StoreKind) throws {
-        let (store, world) = try Self.populated(kind)
+    @Test(arguments: Setup.all) @MainActor
+    func propertiesOnlyLoadsTheRestOnFirstUse(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         let counter = StatementCounter(store.stack)
         var people: [Person] = []
         let fetch = try counter.during {
@@ -145,8 +129,9 @@ import Testing
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, options: .propertiesOnly(["friendOf"])) }
     }
 
-    @Test @MainActor func noPropertyValuesReturnsFaults() throws {
-        let (store, world) = try Self.populated()
+    @Test(arguments: Setup.all) @MainActor
+    func noPropertyValuesReturnsFaults(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         let counter = StatementCounter(store.stack)
         let people = try world.fetchAll(Person.self, %"age" < 3, orderBy: .ascending("age"), options: .noPropertyValues)
         #expect(people.count == 3 && people.allSatisfy(\.isFault))
@@ -162,8 +147,10 @@ import Testing
         #expect(again.first === people[1] && !people[1].isFault)
     }
 
-    @Test @MainActor func aFaultWhoseRowIsGoneReadsAsDeleted() throws {
-        let (store, world) = try Self.populated()
+    /// (A main context that keeps a pinned view loads the values as of its view instead.)
+    @Test(arguments: Setup.merging) @MainActor
+    func aFaultWhoseRowIsGoneReadsAsDeleted(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         _ = store
         let faults = try world.fetchAll(Person.self, %"age" == 7, options: .noPropertyValues)
         let fault = try #require(faults.first)
@@ -196,8 +183,9 @@ import Testing
         }
     }
 
-    @Test @MainActor func noPendingChangesMatchesBySavedValues() throws {
-        let (store, world) = try Self.populated()
+    @Test(arguments: Setup.all) @MainActor
+    func noPendingChangesMatchesBySavedValues(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         _ = store
         try world.beginUpdateAndWait { update in
             let created = try update.create(Person.self)
@@ -214,8 +202,9 @@ import Testing
         }
     }
 
-    @Test @MainActor func tweakChangesTheRequestLast() throws {
-        let (store, world) = try Self.populated()
+    @Test(arguments: Setup.all) @MainActor
+    func tweakChangesTheRequestLast(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         _ = store
         let people = try world.fetchAll(Person.self, %"age" > 10, orderBy: .ascending("age"),
                                         options: .limit(10) | .tweak { request in
@@ -229,9 +218,9 @@ import Testing
         #expect(request.batchSize == 7 && !request.includesSubEntities && request.includesPendingChanges)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func cursorsLoadOneBatchAtATimeAndLetGo(kind: StoreKind) throws {
-        let (store, world) = try Self.populated(kind)
+    @Test(arguments: Setup.all) @MainActor
+    func cursorsLoadOneBatchAtATimeAndLetGo(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
         let counter = StatementCounter(store.stack)
         var cursor = try world.fetchCursor(Person.self, %"age" >= 2, orderBy: .ascending("age"), options: .batch(10))
         weak var firstOfFirstBatch: Person?

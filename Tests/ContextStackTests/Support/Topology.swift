@@ -29,6 +29,10 @@ struct Setup: Sendable, CustomStringConvertible {
         StoreKind.allCases.map { Setup(topology: topology, kind: $0) }
     }
 
+    /// The setups whose main context applies commits to the objects it holds (instead of
+    /// keeping a pinned view until it resets), for behaviours of held objects.
+    static let merging = all.filter { [.threeTier, .threeTierWithoutRoot, .twoTierAutoMerge].contains($0.topology) }
+
     /// The setups with a file, for behaviours that reopen it.
     static let files = all.filter { $0.kind == .file }
 
