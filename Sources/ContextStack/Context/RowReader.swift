@@ -93,9 +93,6 @@ struct RowReader {
         return result
     }
 
-    /// The most primary keys one bulk read binds.
-    static let maxBatch = 512
-
     /// The row of `id` as the reading context sees it; `nil` when it does not exist or is deleted.
     mutating func row(_ id: ObjectID) throws -> RowData? {
         if let cached = cache[id] { return cached }
@@ -278,16 +275,13 @@ struct RowReader {
         return result
     }
 
-    /// Runs `sql(placeholders)` over `keys` in chunks (padded to a power of two with repeats, so
-    /// a handful of cached statements serve every size), handing each row to `body`.
+    /// Runs `sql(placeholders)` over `keys` in `IN` lists (`Connection.inLists`), handing each
+    /// row to `body`.
     private func eachRow(keys: [Int64], sql: (String) throws -> String, _ body: (Statement) throws -> Void) throws {
-        for start in stride(from: 0, to: keys.count, by: Self.maxBatch) {
-            let chunk = Array(keys[start..<min(start + Self.maxBatch, keys.count)])
-            var width = 1
-            while width < chunk.count { width *= 2 }
-            let statement = try session.db.cachedStatement(try sql(Array(repeating: "?", count: width).joined(separator: ", ")))
+        try Connection.inLists(keys) { placeholders, arguments in
+            let statement = try session.db.cachedStatement(try sql(placeholders))
             defer { statement.reset() }
-            try statement.bind((chunk + Array(repeating: chunk[chunk.count - 1], count: width - chunk.count)).map { Value.integer($0) })
+            try statement.bind(arguments)
             while try statement.step() { try body(statement) }
         }
     }

@@ -142,7 +142,7 @@ extension Store {
         try captureBeforeImages(changes, db: db)
 
         for (table, column, keys) in nulled {
-            try chunked(keys) { placeholders, arguments in
+            try Connection.inLists(keys) { placeholders, arguments in
                 try db.cachedStatement("UPDATE \(table.quotedName) SET \(column.quotedIdentifier) = NULL WHERE \"Z_PK\" IN (\(placeholders))")
                     .bindAndExecute(arguments)
             }
@@ -156,7 +156,7 @@ extension Store {
         let byTable = Dictionary(grouping: order, by: { ObjectIdentifier($0.id.rootEntity) })
         for rows in byTable.values {
             let table = rows[0].entity.table!
-            try chunked(rows.map(\.id.primaryKey)) { placeholders, arguments in
+            try Connection.inLists(rows.map(\.id.primaryKey)) { placeholders, arguments in
                 try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders))").bindAndExecute(arguments)
             }
         }
@@ -242,17 +242,10 @@ extension Store {
         return order.map { groups[$0]! }
     }
 
-    /// Runs `body` over `keys` in chunks of 500, with `?, ?, …` placeholders and the bound keys.
-    private func chunked(_ keys: [Int64], _ body: (String, [Value]) throws -> Void) throws {
-        for start in stride(from: 0, to: keys.count, by: 500) {
-            let chunk = keys[start..<min(start + 500, keys.count)]
-            try body(Array(repeating: "?", count: chunk.count).joined(separator: ", "), chunk.map { .integer($0) })
-        }
-    }
-
+    /// Every row of `sql(placeholders)` over `keys`, in `IN` lists (`Connection.inLists`).
     private func chunkedRows(_ db: Connection, _ keys: [Int64], _ sql: (String) -> String) throws -> [[Value]] {
         var rows: [[Value]] = []
-        try chunked(keys) { placeholders, arguments in rows += try db.rows(sql(placeholders), arguments) }
+        try Connection.inLists(keys) { placeholders, arguments in rows += try db.rows(sql(placeholders), arguments) }
         return rows
     }
 }
