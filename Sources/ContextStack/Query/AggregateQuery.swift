@@ -34,7 +34,7 @@ struct AggregateQuery {
                 if function != .count && function != .min && function != .max, let kind = path.kind, !kind.isNumeric && kind != .date {
                     throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a \(kind.rawValue) attribute, not a number.", key: term.key, entity: entity.name)
                 }
-                columns.append("\(dialect.aggregate(function))(\(base.columnSQL(path))) AS \(term.alias.quotedIdentifier)")
+                columns.append("\(dialect.aggregate(function, of: base.columnSQL(path))) AS \(term.alias.quotedIdentifier)")
             } else {
                 columns.append("\(base.columnSQL(path)) AS \(term.alias.quotedIdentifier)")
             }

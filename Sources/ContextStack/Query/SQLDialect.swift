@@ -28,9 +28,10 @@ protocol SQLDialect: Sendable {
     func textMatch(_ column: String) -> String
     /// One `ORDER BY` term: NULL first ascending and last descending, text in binary order.
     func orderTerm(_ column: String, ascending: Bool) -> String
-    /// The SQL function that computes `function` over a column (median and population
-    /// standard deviation included).
-    func aggregate(_ function: Select.Function) -> String
+    /// `function` over `column` (median and population standard deviation included; a
+    /// database may need more than a function call, as PostgreSQL's
+    /// `percentile_cont(0.5) WITHIN GROUP (ORDER BY …)` for the median).
+    func aggregate(_ function: Select.Function, of column: String) -> String
 }
 
 /// SQLite's dialect: `?` placeholders, `IS` for null-safe equality, booleans as 1 and 0, the
@@ -46,8 +47,8 @@ struct SQLiteDialect: SQLDialect {
     func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT 1" }
     func textMatch(_ column: String) -> String { "cs_text(?, ?, \(column), ?)" }
     func orderTerm(_ column: String, ascending: Bool) -> String { "\(column) \(ascending ? "ASC" : "DESC")" }
-    func aggregate(_ function: Select.Function) -> String {
-        switch function {
+    func aggregate(_ function: Select.Function, of column: String) -> String {
+        let name = switch function {
         case .average: "avg"
         case .sum: "total"
         case .stdDev: "cs_stddev"
@@ -56,5 +57,6 @@ struct SQLiteDialect: SQLDialect {
         case .median: "cs_median"
         case .count: "count"
         }
+        return "\(name)(\(column))"
     }
 }
