@@ -14,14 +14,10 @@ import Testing
     let url: URL
 
     init() throws {
-        directory = try makeTemporaryDirectory()
-        url = directory.appendingPathComponent("store.sqlite")
+        (directory, url) = try makeStoreLocation()
     }
 
-    func cleanUp() {
-        try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.path)
-        try? FileManager.default.removeItem(at: directory)
-    }
+    func cleanUp() { removeTemporaryDirectory(directory) }
 
     func open(resetOnFailure: Bool = false) throws -> Stack {
         let stack = try Stack(model: Model(Person.self, Pet.self))

@@ -17,14 +17,10 @@ import Testing
     let url: URL
 
     init() throws {
-        directory = try makeTemporaryDirectory()
-        url = directory.appendingPathComponent("store.sqlite")
+        (directory, url) = try makeStoreLocation()
     }
 
-    func cleanUp() {
-        try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.path)
-        try? FileManager.default.removeItem(at: directory)
-    }
+    func cleanUp() { removeTemporaryDirectory(directory) }
 
     /// Gives `path` to the user the child runs as, with `permissions`.
     func prepare(_ path: String, permissions: Int) throws {

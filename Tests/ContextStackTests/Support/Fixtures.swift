@@ -8,18 +8,10 @@ enum Fixtures {
     /// Six people: names with case and accent variants, ages 12 to 63, some without a
     /// location, and friend chains (Knight → Farmer, Warrior → Knight, monk → Monk).
     static func people(_ update: Update) throws {
-        let rows: [(String, Int, String?)] = [
+        let people = try makePeople(update, [
             ("Farmer", 28, "Taipei"), ("Knight", 18, nil), ("Monk", 63, "Kyoto"),
             ("Warrior", 35, "Taipei"), ("monk", 12, ""), ("Élise", 40, nil),
-        ]
-        var people: [Person] = []
-        for (name, age, location) in rows {
-            let person = try update.create(Person.self)
-            person.name = name
-            person.age = age
-            person.location = location
-            people.append(person)
-        }
+        ])
         people[1].friend = people[0]
         people[3].friend = people[1]
         people[4].friend = people[2]
@@ -28,19 +20,22 @@ enum Fixtures {
 
     /// Six people "a" to "f" aged 5 to 60 in Taipei, Kyoto or nowhere; a and b befriend c.
     static func agedPeople(_ update: Update) throws {
-        let rows: [(String, Int, String?)] = [("a", 10, "Taipei"), ("b", 20, "Taipei"), ("c", 60, "Kyoto"),
-                                              ("d", 30, nil), ("e", 40, "Kyoto"), ("f", 5, "Taipei")]
-        var people: [Person] = []
-        for (name, age, location) in rows {
+        let people = try makePeople(update, [("a", 10, "Taipei"), ("b", 20, "Taipei"), ("c", 60, "Kyoto"),
+                                             ("d", 30, nil), ("e", 40, "Kyoto"), ("f", 5, "Taipei")])
+        people[0].friend = people[2]
+        people[1].friend = people[2]
+        try update.commit()
+    }
+
+    /// People with these names, ages and locations, in order.
+    private static func makePeople(_ update: Update, _ rows: [(String, Int, String?)]) throws -> [Person] {
+        try rows.map { name, age, location in
             let person = try update.create(Person.self)
             person.name = name
             person.age = age
             person.location = location
-            people.append(person)
+            return person
         }
-        people[0].friend = people[2]
-        people[1].friend = people[2]
-        try update.commit()
     }
 
     /// 25 people "p00" to "p24", each befriending the previous one, every third with two pets.

@@ -99,6 +99,18 @@ final class TestStore: Sendable {
 }
 
 /// A new empty directory for one test's files; the caller removes it.
+/// A fresh temporary directory and the URL of a store file in it (not created yet).
+func makeStoreLocation() throws -> (directory: URL, url: URL) {
+    let directory = try makeTemporaryDirectory()
+    return (directory, directory.appendingPathComponent("store.sqlite"))
+}
+
+/// Removes a temporary directory, first giving it back the permissions a test may have taken.
+func removeTemporaryDirectory(_ directory: URL) {
+    try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.path)
+    try? FileManager.default.removeItem(at: directory)
+}
+
 func makeTemporaryDirectory() throws -> URL {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ContextStackTests-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
