@@ -4,6 +4,11 @@ import Synchronization
 /// The object engine behind `MainContext` and `UpdateContext`: an identity map, change
 /// tracking, fetches that merge pending changes with the store, and relationship upkeep.
 ///
+/// This file holds its state, confinement checks, the registry and row fetching; beside it,
+/// `+Reading` (the typed reads), `+Faults` (late-loaded values, prefetch), `+Relationships`,
+/// `+Changes` (delete rules, change sets, commit, rollback, reset), `+Inbox` (commits handed
+/// to a main context) and `+Invariants` (debug checks).
+///
 /// All mutable state is confined to the context's execution — the main thread for a main
 /// context, the running block for an update context — and `checkRead` enforces it on every
 /// object access. That confinement is what makes `@unchecked Sendable` sound here; the
@@ -19,28 +24,28 @@ final class ObjectContext: @unchecked Sendable {
     let stack: Stack
     let graph: ModelGraph
     /// Every object of this context, held weakly unless it has changes.
-    private(set) var registry: [ObjectID: WeakObject] = [:]
+    var registry: [ObjectID: WeakObject] = [:]
     private var registrySweepThreshold = 1024
     /// Inserted, updated and deleted objects, held strongly until commit or rollback.
-    private(set) var changed: [ObjectID: ManagedObject] = [:]
+    var changed: [ObjectID: ManagedObject] = [:]
     /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
     var upserts: [ObjectID: [Int]] = [:]
     /// Join-table pairs added (`true`) or removed (`false`) since the last commit.
-    private var links: [LinkKey: Bool] = [:]
-    private var linkEnds: [LinkKey: LinkEnds] = [:]
+    var links: [LinkKey: Bool] = [:]
+    var linkEnds: [LinkKey: LinkEnds] = [:]
     /// Bumped whenever loaded to-many relationships may be out of date.
-    private(set) var generation = 0
+    var generation = 0
     /// What `.prefetch` read ahead for objects not registered yet.
     var prefetched = PrefetchCache(generation: 0)
 
     /// Change sets handed to a main context, applied before its next read.
-    private let inbox = Locked<[ChangeSet]>([])
-    private let inboxHasWork = Atomic<Bool>(false)
+    let inbox = Locked<[ChangeSet]>([])
+    let inboxHasWork = Atomic<Bool>(false)
 
     /// For a main context that does not merge: the pinned view of the store it reads, so it
     /// sees nothing committed after it was created or last reset.
-    private let pinsView: Bool
-    private var pin: UInt64?
+    let pinsView: Bool
+    var pin: UInt64?
     /// Set by the public reads of a main context: the next read takes the commits handed over
     /// so far, atomically with its snapshot, and applies them before reading.
     private var drainsOnNextRead = false
@@ -50,7 +55,7 @@ final class ObjectContext: @unchecked Sendable {
     /// rollback or reset. Accessors cannot throw, so what they return or change after a failed
     /// read may be incomplete (a relationship read as empty, a partner left linked); the next
     /// `commit()` throws this error instead of saving such changes.
-    private var accessorFailure: (any Error)?
+    var accessorFailure: (any Error)?
 
     init(kind: Kind, stack: Stack, pinsView: Bool = false) {
         self.kind = kind
@@ -157,7 +162,7 @@ final class ObjectContext: @unchecked Sendable {
     }
 
     /// Starts tracking `object`'s changes (no checks: internal upkeep of inverses and deletes).
-    private func markChanged(_ object: ManagedObject) {
+    func markChanged(_ object: ManagedObject) {
         if object.fault != nil { fulfill(object, slot: nil) }
         if object.state == .clean {
             object.snapshot = object.values
@@ -166,7 +171,7 @@ final class ObjectContext: @unchecked Sendable {
         }
     }
 
-    private func checkRelatable(_ object: ManagedObject, _ other: ManagedObject, _ property: Property) {
+    func checkRelatable(_ object: ManagedObject, _ other: ManagedObject, _ property: Property) {
         guard other.context === self else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': they belong to different contexts. Bring \(other.entity.name) into this update first: `let other = try update.use(other)`.")
         }
@@ -338,390 +343,5 @@ final class ObjectContext: @unchecked Sendable {
             return count
         }
         return try fetchRows(query).count
-    }
-
-    // MARK: - Relationships
-
-    /// This context's uncommitted join-table changes of one table.
-    func pendingLinks(in table: String) -> [LinkKey: Bool] {
-        links.filter { $0.key.table == table }
-    }
-
-    private func foreignKey(_ object: ManagedObject, _ property: Property) -> ObjectID? {
-        if object.fault != nil { fulfill(object, slot: property.slot) }
-        guard case .integer(let key) = object.values[property.slot], let destination = property.destination else { return nil }
-        return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
-    }
-
-    /// The object a to-one relationship points at.
-    func toOne(of object: ManagedObject, slot: Int) -> ManagedObject? {
-        guard let id = foreignKey(object, object.entity.properties[slot]) else { return nil }
-        do {
-            return try self.object(for: id)
-        } catch {
-            accessorFailed(error)
-            return nil
-        }
-    }
-
-    /// Records an error met inside a property accessor, which cannot throw: it goes to
-    /// `stack.onError`, and an update context refuses its next commit with it.
-    func accessorFailed(_ error: any Error) {
-        stack.report(error)
-        if isUpdate && accessorFailure == nil { accessorFailure = error }
-    }
-
-    /// The IDs a to-many relationship holds, loaded once and kept in sync afterwards.
-    private func toManyIDs(of object: ManagedObject, _ property: Property) throws -> Set<ObjectID> {
-        if let cached = object.toManyCache[property.slot], cached.generation == generation {
-            return cached.ids
-        }
-        if let ids = prefetchedMembers(object.objectID, slot: property.slot) {
-            object.toManyCache[property.slot] = (ids, generation)
-            return ids
-        }
-        // The same member resolution quantifiers and counts use: store, pending commits,
-        // pinned view and this context's own changes.
-        let ids = Set(try read { session in
-            var reader = RowReader(session: session, context: self)
-            return try reader.members(of: object.objectID, property)
-        })
-        object.toManyCache[property.slot] = (ids, generation)
-        return ids
-    }
-
-    /// The objects a to-many relationship holds.
-    func toMany(of object: ManagedObject, slot: Int) -> [ManagedObject] {
-        do {
-            return try objects(for: Array(try toManyIDs(of: object, object.entity.properties[slot])))
-        } catch {
-            accessorFailed(error)
-            return []
-        }
-    }
-
-    private func updateCache(_ object: ManagedObject, _ property: Property, _ change: (inout Set<ObjectID>) -> Void) {
-        guard var cached = object.toManyCache[property.slot], cached.generation == generation else { return }
-        change(&cached.ids)
-        object.toManyCache[property.slot] = cached
-    }
-
-    /// Points a to-one relationship at `target`, keeping the inverse side in sync.
-    func setToOne(of object: ManagedObject, slot: Int, to target: ManagedObject?) {
-        let property = object.entity.properties[slot]
-        if let target { checkRelatable(object, target, property) }
-        link(object, property, to: target)
-    }
-
-    private func link(_ object: ManagedObject, _ property: Property, to target: ManagedObject?) {
-        let oldID = foreignKey(object, property)
-        guard oldID != target?.objectID else { return }
-        markChanged(object)
-        object.values[property.slot] = target.map { .integer($0.objectID.primaryKey) } ?? .null
-        guard let inverse = property.inverse else { return }
-        if let oldID {
-            if inverse.isToMany {
-                if let old = registered(oldID) { updateCache(old, inverse) { $0.remove(object.objectID) } }
-            } else if let old = loadPartner(oldID), foreignKey(old, inverse) == object.objectID {
-                markChanged(old)
-                old.values[inverse.slot] = .null
-            }
-        }
-        guard let target else { return }
-        if inverse.isToMany {
-            updateCache(target, inverse) { $0.insert(object.objectID) }
-        } else {
-            // One-to-one: the target's previous partner lets go of it.
-            if let previousID = foreignKey(target, inverse), previousID != object.objectID,
-               let previous = loadPartner(previousID) {
-                markChanged(previous)
-                previous.values[property.slot] = .null
-            }
-            markChanged(target)
-            target.values[inverse.slot] = .integer(object.objectID.primaryKey)
-        }
-    }
-
-    /// The one-to-one partner with `id` whose side of the link must change too, or `nil` when
-    /// it is gone. A failed read is an accessor failure: the partner would keep pointing here.
-    private func loadPartner(_ id: ObjectID) -> ManagedObject? {
-        do {
-            return try object(for: id)
-        } catch {
-            accessorFailed(error)
-            return nil
-        }
-    }
-
-    /// Makes a to-many relationship hold exactly `targets`, keeping inverses in sync.
-    func setToMany(of object: ManagedObject, slot: Int, to targets: [ManagedObject]) {
-        let property = object.entity.properties[slot]
-        for target in targets { checkRelatable(object, target, property) }
-        do {
-            try replaceMembers(object, property, with: targets)
-        } catch {
-            accessorFailed(error)
-        }
-    }
-
-    private func replaceMembers(_ object: ManagedObject, _ property: Property, with targets: [ManagedObject]) throws {
-        let current = try toManyIDs(of: object, property)
-        let wanted = Set(targets.map(\.objectID))
-        let removed = current.subtracting(wanted)
-        let added = targets.filter { !current.contains($0.objectID) }
-        switch property.storage {
-        case .inverseColumn:
-            guard let inverse = property.inverse else { break }
-            for member in try objects(for: Array(removed)) where foreignKey(member, inverse) == object.objectID {
-                markChanged(member)
-                member.values[inverse.slot] = .null
-            }
-            for member in added { link(member, inverse, to: object) }
-        case .joinTable:
-            guard let join = property.joinTable else { break }
-            func record(_ other: ObjectID, present: Bool) {
-                let key = property.linkKey(join, owner: object.objectID.primaryKey, member: other.primaryKey)
-                links[key] = present
-                linkEnds[key] = property.linkEnds(owner: object.objectID, member: other)
-                if let inverse = property.inverse, let member = registered(other) {
-                    updateCache(member, inverse) { ids in
-                        if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }
-                    }
-                }
-            }
-            removed.forEach { record($0, present: false) }
-            added.forEach { record($0.objectID, present: true) }
-        case .column:
-            break
-        }
-        object.toManyCache[property.slot] = (wanted, generation)
-    }
-
-    // MARK: - Deleting
-
-    /// Deletes `object`, applying its relationships' delete rules now (`.deny` is checked at commit).
-    func delete(_ object: ManagedObject) throws {
-        checkRead(object)
-        guard kind == .update else {
-            preconditionFailure("\(object) belongs to a MainContext: delete it in an update — try update.delete(update.use(object)).")
-        }
-        guard object.state != .deleted else { return }
-        markChanged(object)
-        let wasInserted = object.state == .inserted
-        object.state = .deleted
-        var cascade: [ManagedObject] = []
-        for property in object.entity.properties where property.isRelationship {
-            switch property.deleteRule {
-            case .deny, .noAction:
-                continue
-            case .cascade:
-                if property.isToMany {
-                    cascade += try objects(for: Array(try toManyIDs(of: object, property)))
-                } else if let id = foreignKey(object, property), let target = try self.object(for: id) {
-                    cascade.append(target)
-                }
-                fallthrough
-            case .nullify:
-                if property.isToMany {
-                    try replaceMembers(object, property, with: [])
-                } else {
-                    link(object, property, to: nil)
-                }
-            }
-        }
-        if wasInserted {
-            // Never stored: nothing to delete below.
-            changed[object.objectID] = nil
-        }
-        for target in cascade { try delete(target) }
-    }
-
-    // MARK: - Committing
-
-    /// The change set of everything pending, after checking `.deny` rules.
-    func makeChangeSet() throws -> ChangeSet {
-        if let accessorFailure { throw accessorFailure }
-        var changes = ChangeSet()
-        var gone = Set<Int64>()
-        for object in changed.values where object.state == .deleted {
-            for property in object.entity.properties where property.isRelationship && property.deleteRule == .deny {
-                let isEmpty = property.isToMany
-                    ? try objects(for: Array(try toManyIDs(of: object, property))).isEmpty
-                    : (try foreignKey(object, property).flatMap { try self.object(for: $0) }) == nil
-                if !isEmpty {
-                    throw SaveError(.deleteDenied, "Cannot delete \(object): its relationship '\(property.name)' has the delete rule .deny and is not empty. Remove or delete the related objects first.", objects: [object.objectID])
-                }
-            }
-        }
-        for object in changed.values {
-            switch object.state {
-            case .inserted:
-                changes.inserts.append((object.objectID, RowData(entity: object.entity, values: object.values)))
-            case .updated:
-                guard let snapshot = object.snapshot else { continue }
-                var slots: [Int] = []
-                var values: [Value] = []
-                for slot in object.entity.storedSlots where !object.values[slot].isIdentical(to: snapshot[slot]) {
-                    slots.append(slot)
-                    values.append(object.values[slot])
-                }
-                if !slots.isEmpty {
-                    changes.updates.append(.init(id: object.objectID, entity: object.entity, slots: slots, values: values,
-                                                 snapshot: snapshot, current: object.values))
-                }
-            case .deleted:
-                changes.deletes.append((object.objectID, object.entity))
-                gone.insert(object.objectID.primaryKey)
-            case .clean, .invalidated:
-                continue
-            }
-        }
-        for (id, slots) in upserts where changed[id]?.state == .inserted { changes.upserts[id] = slots }
-        for (key, present) in links {
-            if present && (gone.contains(key.source) || gone.contains(key.target)) { continue }
-            changes.links.append((key, present))
-            changes.linkEnds[key] = linkEnds[key]
-        }
-        return changes
-    }
-
-    /// After a commit: every object is clean again, deleted ones leave the context.
-    func didCommit() {
-        for object in changed.values {
-            switch object.state {
-            case .deleted:
-                registry[object.objectID] = nil
-                object.snapshot = nil
-            default:
-                object.state = .clean
-                object.snapshot = nil
-            }
-        }
-        changed.removeAll()
-        upserts.removeAll()
-        links.removeAll()
-        linkEnds.removeAll()
-        #if DEBUG
-        checkInvariants()
-        #endif
-    }
-
-    /// Forgets every uncommitted change: changed objects get their saved values back, created
-    /// ones become invalid.
-    func rollback() {
-        for object in changed.values {
-            if let snapshot = object.snapshot {
-                object.values = snapshot
-                object.snapshot = nil
-                object.state = .clean
-            } else {
-                object.state = .invalidated
-                registry[object.objectID] = nil
-            }
-        }
-        // Objects created then deleted are no longer in `changed`; they are dropped with the registry entries.
-        accessorFailure = nil
-        changed.removeAll()
-        upserts.removeAll()
-        links.removeAll()
-        linkEnds.removeAll()
-        generation += 1
-    }
-
-    /// Drops every object: later use of them is a precondition failure.
-    func reset() {
-        for entry in registry.values {
-            entry.object?.state = .invalidated
-        }
-        for object in changed.values { object.state = .invalidated }
-        accessorFailure = nil
-        registry.removeAll()
-        changed.removeAll()
-        upserts.removeAll()
-        links.removeAll()
-        linkEnds.removeAll()
-        generation += 1
-        // Nothing is left for handed-over commits to update.
-        _ = takeInbox()
-        if pinsView, let old = pin {
-            // See the store as it is now, until the next reset.
-            store.unpin(old)
-            pin = store.pin()
-        }
-    }
-
-    // MARK: - Receiving commits (main contexts)
-
-    /// Hands a commit to this main context from any thread; it is applied when the next public
-    /// read starts, or on the main actor's next turn, whichever comes first.
-    func handOver(_ changes: ChangeSet) {
-        inbox.withLock { $0.append(changes) }
-        inboxHasWork.store(true, ordering: .releasing)
-        DispatchQueue.main.async { [self] in
-            if inboxHasWork.load(ordering: .acquiring) { applyInbox() }
-        }
-    }
-
-    /// Applies handed-over commits to registered objects (main actor only).
-    func applyInbox() {
-        apply(takeInbox())
-    }
-
-    /// Takes the commits handed over so far.
-    private func takeInbox() -> [ChangeSet] {
-        guard inboxHasWork.load(ordering: .acquiring) else { return [] }
-        inboxHasWork.store(false, ordering: .releasing)
-        return inbox.withLock { inbox in
-            defer { inbox.removeAll() }
-            return inbox
-        }
-    }
-
-    /// Applies what a batch operation of this update context did to its objects: clean ones
-    /// take the new values, changed ones keep their own values for the keys they changed,
-    /// deleted ones leave the context (their uncommitted changes with them).
-    func absorb(_ changes: ChangeSet) {
-        for update in changes.updates {
-            guard let object = registered(update.id), object.state == .clean || object.state == .updated else { continue }
-            for (slot, value) in zip(update.slots, update.values) where slot < object.values.count {
-                if var snapshot = object.snapshot {
-                    if object.values[slot].isIdentical(to: snapshot[slot]) { object.values[slot] = value }
-                    snapshot[slot] = value
-                    object.snapshot = snapshot
-                } else {
-                    object.values[slot] = value
-                }
-            }
-        }
-        for delete in changes.deletes {
-            guard let object = registered(delete.id) else { continue }
-            object.state = .deleted
-            object.snapshot = nil
-            registry[delete.id] = nil
-            changed[delete.id] = nil
-        }
-        generation += 1
-    }
-
-    /// Applies commits to registered objects: changed values, deletions.
-    private func apply(_ pending: [ChangeSet]) {
-        guard !pending.isEmpty else { return }
-        for changes in pending {
-            for update in changes.updates {
-                guard let object = registered(update.id), object.state == .clean else { continue }
-                for (slot, value) in zip(update.slots, update.values) where slot < object.values.count {
-                    object.values[slot] = value
-                }
-            }
-            for delete in changes.deletes {
-                guard let object = registered(delete.id) else { continue }
-                object.state = .deleted
-                registry[delete.id] = nil
-            }
-        }
-        generation += 1
-        #if DEBUG
-        checkInvariants()
-        #endif
     }
 }
