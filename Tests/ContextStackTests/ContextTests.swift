@@ -152,10 +152,12 @@ import Testing
         #expect(recorder.all.first is Boom)
     }
 
-    @Test @MainActor func nothingIsSavedWithoutCommit() async throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func nothingIsSavedWithoutCommit(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        let store = harness.store
+        try await harness.write { update in
             try update.create(Pet.self).name = "Uncommitted"
         }
         try await store.stack.flush()
@@ -204,11 +206,11 @@ import Testing
         #expect(try world.fetch(Person.self, %"name" == "Monk")?.age == 44)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func oneObjectPerIDPerContext(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func oneObjectPerIDPerContext(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             try update.create(Person.self).name = "Monk"
             let again = try update.fetchAll(Person.self)
             let byName = try update.fetch(Person.self, %"name" == "Monk")
@@ -254,22 +256,23 @@ import Testing
         #expect(after.name == "Rex")
     }
 
-    @Test @MainActor func useBringsAnObjectIntoTheUpdateAndFailsForDeletedOnes() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func useBringsAnObjectIntoTheUpdateAndFailsForDeletedOnes(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             try update.create(Pet.self).name = "Rex"
             try update.commit()
         }
         let rex = try #require(try world.fetch(Pet.self))
-        try world.beginUpdateAndWait { update in
+        try await harness.write { update in
             let mine = try update.use(rex)
             #expect(mine !== rex && mine.objectID == rex.objectID)
             try update.delete(mine)
             try update.commit()
         }
-        #expect {
-            try world.beginUpdateAndWait { update in _ = try update.use(rex) }
+        await #expect {
+            try await harness.write { update in _ = try update.use(rex) }
         } throws: { error in
             (error as? QueryError)?.code == .objectNotFound
         }
@@ -288,14 +291,16 @@ import Testing
         #expect(try world.fetch(Pet.self)?.name == "Rex")
     }
 
-    @Test @MainActor func deleteAllDeletesMatchingObjectsAndCountsThem() async throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func deleteAllDeletesMatchingObjectsAndCountsThem(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             for age in [-2, -1, 0, 5] { try update.create(Pet.self).age = age }
             try update.commit()
         }
-        let removed = try await world.transaction { update in try update.deleteAll(Pet.self, %"age" < 0) }
+        let removed = try await harness.transaction { update in try update.deleteAll(Pet.self, %"age" < 0) }
+        try await harness.settle()
         #expect(removed == 2)
         #expect(try world.fetchAll(Pet.self, orderBy: .ascending("age")).map(\.age) == [0, 5])
     }
