@@ -17,7 +17,7 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-syntax.git", exact: "603.0.1"),
     ],
     targets: [
-        // The system SQLite, found through pkg-config. Only `Sources/ContextStack/SQLite/` imports it.
+        // The system SQLite, found through pkg-config. Only `_ContextStackSQLite` imports it.
         .systemLibrary(
             name: "CSQLite",
             pkgConfig: "sqlite3",
@@ -32,13 +32,22 @@ let package = Package(
                 .product(name: "SwiftDiagnostics", package: "swift-syntax"),
             ]
         ),
-        .target(name: "ContextStack", dependencies: ["CSQLite", "ContextStackMacros"]),
+        // The layers below the API, each a target so the compiler keeps them apart (see
+        // Docs/Architecture.md). Their names start with an underscore: users import
+        // `ContextStack`, which re-exports the public types they need.
+        //
+        // Values, text matching, locks and SQL quoting that every layer uses.
+        .target(name: "_ContextStackCore"),
+        // The SQLite layer: connections, statements, errors, registered functions. The only
+        // importer of CSQLite.
+        .target(name: "_ContextStackSQLite", dependencies: ["CSQLite", "_ContextStackCore"]),
+        .target(name: "ContextStack", dependencies: ["_ContextStackCore", "_ContextStackSQLite", "ContextStackMacros"]),
         .executableTarget(name: "demo", dependencies: ["ContextStack"]),
         // The child process that the crash-safety tests kill with SIGKILL. Not a product: a
         // plain `swift build` or `swift test` builds it next to the test bundle, where the
         // tests look for it.
         .executableTarget(name: "stress-writer", dependencies: ["ContextStack"], path: "Tests/StressWriter"),
-        .testTarget(name: "ContextStackTests", dependencies: ["ContextStack"]),
+        .testTarget(name: "ContextStackTests", dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite"]),
         .testTarget(
             name: "ContextStackMacrosTests",
             dependencies: [

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// Objects of a fetch, loaded a batch at a time as you walk them: memory stays flat however
 /// many objects match, because each batch is let go when the cursor moves on (objects you keep
 /// stay alive, as always).

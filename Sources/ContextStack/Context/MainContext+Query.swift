@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 extension MainContext {
     /// Aggregate rows: selected keys and aggregates, grouped, filtered and ordered in SQL.
     ///

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// The context your reads come from: a read-only object cache on the main actor.
 ///

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// Deleting (with delete rules), turning an update's changes into a `ChangeSet`, and what a
 /// commit, a rollback or a reset leaves behind.

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// The objects of one fetch that load their values together: a batch of `.batch(n)`, or the
 /// objects of a `.noPropertyValues` / `.propertiesOnly` fetch (one group per object without a
 /// batch size, as Core Data fires its faults one by one).

@@ -1,5 +1,7 @@
 import Foundation
 import Synchronization
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// How a main context receives commits: change sets handed over by other contexts and the
 /// store, applied before its next read or on the main actor's next turn.

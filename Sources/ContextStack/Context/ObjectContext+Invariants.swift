@@ -1,6 +1,8 @@
 import Synchronization
 
 #if DEBUG
+import _ContextStackCore
+import _ContextStackSQLite
 /// Internal consistency checks of a context's object graph, for the test suites (as
 /// swift-collections' `_checkInvariants()`): off unless a debug build turns them on, and then
 /// run after every commit an update context makes and after every change set a main context

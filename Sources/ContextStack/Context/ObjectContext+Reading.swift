@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// The typed reads shared by `MainContext` and `Update`.
 extension ObjectContext {
     func compile<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, _ orderBy: OrderBy?,

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// Relationship upkeep: to-one and to-many reads, setting either side, inverses kept in sync
 /// at once, one-to-one partners letting go, join-table pairs recorded for the commit.

@@ -1,5 +1,7 @@
 import Foundation
 import Synchronization
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// The object engine behind `MainContext` and `UpdateContext`: an identity map, change
 /// tracking, fetches that merge pending changes with the store, and relationship upkeep.

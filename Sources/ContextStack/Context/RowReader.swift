@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// Reads rows for one fetch, inside one read session: from the store, overlaid with the
 /// writer's pending commits, the before-images of a pinned view (for a main context that does
 /// not merge), and the reading context's own changes, with a per-read cache.

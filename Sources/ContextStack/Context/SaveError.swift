@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// A commit that cannot be saved because of the model's rules: a `.deny` delete rule, a
 /// uniqueness constraint. Thrown by `commit()`; nothing of the commit is saved, and the
 /// update's changes stay pending (an update block that rethrows it rolls them back).

@@ -1,4 +1,6 @@
 import Synchronization
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// The turn of `.serial` updates: one update at a time per starting context, first come,
 /// first served. An update holds the turn while its block or a continuation it scheduled is

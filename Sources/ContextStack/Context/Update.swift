@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// The handle an update block receives: create, fetch, change, delete, then `commit()`.
 ///
 /// For example:

@@ -1,4 +1,6 @@
 import Dispatch
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// A context that changes objects: it hands an `Update` to the blocks you give it, and its
 /// `commit()` saves into its target (the main context in the three-tier stack).

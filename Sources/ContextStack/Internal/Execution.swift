@@ -7,6 +7,8 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// Which context the current thread is executing for: a thread-local marker set while an
 /// update context runs a block, so every property access can check confinement cheaply.

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// The kind of an attribute, as the model and the schema see it.
 public enum AttributeKind: String, Sendable, Hashable, CaseIterable {

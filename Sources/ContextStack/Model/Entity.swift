@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// An entity resolved within a `Model`: its properties with slots, destinations and inverses,
 /// and where it lives in the schema. Immutable once the model is built.

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// What to do with related objects when an object is deleted.
 public enum DeleteRule: String, Sendable, Hashable {

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// Makes a class a persisted entity.
 ///
 /// For example:

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// A model that cannot work: thrown by `Model(...)` with a message naming the entity and property.
 public struct ModelError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.

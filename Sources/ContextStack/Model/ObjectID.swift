@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// The permanent identity of a managed object: its entity hierarchy and primary key.
 ///
 /// An object has its ID from the moment it is created (the store reserves primary keys), and

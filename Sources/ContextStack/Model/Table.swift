@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// The SQLite table of one entity hierarchy: the root entity's name, a `Z_PK` primary key, a
 /// `Z_ENT` column when the hierarchy has sub-entities, and one column per attribute and to-one
 /// relationship of every entity in the hierarchy.
@@ -41,14 +43,4 @@ final class JoinTable: Sendable {
     let name: String
     init(name: String) { self.name = name }
     var quotedName: String { name.quotedIdentifier }
-}
-
-extension String {
-    /// The string as an SQL identifier in double quotes, with inner quotes doubled.
-    var quotedIdentifier: String {
-        // Names almost never hold a quote: Foundation's search-and-replace costs microseconds,
-        // and by-key reads build their SQL on every call.
-        guard utf8.contains(UInt8(ascii: "\"")) else { return "\"" + self + "\"" }
-        return "\"" + replacingOccurrences(of: "\"", with: "\"\"") + "\""
-    }
 }

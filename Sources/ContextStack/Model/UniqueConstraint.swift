@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// Properties whose values together may occur only once among the rows of an entity and its
 /// sub-entities: a `.unique` attribute, or a compound `@Entity(unique: [["a", "b"]])`.
 ///

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// What one commit changed, as commit observers receive it: inserted, updated (with the keys
 /// that changed) and deleted object IDs, by entity, and where the commit came from.
 ///

@@ -1,4 +1,6 @@
 import Dispatch
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// Delivers commits to observers on the main actor, in commit order: first resetting the main
 /// contexts that asked to be reset on commits of that origin, then updating live results and

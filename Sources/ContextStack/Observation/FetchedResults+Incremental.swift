@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// Keeping results up to date from a commit's change set alone.
 ///

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// A fetch that stays true as commits land, split into sections, telling you exactly what
 /// changed after each commit.

@@ -4,6 +4,8 @@ import Foundation
 // Windows — ContextStack adds the same members, so code that reads `FetchedResults` compiles
 // unchanged on every platform.
 #if !canImport(UIKit) && !canImport(AppKit)
+import _ContextStackCore
+import _ContextStackSQLite
 extension IndexPath {
     /// An index path to `item` in `section`, as UIKit makes it.
     ///

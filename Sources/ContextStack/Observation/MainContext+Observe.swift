@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// What one commit did to an observed object.
 public struct ObjectChange: Sendable, CustomStringConvertible {
     /// The object.

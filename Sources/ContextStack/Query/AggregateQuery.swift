@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// An aggregate query compiled to one SQL statement: selected keys and aggregates, a condition,
 /// grouping, a condition on the groups, order and window. Everything runs in SQL; no row is
 /// fetched into objects.

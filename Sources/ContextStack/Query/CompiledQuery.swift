@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// A key resolved against an entity: the to-one hops, then the property it ends at.
 struct ResolvedPath: Sendable {

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 extension Condition {
     /// A condition from an NSPredicate-style format string and its arguments.

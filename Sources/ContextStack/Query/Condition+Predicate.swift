@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 extension Condition {
     /// A condition from a Foundation predicate, translated to the same form as `%"key"`

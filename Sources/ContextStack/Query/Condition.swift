@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// A predicate over the objects of an entity: the `where` of a fetch.
 ///

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// Options of a fetch, joined with `|`: `.limit(100) | .offset(20) | .batch(500)`.
 ///
 /// Where two options set the same thing, the right one wins; `.prefetch` lists add up, and

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// The lexer of the format language: characters to tokens, with their positions.
 extension FormatParser {

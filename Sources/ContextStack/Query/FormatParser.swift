@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// Parses an NSPredicate-style format string into a condition node: the engine behind
 /// `Condition.where(_:_:)`.

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 prefix operator %
 postfix operator %
 

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// Typed predicates: key paths of an entity instead of key strings, checked by the compiler.
 ///
 /// For example:

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// The order of fetched objects: `.ascending("name") | .descending("age")`.
 ///
 /// Ascending order puts NULL first, descending puts it last (as SQLite does); strings sort by

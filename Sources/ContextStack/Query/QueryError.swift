@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// A query that cannot run: an unknown key, a value of the wrong type, a predicate shape that
 /// an operation cannot use. Thrown before any SQL runs; the message names the key and entity.
 public struct QueryError: Error, CustomStringConvertible, Sendable {

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// What differs between the SQL of the databases a store can keep its rows in.
 ///
 /// The predicate-to-SQL code (`CompiledQuery`, `AggregateQuery`) writes everything the

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// What an aggregate query returns per row: keys and aggregates, each under an alias, joined
 /// with `|`.
 ///

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// What a commit does when an object it changes was changed in the store since the committing
 /// context read it (optimistic locking: the store compares the values the context started from
 /// with the values stored now).

@@ -7,6 +7,8 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import _ContextStackCore
+import _ContextStackSQLite
 
 extension Stack {
     /// Whether pending root writes are flushed when the process ends normally (`exit`, the end

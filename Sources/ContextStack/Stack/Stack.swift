@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// The top of ContextStack: a model, the stores that hold it, and the root writer.
 ///

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// What `MainContext` and `Context` share: starting updates in their topology and order,
 /// routing commits to their target, and telling observers.

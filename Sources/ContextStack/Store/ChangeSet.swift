@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// The values of one object as a context sees them: its entity and its slots.
 struct RowData: Sendable {
     let entity: Entity

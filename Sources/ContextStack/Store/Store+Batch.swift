@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// A batch update or delete: run by the writer in its turn among the commits, straight
 /// against SQLite, so it acts on every commit handed over before it.

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// Lightweight migration: turns a store written by an earlier model version into one for the
 /// current model, keeping its data, inside the caller's transaction.

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// How a store file is opened: checks that never write to a file ContextStack did not create,
 /// the schema check, migration and reset.

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 extension Store {
     /// The values of one uniqueness constraint that a `fetchOrCreate` looked for and did not

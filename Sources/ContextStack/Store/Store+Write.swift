@@ -1,5 +1,7 @@
 import Dispatch
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 extension Store {
     /// What a submitted commit became: its sequence number, and the change set as saved once

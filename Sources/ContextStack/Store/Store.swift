@@ -1,5 +1,7 @@
 import Dispatch
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// One SQLite database holding a model's tables, plus the writer that saves commits into it.
 ///

@@ -1,4 +1,6 @@
 import Foundation
+import _ContextStackCore
+import _ContextStackSQLite
 
 /// A store that cannot be opened or used: thrown by `addDatabaseStore` and friends.
 public struct StoreError: Error, CustomStringConvertible, Sendable {

@@ -1,3 +1,5 @@
+import _ContextStackCore
+import _ContextStackSQLite
 /// The part of a model that one store holds — the whole model, or one configuration — and the
 /// SQL that creates it.
 ///
@@ -104,9 +106,4 @@ struct StoreSchema: Sendable {
     func metadataStatement(in prefix: String = "") -> String {
         "INSERT OR REPLACE INTO \(prefix)Z_METADATA (key, value) VALUES ('hash', \(hash.quotedLiteral)), ('schema', \(description.quotedLiteral)), ('format', 1)"
     }
-}
-
-extension String {
-    /// The string as an SQL string literal in single quotes, with inner quotes doubled.
-    var quotedLiteral: String { "'" + replacingOccurrences(of: "'", with: "''") + "'" }
 }

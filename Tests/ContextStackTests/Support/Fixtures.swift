@@ -1,4 +1,6 @@
 @testable import ContextStack
+import _ContextStackCore
+import _ContextStackSQLite
 import Foundation
 
 /// Data sets that several suites read, each written by one update (which it commits). Pass

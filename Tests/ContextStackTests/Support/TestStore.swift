@@ -1,4 +1,6 @@
 @testable import ContextStack
+import _ContextStackCore
+import _ContextStackSQLite
 import Synchronization
 import Foundation
 

@@ -8,14 +8,14 @@ import Foundation
 /// report every access it guards as a race — and a sanitizer run that cries wolf finds nothing.
 /// It also holds state that is not `Sendable` (SQLite connections), which Mutex's `sending`
 /// rules would not accept.
-final class Locked<State>: @unchecked Sendable {
+package final class Locked<State>: @unchecked Sendable {
     // @unchecked: `state` is read and written only inside `withLock`, under `lock`.
     private let lock = NSLock()
     private var state: State
 
-    init(_ state: State) { self.state = state }
+    package init(_ state: State) { self.state = state }
 
-    func withLock<T>(_ body: (inout State) throws -> T) rethrows -> T {
+    package func withLock<T>(_ body: (inout State) throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body(&state)

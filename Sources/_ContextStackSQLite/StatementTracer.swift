@@ -1,3 +1,4 @@
+import _ContextStackCore
 import CSQLite
 import Foundation
 import Synchronization
@@ -7,11 +8,13 @@ import Synchronization
 ///
 /// `@unchecked Sendable`: the closure sits behind `Locked`; `isOn` is an atomic that spares the
 /// lock while nobody listens.
-final class StatementTracer: @unchecked Sendable {
+package final class StatementTracer: @unchecked Sendable {
     private let body = Locked<(@Sendable (String) -> Void)?>(nil)
     private let isOn = Atomic<Bool>(false)
 
-    func set(_ newBody: (@Sendable (String) -> Void)?) {
+    package init() {}
+
+    package func set(_ newBody: (@Sendable (String) -> Void)?) {
         body.withLock { $0 = newBody }
         isOn.store(newBody != nil, ordering: .releasing)
     }
@@ -25,7 +28,7 @@ final class StatementTracer: @unchecked Sendable {
 extension Connection {
     /// Reports each statement this connection starts to `tracer` (which must outlive it: the
     /// store owns both).
-    func install(_ tracer: StatementTracer) {
+    package func install(_ tracer: StatementTracer) {
         let context = Unmanaged.passUnretained(tracer).toOpaque()
         sqlite3_trace_v2(handle, UInt32(SQLITE_TRACE_STMT), { _, context, statement, _ in
             guard let context, let statement else { return 0 }

@@ -80,7 +80,7 @@ extension Value: Hashable {
     /// Whether two values are stored identically: the same storage class and the same
     /// content (so `1` and `1.0` differ, as they do in a column). Change detection and
     /// optimistic locking use it; predicates use `==`.
-    func isIdentical(to other: Value) -> Bool {
+    package func isIdentical(to other: Value) -> Bool {
         switch (self, other) {
         case (.null, .null): true
         case (.integer(let a), .integer(let b)): a == b
@@ -95,7 +95,7 @@ extension Value: Hashable {
     ///
     /// NULL sorts first, then integers and doubles compared numerically, then text by bytes
     /// (the BINARY collation), then blobs by bytes.
-    static func compare(_ lhs: Value, _ rhs: Value) -> Int {
+    package static func compare(_ lhs: Value, _ rhs: Value) -> Int {
         switch (lhs, rhs) {
         case (.null, .null): return 0
         case (.null, _): return -1

@@ -1,3 +1,4 @@
+import _ContextStackCore
 import CSQLite
 import Foundation
 
@@ -7,7 +8,7 @@ extension Connection {
     /// - `cs_text(op, flags, value, pattern)`: the string operators (LIKE, CONTAINS,
     ///   BEGINSWITH, ENDSWITH, MATCHES with case and diacritic options), by the same code as
     ///   in-memory evaluation; NULL when `value` is NULL.
-    func registerFunctions() throws(SQLiteError) {
+    package func registerFunctions() throws(SQLiteError) {
         let code = sqlite3_create_function_v2(
             handle, "cs_text", 4, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
             { context, count, arguments in
@@ -31,20 +32,20 @@ extension Connection {
 
 extension TextMatch {
     /// The operator codes `cs_text` takes, as bound by the SQL generator.
-    static let operatorCodes: [Int: TextOperator] = Dictionary(uniqueKeysWithValues: TextOperator.allCases.enumerated().map { ($0.offset, $0.element) })
+    package static let operatorCodes: [Int: TextOperator] = Dictionary(uniqueKeysWithValues: TextOperator.allCases.enumerated().map { ($0.offset, $0.element) })
 
-    static func code(of op: TextOperator) -> Int { TextOperator.allCases.firstIndex(of: op)! }
+    package static func code(of op: TextOperator) -> Int { TextOperator.allCases.firstIndex(of: op)! }
 }
 
 /// The state of one running median or standard-deviation aggregate.
 private final class AggregateState {
-    var values: [Double] = []
+    package var values: [Double] = []
     // Welford's running mean and sum of squared differences, for the standard deviation.
-    var count = 0.0
-    var mean = 0.0
-    var squares = 0.0
+    package var count = 0.0
+    package var mean = 0.0
+    package var squares = 0.0
 
-    func add(_ value: Double) {
+    package func add(_ value: Double) {
         values.append(value)
         count += 1
         let delta = value - mean
@@ -52,7 +53,7 @@ private final class AggregateState {
         squares += delta * (value - mean)
     }
 
-    var median: Double? {
+    package var median: Double? {
         guard !values.isEmpty else { return nil }
         let sorted = values.sorted()
         let middle = sorted.count / 2
@@ -60,13 +61,13 @@ private final class AggregateState {
     }
 
     /// The population standard deviation.
-    var standardDeviation: Double? { count > 0 ? (squares / count).squareRoot() : nil }
+    package var standardDeviation: Double? { count > 0 ? (squares / count).squareRoot() : nil }
 }
 
 extension Connection {
     /// Registers `cs_median(x)` and `cs_stddev(x)` (population), which ignore NULLs and give
     /// NULL over no values, like SQLite's own aggregates.
-    func registerAggregates() throws(SQLiteError) {
+    package func registerAggregates() throws(SQLiteError) {
         let step: @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void = { context, count, arguments in
             guard count == 1, let argument = arguments?[0] else { return }
             let type = sqlite3_value_type(argument)

@@ -1,3 +1,4 @@
+import _ContextStackCore
 import CSQLite
 
 /// Reading and resetting the database file itself, always through SQLite.
@@ -20,7 +21,7 @@ extension Connection {
     /// let probe = try Connection(path: path, readOnly: true, create: false)
     /// let (header, size) = try probe.fileHeader(count: 100)
     /// ```
-    func fileHeader(count: Int) throws(SQLiteError) -> (bytes: [UInt8], fileSize: Int64) {
+    package func fileHeader(count: Int) throws(SQLiteError) -> (bytes: [UInt8], fileSize: Int64) {
         var pointer: UnsafeMutablePointer<sqlite3_file>?
         let code = withUnsafeMutablePointer(to: &pointer) {
             sqlite3_file_control(handle, "main", SQLITE_FCNTL_FILE_POINTER, UnsafeMutableRawPointer($0))
@@ -48,7 +49,7 @@ extension Connection {
 
     /// Whether SQLite opened the main database read-only (asked to, or because the process may
     /// not write the file).
-    var isReadOnly: Bool { sqlite3_db_readonly(handle, "main") == 1 }
+    package var isReadOnly: Bool { sqlite3_db_readonly(handle, "main") == 1 }
 
     /// Empties the database — no schema, no rows — through SQLite, so that other connections
     /// (of this process or others) see an empty database instead of losing a file under them.
@@ -57,7 +58,7 @@ extension Connection {
     /// for other connections like any write. A damaged one, whose schema cannot be read, is
     /// reset the way SQLite documents for that (`SQLITE_DBCONFIG_RESET_DATABASE`, then
     /// `VACUUM`), which needs every other connection to the file closed.
-    func eraseDatabase() throws {
+    package func eraseDatabase() throws {
         do {
             try writeTransaction {
                 let objects = try rows("""

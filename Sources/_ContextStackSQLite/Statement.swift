@@ -1,3 +1,4 @@
+import _ContextStackCore
 import CSQLite
 import Foundation
 
@@ -15,12 +16,12 @@ nonisolated(unsafe) private let emptyCString: UnsafePointer<CChar> = {
 ///
 /// Statements are cached by their connection: `connection.cachedStatement(sql)` prepares once,
 /// and every later use only resets and rebinds.
-final class Statement {
-    let handle: OpaquePointer
-    let sql: String
+package final class Statement {
+    package let handle: OpaquePointer
+    package let sql: String
     unowned let connection: Connection
 
-    init(connection: Connection, sql: String) throws(SQLiteError) {
+    package init(connection: Connection, sql: String) throws(SQLiteError) {
         var handle: OpaquePointer?
         let code = sqlite3_prepare_v3(connection.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &handle, nil)
         guard code == SQLITE_OK, let handle else {
@@ -33,12 +34,12 @@ final class Statement {
 
     deinit { sqlite3_finalize(handle) }
 
-    var columnCount: Int { Int(sqlite3_column_count(handle)) }
+    package var columnCount: Int { Int(sqlite3_column_count(handle)) }
 
-    func columnName(_ index: Int) -> String { String(cString: sqlite3_column_name(handle, Int32(index))) }
+    package func columnName(_ index: Int) -> String { String(cString: sqlite3_column_name(handle, Int32(index))) }
 
     /// Binds `value` to the parameter at `index` (1-based, as in SQLite).
-    func bind(_ value: Value, at index: Int) throws(SQLiteError) {
+    package func bind(_ value: Value, at index: Int) throws(SQLiteError) {
         let position = Int32(index)
         let code: Int32
         switch value {
@@ -63,7 +64,7 @@ final class Statement {
     }
 
     /// Binds `values` to parameters 1, 2, …
-    func bind(_ values: some Sequence<Value>) throws(SQLiteError) {
+    package func bind(_ values: some Sequence<Value>) throws(SQLiteError) {
         var index = 1
         for value in values {
             try bind(value, at: index)
@@ -72,7 +73,7 @@ final class Statement {
     }
 
     /// Steps once: `true` when a row is available, `false` when the statement is done.
-    func step() throws(SQLiteError) -> Bool {
+    package func step() throws(SQLiteError) -> Bool {
         switch sqlite3_step(handle) {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
@@ -81,19 +82,19 @@ final class Statement {
     }
 
     /// Runs a statement that returns no rows, then resets it for the next use.
-    func execute() throws(SQLiteError) {
+    package func execute() throws(SQLiteError) {
         defer { reset() }
         while try step() {}
     }
 
     /// Resets the statement and clears its bindings, ready for reuse.
-    func reset() {
+    package func reset() {
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
     }
 
     /// Reads column `index` (0-based) of the current row.
-    func column(_ index: Int) -> Value {
+    package func column(_ index: Int) -> Value {
         let position = Int32(index)
         switch sqlite3_column_type(handle, position) {
         case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, position))
@@ -111,7 +112,7 @@ final class Statement {
     }
 
     /// Reads column `index` as an integer (SQLite converts as it does for `sqlite3_column_int64`).
-    func int64(_ index: Int) -> Int64 { sqlite3_column_int64(handle, Int32(index)) }
+    package func int64(_ index: Int) -> Int64 { sqlite3_column_int64(handle, Int32(index)) }
 
-    func isNull(_ index: Int) -> Bool { sqlite3_column_type(handle, Int32(index)) == SQLITE_NULL }
+    package func isNull(_ index: Int) -> Bool { sqlite3_column_type(handle, Int32(index)) == SQLITE_NULL }
 }

@@ -1,3 +1,4 @@
+import _ContextStackCore
 import CSQLite
 import Foundation
 
@@ -5,16 +6,16 @@ import Foundation
 ///
 /// A `Connection` is not thread-safe and says so by not being `Sendable`: the `ConnectionPool`
 /// that owns it hands it out to one caller at a time.
-final class Connection {
-    let handle: OpaquePointer
-    let path: String
+package final class Connection {
+    package let handle: OpaquePointer
+    package let path: String
     private var statements: [String: Statement] = [:]
     /// Past this many cached statements the cache starts over (generated SQL varies, in
     /// `IN (…)` lists for instance, and must not grow the cache without bound).
-    static let statementCacheLimit = 512
+    package static let statementCacheLimit = 512
 
     /// Opens (or creates, when `create` is true) the database at `path`.
-    init(path: String, readOnly: Bool = false, create: Bool = true) throws(SQLiteError) {
+    package init(path: String, readOnly: Bool = false, create: Bool = true) throws(SQLiteError) {
         var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
         flags |= readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
         if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
@@ -38,7 +39,7 @@ final class Connection {
     }
 
     /// The error SQLite reports for `code` on this connection.
-    func error(_ code: Int32, sql: String?) -> SQLiteError {
+    package func error(_ code: Int32, sql: String?) -> SQLiteError {
         let extended = sqlite3_extended_errcode(handle)
         let message = String(cString: sqlite3_errmsg(handle))
         // sqlite3_errmsg describes the last failing call; trust the code we were given if they differ.
@@ -47,7 +48,7 @@ final class Connection {
     }
 
     /// A prepared statement for `sql`, prepared on first use and reused afterwards.
-    func cachedStatement(_ sql: String) throws(SQLiteError) -> Statement {
+    package func cachedStatement(_ sql: String) throws(SQLiteError) -> Statement {
         if let statement = statements[sql] {
             return statement
         }
@@ -65,7 +66,7 @@ final class Connection {
     /// A single statement (no `;`) runs through the statement cache: BEGIN, COMMIT and the
     /// savepoints bracket every read and write, and parsing them anew each time with
     /// `sqlite3_exec` cost more than a by-key read itself.
-    func execute(_ sql: String) throws(SQLiteError) {
+    package func execute(_ sql: String) throws(SQLiteError) {
         if !sql.utf8.contains(UInt8(ascii: ";")) {
             try cachedStatement(sql).execute()
             return
@@ -75,7 +76,7 @@ final class Connection {
     }
 
     /// Runs `sql` with `arguments` and returns every row as an array of values.
-    func rows(_ sql: String, _ arguments: [Value] = []) throws(SQLiteError) -> [[Value]] {
+    package func rows(_ sql: String, _ arguments: [Value] = []) throws(SQLiteError) -> [[Value]] {
         let statement = try cachedStatement(sql)
         defer { statement.reset() }
         try statement.bind(arguments)
@@ -88,7 +89,7 @@ final class Connection {
     }
 
     /// The first column of the first row, or `.null` when there is no row.
-    func scalar(_ sql: String, _ arguments: [Value] = []) throws(SQLiteError) -> Value {
+    package func scalar(_ sql: String, _ arguments: [Value] = []) throws(SQLiteError) -> Value {
         let statement = try cachedStatement(sql)
         defer { statement.reset() }
         try statement.bind(arguments)
@@ -96,17 +97,17 @@ final class Connection {
     }
 
     /// Sets how long a statement retries on `SQLITE_BUSY` before it fails.
-    func setBusyTimeout(milliseconds: Int32) {
+    package func setBusyTimeout(milliseconds: Int32) {
         sqlite3_busy_timeout(handle, milliseconds)
     }
 
-    var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+    package var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
 
     /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws.
     ///
     /// `commit` runs the final `COMMIT`; the store passes a closure that takes its publication
     /// lock around it, so readers never see the store ahead of the pending-change overlay.
-    func writeTransaction<T>(_ body: () throws -> T, commit: ((() throws -> Void) throws -> Void)? = nil) throws -> T {
+    package func writeTransaction<T>(_ body: () throws -> T, commit: ((() throws -> Void) throws -> Void)? = nil) throws -> T {
         try execute("BEGIN IMMEDIATE")
         do {
             let result = try body()
@@ -127,14 +128,14 @@ final class Connection {
     }
 
     /// The options SQLite was compiled with (`PRAGMA compile_options`), checked at run time.
-    func compileOptions() throws(SQLiteError) -> Set<String> {
+    package func compileOptions() throws(SQLiteError) -> Set<String> {
         Set(try rows("PRAGMA compile_options").compactMap { $0.first?.stringValue })
     }
 }
 
 extension Connection {
     /// The most keys one `IN (…)` list binds.
-    static let maximumListWidth = 512
+    package static let maximumListWidth = 512
 
     /// Runs `body` once per chunk of `keys`, with the placeholders of an `IN (…)` list
     /// (`?, ?, …`) and the values to bind to them: the one way ContextStack reads or writes
@@ -143,7 +144,7 @@ extension Connection {
     /// Chunks hold at most `maximumListWidth` keys and are padded to a power of two by
     /// repeating their last key, which changes nothing in an `IN` list, so a handful of
     /// statement texts — prepared once, then cached — serve every number of keys.
-    static func inLists(_ keys: [Int64], _ body: (_ placeholders: String, _ arguments: [Value]) throws -> Void) rethrows {
+    package static func inLists(_ keys: [Int64], _ body: (_ placeholders: String, _ arguments: [Value]) throws -> Void) rethrows {
         for start in stride(from: 0, to: keys.count, by: maximumListWidth) {
             let chunk = keys[start..<min(start + maximumListWidth, keys.count)]
             var width = 1

@@ -3,14 +3,14 @@ import Foundation
 /// The string operators, implemented once: SQL calls this code through a function registered
 /// on every connection (`cs_text`), and in-memory evaluation calls it directly, so both give
 /// the same answer on every input.
-enum TextMatch {
+package enum TextMatch {
     /// The outcome of `op` on `value` and `pattern`; `nil` when `value` is NULL (unknown).
-    static func evaluate(_ op: TextOperator, _ options: MatchOptions, _ value: Value, _ pattern: String) -> Bool? {
+    package static func evaluate(_ op: TextOperator, _ options: MatchOptions, _ value: Value, _ pattern: String) -> Bool? {
         guard case .text(let text) = value else { return value.isNull ? nil : false }
         return evaluate(op, options, text, pattern)
     }
 
-    static func evaluate(_ op: TextOperator, _ options: MatchOptions, _ text: String, _ pattern: String) -> Bool {
+    package static func evaluate(_ op: TextOperator, _ options: MatchOptions, _ text: String, _ pattern: String) -> Bool {
         if op == .matches { return regularExpression(pattern, options).map { matchesWhole($0, fold(text, options.subtracting(.caseInsensitive))) } ?? false }
         var value = fold(text, options)
         var wanted = fold(pattern, options)
@@ -38,7 +38,7 @@ enum TextMatch {
 
     /// The text with case and/or diacritics folded away, as the options ask; unchanged otherwise
     /// (so comparison stays exact, scalar by scalar).
-    static func fold(_ text: String, _ options: MatchOptions) -> String {
+    package static func fold(_ text: String, _ options: MatchOptions) -> String {
         var folding: String.CompareOptions = []
         if options.contains(.caseInsensitive) { folding.insert(.caseInsensitive) }
         if options.contains(.diacriticInsensitive) { folding.insert(.diacriticInsensitive) }
@@ -115,7 +115,7 @@ enum TextMatch {
     }
 
     /// Whether an invalid pattern should be reported before running a query.
-    static func validate(_ op: TextOperator, _ options: MatchOptions, _ pattern: String) -> Bool {
+    package static func validate(_ op: TextOperator, _ options: MatchOptions, _ pattern: String) -> Bool {
         op != .matches || regularExpression(pattern, options) != nil
     }
 }

@@ -1,3 +1,4 @@
+import _ContextStackCore
 import CSQLite
 
 /// An error reported by SQLite: the result code, SQLite's message, and the SQL that failed.
