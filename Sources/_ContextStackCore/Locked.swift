@@ -10,11 +10,14 @@ import Foundation
 /// rules would not accept.
 package final class Locked<State>: @unchecked Sendable {
     // @unchecked: `state` is read and written only inside `withLock`, under `lock`.
-    private let lock = NSLock()
-    private var state: State
+    // Inlinable, so that every layer's `withLock` is specialized and inlined where it is used
+    // rather than called through generic metadata across the module boundary.
+    @usableFromInline let lock = NSLock()
+    @usableFromInline var state: State
 
     package init(_ state: State) { self.state = state }
 
+    @inlinable
     package func withLock<T>(_ body: (inout State) throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }

@@ -13,7 +13,7 @@ import Testing
     /// in-memory store reads through its writer connection, where a temporary view of the same
     /// name hides the table from unqualified reads and fails when evaluated.
     static func breakReads(of table: String, in store: TestStore) throws {
-        try store.stack.store.writer.withLock { writer in
+        try store.stack.sqliteStore.writer.withLock { writer in
             try writer.connection.execute("""
                 CREATE TEMP VIEW "\(table)" AS SELECT * FROM main."\(table)" WHERE json('not json') IS NOT NULL
                 """)

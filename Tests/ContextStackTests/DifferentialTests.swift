@@ -95,8 +95,8 @@ import Testing
         let entity = store.stack.graph.entity(for: Person.self)
         let iterations = setup.topology == .threeTier && setup.kind == .memory ? 1500 : 300
         let all = try world.fetchAll(Person.self)
-        var rows: [ObjectID: RowData] = [:]
-        for person in all { rows[person.objectID] = RowData(entity: entity, values: person.values) }
+        var rows: [ObjectID: ObjectRow] = [:]
+        for person in all { rows[person.objectID] = ObjectRow(entity: entity, values: person.values) }
         let resolve: CompiledQuery.RowResolver = { rows[$0] }
         // Members of a to-many with a to-one inverse: the rows whose inverse points at the owner.
         let members: CompiledQuery.MemberResolver = { owner, property in

@@ -47,7 +47,7 @@ import Testing
         try await store.stack.flush()
         let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
         try store.refuseWrites(ofName: "refused")
-        try store.stack.store.writer.withLock { writer in
+        try store.stack.sqliteStore.writer.withLock { writer in
             try writer.connection.execute("""
                 CREATE TEMP TRIGGER "refuse_age" BEFORE UPDATE ON main."Person" WHEN NEW.age = 99
                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
@@ -55,7 +55,7 @@ import Testing
         }
         // Both changes in one commit, which the root then fails to write — not before the main
         // context has shown them: the test holds the writer until then.
-        let refused = try store.stack.store.writer.withLock { _ in
+        let refused = try store.stack.sqliteStore.writer.withLock { _ in
             try world.beginUpdateAndWait { update in
                 try update.use(monk).age = 99
                 try update.create(Person.self).name = "refused"

@@ -141,7 +141,7 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         let link = directory.appendingPathComponent("link.sqlite")
         try FileManager.default.createSymbolicLink(at: link, withDestinationURL: url)
         try stack.addDatabaseStore(at: link, configuration: "Database")
-        #expect(stack.store.parts.count == 1)
+        #expect(stack.sqliteStore.parts.count == 1)
         #expect {
             try stack.addDatabaseStore(at: url, configuration: "Database", resetOnFailure: true)
         } throws: { ($0 as? StoreError)?.code == .alreadyAdded }

@@ -79,7 +79,7 @@ import Testing
         let store = try TestStore(.file)
         let db = try store.rawConnection()
         #expect(try db.scalar("PRAGMA journal_mode") == .text("wal"))
-        let (synchronous, timeout) = try store.stack.store.writer.withLock { state in
+        let (synchronous, timeout) = try store.stack.sqliteStore.writer.withLock { state in
             (try state.connection.scalar("PRAGMA synchronous"), try state.connection.scalar("PRAGMA busy_timeout"))
         }
         #expect(synchronous == .integer(1))

@@ -168,7 +168,7 @@ import Testing
             try update.commit()
         }
         try await store.stack.flush()
-        let before = store.stack.store.transactionCount
+        let before = store.stack.sqliteStore.transactionCount
         let observed = Locked(0)
         let undone = Locked(0)
         let token = world.observeCommit { commit in
@@ -176,7 +176,7 @@ import Testing
             undone.withLock { $0 += commit.deleted.count }
         }
         // Hold the writer while five commits queue up behind it.
-        try store.stack.store.writer.withLock { _ in
+        try store.stack.sqliteStore.writer.withLock { _ in
             for index in 0..<5 {
                 try world.beginUpdateAndWait { update in
                     let person = try update.create(Person.self)
@@ -188,7 +188,7 @@ import Testing
         try? await store.stack.flush()
         await mainQueueTurn()
         // The first commit may start a batch of its own before the others queue behind it.
-        #expect(store.stack.store.transactionCount - before <= 2)
+        #expect(store.stack.sqliteStore.transactionCount - before <= 2)
         #expect(recorder.all.count == 1)
         #expect((recorder.all.first as? SQLiteError)?.code.primary == .constraint)
         let db = try store.rawConnection()

@@ -41,7 +41,7 @@ import Glibc
                     // Hold the writer's connection for half a second from before the commit on.
                     let held = DispatchSemaphore(value: 0)
                     Thread {
-                        stack.store.writer.withLock { _ in
+                        stack.sqliteStore.writer.withLock { _ in
                             held.signal()
                             usleep(500_000)
                         }

@@ -20,10 +20,10 @@ import Testing
         }
         try await store.stack.flush()
         // The background writer may still be finishing its loop after flush returned.
-        while store.stack.store.state.withLock({ $0.isDraining }) { try await Task.sleep(for: .milliseconds(1)) }
+        while store.stack.sqliteStore.state.withLock({ $0.isDraining }) { try await Task.sleep(for: .milliseconds(1)) }
         let started = DispatchSemaphore(value: 0)
         let finished = DispatchSemaphore(value: 0)
-        try store.stack.store.writer.withLock { _ in
+        try store.stack.sqliteStore.writer.withLock { _ in
             // A: waits for its write, so it drains inline — and blocks on the writer we hold.
             DispatchQueue.global().async {
                 started.signal()
@@ -34,13 +34,13 @@ import Testing
                 finished.signal()
             }
             started.wait()
-            while !store.stack.store.state.withLock({ $0.isDraining && $0.queue.isEmpty }) { Thread.sleep(forTimeInterval: 0.001) }
+            while !store.stack.sqliteStore.state.withLock({ $0.isDraining && $0.queue.isEmpty }) { Thread.sleep(forTimeInterval: 0.001) }
             // B: queued behind A's batch while A drains.
             try world.beginUpdateAndWait { update in
                 try update.create(Person.self).name = "queued"
                 try update.commit()
             }
-            #expect(store.stack.store.state.withLock { $0.queue.count } == 1)
+            #expect(store.stack.sqliteStore.state.withLock { $0.queue.count } == 1)
         }
         finished.wait()
         // Without the handoff, B would wait for a commit that never comes, and flush with it.

@@ -18,7 +18,7 @@ import _ContextStackSQLite
 /// skipped. Use it only where its context runs (the main actor for a `MainContext`, the update
 /// for an `Update`).
 public struct FetchCursor<T: ManagedObject> {
-    private let context: ObjectContext
+    private let context: ContextCore
     private let ids: [ObjectID]
     private let batchSize: Int
     private let prefetch: [[Property]]
@@ -26,7 +26,7 @@ public struct FetchCursor<T: ManagedObject> {
     private var batch: [ManagedObject] = []
     private var batchPosition = 0
 
-    init(context: ObjectContext, ids: [ObjectID], batchSize: Int, prefetch: [[Property]]) {
+    init(context: ContextCore, ids: [ObjectID], batchSize: Int, prefetch: [[Property]]) {
         self.context = context
         self.ids = ids
         self.batchSize = batchSize
@@ -63,7 +63,7 @@ public struct FetchCursor<T: ManagedObject> {
     }
 }
 
-extension ObjectContext {
+extension ContextCore {
     /// A cursor over the objects `request` asks for.
     func fetchCursor<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions) throws -> FetchCursor<T> {
         checkExecution("fetchCursor(\(T.self).self, …)")

@@ -35,7 +35,7 @@ public final class MainContext: CommitSource {
     public nonisolated let mergePolicy: MergePolicy
     /// Identifies this context as the origin of commits.
     public nonisolated var contextID: ContextID { starter.id }
-    nonisolated let core: ObjectContext
+    nonisolated let core: ContextCore
     nonisolated let starter: UpdateStarter
     private var resetRegistration: UInt64?
     /// The live results reading this context, reloaded when it resets.
@@ -73,7 +73,7 @@ public final class MainContext: CommitSource {
         self.updateOrder = updateOrder
         self.mergePolicy = mergePolicy
         let merges = updateTarget == .mainContext || updateTarget == .rootContext(autoMerge: true)
-        let core = ObjectContext(kind: .main, stack: stack, pinsView: !merges)
+        let core = ContextCore(kind: .main, stack: stack, pinsView: !merges)
         self.core = core
         self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: core)
         if updateTarget == .rootContext(autoMerge: true) { stack.addAutoMerger(core) }

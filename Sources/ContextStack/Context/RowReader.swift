@@ -6,17 +6,17 @@ import _ContextStackSQLite
 struct RowReader {
     let session: ReadSession
     /// The reading context, whose own changes come first; `nil` for the store itself.
-    let context: ObjectContext?
-    private var cache: [ObjectID: RowData?] = [:]
+    let context: ContextCore?
+    private var cache: [ObjectID: ObjectRow?] = [:]
     /// Stored rows read ahead in bulk by `rows(for:)`, before the overlay and the context apply.
-    private var stored: [ObjectID: RowData?] = [:]
+    private var stored: [ObjectID: ObjectRow?] = [:]
 
-    init(session: ReadSession, context: ObjectContext?) {
+    init(session: ReadSession, context: ContextCore?) {
         self.session = session
         self.context = context
     }
 
-    private var graph: ModelGraph { session.store.graph }
+    private var graph: ModelGraph { session.graph }
 
     /// `t0."Z_PK", [t0."Z_ENT",] t0."a", t0."b", …` for a table; with `columns`, only those of
     /// the table's columns (by index), and none for `[]`.
@@ -32,25 +32,22 @@ struct RowReader {
 
     /// Runs a SELECT made with `selectColumns` (and the same `columns`) and decodes its rows.
     /// With `columns`, a row's other slots are `.null`, and with `[]` its values are empty.
-    func rows(_ sql: CompiledQuery.SQL, table: Table, columns: [Int]? = nil) throws -> [(id: ObjectID, row: RowData)] {
-        let statement = try session.db.cachedStatement(sql.text)
-        defer { statement.reset() }
-        try statement.bind(sql.arguments)
-        var result: [(id: ObjectID, row: RowData)] = []
+    func rows(_ sql: CompiledQuery.SQL, table: Table, columns: [Int]? = nil) throws -> [(id: ObjectID, row: ObjectRow)] {
+        var result: [(id: ObjectID, row: ObjectRow)] = []
         guard let root = graph.entity(named: table.name) else { return [] }
-        while try statement.step() {
-            if let decoded = decode(statement, root: root, columns: columns) { result.append(decoded) }
+        try session.connection.select(sql.text, sql.arguments) { row in
+            if let decoded = decode(row, root: root, columns: columns) { result.append(decoded) }
         }
         return result
     }
 
-    private func decode(_ statement: Statement, root: Entity, columns: [Int]?) -> (id: ObjectID, row: RowData)? {
+    private func decode(_ row: any QueryRow, root: ResolvedEntity, columns: [Int]?) -> (id: ObjectID, row: ObjectRow)? {
         let table = root.table!
-        let key = statement.int64(0)
+        let key = row.int64(0)
         var entity = root
         var base = 1
         if table.hasEntityColumn {
-            let code = statement.int64(1)
+            let code = row.int64(1)
             guard let member = root.family.first(where: { $0.entityCode == code }) else { return nil }
             entity = member
             base = 2
@@ -58,25 +55,23 @@ struct RowReader {
         let id = ObjectID(rootEntity: root.description_, primaryKey: key)
         guard let columns else {
             var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
-            for slot in entity.storedSlots {
-                values[slot] = statement.column(base + entity.properties[slot].column)
-            }
-            return (id, RowData(entity: entity, values: values))
+            row.read(entity.storedPositions, into: &values, slots: entity.storedSlots)
+            return (id, ObjectRow(entity: entity, values: values))
         }
-        guard !columns.isEmpty else { return (id, RowData(entity: entity, values: [])) }
+        guard !columns.isEmpty else { return (id, ObjectRow(entity: entity, values: [])) }
         var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
         for slot in entity.storedSlots {
             if let position = columns.firstIndex(of: entity.properties[slot].column) {
-                values[slot] = statement.column(base + position)
+                values[slot] = row.value(base + position)
             }
         }
-        return (id, RowData(entity: entity, values: values))
+        return (id, ObjectRow(entity: entity, values: values))
     }
 
     /// The rows of `ids` as the reading context sees them (absent: missing or deleted), with
     /// the stored ones read in a few statements instead of one each.
-    mutating func rows(for ids: [ObjectID]) throws -> [ObjectID: RowData] {
-        var needed: [ObjectIdentifier: (root: Entity, keys: [Int64])] = [:]
+    mutating func rows(for ids: [ObjectID]) throws -> [ObjectID: ObjectRow] {
+        var needed: [ObjectIdentifier: (root: ResolvedEntity, keys: [Int64])] = [:]
         for id in ids where cache[id] == nil && stored[id] == nil && context?.changed[id] == nil {
             guard let root = graph.entity(for: id.rootEntity) else { continue }
             needed[ObjectIdentifier(id.rootEntity), default: (root, [])].keys.append(id.primaryKey)
@@ -84,11 +79,11 @@ struct RowReader {
         for (root, keys) in needed.values {
             let table = root.table!
             for key in keys { stored[ObjectID(rootEntity: root.description_, primaryKey: key)] = .some(nil) }
-            try eachRow(keys: keys, sql: { "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" IN (\($0))" }) { statement in
-                if let (id, row) = decode(statement, root: root, columns: nil) { stored[id] = .some(row) }
+            try eachRow(keys: keys, sql: { "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" IN (\($0))" }) { row in
+                if let (id, decoded) = decode(row, root: root, columns: nil) { stored[id] = .some(decoded) }
             }
         }
-        var result: [ObjectID: RowData] = [:]
+        var result: [ObjectID: ObjectRow] = [:]
         for id in ids {
             if let row = try row(id) { result[id] = row }
         }
@@ -96,16 +91,16 @@ struct RowReader {
     }
 
     /// The row of `id` as the reading context sees it; `nil` when it does not exist or is deleted.
-    mutating func row(_ id: ObjectID) throws -> RowData? {
+    mutating func row(_ id: ObjectID) throws -> ObjectRow? {
         if let cached = cache[id] { return cached }
         let row = try uncachedRow(id)
         cache[id] = .some(row)
         return row
     }
 
-    private func uncachedRow(_ id: ObjectID) throws -> RowData? {
+    private func uncachedRow(_ id: ObjectID) throws -> ObjectRow? {
         if let object = context?.changed[id] {
-            return object.state == .deleted ? nil : RowData(entity: object.entity, values: object.values)
+            return object.state == .deleted ? nil : ObjectRow(entity: object.entity, values: object.values)
         }
         switch session.pinned?.rows[id] {
         case .absent?:
@@ -122,7 +117,7 @@ struct RowReader {
     }
 
     /// The row as committed now: the overlay over the store.
-    private func currentRow(_ id: ObjectID) throws -> RowData? {
+    private func currentRow(_ id: ObjectID) throws -> ObjectRow? {
         switch session.overlay.entry(for: id)?.pending {
         case .inserted(let row)?:
             return row
@@ -137,7 +132,7 @@ struct RowReader {
         }
     }
 
-    private func storedRow(_ id: ObjectID) throws -> RowData? {
+    private func storedRow(_ id: ObjectID) throws -> ObjectRow? {
         if let read = stored[id] { return read }
         guard let root = graph.entity(for: id.rootEntity) else { return nil }
         let table = root.table!
@@ -169,7 +164,7 @@ struct RowReader {
     ///
     /// `changed` adds keys, by root entity, to those counted as pending (a commit's objects,
     /// for live results).
-    func referencing(_ chain: [Property], from entity: Entity, changed: [ObjectIdentifier: Set<Int64>] = [:]) throws -> Set<ObjectID> {
+    func referencing(_ chain: [Property], from entity: ResolvedEntity, changed: [ObjectIdentifier: Set<Int64>] = [:]) throws -> Set<ObjectID> {
         var affected: Set<Int64> = []
         for index in chain.indices.reversed() {
             let hop = chain[index]
@@ -194,11 +189,10 @@ struct RowReader {
     func joined(_ owner: ObjectID, _ property: Property) throws -> Set<ObjectID> {
         guard let join = property.joinTable, let destination = property.destination else { return [] }
         let (mine, theirs) = property.joinColumns
-        let statement = try session.db.cachedStatement("SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) = ?")
-        defer { statement.reset() }
-        try statement.bind(.integer(owner.primaryKey), at: 1)
         var keys: Set<Int64> = []
-        while try statement.step() { keys.insert(statement.int64(0)) }
+        try session.connection.select("SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) = ?", [.integer(owner.primaryKey)]) { row in
+            keys.insert(row.int64(0))
+        }
         var changes = session.overlay.links(of: join.name)
         if let pinned = session.pinned {
             for (key, existed) in pinned.links where key.table == join.name { changes[key] = existed }
@@ -232,8 +226,8 @@ struct RowReader {
             guard let join = property.joinTable else { return result }
             let (mine, theirs) = property.joinColumns
             var pairs: [Int64: Set<Int64>] = [:]
-            try eachRow(keys: Array(ownerKeys), sql: { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) { statement in
-                pairs[statement.int64(0), default: []].insert(statement.int64(1))
+            try eachRow(keys: Array(ownerKeys), sql: { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) { row in
+                pairs[row.int64(0), default: []].insert(row.int64(1))
             }
             var changes = session.overlay.links(of: join.name)
             if let pinned = session.pinned {
@@ -262,9 +256,9 @@ struct RowReader {
             try eachRow(keys: Array(ownerKeys), sql: { placeholders in
                 let sql = members.fromWhere(extraWhere: ["\(alias).\(inverse.name.quotedIdentifier) IN (\(placeholders))"])
                 return "SELECT \(alias).\"Z_PK\", \(alias).\(inverse.name.quotedIdentifier) \(sql.text)"
-            }) { statement in
-                let id = ObjectID(rootEntity: root, primaryKey: statement.int64(0))
-                if !pending.contains(id) { result[ObjectID(rootEntity: ownerRoot, primaryKey: statement.int64(1))]?.append(id) }
+            }) { row in
+                let id = ObjectID(rootEntity: root, primaryKey: row.int64(0))
+                if !pending.contains(id) { result[ObjectID(rootEntity: ownerRoot, primaryKey: row.int64(1))]?.append(id) }
             }
             for id in pending.sorted() {
                 guard let row = try row(id), destination.includes(row.entity),
@@ -277,14 +271,11 @@ struct RowReader {
         return result
     }
 
-    /// Runs `sql(placeholders)` over `keys` in `IN` lists (`Connection.inLists`), handing each
+    /// Runs `sql(placeholders)` over `keys` in `IN` lists (`InLists.each`), handing each
     /// row to `body`.
-    private func eachRow(keys: [Int64], sql: (String) throws -> String, _ body: (Statement) throws -> Void) throws {
-        try Connection.inLists(keys) { placeholders, arguments in
-            let statement = try session.db.cachedStatement(try sql(placeholders))
-            defer { statement.reset() }
-            try statement.bind(arguments)
-            while try statement.step() { try body(statement) }
+    private func eachRow(keys: [Int64], sql: (String) throws -> String, _ body: (any QueryRow) throws -> Void) throws {
+        try InLists.each(keys) { placeholders, arguments in
+            try session.connection.select(try sql(placeholders), arguments, body)
         }
     }
 
@@ -340,8 +331,8 @@ struct RowReader {
     /// Runs a one-column query over `keys` in chunks; the integers it returns.
     private func chunked(_ keys: Set<Int64>, _ sql: (String) -> String) throws -> Set<Int64> {
         var result: Set<Int64> = []
-        try eachRow(keys: Array(keys), sql: sql) { statement in
-            if !statement.isNull(0) { result.insert(statement.int64(0)) }
+        try eachRow(keys: Array(keys), sql: sql) { row in
+            if !row.isNull(0) { result.insert(row.int64(0)) }
         }
         return result
     }
@@ -349,9 +340,9 @@ struct RowReader {
     /// Whether a join-table pair exists now (overlay over store).
     func linkExists(_ key: LinkKey) throws -> Bool {
         if let pending = session.overlay.links(of: key.table)[key] { return pending }
-        let statement = try session.db.cachedStatement("SELECT 1 FROM \(key.table.quotedIdentifier) WHERE source = ? AND target = ?")
-        defer { statement.reset() }
-        try statement.bind([.integer(key.source), .integer(key.target)])
-        return try statement.step()
+        var exists = false
+        try session.connection.select("SELECT 1 FROM \(key.table.quotedIdentifier) WHERE source = ? AND target = ?",
+                                      [.integer(key.source), .integer(key.target)]) { _ in exists = true }
+        return exists
     }
 }

@@ -40,10 +40,10 @@ extension Update {
                 values[property.slot] = try BatchValues.normalize(value, for: property, in: entity)
             }
             let key = try core.store.reserveKey(for: entity.rootDescription)
-            changes.inserts.append((ObjectID(rootEntity: entity.rootDescription, primaryKey: key), RowData(entity: entity, values: values)))
+            changes.inserts.append((ObjectID(rootEntity: entity.rootDescription, primaryKey: key), ObjectRow(entity: entity, values: values)))
         }
         guard !changes.isEmpty else { return 0 }
-        _ = try core.store.submit(changes, claimed: true, wait: true, onVisible: context.starter.receivers)
+        _ = try core.store.submit(changes, policy: .objectTrump, claimed: true, wait: true, onVisible: context.starter.receivers)
         return rows.count
     }
 
@@ -117,7 +117,7 @@ extension Update {
 /// Checks and converts the values of batch operations.
 enum BatchValues {
     /// The attribute `key` names.
-    static func attribute(_ key: String, of entity: Entity) throws(QueryError) -> Property {
+    static func attribute(_ key: String, of entity: ResolvedEntity) throws(QueryError) -> Property {
         guard let property = entity.property(named: key) else {
             throw QueryError(.unknownKey, "\(entity.name) has no attribute '\(key)' (it has \(entity.properties.filter(\.isAttribute).map(\.name).joined(separator: ", "))).", key: key, entity: entity.name)
         }
@@ -128,7 +128,7 @@ enum BatchValues {
     }
 
     /// `value` as the attribute stores it, or a `.typeMismatch` naming the key.
-    static func normalize(_ value: Value, for property: Property, in entity: Entity) throws(QueryError) -> Value {
+    static func normalize(_ value: Value, for property: Property, in entity: ResolvedEntity) throws(QueryError) -> Value {
         guard let kind = property.attributeKind else { return value }
         func mismatch(_ why: String) -> QueryError {
             QueryError(.typeMismatch, "\(entity.name).\(property.name) (\(kind.rawValue)\(property.isOptional ? "?" : "")) cannot hold \(value): \(why).", key: property.name, entity: entity.name)

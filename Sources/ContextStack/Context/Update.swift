@@ -20,7 +20,7 @@ import _ContextStackSQLite
 public struct Update: Sendable {
     let context: UpdateContext
 
-    var core: ObjectContext { context.core }
+    var core: ContextCore { context.core }
 
     // MARK: Creating
 
@@ -70,20 +70,20 @@ public struct Update: Sendable {
 
     /// The unique values a `fetchOrCreate` condition pins down: one claim per uniqueness
     /// constraint whose keys all have non-nil `==` values; `nil` when there is none.
-    private static func claims(of entity: Entity, _ assignments: [(Int, Value)]) -> [Store.Claim]? {
+    private static func claims(of entity: ResolvedEntity, _ assignments: [(Int, Value)]) -> [UniqueClaim]? {
         var values: [Int: Value] = [:]
         for (slot, value) in assignments { values[slot] = value }
-        let claims = entity.uniqueConstraints.compactMap { constraint -> Store.Claim? in
+        let claims = entity.uniqueConstraints.compactMap { constraint -> UniqueClaim? in
             let key = constraint.slots.compactMap { values[$0] }
             guard key.count == constraint.slots.count, !key.contains(where: \.isNull) else { return nil }
-            return Store.Claim(index: constraint.indexName, entity: entity.name, values: key)
+            return UniqueClaim(index: constraint.indexName, entity: entity.name, values: key)
         }
         return claims.isEmpty ? nil : claims
     }
 
     /// The ID for an object `fetchOrCreate` makes: the one a concurrent `fetchOrCreate` of the
-    /// same unique values chose, so both make the same object (see `Store.claim`).
-    private func claimedID(for entity: Entity, _ claims: [Store.Claim]) throws -> ObjectID {
+    /// same unique values chose, so both make the same object (see `ObjectStore.claim`).
+    private func claimedID(for entity: ResolvedEntity, _ claims: [UniqueClaim]) throws -> ObjectID {
         let proposed = ObjectID(rootEntity: entity.rootDescription, primaryKey: try core.store.reserveKey(for: entity.rootDescription))
         let id = core.store.claim(claims, proposed: proposed)
         // This context already holds that object (it deleted it, say): make a new one.
@@ -188,7 +188,7 @@ public struct Update: Sendable {
 
 /// The `==` terms of a `fetchOrCreate` condition, as slot values for the new object.
 enum FetchOrCreate {
-    static func assignments(of condition: Condition, in entity: Entity) throws(QueryError) -> [(Int, Value)] {
+    static func assignments(of condition: Condition, in entity: ResolvedEntity) throws(QueryError) -> [(Int, Value)] {
         // Resolving checks every key and value type first.
         _ = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
         var result: [(Int, Value)] = []

@@ -12,7 +12,7 @@ import _ContextStackSQLite
 /// block, a scheduled continuation or an `Update` handle does; then what it did not commit is
 /// dropped.
 public final class UpdateContext: Sendable {
-    let core: ObjectContext
+    let core: ContextCore
     let starter: UpdateStarter
     private let queue = DispatchQueue(label: "ContextStack.UpdateContext")
     /// Set for `transaction`: the caller waits for durability and receives save errors.
@@ -42,7 +42,7 @@ public final class UpdateContext: Sendable {
     }
 
     init(starter: UpdateStarter, waitsForSaves: Bool = false) {
-        self.core = ObjectContext(kind: .update, stack: starter.stack)
+        self.core = ContextCore(kind: .update, stack: starter.stack)
         self.core.starter = ObjectIdentifier(starter)
         self.starter = starter
         self.waitsForSaves = waitsForSaves

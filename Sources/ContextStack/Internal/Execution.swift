@@ -57,14 +57,14 @@ enum Execution {
     }
 
     /// The update context the current thread runs a block of, if any.
-    static func current() -> ObjectContext? {
+    static func current() -> ContextCore? {
         let running: UnsafeMutableRawPointer? = pthread_getspecific(key)
-        // Set only by `run(as:)` with an ObjectContext, alive while its block runs.
-        return running.map { Unmanaged<ObjectContext>.fromOpaque($0).takeUnretainedValue() }
+        // Set only by `run(as:)` with an ContextCore, alive while its block runs.
+        return running.map { Unmanaged<ContextCore>.fromOpaque($0).takeUnretainedValue() }
     }
 
     /// Runs `body` marked as executing for `context`, restoring the previous marker after.
-    static func run<T>(as context: ObjectContext, _ body: () throws -> T) rethrows -> T {
+    static func run<T>(as context: ContextCore, _ body: () throws -> T) rethrows -> T {
         let previous = pthread_getspecific(key)
         pthread_setspecific(key, Unmanaged.passUnretained(context).toOpaque())
         defer { pthread_setspecific(key, previous) }

@@ -20,8 +20,8 @@ import _ContextStackSQLite
 open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible {
     /// The object's permanent identity, the same in every context, before and after commit.
     public let objectID: ObjectID
-    let entity: Entity
-    let context: ObjectContext
+    let entity: ResolvedEntity
+    let context: ContextCore
     /// One slot per persisted property (attribute values; to-one relationships as the
     /// destination's primary key; `.null` for to-many relationships).
     var values: ContiguousArray<Value>
@@ -174,7 +174,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
 
     // MARK: - Internal
 
-    private static func fallback<T: AttributeValue>(_ value: Value, slot: Int, entity: Entity) -> T {
+    private static func fallback<T: AttributeValue>(_ value: Value, slot: Int, entity: ResolvedEntity) -> T {
         guard let converted = T(storedValue: value) else {
             preconditionFailure("\(entity.name).\(entity.properties[slot].name): the stored value \(value) is not a \(T.self), and neither is the default.")
         }
@@ -192,7 +192,7 @@ enum ObjectState: UInt8 {
 /// What a context hands to an entity initializer. Only contexts make one.
 public struct _ObjectSeed {
     let id: ObjectID
-    let entity: Entity
-    let context: ObjectContext
+    let entity: ResolvedEntity
+    let context: ContextCore
     let values: ContiguousArray<Value>
 }

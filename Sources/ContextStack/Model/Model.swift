@@ -40,14 +40,14 @@ public struct Model: Sendable {
 
 /// The resolved model shared by a stack and everything in it.
 final class ModelGraph: Sendable {
-    let entities: [Entity]
+    let entities: [ResolvedEntity]
     let tables: [Table]
     let joinTables: [JoinTable]
     let configurations: [String: Set<String>]
     let versionHash: String
     let schemaDescription: String
-    private let byDescription: [ObjectIdentifier: Entity]
-    private let byName: [String: Entity]
+    private let byDescription: [ObjectIdentifier: ResolvedEntity]
+    private let byName: [String: ResolvedEntity]
 
     init(_ descriptions: [EntityDescription], configurations: [String: [EntityDescription]]) throws(ModelError) {
         guard !descriptions.isEmpty else {
@@ -64,9 +64,9 @@ final class ModelGraph: Sendable {
         // whatever order they are listed in.
         descriptions.sorted { $0.name < $1.name }.forEach(add)
 
-        var byName: [String: Entity] = [:]
-        var byDescription: [ObjectIdentifier: Entity] = [:]
-        var entities: [Entity] = []
+        var byName: [String: ResolvedEntity] = [:]
+        var byDescription: [ObjectIdentifier: ResolvedEntity] = [:]
+        var entities: [ResolvedEntity] = []
         for description in all {
             if byName[description.name] != nil {
                 throw ModelError(code: .duplicateEntity, message: "Two entities are named '\(description.name)'; give one another name with @Entity(name:).")
@@ -74,7 +74,7 @@ final class ModelGraph: Sendable {
             for property in description.ownProperties where property.name.hasPrefix("Z_") {
                 throw ModelError(code: .reservedName, message: "\(description.name).\(property.name): names starting with 'Z_' are reserved for the store's own columns; rename the property.")
             }
-            let entity = Entity(description)
+            let entity = ResolvedEntity(description)
             byName[description.name] = entity
             byDescription[ObjectIdentifier(description)] = entity
             entities.append(entity)
@@ -106,11 +106,11 @@ final class ModelGraph: Sendable {
         versionHash = Self.fnv1a(schemaDescription)
     }
 
-    func entity(for description: EntityDescription) -> Entity? { byDescription[ObjectIdentifier(description)] }
-    func entity(named name: String) -> Entity? { byName[name] }
+    func entity(for description: EntityDescription) -> ResolvedEntity? { byDescription[ObjectIdentifier(description)] }
+    func entity(named name: String) -> ResolvedEntity? { byName[name] }
 
     /// The entity for an object class, or a precondition failure naming the fix.
-    func entity(for type: ManagedObject.Type) -> Entity {
+    func entity(for type: ManagedObject.Type) -> ResolvedEntity {
         guard let entity = entity(for: type.entityDescription) else {
             preconditionFailure("\(type) is not in this stack's model: add it to Model(...) when you create the Stack.")
         }
@@ -119,7 +119,7 @@ final class ModelGraph: Sendable {
 
     // MARK: - Resolution
 
-    private static func resolveRelationships(_ entities: [Entity], byDescription: [ObjectIdentifier: Entity]) throws(ModelError) {
+    private static func resolveRelationships(_ entities: [ResolvedEntity], byDescription: [ObjectIdentifier: ResolvedEntity]) throws(ModelError) {
         for entity in entities {
             for property in entity.properties {
                 guard case .relationship(let destinationDescription, _, let inverseName, _) = property.declared.kind else { continue }
@@ -155,7 +155,7 @@ final class ModelGraph: Sendable {
 
     /// A store holds one configuration: a relationship must stay inside every configuration
     /// that holds its entity, or the store could not write it.
-    private static func checkConfigurations(_ configurations: [String: Set<String>], entities: [Entity]) throws(ModelError) {
+    private static func checkConfigurations(_ configurations: [String: Set<String>], entities: [ResolvedEntity]) throws(ModelError) {
         for (name, members) in configurations.sorted(by: { $0.key < $1.key }) {
             for entity in entities where members.contains(entity.name) {
                 for property in entity.properties where property.isRelationship {
@@ -166,7 +166,7 @@ final class ModelGraph: Sendable {
         }
     }
 
-    private static func buildSchema(_ entities: [Entity], byDescription: [ObjectIdentifier: Entity]) -> ([Table], [JoinTable]) {
+    private static func buildSchema(_ entities: [ResolvedEntity], byDescription: [ObjectIdentifier: ResolvedEntity]) -> ([Table], [JoinTable]) {
         var tables: [Table] = []
         var joinTables: [String: JoinTable] = [:]
         let roots = entities.filter { $0.description_.superentity == nil }
@@ -190,10 +190,10 @@ final class ModelGraph: Sendable {
             for (code, member) in family.enumerated() {
                 member.entityCode = Int64(code + 1)
                 let superentity = member.description_.superentity.flatMap { byDescription[ObjectIdentifier($0)] }
-                member.resolve(superentity: superentity, family: family.filter { member.includes($0) }, table: table)
                 for property in member.properties where property.isStored {
                     property.column = columnIndex[property.name]!
                 }
+                member.resolve(superentity: superentity, family: family.filter { member.includes($0) }, table: table)
             }
         }
         for entity in entities {
@@ -221,7 +221,7 @@ final class ModelGraph: Sendable {
     }
 
     /// The text a store keeps in `Z_METADATA` to know which model wrote it (and to migrate from).
-    static func describe(tables: [Table], joinTables: [JoinTable], entities: [Entity]) -> String {
+    static func describe(tables: [Table], joinTables: [JoinTable], entities: [ResolvedEntity]) -> String {
         var lines: [String] = []
         for table in tables {
             let columns = table.columns.map {

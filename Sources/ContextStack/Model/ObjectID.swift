@@ -7,7 +7,7 @@ import _ContextStackSQLite
 /// contexts and threads, and bring the object into another context with `fetch(_:id:)` or
 /// `update.use(_:)`.
 public struct ObjectID: Hashable, Sendable, CustomStringConvertible, Comparable {
-    /// The entity at the top of the object's hierarchy. Entity descriptions live for the
+    /// The entity at the top of the object's hierarchy. ResolvedEntity descriptions live for the
     /// whole process (they are static members of the entity classes), hence `unowned(unsafe)`.
     unowned(unsafe) let rootEntity: EntityDescription
     /// The object's primary key in the store.

@@ -9,13 +9,13 @@ import _ContextStackSQLite
 /// a `nil` in any of the keys never conflict (as in SQL, where NULLs are distinct).
 final class UniqueConstraint: Sendable {
     /// The entity that declares it; it applies to that entity and every entity below it.
-    let entity: Entity
+    let entity: ResolvedEntity
     let keys: [String]
     let slots: [Int]
     /// The unique index in the store.
     let indexName: String
 
-    init(entity: Entity, keys: [String], slots: [Int]) {
+    init(entity: ResolvedEntity, keys: [String], slots: [Int]) {
         self.entity = entity
         self.keys = keys
         self.slots = slots
@@ -54,7 +54,7 @@ final class UniqueConstraint: Sendable {
     }
 
     /// Resolves and checks the uniqueness constraints every entity declares, parents first.
-    static func resolve(_ entities: [Entity]) throws(ModelError) {
+    static func resolve(_ entities: [ResolvedEntity]) throws(ModelError) {
         for entity in entities {
             var own: [[String]] = []
             for property in entity.properties where property.slot >= entity.description_.slotBase && property.options.contains(.unique) {

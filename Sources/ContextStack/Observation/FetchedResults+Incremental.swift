@@ -59,7 +59,7 @@ extension FetchedResults {
         let core = context.core
         // The touched objects as the context sees them now, those that belong in the results.
         core.beginRead()
-        let fresh: [(id: ObjectID, row: RowData)]
+        let fresh: [(id: ObjectID, row: ObjectRow)]
         var touched = touchedByCommit
         do {
             defer { core.endRead() }
@@ -75,7 +75,7 @@ extension FetchedResults {
                     var seen = Set(touched)
                     for id in more.sorted() where seen.insert(id).inserted { touched.append(id) }
                 }
-                var result: [(id: ObjectID, row: RowData)] = []
+                var result: [(id: ObjectID, row: ObjectRow)] = []
                 for id in touched {
                     guard let row = try reader.row(id), query.accepts(row.entity) else { continue }
                     if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {

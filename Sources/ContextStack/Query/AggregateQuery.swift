@@ -6,7 +6,7 @@ import _ContextStackSQLite
 struct AggregateQuery {
     let sql: CompiledQuery.SQL
 
-    init(entity: Entity, select: Select, condition: Condition?, orderBy: OrderBy?, groupBy: KeyList?,
+    init(entity: ResolvedEntity, select: Select, condition: Condition?, orderBy: OrderBy?, groupBy: KeyList?,
          having: Condition?, options: FetchOptions) throws(QueryError) {
         guard !select.terms.isEmpty else {
             throw QueryError(.unsupported, "A query of \(entity.name) needs something to select: .select(\"key\") or an aggregate.", entity: entity.name)
@@ -130,7 +130,7 @@ struct AggregateQuery {
     }
 }
 
-extension ObjectContext {
+extension ContextCore {
     /// Runs an aggregate query on what is committed: commits still on their way to SQLite are
     /// waited for first, so the answer includes every commit made before the call.
     func query<T: ManagedObject>(_ type: T.Type, _ select: Select, _ condition: Condition?, orderBy: OrderBy?,
@@ -141,12 +141,9 @@ extension ObjectContext {
         try store.waitUntilQueuedWritten()
         let columns = select.terms.map(\.alias)
         return try store.read { session in
-            let statement = try session.db.cachedStatement(query.sql.text)
-            defer { statement.reset() }
-            try statement.bind(query.sql.arguments)
             var rows: [Row] = []
-            while try statement.step() {
-                rows.append(Row(columns: columns, values: (0..<columns.count).map(statement.column)))
+            try session.connection.select(query.sql.text, query.sql.arguments) { row in
+                rows.append(Row(columns: columns, values: (0..<columns.count).map(row.value)))
             }
             return rows
         }

@@ -45,7 +45,7 @@ struct CompiledQuery: Sendable {
         let ascending: Bool
     }
 
-    let entity: Entity
+    let entity: ResolvedEntity
     let node: Node?
     let order: [SortTerm]
     /// Every distinct chain of to-one hops the query reads through.
@@ -65,7 +65,7 @@ struct CompiledQuery: Sendable {
     /// The SQL the query is written in.
     let dialect: any SQLDialect
 
-    init(entity: Entity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = [],
+    init(entity: ResolvedEntity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = [],
          aliasPrefix: String = "", includesSubEntities: Bool = true, dialect: any SQLDialect = SQLiteDialect()) throws(QueryError) {
         self.entity = entity
         self.dialect = dialect
@@ -139,7 +139,7 @@ struct CompiledQuery: Sendable {
 
     // MARK: - Resolution
 
-    static func resolvePath(_ key: String, in entity: Entity) throws(QueryError) -> ResolvedPath {
+    static func resolvePath(_ key: String, in entity: ResolvedEntity) throws(QueryError) -> ResolvedPath {
         let parts = key.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         var current = entity
         var hops: [Property] = []
@@ -169,7 +169,7 @@ struct CompiledQuery: Sendable {
         throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)'.", key: key, entity: entity.name)
     }
 
-    private static func resolve(_ node: Condition.Node, in entity: Entity, note: (ResolvedPath) -> Void,
+    private static func resolve(_ node: Condition.Node, in entity: ResolvedEntity, note: (ResolvedPath) -> Void,
                                 quantify: (Quantifier, String, Condition.Node) throws(QueryError) -> Node) throws(QueryError) -> Node {
         switch node {
         case .constant(let value): return .constant(value)
@@ -251,7 +251,7 @@ struct CompiledQuery: Sendable {
     }
 
     /// The member condition of a quantifier: the same node with `prefix` cut from its keys.
-    private static func strip(_ prefix: String, from node: Condition.Node, entity: Entity) throws(QueryError) -> Condition.Node {
+    private static func strip(_ prefix: String, from node: Condition.Node, entity: ResolvedEntity) throws(QueryError) -> Condition.Node {
         func key(_ key: String) throws(QueryError) -> String {
             guard key.hasPrefix(prefix), key.count > prefix.count else {
                 throw QueryError(.unsupported, "In a quantified condition on \(entity.name), '\(key)' does not go through '\(prefix.dropLast())': compare members' keys with values.", key: key, entity: entity.name)
@@ -278,7 +278,7 @@ struct CompiledQuery: Sendable {
 
     /// A constant operand checked against the key it is compared with.
     private static func value(of operand: Condition.Operand, comparedWith path: ResolvedPath, key: String,
-                              op: ComparisonOperator, in entity: Entity) throws(QueryError) -> Value {
+                              op: ComparisonOperator, in entity: ResolvedEntity) throws(QueryError) -> Value {
         let leaf = path.leaf
         let mismatch = { (what: String) in
             QueryError(.typeMismatch, "\(entity.name).\(key): \(describe(leaf)) cannot be compared with \(what).", key: key, entity: entity.name)
@@ -310,7 +310,7 @@ struct CompiledQuery: Sendable {
     // MARK: - In memory
 
     /// Resolves an object's row by ID, as the evaluating context sees it (nil: no such object).
-    typealias RowResolver = (ObjectID) throws -> RowData?
+    typealias RowResolver = (ObjectID) throws -> ObjectRow?
     /// The members of an object's to-many relationship, as the evaluating context sees them.
     typealias MemberResolver = (ObjectID, Property) throws -> [ObjectID]
 
@@ -335,13 +335,13 @@ struct CompiledQuery: Sendable {
         guard let node else { return true }
         return try withoutActuallyEscaping(resolve) { resolve in
             try withoutActuallyEscaping(members) { members in
-                try Self.evaluate(node, Row(id: id, values: values, resolve: resolve, members: members)) == true
+                try Self.evaluate(node, Subject(id: id, values: values, resolve: resolve, members: members)) == true
             }
         }
     }
 
     /// What evaluating a node needs to know about the row at hand.
-    private struct Row {
+    private struct Subject {
         let id: ObjectID
         let values: ContiguousArray<Value>
         let resolve: RowResolver
@@ -352,7 +352,7 @@ struct CompiledQuery: Sendable {
         }
     }
 
-    private static func evaluate(_ node: Node, _ row: Row) throws -> Bool? {
+    private static func evaluate(_ node: Node, _ row: Subject) throws -> Bool? {
         let resolve = row.resolve
         switch node {
         case .constant(let value): return value
@@ -375,7 +375,7 @@ struct CompiledQuery: Sendable {
             var allMatch = true
             for member in try row.members(row.id, property) {
                 guard let memberRow = try resolve(member) else { continue }
-                let outcome = try inner.node.map { try evaluate($0, Row(id: member, values: memberRow.values, resolve: resolve, members: row.members)) } ?? true
+                let outcome = try inner.node.map { try evaluate($0, Subject(id: member, values: memberRow.values, resolve: resolve, members: row.members)) } ?? true
                 if outcome == true { someMatch = true } else { allMatch = false }
             }
             switch quantifier {
@@ -451,7 +451,7 @@ struct CompiledQuery: Sendable {
 
     /// Whether a row of `other` can match: the entity itself, or one below it unless
     /// sub-entities are left out.
-    func accepts(_ other: Entity) -> Bool {
+    func accepts(_ other: ResolvedEntity) -> Bool {
         includesSubEntities ? entity.includes(other) : other === entity
     }
 

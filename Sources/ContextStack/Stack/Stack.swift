@@ -44,7 +44,7 @@ public final class Stack: Sendable {
     }
 
     private struct State: Sendable {
-        var store: Store?
+        var store: (any ObjectStore)?
         /// The settings of every store added, first added first.
         var storeSettings: [StoreSettings] = []
         var onError: (@Sendable (any Error) -> Void)?
@@ -55,7 +55,7 @@ public final class Stack: Sendable {
     }
 
     struct WeakContext: Sendable {
-        weak var context: ObjectContext?
+        weak var context: ContextCore?
     }
 
     private struct StoreSettings: Equatable, Sendable {
@@ -143,11 +143,14 @@ public final class Stack: Sendable {
                     throw StoreError(.alreadyAdded, "\(shared) is already held by the store for configuration '\(other.configuration ?? "")' (\(other.path ?? "in memory")); an entity lives in one store of a stack.")
                 }
             }
-            let options = Store.OpenOptions(autoMigrating: settings.autoMigrating, resetOnFailure: settings.resetOnFailure)
-            if let store = state.withLock({ $0.store }) {
+            let options = SQLiteStore.OpenOptions(autoMigrating: settings.autoMigrating, resetOnFailure: settings.resetOnFailure)
+            if let existing = state.withLock({ $0.store }) {
+                guard let store = existing as? SQLiteStore else {
+                    throw StoreError(.alreadyAdded, "The stack already has a store of another kind; SQLite stores can only be added beside SQLite stores.")
+                }
                 try store.attach(schema: schema, url: url, options: options)
             } else {
-                let store = try Store(graph: graph, schema: schema, url: url, options: options,
+                let store = try SQLiteStore(graph: graph, schema: schema, url: url, options: options,
                                       writesInBackground: rootContext == .shared, tracer: tracer) { [weak self] error in
                     self?.report(error)
                 }
@@ -161,7 +164,7 @@ public final class Stack: Sendable {
     private let addingStore = Locked(())
 
     /// The stack's store; a precondition failure naming the fix when there is none.
-    var store: Store {
+    var store: any ObjectStore {
         guard let store = state.withLock({ $0.store }) else {
             preconditionFailure("The stack has no store yet: call `try stack.addDatabaseStore(at: url)` or `try stack.addInMemoryStore()` before fetching or saving.")
         }
@@ -183,12 +186,12 @@ public final class Stack: Sendable {
     }
 
     /// Registers a main context that merges every save of the root.
-    func addAutoMerger(_ context: ObjectContext) {
+    func addAutoMerger(_ context: ContextCore) {
         state.withLock { $0.autoMergers[ObjectIdentifier(context)] = WeakContext(context: context) }
     }
 
     /// Hands a root save to every auto-merging main context (but `except`, which has it).
-    func handOverToAutoMergers(_ changes: ChangeSet, except: ObjectContext?) {
+    func handOverToAutoMergers(_ changes: ChangeSet, except: ContextCore?) {
         let contexts = state.withLock { state in
             state.autoMergers = state.autoMergers.filter { $0.value.context != nil }
             return state.autoMergers.values.compactMap(\.context)

@@ -11,11 +11,11 @@ final class UpdateStarter: Sendable {
     let policy: MergePolicy
     let id: ContextID
     /// The main context updates commit into (`.mainContext` target).
-    let main: ObjectContext?
+    let main: ContextCore?
     /// The turn `.serial` updates take; `nil` for `.default`.
     let turns: SerialGate?
 
-    init(stack: Stack, target: UpdateTarget, order: UpdateOrder, policy: MergePolicy, main: ObjectContext?) {
+    init(stack: Stack, target: UpdateTarget, order: UpdateOrder, policy: MergePolicy, main: ContextCore?) {
         self.stack = stack
         self.target = target
         self.order = order
@@ -37,7 +37,7 @@ final class UpdateStarter: Sendable {
     func deliver(_ changes: ChangeSet, waitsForSaves: Bool) throws -> UInt64 {
         switch target {
         case .mainContext, .rootContext:
-            return try stack.store.submit(changes, policy: policy, claimed: waitsForSaves, onVisible: receivers).sequence
+            return try stack.store.submit(changes, policy: policy, claimed: waitsForSaves, wait: false, onVisible: receivers).sequence
         case .persistentStore:
             return try stack.store.submit(changes, policy: policy, claimed: true, wait: true, onVisible: receivers).sequence
         }

@@ -1,8 +1,8 @@
 import _ContextStackCore
 import _ContextStackSQLite
 /// The values of one object as a context sees them: its entity and its slots.
-struct RowData: Sendable {
-    let entity: Entity
+struct ObjectRow: Sendable {
+    let entity: ResolvedEntity
     var values: ContiguousArray<Value>
 }
 
@@ -43,9 +43,10 @@ struct LinkEnds: Sendable {
 
 /// Everything one commit changes, as it travels from a context down to the store.
 struct ChangeSet: Sendable {
-    struct Update: Sendable {
+    /// The changed values of one object.
+    struct RowUpdate: Sendable {
         let id: ObjectID
-        let entity: Entity
+        let entity: ResolvedEntity
         /// The changed slots and their new values.
         var slots: [Int]
         var values: [Value]
@@ -55,9 +56,9 @@ struct ChangeSet: Sendable {
         var current: ContiguousArray<Value> = []
     }
 
-    var inserts: [(id: ObjectID, row: RowData)] = []
-    var updates: [Update] = []
-    var deletes: [(id: ObjectID, entity: Entity)] = []
+    var inserts: [(id: ObjectID, row: ObjectRow)] = []
+    var updates: [RowUpdate] = []
+    var deletes: [(id: ObjectID, entity: ResolvedEntity)] = []
     /// Join-table pairs: `true` to add, `false` to remove.
     var links: [(key: LinkKey, present: Bool)] = []
     /// Which objects and relationships each pair joins.
@@ -82,9 +83,9 @@ enum BeforeImage: Sendable {
     /// The row did not exist.
     case absent
     /// The whole row, for a row deleted since.
-    case row(RowData)
+    case row(ObjectRow)
     /// The former values of the slots changed since; other slots are as stored.
-    case slots(Entity, [Int: Value])
+    case slots(ResolvedEntity, [Int: Value])
 }
 
 /// The before-images of one pinned view, kept by the store as commits arrive.
@@ -100,10 +101,10 @@ struct PinnedImages: Sendable {
 /// any context — sees them as if they were stored.
 struct Overlay: Sendable {
     enum Pending: Sendable {
-        case inserted(RowData)
+        case inserted(ObjectRow)
         /// Changed slots only: unchanged ones come from the store.
-        case updated(Entity, [Int: Value])
-        case deleted(Entity)
+        case updated(ResolvedEntity, [Int: Value])
+        case deleted(ResolvedEntity)
     }
 
     struct Entry: Sendable {

@@ -8,7 +8,7 @@ import _ContextStackSQLite
 struct StoreSchema: Sendable {
     /// The configuration, or `nil` for every entity of the model.
     let configuration: String?
-    let entities: [Entity]
+    let entities: [ResolvedEntity]
     let tables: [Table]
     let joinTables: [JoinTable]
     /// The text kept in `Z_METADATA` under `schema`; migration reads the old one back.

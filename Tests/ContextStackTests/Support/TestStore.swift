@@ -18,7 +18,7 @@ final class TestStore: Sendable {
 
     init(_ kind: StoreKind, rootContext: Stack.RootContext = .shared, types: [ManagedObject.Type] = fullModelTypes) throws {
         // Every context of the tests checks its object graph after each commit it makes or takes.
-        ObjectContext.checksInvariants.store(true, ordering: .relaxed)
+        ContextCore.checksInvariants.store(true, ordering: .relaxed)
         stack = try Stack(model: Model(types), rootContext: rootContext)
         switch kind {
         case .file:
@@ -64,7 +64,7 @@ final class TestStore: Sendable {
     /// written is not consulted).
     func written<T>(_ body: (Connection) throws -> T) throws -> T {
         if url != nil { return try body(rawConnection()) }
-        return try stack.store.writer.withLock { try body($0.connection) }
+        return try stack.sqliteStore.writer.withLock { try body($0.connection) }
     }
 
     /// The first column of the first row of `sql`, as written (see `written`).
@@ -75,14 +75,14 @@ final class TestStore: Sendable {
 
     /// The first column of the first row of `sql`, read through the store (committed data only).
     func scalar(_ sql: String) throws -> Value {
-        try stack.store.read { session in try session.db.scalar(sql) }
+        try stack.sqliteStore.read { session in try session.connection.scalar(sql) }
     }
 
     /// Makes the writer refuse to insert a row of `table` named `name`, as a write that fails in
     /// SQLite would (`SQLiteError.Code.constraint`). The trigger lives on the writer's connection
     /// only: the file's schema is untouched, and every check before the write passes.
     func refuseWrites(ofName name: String, in table: String = "Person") throws {
-        try stack.store.writer.withLock { writer in
+        try stack.sqliteStore.writer.withLock { writer in
             try writer.connection.execute("""
                 CREATE TEMP TRIGGER "refuse_\(table)" BEFORE INSERT ON main."\(table)" WHEN NEW.name = '\(name)'
                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
@@ -92,7 +92,7 @@ final class TestStore: Sendable {
 
     /// True when the writer has nothing left to write.
     var overlayIsEmpty: Bool {
-        get throws { try stack.store.read { $0.overlay.isEmpty } }
+        get throws { try stack.sqliteStore.read { $0.overlay.isEmpty } }
     }
 
     deinit {
@@ -124,4 +124,13 @@ final class ErrorRecorder: Sendable {
     private let errors = Locked<[any Error]>([])
     var all: [any Error] { errors.withLock { $0 } }
     func record(_ error: any Error) { errors.withLock { $0.append(error) } }
+}
+
+extension Stack {
+    /// The stack's store as the SQLite store it is in these tests, for tests that reach into
+    /// its writer or state.
+    var sqliteStore: SQLiteStore {
+        guard let store = store as? SQLiteStore else { preconditionFailure("The stack's store is not an SQLite store.") }
+        return store
+    }
 }

@@ -5,7 +5,7 @@ import _ContextStackSQLite
 
 /// How a main context receives commits: change sets handed over by other contexts and the
 /// store, applied before its next read or on the main actor's next turn.
-extension ObjectContext {
+extension ContextCore {
     /// Hands a commit to this main context from any thread; it is applied when the next public
     /// read starts, or on the main actor's next turn, whichever comes first.
     func handOver(_ changes: ChangeSet) {

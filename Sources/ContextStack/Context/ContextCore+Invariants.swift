@@ -7,7 +7,7 @@ import _ContextStackSQLite
 /// swift-collections' `_checkInvariants()`): off unless a debug build turns them on, and then
 /// run after every commit an update context makes and after every change set a main context
 /// applies.
-extension ObjectContext {
+extension ContextCore {
     /// Whether contexts check their invariants (debug builds only; the tests turn it on).
     static let checksInvariants = Atomic<Bool>(false)
 

@@ -1,7 +1,7 @@
 import _ContextStackCore
 import _ContextStackSQLite
 /// The typed reads shared by `MainContext` and `Update`.
-extension ObjectContext {
+extension ContextCore {
     func compile<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, _ orderBy: OrderBy?,
                                    includesSubEntities: Bool = true) throws -> CompiledQuery {
         try CompiledQuery(entity: graph.entity(for: type), condition: condition, orderBy: orderBy,

@@ -249,7 +249,7 @@ struct Migration {
 struct OldSchema {
     private(set) var tableNames: Set<String> = []
     private(set) var joinNames: Set<String> = []
-    /// Entity name → its code in its table's `Z_ENT` column.
+    /// ResolvedEntity name → its code in its table's `Z_ENT` column.
     private(set) var entityCodes: [String: Int64] = [:]
 
     init(parsing description: String) {
@@ -267,17 +267,17 @@ struct OldSchema {
     }
 
     /// The name `entity` had in the old model: its own, or its `originalName`.
-    func name(of entity: Entity) -> String? {
+    func name(of entity: ResolvedEntity) -> String? {
         if entityCodes[entity.name] != nil { return entity.name }
         if let original = entity.description_.originalName, entityCodes[original] != nil { return original }
         return nil
     }
 
     /// The old `Z_ENT` code of the entity that became `entity`.
-    func entityCode(of entity: Entity) -> Int64? { name(of: entity).flatMap { entityCodes[$0] } }
+    func entityCode(of entity: ResolvedEntity) -> Int64? { name(of: entity).flatMap { entityCodes[$0] } }
 
     /// The old name of the table of `entity`'s hierarchy.
-    func previousRootName(of entity: Entity) -> String {
+    func previousRootName(of entity: ResolvedEntity) -> String {
         let root = entity.rootDescription
         if tableNames.contains(root.name) { return root.name }
         return root.originalName ?? root.name

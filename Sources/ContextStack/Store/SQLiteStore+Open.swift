@@ -4,7 +4,7 @@ import _ContextStackSQLite
 
 /// How a store file is opened: checks that never write to a file ContextStack did not create,
 /// the schema check, migration and reset.
-extension Store {
+extension SQLiteStore {
     /// How a file store is opened.
     struct OpenOptions: Sendable {
         var autoMigrating = true

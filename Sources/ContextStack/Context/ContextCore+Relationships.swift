@@ -4,7 +4,7 @@ import _ContextStackSQLite
 
 /// Relationship upkeep: to-one and to-many reads, setting either side, inverses kept in sync
 /// at once, one-to-one partners letting go, join-table pairs recorded for the commit.
-extension ObjectContext {
+extension ContextCore {
     /// This context's uncommitted join-table changes of one table.
     func pendingLinks(in table: String) -> [LinkKey: Bool] {
         links.filter { $0.key.table == table }

@@ -6,9 +6,9 @@ import _ContextStackSQLite
 /// against SQLite, so it acts on every commit handed over before it.
 enum BatchOperation: Sendable {
     /// Sets the same values on every row of `entity` matching `condition`.
-    case update(Entity, Condition?, [(slot: Int, value: Value)])
+    case update(ResolvedEntity, Condition?, [(slot: Int, value: Value)])
     /// Deletes every row of `entity` matching `condition`, applying delete rules.
-    case delete(Entity, Condition?)
+    case delete(ResolvedEntity, Condition?)
 }
 
 /// What a batch operation did: the commit it amounts to, and how many rows it matched.
@@ -17,7 +17,7 @@ struct BatchResult: Sendable {
     var matched = 0
 }
 
-extension Store {
+extension SQLiteStore {
     /// Runs a batch operation in the writer's order and waits until it is in SQLite.
     ///
     /// - Parameter onVisible: runs under the store's lock once the operation is written, with
@@ -46,7 +46,7 @@ extension Store {
 
     // MARK: - Update
 
-    private func executeUpdate(_ entity: Entity, _ condition: Condition?, _ assignments: [(slot: Int, value: Value)],
+    private func executeUpdate(_ entity: ResolvedEntity, _ condition: Condition?, _ assignments: [(slot: Int, value: Value)],
                                db: Connection) throws -> BatchResult {
         let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
         let alias = query.tableAliases[""]!
@@ -67,7 +67,7 @@ extension Store {
 
     // MARK: - Delete
 
-    private func executeDelete(_ entity: Entity, _ condition: Condition?, db: Connection) throws -> BatchResult {
+    private func executeDelete(_ entity: ResolvedEntity, _ condition: Condition?, db: Connection) throws -> BatchResult {
         let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
         let alias = query.tableAliases[""]!
         let matching = query.fromWhere()
@@ -77,12 +77,12 @@ extension Store {
         guard !matched.isEmpty else { return result }
 
         // Everything the delete reaches through `.cascade` rules.
-        var deleted: [ObjectID: Entity] = [:]
-        var order: [(id: ObjectID, entity: Entity)] = []
+        var deleted: [ObjectID: ResolvedEntity] = [:]
+        var order: [(id: ObjectID, entity: ResolvedEntity)] = []
         var frontier = matched
         for row in matched { deleted[row.id] = row.entity }
         while !frontier.isEmpty {
-            var next: [(id: ObjectID, entity: Entity)] = []
+            var next: [(id: ObjectID, entity: ResolvedEntity)] = []
             for (member, keys) in Self.grouped(frontier) {
                 for property in member.properties where property.isRelationship && property.deleteRule == .cascade {
                     for row in try related(property, of: keys, in: member.table, db: db) where deleted[row.id] == nil {
@@ -144,7 +144,7 @@ extension Store {
         try captureBeforeImages(changes, db: db)
 
         for (table, column, keys) in nulled {
-            try Connection.inLists(keys) { placeholders, arguments in
+            try InLists.each(keys) { placeholders, arguments in
                 try db.cachedStatement("UPDATE \(table.quotedName) SET \(column.quotedIdentifier) = NULL WHERE \"Z_PK\" IN (\(placeholders))")
                     .bindAndExecute(arguments)
             }
@@ -158,7 +158,7 @@ extension Store {
         let byTable = Dictionary(grouping: order, by: { ObjectIdentifier($0.id.rootEntity) })
         for rows in byTable.values {
             let table = rows[0].entity.table!
-            try Connection.inLists(rows.map(\.id.primaryKey)) { placeholders, arguments in
+            try InLists.each(rows.map(\.id.primaryKey)) { placeholders, arguments in
                 try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders))").bindAndExecute(arguments)
             }
         }
@@ -167,7 +167,7 @@ extension Store {
     }
 
     /// The objects `property` of the objects with `keys` relates to, with their entities.
-    private func related(_ property: Property, of keys: [Int64], in owner: Table, db: Connection) throws -> [(id: ObjectID, entity: Entity)] {
+    private func related(_ property: Property, of keys: [Int64], in owner: Table, db: Connection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
         guard let destination = property.destination else { return [] }
         var targets: [Int64] = []
         switch property.storage {
@@ -208,7 +208,7 @@ extension Store {
     private func captureBeforeImages(_ changes: ChangeSet, db: Connection) throws {
         guard state.withLock({ !$0.pins.isEmpty }) else { return }
         try state.withLock { state in
-            var reader = RowReader(session: ReadSession(store: self, db: db, overlay: Overlay()), context: nil)
+            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: Overlay()), context: nil)
             try Self.capture(changes, into: &state.pins, reader: &reader, db: db)
         }
     }
@@ -216,11 +216,11 @@ extension Store {
     // MARK: - SQL helpers
 
     /// Rows of `SELECT "Z_PK"[, "Z_ENT"] …` as IDs with their entities.
-    private func typedRows(_ db: Connection, _ sql: String, _ arguments: [Value], root: Entity) throws -> [(id: ObjectID, entity: Entity)] {
+    private func typedRows(_ db: Connection, _ sql: String, _ arguments: [Value], root: ResolvedEntity) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
         decode(try db.rows(sql, arguments), root: root)
     }
 
-    private func decode(_ rows: [[Value]], root: Entity) -> [(id: ObjectID, entity: Entity)] {
+    private func decode(_ rows: [[Value]], root: ResolvedEntity) -> [(id: ObjectID, entity: ResolvedEntity)] {
         guard let top = graph.entity(for: root.rootDescription) else { return [] }
         return rows.compactMap { row in
             guard let key = row[0].int64Value else { return nil }
@@ -233,8 +233,8 @@ extension Store {
         }
     }
 
-    private static func grouped(_ rows: [(id: ObjectID, entity: Entity)]) -> [(Entity, [Int64])] {
-        var groups: [ObjectIdentifier: (Entity, [Int64])] = [:]
+    private static func grouped(_ rows: [(id: ObjectID, entity: ResolvedEntity)]) -> [(ResolvedEntity, [Int64])] {
+        var groups: [ObjectIdentifier: (ResolvedEntity, [Int64])] = [:]
         var order: [ObjectIdentifier] = []
         for row in rows {
             let key = ObjectIdentifier(row.entity)
@@ -244,10 +244,10 @@ extension Store {
         return order.map { groups[$0]! }
     }
 
-    /// Every row of `sql(placeholders)` over `keys`, in `IN` lists (`Connection.inLists`).
+    /// Every row of `sql(placeholders)` over `keys`, in `IN` lists (`InLists.each`).
     private func chunkedRows(_ db: Connection, _ keys: [Int64], _ sql: (String) -> String) throws -> [[Value]] {
         var rows: [[Value]] = []
-        try Connection.inLists(keys) { placeholders, arguments in rows += try db.rows(sql(placeholders), arguments) }
+        try InLists.each(keys) { placeholders, arguments in rows += try db.rows(sql(placeholders), arguments) }
         return rows
     }
 }

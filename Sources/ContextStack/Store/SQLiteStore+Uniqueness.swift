@@ -2,16 +2,7 @@ import Foundation
 import _ContextStackCore
 import _ContextStackSQLite
 
-extension Store {
-    /// The values of one uniqueness constraint that a `fetchOrCreate` looked for and did not
-    /// find, and the entity it creates: the key under which concurrent `fetchOrCreate`s agree
-    /// on one object ID.
-    struct Claim: Hashable, Sendable {
-        let index: String
-        let entity: String
-        let values: [Value]
-    }
-
+extension SQLiteStore {
     /// Claimed keys kept at most; past that the oldest are forgotten (a race on a forgotten
     /// key ends in `SaveError.Code.uniquenessViolated`, never in a duplicate).
     static let maximumClaims = 50_000
@@ -23,7 +14,7 @@ extension Store {
     /// second gets the same ID, so both create "the same" object. Whichever commits second
     /// finds the row there and saves its values into it (see `mergeClaimedInserts`) instead
     /// of inserting a duplicate. A claim ends when its object is deleted or its keys change.
-    func claim(_ claims: [Claim], proposed: ObjectID) -> ObjectID {
+    func claim(_ claims: [UniqueClaim], proposed: ObjectID) -> ObjectID {
         state.withLock { state in
             let id = claims.first(where: { state.claims[$0] != nil }).flatMap { state.claims[$0] } ?? proposed
             for claim in claims where state.claims[claim] == nil {
@@ -153,12 +144,9 @@ extension Store {
         var sql = "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE "
             + constraint.keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
         if let codes = constraint.entityCodes { sql += " AND \"Z_ENT\" IN (\(codes.map(String.init).joined(separator: ", ")))" }
-        let statement = try reader.session.db.cachedStatement(sql)
-        defer { statement.reset() }
-        try statement.bind(key)
         var ids: [ObjectID] = []
         let root = constraint.entity.rootDescription
-        while try statement.step() { ids.append(ObjectID(rootEntity: root, primaryKey: statement.int64(0))) }
+        try reader.session.connection.select(sql, key) { row in ids.append(ObjectID(rootEntity: root, primaryKey: row.int64(0))) }
         return ids
     }
 

@@ -4,7 +4,7 @@ import _ContextStackSQLite
 
 /// Deleting (with delete rules), turning an update's changes into a `ChangeSet`, and what a
 /// commit, a rollback or a reset leaves behind.
-extension ObjectContext {
+extension ContextCore {
     /// Deletes `object`, applying its relationships' delete rules now (`.deny` is checked at commit).
     func delete(_ object: ManagedObject) throws {
         checkRead(object)
@@ -62,7 +62,7 @@ extension ObjectContext {
         for object in changed.values {
             switch object.state {
             case .inserted:
-                changes.inserts.append((object.objectID, RowData(entity: object.entity, values: object.values)))
+                changes.inserts.append((object.objectID, ObjectRow(entity: object.entity, values: object.values)))
             case .updated:
                 guard let snapshot = object.snapshot else { continue }
                 var slots: [Int] = []

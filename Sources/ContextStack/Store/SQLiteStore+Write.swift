@@ -3,14 +3,7 @@ import Foundation
 import _ContextStackCore
 import _ContextStackSQLite
 
-extension Store {
-    /// What a submitted commit became: its sequence number, and the change set as saved once
-    /// the merge policy resolved conflicts.
-    struct Submission: Sendable {
-        let sequence: UInt64
-        let changes: ChangeSet
-    }
-
+extension SQLiteStore {
     /// Hands a commit to the writer. It is visible to every read at once (through the
     /// overlay), and written to SQLite by the background writer — or, with `wait` or on a
     /// store without a background writer, before this returns.
@@ -25,8 +18,8 @@ extension Store {
     ///     when it is queued, or, for a commit that waits, once it is written (and never if
     ///     that fails) — so receivers get commits in the order they became visible.
     /// - Throws: `MergeConflictError` under `.error`; with `wait`, the save's error.
-    func submit(_ changes: ChangeSet, policy: MergePolicy = .objectTrump, claimed: Bool = false, wait: Bool = false,
-                onVisible: @escaping @Sendable (ChangeSet) -> Void = { _ in }) throws -> Submission {
+    func submit(_ changes: ChangeSet, policy: MergePolicy, claimed: Bool, wait: Bool,
+                onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> Submission {
         let mustWait = wait || !writesInBackground
         let item = QueueItem(changes: changes, claimed: claimed || mustWait, afterWrite: mustWait ? onVisible : nil,
                              afterFailure: mustWait ? nil : onVisible)
@@ -103,7 +96,7 @@ extension Store {
     private static func resolve(_ changes: ChangeSet, policy: MergePolicy, reader: inout RowReader) throws -> ChangeSet {
         guard policy.checksStore, !changes.updates.isEmpty else { return changes }
         var resolved = changes
-        var updates: [ChangeSet.Update] = []
+        var updates: [ChangeSet.RowUpdate] = []
         var conflicts: [MergeConflictError.Conflict] = []
         for update in changes.updates {
             let stored = try reader.row(update.id)

@@ -15,7 +15,7 @@ import _ContextStackSQLite
 /// context, the running block for an update context — and `checkRead` enforces it on every
 /// object access. That confinement is what makes `@unchecked Sendable` sound here; the
 /// main context's inbox, the one thing other threads touch, is behind a lock.
-final class ObjectContext: @unchecked Sendable {
+final class ContextCore: @unchecked Sendable {
     enum Kind { case main, update }
 
     struct WeakObject {
@@ -72,7 +72,7 @@ final class ObjectContext: @unchecked Sendable {
     }
 
     var isUpdate: Bool { kind == .update }
-    var store: Store { stack.store }
+    var store: any ObjectStore { stack.store }
 
     /// Reads the store as this context sees it (through its pinned view, if it has one).
     func read<T>(_ body: (ReadSession) throws -> T) throws -> T {
@@ -208,7 +208,7 @@ final class ObjectContext: @unchecked Sendable {
 
     /// The context's object for a row it read: the registered one (refreshed when it has no
     /// changes of its own), or a new one.
-    func materialize(_ id: ObjectID, _ row: RowData) -> ManagedObject {
+    func materialize(_ id: ObjectID, _ row: ObjectRow) -> ManagedObject {
         if let existing = registered(id) {
             if existing.state == .clean {
                 existing.values = row.values
@@ -222,7 +222,7 @@ final class ObjectContext: @unchecked Sendable {
     }
 
     /// A new object of `entity`, with its permanent ID and default values.
-    func create(_ entity: Entity, id: ObjectID? = nil) throws -> ManagedObject {
+    func create(_ entity: ResolvedEntity, id: ObjectID? = nil) throws -> ManagedObject {
         let id = try id ?? ObjectID(rootEntity: entity.rootDescription, primaryKey: store.reserveKey(for: entity.rootDescription))
         let object = entity.type.init(_ObjectSeed(id: id, entity: entity, context: self, values: entity.defaults))
         object.state = .inserted
@@ -267,7 +267,7 @@ final class ObjectContext: @unchecked Sendable {
 
     /// The rows matching `query`, in order, windowed by `offset` and `limit`, merging this
     /// context's pending changes and the writer's pending commits with the store.
-    func fetchRows(_ query: CompiledQuery, offset: Int = 0, limit: Int? = nil) throws -> [(id: ObjectID, row: RowData)] {
+    func fetchRows(_ query: CompiledQuery, offset: Int = 0, limit: Int? = nil) throws -> [(id: ObjectID, row: ObjectRow)] {
         try read { session in
             var reader = RowReader(session: session, context: self)
             return try selectRows(query, offset: offset, limit: limit, columns: nil, reader: &reader).rows
@@ -278,7 +278,7 @@ final class ObjectContext: @unchecked Sendable {
     /// `[]` for IDs only) when SQL alone decides the answer. `complete` tells whether the rows
     /// hold every value anyway (pending changes make the rows come whole).
     func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?,
-                    reader: inout RowReader) throws -> (rows: [(id: ObjectID, row: RowData)], complete: Bool) {
+                    reader: inout RowReader) throws -> (rows: [(id: ObjectID, row: ObjectRow)], complete: Bool) {
         var recheck = reader.pendingIDs(of: query.entity.rootDescription)
         for chain in query.hopChains {
             recheck.formUnion(try reader.referencing(chain, from: query.entity))
@@ -340,7 +340,7 @@ final class ObjectContext: @unchecked Sendable {
         if changed.isEmpty && links.isEmpty, let count = try read({ session -> Int? in
             guard session.overlay.isEmpty, session.pinned?.isEmpty ?? true else { return nil }
             let sql = query.fromWhere()
-            return Int(try session.db.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)
+            return Int(try session.connection.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)
         }) {
             return count
         }

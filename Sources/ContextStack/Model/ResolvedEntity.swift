@@ -4,7 +4,7 @@ import _ContextStackSQLite
 
 /// An entity resolved within a `Model`: its properties with slots, destinations and inverses,
 /// and where it lives in the schema. Immutable once the model is built.
-final class Entity: Sendable, CustomStringConvertible {
+final class ResolvedEntity: Sendable, CustomStringConvertible {
     let description_: EntityDescription
     let name: String
     let type: ManagedObject.Type
@@ -13,13 +13,16 @@ final class Entity: Sendable, CustomStringConvertible {
     /// The initial slot values of a new object: attribute defaults, `.null` elsewhere.
     let defaults: ContiguousArray<Value>
     /// This entity and every entity below it (for fetches that include sub-entities).
-    nonisolated(unsafe) private(set) var family: [Entity] = []
-    nonisolated(unsafe) private(set) var superentity: Entity?
+    nonisolated(unsafe) private(set) var family: [ResolvedEntity] = []
+    nonisolated(unsafe) private(set) var superentity: ResolvedEntity?
     nonisolated(unsafe) private(set) var table: Table!
     /// The value of the table's entity column for rows of this entity (when the table has one).
     nonisolated(unsafe) var entityCode: Int64 = 0
     /// The slots of attribute and to-one properties, in column order of this entity's own row.
     nonisolated(unsafe) private(set) var storedSlots: [Int] = []
+    /// For each of `storedSlots`, its column's position in a whole-row SELECT of the table
+    /// (`Z_PK`, then `Z_ENT` when the table has it, then the table's columns).
+    nonisolated(unsafe) private(set) var storedPositions: [Int] = []
     /// The uniqueness constraints rows of this entity obey: its own and its parents'.
     nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
     /// The slots that take part in a uniqueness constraint.
@@ -46,12 +49,15 @@ final class Entity: Sendable, CustomStringConvertible {
     }
 
     // Resolution happens once, inside `Model.init`, before the model is shared: the
-    // `nonisolated(unsafe)` members above are written only then.
-    func resolve(superentity: Entity?, family: [Entity], table: Table) {
+    // `nonisolated(unsafe)` members above are written only then. The properties' columns are
+    // set before this is called.
+    func resolve(superentity: ResolvedEntity?, family: [ResolvedEntity], table: Table) {
         self.superentity = superentity
         self.family = family
         self.table = table
         self.storedSlots = properties.filter { $0.isStored }.map(\.slot)
+        let base = table.hasEntityColumn ? 2 : 1
+        self.storedPositions = storedSlots.map { base + properties[$0].column }
     }
 
     func property(named name: String) -> Property? {
@@ -59,7 +65,7 @@ final class Entity: Sendable, CustomStringConvertible {
     }
 
     /// Whether `other` is this entity or one below it.
-    func includes(_ other: Entity) -> Bool {
+    func includes(_ other: ResolvedEntity) -> Bool {
         // Through the descriptions, which are complete before the model resolves anything.
         var description: EntityDescription? = other.description_
         while let current = description {
@@ -90,7 +96,7 @@ final class Property: Sendable {
     let isToMany: Bool
     let deleteRule: DeleteRule
     // Written once during `Model.init`, before the model is shared.
-    nonisolated(unsafe) var destination: Entity?
+    nonisolated(unsafe) var destination: ResolvedEntity?
     nonisolated(unsafe) var inverse: Property?
     nonisolated(unsafe) var storage: Storage = .column
     nonisolated(unsafe) var joinTable: JoinTable?

@@ -18,11 +18,11 @@ final class FaultGroup {
     }
 }
 
-extension ObjectContext {
+extension ContextCore {
     // MARK: - Faults
 
     /// A fault for `id` in `group`, or the registered object (which keeps what it has).
-    func materializeFault(_ id: ObjectID, _ row: RowData, group: FaultGroup) -> ManagedObject {
+    func materializeFault(_ id: ObjectID, _ row: ObjectRow, group: FaultGroup) -> ManagedObject {
         if let existing = registered(id) { return existing }
         let object = row.entity.type.init(_ObjectSeed(id: id, entity: row.entity, context: self, values: row.values))
         object.fault = group
@@ -67,7 +67,7 @@ extension ObjectContext {
 
     /// The relationship paths of `keys` (`"friend"`, `"pets"`, `"friend.pets"`), checked
     /// against `entity`.
-    func prefetchPaths(_ keys: [String], in entity: Entity) throws -> [[Property]] {
+    func prefetchPaths(_ keys: [String], in entity: ResolvedEntity) throws -> [[Property]] {
         try keys.map { key in
             var current = entity
             var path: [Property] = []
@@ -88,7 +88,7 @@ extension ObjectContext {
     /// Reads ahead the objects `paths` lead to from `sources`, within the fetch's read: rows of
     /// objects not registered go to the prefetch cache, to-many memberships to each registered
     /// owner's relationship cache, so following them later runs no statement.
-    func loadPrefetch(_ paths: [[Property]], from sources: [(ObjectID, RowData)], reader: inout RowReader) throws {
+    func loadPrefetch(_ paths: [[Property]], from sources: [(ObjectID, ObjectRow)], reader: inout RowReader) throws {
         guard !paths.isEmpty, !sources.isEmpty else { return }
         if prefetched.generation != generation { prefetched = PrefetchCache(generation: generation) }
         for path in paths {
@@ -113,11 +113,11 @@ extension ObjectContext {
                     })
                     targets = keys.map { ObjectID(rootEntity: destination.rootDescription, primaryKey: $0) }
                 }
-                var next: [(ObjectID, RowData)] = []
+                var next: [(ObjectID, ObjectRow)] = []
                 var unread: [ObjectID] = []
                 for id in targets {
                     if let object = registered(id), object.fault == nil {
-                        next.append((id, RowData(entity: object.entity, values: object.values)))
+                        next.append((id, ObjectRow(entity: object.entity, values: object.values)))
                     } else if let row = prefetched.rows[id] {
                         next.append((id, row))
                     } else {
@@ -140,7 +140,7 @@ extension ObjectContext {
     }
 
     /// A row read ahead by `.prefetch` for `id`, if it is still current.
-    func prefetchedRow(_ id: ObjectID) -> RowData? {
+    func prefetchedRow(_ id: ObjectID) -> ObjectRow? {
         guard prefetched.generation == generation else { return nil }
         return prefetched.rows[id]
     }
@@ -157,6 +157,6 @@ extension ObjectContext {
 /// the context's generation stays `generation`, replaced by the next fetch that prefetches.
 struct PrefetchCache {
     var generation: Int
-    var rows: [ObjectID: RowData] = [:]
+    var rows: [ObjectID: ObjectRow] = [:]
     var members: [ObjectID: [Int: Set<ObjectID>]] = [:]
 }

@@ -11,7 +11,7 @@ import _ContextStackSQLite
 /// which every read merges in, so a commit is visible to all contexts as soon as it is handed
 /// over. File stores read through a small pool of reader connections (WAL: readers never wait
 /// for the writer); in-memory stores share one connection.
-final class Store: Sendable {
+final class SQLiteStore: ObjectStore {
     let graph: ModelGraph
     /// The databases the writer connection holds: the first store added is SQLite's `main`,
     /// later ones (other configurations) are attached to it.
@@ -22,7 +22,7 @@ final class Store: Sendable {
     private let readers: Locked<[Reader]>
     let state = Locked(State())
     private let keys = Locked<[String: KeyBlock]>([:])
-    let writeQueue = DispatchQueue(label: "ContextStack.Store.writer", qos: .utility)
+    let writeQueue = DispatchQueue(label: "ContextStack.SQLiteStore.writer", qos: .utility)
     /// Whether commits are written by the background writer (a stack with a root) or on the
     /// committing thread (a stack without one).
     let writesInBackground: Bool
@@ -55,8 +55,8 @@ final class Store: Sendable {
         /// than the commits it wrote).
         var transactionCount = 0
         /// Unique values claimed by `fetchOrCreate`, with the ID of the object made for them.
-        var claims: [Claim: ObjectID] = [:]
-        var claimOrder: [Claim] = []
+        var claims: [UniqueClaim: ObjectID] = [:]
+        var claimOrder: [UniqueClaim] = []
         /// What batch operations did, by sequence number, until their caller takes it.
         var batchResults: [UInt64: BatchResult] = [:]
     }
@@ -213,14 +213,14 @@ final class Store: Sendable {
     /// With `pin`, the session also carries the before-images of that pinned view.
     /// `whileLocked` runs under the lock that fixes the snapshot (main contexts take the
     /// commits handed to them there, so they apply exactly what the snapshot shows).
-    func read<T>(pin: UInt64? = nil, whileLocked: () -> Void = {}, _ body: (ReadSession) throws -> T) throws -> T {
+    func read<T>(pin: UInt64?, whileLocked: () -> Void, _ body: (ReadSession) throws -> T) throws -> T {
         if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
                 let (overlay, pinned) = state.withLock { state in
                     whileLocked()
                     return (state.overlay, pin.flatMap { state.pins[$0] })
                 }
-                return try body(ReadSession(store: self, db: writerState.connection, overlay: overlay, pinned: pinned))
+                return try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
             }
         }
         let reader = try takeReader()
@@ -234,7 +234,7 @@ final class Store: Sendable {
                 whileLocked()
                 return (state.overlay, pin.flatMap { state.pins[$0] })
             }
-            result = try body(ReadSession(store: self, db: db, overlay: overlay, pinned: pinned))
+            result = try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))
         } catch {
             finishReading(reader)
             throw error
@@ -253,7 +253,7 @@ final class Store: Sendable {
             return try writer.withLock { writerState in
                 try state.withLock { state in
                     let db = writerState.connection
-                    var reader = RowReader(session: ReadSession(store: self, db: db, overlay: state.overlay), context: nil)
+                    var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
                     return try body(&state, &reader, db)
                 }
             }
@@ -264,7 +264,7 @@ final class Store: Sendable {
         return try state.withLock { state in
             try db.execute("BEGIN DEFERRED")
             _ = try db.scalar(connection.snapshotSQL)
-            var reader = RowReader(session: ReadSession(store: self, db: db, overlay: state.overlay), context: nil)
+            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
             return try body(&state, &reader, db)
         }
     }
@@ -421,7 +421,7 @@ final class Store: Sendable {
             self.continuation.withLock { $0 = continuation }
         }
 
-        func resume(store: Store) {
+        func resume(store: SQLiteStore) {
             let error: (any Error)?
             switch reporting {
             case .failure(let sequence): error = store.takeFailure(sequence)
@@ -440,15 +440,6 @@ final class Store: Sendable {
             if let error = outcome.withLock({ $0 }) { throw error }
         }
     }
-}
-
-/// A read in progress: one connection, in one read transaction, and the overlay that goes with it.
-struct ReadSession {
-    let store: Store
-    let db: Connection
-    let overlay: Overlay
-    /// The before-images of a pinned view, for reads that must not see later commits.
-    var pinned: PinnedImages?
 }
 
 extension Statement {

@@ -1,0 +1,36 @@
+/// A store's connection as the layers above it read through it: a SELECT with bound values,
+/// and its rows read by column position.
+///
+/// The row reader, counts and aggregates use nothing else of a connection, so a second store
+/// is a second conformance, not a fork of the readers. SQL reaches a connection with `?`
+/// placeholders, bound in order; a client whose server numbers its parameters rewrites them.
+package protocol QueryConnection {
+    /// Runs `sql` with `arguments` bound to its placeholders in order and hands each row to
+    /// `body`. The row is valid only during that call.
+    func select(_ sql: String, _ arguments: [Value], _ body: (any QueryRow) throws -> Void) throws
+}
+
+extension QueryConnection {
+    /// The first column of the first row, or `.null` when there is no row.
+    package func scalar(_ sql: String, _ arguments: [Value] = []) throws -> Value {
+        var result = Value.null
+        var first = true
+        try select(sql, arguments) { row in
+            if first { result = row.value(0) }
+            first = false
+        }
+        return result
+    }
+}
+
+/// The current row of a `QueryConnection.select`.
+package protocol QueryRow {
+    /// Column `column` (0-based) as a value.
+    func value(_ column: Int) -> Value
+    /// Column `column` as an integer; what a non-integer becomes is the client's conversion.
+    func int64(_ column: Int) -> Int64
+    func isNull(_ column: Int) -> Bool
+    /// Reads column `positions[i]` into `values[slots[i]]` for every `i`: a whole object's
+    /// values in one call, so decoding a row costs one dynamic call rather than one a column.
+    func read(_ positions: [Int], into values: inout ContiguousArray<Value>, slots: [Int])
+}
