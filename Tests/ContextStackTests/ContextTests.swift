@@ -6,14 +6,15 @@ import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct ContextTests {
     /// A transaction whose body commits by itself too waits for, and reports, every commit.
-    @Test @MainActor func aTransactionReportsTheFailureOfAnEarlierCommitInItsBody() async throws {
-        let store = try TestStore(.file)
+    @Test(arguments: Setup.files) @MainActor
+    func aTransactionReportsTheFailureOfAnEarlierCommitInItsBody(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let store = harness.store
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
-        let world = try MainContext(stack: store.stack)
         try store.refuseWrites(ofName: "refused")
         await #expect(throws: SQLiteError.self) {
-            try await world.transaction { update in
+            try await harness.transaction { update in
                 try update.create(Person.self).name = "refused"
                 try update.commit()  // fails when written
                 try update.create(Pet.self).name = "fine"
@@ -48,11 +49,11 @@ import Testing
         #expect(pet.age == 7)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func theMainContextSeesACommitWhenCommitReturns(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.merging) @MainActor
+    func theMainContextSeesACommitWhenCommitReturns(setup: Setup) throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try harness.update { update in
             let farmer = try update.create(Person.self)
             farmer.name = "Farmer"
             farmer.age = 28
@@ -63,21 +64,21 @@ import Testing
         #expect(try world.fetchCount(Person.self) == 1)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func registeredObjectsShowCommittedChangesWithoutRefetching(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.merging) @MainActor
+    func registeredObjectsShowCommittedChangesWithoutRefetching(setup: Setup) throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try harness.update { update in
             try update.create(Person.self).name = "Monk"
             try update.commit()
         }
         let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try update.use(monk).age = 44
             try update.commit()
         }
         #expect(monk.age == 44)
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try update.delete(update.use(monk))
             try update.commit()
         }
@@ -86,12 +87,12 @@ import Testing
         #expect(try world.fetch(Person.self, id: monk.objectID) == nil)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func flushMakesCommitsDurable(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
+    @Test(arguments: Setup.merging) @MainActor
+    func flushMakesCommitsDurable(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let (store, world) = (harness.store, harness.world)
         for index in 0..<20 {
-            world.beginUpdate { update in
+            harness.beginUpdate { update in
                 let pet = try update.create(Pet.self)
                 pet.age = index
                 try update.commit()
@@ -103,10 +104,11 @@ import Testing
         #expect(try store.scalar("SELECT count(*) FROM Pet") == .integer(20))
     }
 
-    @Test @MainActor func transactionResumesOnceDurable() async throws {
-        let store = try TestStore(.file)
-        let world = try MainContext(stack: store.stack)
-        let name = try await world.transaction { update in
+    @Test(arguments: Setup.files) @MainActor
+    func transactionResumesOnceDurable(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let store = harness.store
+        let name = try await harness.transaction { update in
             let pet = try update.create(Pet.self)
             pet.name = "Rex"
             return pet.name
@@ -116,39 +118,46 @@ import Testing
         #expect(try db.scalar("SELECT name FROM Pet") == .text("Rex"))
     }
 
-    @Test @MainActor func transactionRethrowsAndRollsBack() async throws {
+    @Test(arguments: Setup.all) @MainActor
+    func transactionRethrowsAndRollsBack(setup: Setup) async throws {
         struct Boom: Error {}
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
         await #expect(throws: Boom.self) {
-            try await world.transaction { update in
+            try await harness.transaction { update in
                 try update.create(Pet.self).name = "Ghost"
                 throw Boom()
             }
         }
+        try await harness.stack.flush()
+        try await harness.settle()
         #expect(try world.fetchCount(Pet.self) == 0)
     }
 
-    @Test @MainActor func aThrowingUpdateBlockRollsBackAndAndWaitRethrows() throws {
+    @Test(arguments: Setup.all) @MainActor
+    func aThrowingUpdateBlockRollsBackAndAndWaitRethrows(setup: Setup) async throws {
         struct Boom: Error {}
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
         #expect(throws: Boom.self) {
-            try world.beginUpdateAndWait { update in
+            try harness.update { update in
                 try update.create(Pet.self).name = "Ghost"
                 throw Boom()
             }
         }
+        try await harness.stack.flush()
+        try await harness.settle()
         #expect(try world.fetchCount(Pet.self) == 0)
     }
 
-    @Test @MainActor func beginUpdateDeliversErrorsToOnError() async throws {
+    @Test(arguments: Setup.all) @MainActor
+    func beginUpdateDeliversErrorsToOnError(setup: Setup) async throws {
         struct Boom: Error {}
-        let store = try TestStore(.memory)
+        let harness = try TopologyHarness(setup)
+        let store = harness.store
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
-        let world = try MainContext(stack: store.stack)
-        world.beginUpdate { _ in throw Boom() }
+        harness.beginUpdate { _ in throw Boom() }
         try await store.stack.flush()
         while recorder.all.isEmpty { await Task.yield() }
         #expect(recorder.all.first is Boom)
@@ -225,10 +234,11 @@ import Testing
         #expect(try world.fetch(Person.self, id: a!.objectID) === a)
     }
 
-    @Test @MainActor func unchangedObjectsAreHeldWeakly() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func unchangedObjectsAreHeldWeakly(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             try update.create(Pet.self).name = "Rex"
             try update.commit()
         }
@@ -244,10 +254,11 @@ import Testing
         #expect(try world.fetch(Pet.self, id: id!)?.name == "Rex")
     }
 
-    @Test @MainActor func resetDropsObjects() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor
+    func resetDropsObjects(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             try update.create(Pet.self).name = "Rex"
             try update.commit()
         }
@@ -331,19 +342,21 @@ import Testing
         #expect(pet.name == "Rex" && pet.age == 3)
     }
 
-    @Test @MainActor func aFailedTransactionSaveGoesToItsCallerOnly() async throws {
-        let store = try TestStore(.file)
+    @Test(arguments: Setup.files) @MainActor
+    func aFailedTransactionSaveGoesToItsCallerOnly(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let (store, world) = (harness.store, harness.world)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
-        let world = try MainContext(stack: store.stack)
         try store.refuseWrites(ofName: "refused")
-        try await world.transaction { update in try update.create(Person.self).name = "a" }
+        try await harness.transaction { update in try update.create(Person.self).name = "a" }
         await #expect {
-            try await world.transaction { update in try update.create(Person.self).name = "refused" }
+            try await harness.transaction { update in try update.create(Person.self).name = "refused" }
         } throws: { error in
             (error as? SQLiteError)?.code.primary == .constraint
         }
         try await store.stack.flush()
+        try await harness.settle()
         #expect(recorder.all.isEmpty)
         #expect(try world.fetchCount(Person.self) == 1)
     }

@@ -182,11 +182,11 @@ import Testing
         try world.fetchAll(Person.self, condition, orderBy: .ascending("name")).map(\.name)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func selectsWhatTheOperatorsSelect(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait(Fixtures.people)
+    @Test(arguments: Setup.all) @MainActor
+    func selectsWhatTheOperatorsSelect(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write(Fixtures.people)
         var matchedSome = 0
         for testCase in Self.cases {
             let expected = Result { try names(world, testCase.expected) }
@@ -258,11 +258,11 @@ import Testing
 
     // MARK: - Arguments of every kind
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func objectsAndObjectIDs(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait(Fixtures.people)
+    @Test(arguments: Setup.all) @MainActor
+    func objectsAndObjectIDs(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write(Fixtures.people)
         let farmer = try #require(try world.fetch(Person.self, %"name" == "Farmer"))
         let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
         let pairs: [(Condition, Condition)] = [
@@ -289,13 +289,13 @@ import Testing
         #expect(ordered.message.contains("objects compare only with == and !=, not <"))
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func valuesOfEveryAttributeKind(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
+    @Test(arguments: Setup.all) @MainActor
+    func valuesOfEveryAttributeKind(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
         let date = Date(timeIntervalSince1970: 1_000_000)
         let uuid = UUID()
-        try world.beginUpdateAndWait { update in
+        try await harness.write { update in
             for index in 0..<4 {
                 let sample = try update.create(Sample.self)
                 sample.int = index

@@ -7,11 +7,10 @@ import Testing
 /// `.predicate(#Predicate { … })`: translated to conditions, checked against Foundation's own
 /// evaluation of the same predicate over every object.
 @Suite struct FoundationPredicateTests {
-    @MainActor private static func world(_ kind: StoreKind) throws -> (TestStore, MainContext) {
-        let store = try TestStore(kind)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait(Fixtures.people)
-        try world.beginUpdateAndWait { update in
+    @MainActor private static func world(_ setup: Setup) async throws -> (TopologyHarness, MainContext) {
+        let harness = try TopologyHarness(setup)
+        try await harness.write(Fixtures.people)
+        try await harness.write { update in
             let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
             for (name, age) in [("Rex", 3), ("Tom", 9)] {
                 let pet = try update.create(Pet.self)
@@ -26,7 +25,7 @@ import Testing
             pet.owner = knight
             try update.commit()
         }
-        return (store, world)
+        return (harness, harness.world)
     }
 
     /// The names the store returns for `predicate`, and the names Foundation's evaluation keeps.
@@ -37,9 +36,9 @@ import Testing
         return (stored, evaluated)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
-    func translatedPredicatesAgreeWithFoundationEvaluation(kind: StoreKind) throws {
-        let (store, world) = try Self.world(kind)
+    @Test(arguments: Setup.all) @MainActor
+    func translatedPredicatesAgreeWithFoundationEvaluation(setup: Setup) async throws {
+        let (store, world) = try await Self.world(setup)
         _ = store
         let predicates: [(String, Predicate<Person>)] = [
             ("comparison", #Predicate<Person> { $0.age > 18 }),
@@ -69,15 +68,15 @@ import Testing
         }
     }
 
-    @Test @MainActor func forcedUnwrapReadsNullInsteadOfCrashing() throws {
-        let (store, world) = try Self.world(.memory)
+    @Test @MainActor func forcedUnwrapReadsNullInsteadOfCrashing() async throws {
+        let (store, world) = try await Self.world(Setup(topology: .threeTier, kind: .memory))
         _ = store
         let names = try world.fetchAll(Person.self, .predicate(#Predicate<Person> { $0.friend!.age > 20 }), orderBy: .ascending("name")).map(\.name)
         #expect(names == ["Knight", "monk"])  // Knight → Farmer (28), monk → Monk (63); no friend: no match
     }
 
-    @Test @MainActor func untranslatableShapesThrowNamingTheExpression() throws {
-        let (store, world) = try Self.world(.memory)
+    @Test @MainActor func untranslatableShapesThrowNamingTheExpression() async throws {
+        let (store, world) = try await Self.world(Setup(topology: .threeTier, kind: .memory))
         _ = store
         let arithmetic = #Predicate<Person> { $0.age + 1 > 20 }
         #expect {

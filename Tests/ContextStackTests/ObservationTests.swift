@@ -8,18 +8,17 @@ import Testing
 @Suite(.timeLimit(.minutes(1))) struct ObservationTests {
     /// A commit that changes only a many-to-many relationship reports both objects as
     /// updated, under their relationships' names.
-    @Test @MainActor func aManyToManyChangeIsReportedOnBothSides() async throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        let (article, tag) = try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.all) @MainActor func aManyToManyChangeIsReportedOnBothSides(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let (article, tag) = try await harness.write { update in
             let article = try update.create(Article.self)
             let tag = try update.create(Tag.self)
             try update.commit()
             return (article.objectID, tag.objectID)
         }
         let commits = Locked<[Commit]>([])
-        let token = world.observeCommit { commit in commits.withLock { $0.append(commit) } }
-        try world.beginUpdateAndWait { update in
+        let token = harness.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        try harness.update { update in
             try #require(try update.fetch(Article.self, id: article)).tags = [try #require(try update.fetch(Tag.self, id: tag))]
             try update.commit()
         }
@@ -31,23 +30,34 @@ import Testing
         withExtendedLifetime(token) {}
     }
 
-    /// A three-tier world holding five people in three places (one nowhere).
+    /// Five people in three places (one nowhere), written the way `setup` writes.
+    static func addPeople(_ update: Update) throws {
+        for (name, age, location) in [("Farmer", 28, "Oslo"), ("Knight", 18, "Rome"), ("Monk", 63, "Oslo"),
+                                      ("Warrior", 35, nil), ("Child", 8, "Rome")] as [(String, Int, String?)] {
+            let person = try update.create(Person.self)
+            (person.name, person.age, person.location) = (name, age, location)
+        }
+        try update.commit()
+    }
+
+    /// The five people on `setup`, shown by its main context.
+    @MainActor static func world(_ setup: Setup) async throws -> TopologyHarness {
+        let harness = try TopologyHarness(setup)
+        try await harness.write(addPeople)
+        return harness
+    }
+
+    /// The five people in a three-tier world over memory, for the exit tests.
     @MainActor static func world() throws -> (TestStore, MainContext) {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
-            for (name, age, location) in [("Farmer", 28, "Oslo"), ("Knight", 18, "Rome"), ("Monk", 63, "Oslo"),
-                                          ("Warrior", 35, nil), ("Child", 8, "Rome")] as [(String, Int, String?)] {
-                let person = try update.create(Person.self)
-                (person.name, person.age, person.location) = (name, age, location)
-            }
-            try update.commit()
-        }
+        try world.beginUpdateAndWait(addPeople)
         return (store, world)
     }
 
-    @Test @MainActor func sectionsFollowTheSectionKeyAndTheOrder() throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.all) @MainActor func sectionsFollowTheSectionKeyAndTheOrder(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let results = try FetchedResults(context: world, Person.self, %"age" > 10,
                                          orderBy: .ascending("location") | .ascending("name"), sectionBy: %"location")
         #expect(results.sections.map(\.name) == [nil, "Oslo", "Rome"])
@@ -62,8 +72,9 @@ import Testing
         _ = store
     }
 
-    @Test @MainActor func withoutSectionByThereIsAlwaysOneSection() throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.all) @MainActor func withoutSectionByThereIsAlwaysOneSection(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let none = try FetchedResults(context: world, Person.self, %"age" > 100)
         #expect(none.sections.count == 1)
         #expect(none.sections[0].objects.isEmpty)
@@ -73,28 +84,31 @@ import Testing
         _ = store
     }
 
-    @Test @MainActor func anOrderWithoutTheSectionKeySortsByItFirst() throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.all) @MainActor func anOrderWithoutTheSectionKeySortsByItFirst(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let results = try FetchedResults(context: world, Person.self, orderBy: .descending("age"), sectionBy: %"location")
         #expect(results.sections.map(\.name) == [nil, "Oslo", "Rome"])
         #expect(results.sections[1].objects.map(\.name) == ["Monk", "Farmer"])
         _ = store
     }
 
-    @Test @MainActor func sectionByMustBeAnOwnAttribute() throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.all) @MainActor func sectionByMustBeAnOwnAttribute(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         #expect(throws: QueryError.self) { try FetchedResults(context: world, Person.self, sectionBy: %"friend.name") }
         #expect(throws: QueryError.self) { try FetchedResults(context: world, Person.self, sectionBy: %"friend") }
         #expect(throws: QueryError.self) { try FetchedResults(context: world, Person.self, sectionBy: %"nothing") }
         _ = store
     }
 
-    @Test @MainActor func aCommitArrivesAsOneBatchOnTheChangesStream() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.merging) @MainActor func aCommitArrivesAsOneBatchOnTheChangesStream(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let results = try FetchedResults(context: world, Person.self, %"age" > 10,
                                          orderBy: .ascending("location") | .ascending("name"), sectionBy: %"location")
         var changes = results.changes.makeAsyncIterator()
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             // Knight leaves Rome (its section goes), Farmer is renamed past Monk, Zed arrives in Paris.
             try #require(try update.fetch(Person.self, %"name" == "Knight")).location = "Oslo"
             try #require(try update.fetch(Person.self, %"name" == "Farmer")).name = "Pilgrim"
@@ -114,31 +128,32 @@ import Testing
         _ = store
     }
 
-    @Test @MainActor func aChangeInPlaceIsAnUpdateAndAnUnrelatedEntityIsNothing() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.merging) @MainActor func aChangeInPlaceIsAnUpdateAndAnUnrelatedEntityIsNothing(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
         let received = Locked<[ResultsChange]>([])
         results.onChange = { change in received.withLock { $0.append(change) } }
         // Commit observers run after live results: each sees the results' batches so far.
         let seenByObserver = Locked<[Int]>([])
-        let token = world.observeCommit { _ in
+        let token = harness.observeCommit { _ in
             seenByObserver.withLock { $0.append(received.withLock(\.count)) }
         }
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try #require(try update.fetch(Person.self, %"name" == "Farmer")).email = "farmer@example.com"
             try update.commit()
         }
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try update.create(Pet.self).name = "Rex"
             try update.commit()
         }
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try #require(try update.fetch(Person.self, %"name" == "Farmer")).age = 29
             try update.commit()
         }
         // Delivery happens on the main queue: wait for all three commits.
         var commits = store.stack.allCommits.makeAsyncIterator()
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try update.create(Pet.self).name = "Fido"
             try update.commit()
         }
@@ -150,13 +165,14 @@ import Testing
         withExtendedLifetime(token) {}
     }
 
-    @Test @MainActor func anObjectFilterMakesEveryChangeAReload() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.merging) @MainActor func anObjectFilterMakesEveryChangeAReload(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"), sectionBy: %"location",
                                          objectFilter: { $0.name.count <= 5 })
         #expect(results.sections.map { $0.objects.map(\.name) } == [["Monk"], ["Child"]])
         var changes = results.changes.makeAsyncIterator()
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try #require(try update.fetch(Person.self, %"name" == "Warrior")).name = "Ward"
             try update.commit()
         }
@@ -168,12 +184,13 @@ import Testing
         _ = store
     }
 
-    @Test @MainActor func aWindowSlidesWithTheOrder() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.merging) @MainActor func aWindowSlidesWithTheOrder(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("age"), options: .offset(1) | .limit(2))
         #expect(results.objects.map(\.name) == ["Knight", "Farmer"])
         var changes = results.changes.makeAsyncIterator()
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             let baby = try update.create(Person.self)
             (baby.name, baby.age) = ("Baby", 1)
             try update.commit()
@@ -206,23 +223,24 @@ import Testing
         #expect(change.updatedRows == [IndexPath(item: 1, section: 0)])
     }
 
-    @Test @MainActor func observeReportsChangedKeysThenDeletion() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.merging) @MainActor func observeReportsChangedKeysThenDeletion(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let knight = try #require(try world.fetch(Person.self, %"name" == "Knight"))
         var seen: [ObjectChange] = []
         let watch = world.observe(knight) { seen.append($0) }
         var commits = store.stack.allCommits.makeAsyncIterator()
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             let knight = try update.use(knight)
             knight.age = 19
             knight.location = "Paris"
             try update.commit()
         }
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 64
             try update.commit()
         }
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try update.delete(update.use(knight))
             try update.commit()
         }
@@ -235,15 +253,16 @@ import Testing
         watch.cancel()
     }
 
-    @Test @MainActor func fetchAllStreamYieldsFreshResultsAndEndsWhenTheConsumerStops() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.merging) @MainActor func fetchAllStreamYieldsFreshResultsAndEndsWhenTheConsumerStops(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let before = store.stack.commits.liveObserverCount
         var snapshots: [[String]] = []
         for await adults in world.fetchAllStream(Person.self, %"age" > 30, orderBy: .ascending("name")) {
             snapshots.append(adults.map(\.name))
             if snapshots.count == 1 {
                 #expect(store.stack.commits.liveObserverCount == before + 1)
-                try world.beginUpdateAndWait { update in
+                try harness.update { update in
                     try #require(try update.fetch(Person.self, %"name" == "Farmer")).age = 31
                     try update.commit()
                 }
@@ -257,13 +276,14 @@ import Testing
         #expect(store.stack.commits.liveObserverCount == before)
     }
 
-    @Test @MainActor func fetchStreamFollowsTheFirstObject() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.merging) @MainActor func fetchStreamFollowsTheFirstObject(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         var names: [String?] = []
         for await first in world.fetchStream(Person.self, %"location" == "Rome", orderBy: .ascending("age")) {
             names.append(first?.name)
             if names.count == 1 {
-                try world.beginUpdateAndWait { update in
+                try harness.update { update in
                     try update.delete(#require(try update.fetch(Person.self, %"name" == "Child")))
                     try update.commit()
                 }
@@ -275,8 +295,9 @@ import Testing
         _ = store
     }
 
-    @Test @MainActor func aStreamWithABadConditionEndsAndReportsTheError() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.all) @MainActor func aStreamWithABadConditionEndsAndReportsTheError(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         let errors = ErrorRecorder()
         store.stack.onError = { errors.record($0) }
         var count = 0
@@ -285,8 +306,9 @@ import Testing
         #expect(errors.all.first is QueryError)
     }
 
-    @Test @MainActor func changesEndWhenTheResultsAreReleased() async throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.all) @MainActor func changesEndWhenTheResultsAreReleased(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         var results: FetchedResults<Person>? = try FetchedResults(context: world, Person.self)
         var changes = try #require(results).changes.makeAsyncIterator()
         let before = store.stack.commits.liveObserverCount
@@ -319,8 +341,9 @@ import Testing
         expectTrapMessage(result, contains: "no such object", "Check indexPath(for:")
     }
 
-    @Test @MainActor func ownOrdersUpdateInPlaceAndKeyPathOrdersOrWindowsRefetch() throws {
-        let (store, world) = try Self.world()
+    @Test(arguments: Setup.all) @MainActor func ownOrdersUpdateInPlaceAndKeyPathOrdersOrWindowsRefetch(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let (store, world) = (harness.store, harness.world)
         #expect(try FetchedResults(context: world, Person.self, %"age" > 3 || %"name"%.beginsWith("M"),
                                    orderBy: .descending("age"), sectionBy: %"location").strategy == .incremental)
         // A condition through to-one key paths stays incremental (objects reaching a changed
@@ -333,10 +356,10 @@ import Testing
         _ = store
     }
 
-    @Test @MainActor func commitsUpdateInPlaceWithoutRefetching() async throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+    @Test(arguments: Setup.merging) @MainActor func commitsUpdateInPlaceWithoutRefetching(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
             for index in 0..<500 {
                 let person = try update.create(Person.self)
                 (person.name, person.age, person.location) = ("P\(index)", index % 90, ["Oslo", "Rome", nil][index % 3])
@@ -347,7 +370,7 @@ import Testing
                                          orderBy: .ascending("location") | .descending("age"), sectionBy: %"location")
         let count = results.count
         var changes = results.changes.makeAsyncIterator()
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try #require(try update.fetch(Person.self, %"name" == "P19")).age = 99          // Rome, moves to the top
             try #require(try update.fetch(Person.self, %"name" == "P30")).location = "Rome"  // Oslo → Rome
             try update.delete(#require(try update.fetch(Person.self, %"name" == "P40")))
@@ -372,13 +395,13 @@ import Testing
         return sections
     }
 
-    @Test @MainActor func subEntitiesFollowTheFetchOptions() async throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
+    @Test(arguments: Setup.merging) @MainActor func subEntitiesFollowTheFetchOptions(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let (store, world) = (harness.store, harness.world)
         let staff = try FetchedResults(context: world, Staff.self, orderBy: .ascending("name"))
         let onlyStaff = try FetchedResults(context: world, Staff.self, orderBy: .ascending("name"), options: .noSubEntities)
         var commits = store.stack.allCommits.makeAsyncIterator()
-        try world.beginUpdateAndWait { update in
+        try harness.update { update in
             try update.create(Staff.self).name = "Ann"
             try update.create(Engineer.self).name = "Bob"
             try update.commit()
