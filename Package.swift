@@ -41,13 +41,25 @@ let package = Package(
         // The SQLite layer: connections, statements, errors, registered functions. The only
         // importer of CSQLite.
         .target(name: "_ContextStackSQLite", dependencies: ["CSQLite", "_ContextStackCore"]),
-        .target(name: "ContextStack", dependencies: ["_ContextStackCore", "_ContextStackSQLite", "ContextStackMacros"]),
+        // The model, the query language, change sets, the store seam (`ObjectStore`) and the
+        // object engine behind every context (`ContextCore`). Knows no store and no SQLite.
+        .target(name: "_ContextStackModel", dependencies: ["_ContextStackCore"]),
+        // The SQLite store: the first implementation of the store seam.
+        .target(name: "_ContextStackSQLiteStore", dependencies: ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite"]),
+        // The API users import: Stack, MainContext, update contexts, observation, macros.
+        .target(
+            name: "ContextStack",
+            dependencies: ["_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore", "ContextStackMacros"]
+        ),
         .executableTarget(name: "demo", dependencies: ["ContextStack"]),
         // The child process that the crash-safety tests kill with SIGKILL. Not a product: a
         // plain `swift build` or `swift test` builds it next to the test bundle, where the
         // tests look for it.
         .executableTarget(name: "stress-writer", dependencies: ["ContextStack"], path: "Tests/StressWriter"),
-        .testTarget(name: "ContextStackTests", dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite"]),
+        .testTarget(
+            name: "ContextStackTests",
+            dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore"]
+        ),
         .testTarget(
             name: "ContextStackMacrosTests",
             dependencies: [

@@ -119,3 +119,11 @@ package enum TextMatch {
         op != .matches || regularExpression(pattern, options) != nil
     }
 }
+
+extension TextMatch {
+    /// The operator codes `cs_text` takes, as bound by the SQL generator: an operator's
+    /// position in `TextOperator.allCases`.
+    package static let operatorCodes: [Int: TextOperator] = Dictionary(uniqueKeysWithValues: TextOperator.allCases.enumerated().map { ($0.offset, $0.element) })
+
+    package static func code(of op: TextOperator) -> Int { TextOperator.allCases.firstIndex(of: op)! }
+}

@@ -30,22 +30,15 @@ extension Connection {
     }
 }
 
-extension TextMatch {
-    /// The operator codes `cs_text` takes, as bound by the SQL generator.
-    package static let operatorCodes: [Int: TextOperator] = Dictionary(uniqueKeysWithValues: TextOperator.allCases.enumerated().map { ($0.offset, $0.element) })
-
-    package static func code(of op: TextOperator) -> Int { TextOperator.allCases.firstIndex(of: op)! }
-}
-
 /// The state of one running median or standard-deviation aggregate.
 private final class AggregateState {
-    package var values: [Double] = []
+    var values: [Double] = []
     // Welford's running mean and sum of squared differences, for the standard deviation.
-    package var count = 0.0
-    package var mean = 0.0
-    package var squares = 0.0
+    var count = 0.0
+    var mean = 0.0
+    var squares = 0.0
 
-    package func add(_ value: Double) {
+    func add(_ value: Double) {
         values.append(value)
         count += 1
         let delta = value - mean
@@ -53,7 +46,7 @@ private final class AggregateState {
         squares += delta * (value - mean)
     }
 
-    package var median: Double? {
+    var median: Double? {
         guard !values.isEmpty else { return nil }
         let sorted = values.sorted()
         let middle = sorted.count / 2
@@ -61,7 +54,7 @@ private final class AggregateState {
     }
 
     /// The population standard deviation.
-    package var standardDeviation: Double? { count > 0 ? (squares / count).squareRoot() : nil }
+    var standardDeviation: Double? { count > 0 ? (squares / count).squareRoot() : nil }
 }
 
 extension Connection {

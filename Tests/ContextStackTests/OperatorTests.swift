@@ -1,6 +1,8 @@
 @testable import ContextStack
 import _ContextStackCore
+@testable import _ContextStackModel
 import _ContextStackSQLite
+@testable import _ContextStackSQLiteStore
 import Foundation
 import Testing
 

@@ -1,5 +1,7 @@
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 /// A context that starts updates and has no objects of its own: it cannot fetch. Use it for
 /// the writer of the per-consumer topology, or for background work that needs no main context.
 ///

@@ -1,5 +1,7 @@
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 extension MainContext {
     /// Aggregate rows: selected keys and aggregates, grouped, filtered and ordered in SQL.
     ///

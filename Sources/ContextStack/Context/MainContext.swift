@@ -1,5 +1,6 @@
 import Foundation
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 /// The context your reads come from: a read-only object cache on the main actor.
@@ -73,7 +74,7 @@ public final class MainContext: CommitSource {
         self.updateOrder = updateOrder
         self.mergePolicy = mergePolicy
         let merges = updateTarget == .mainContext || updateTarget == .rootContext(autoMerge: true)
-        let core = ContextCore(kind: .main, stack: stack, pinsView: !merges)
+        let core = ContextCore(kind: .main, host: stack, pinsView: !merges)
         self.core = core
         self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: core)
         if updateTarget == .rootContext(autoMerge: true) { stack.addAutoMerger(core) }

@@ -1,5 +1,6 @@
 import Synchronization
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 /// The turn of `.serial` updates: one update at a time per starting context, first come,

@@ -1,5 +1,7 @@
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 /// The handle an update block receives: create, fetch, change, delete, then `commit()`.
 ///
 /// For example:

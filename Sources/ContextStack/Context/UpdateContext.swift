@@ -1,5 +1,6 @@
 import Dispatch
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 /// A context that changes objects: it hands an `Update` to the blocks you give it, and its
@@ -42,7 +43,7 @@ public final class UpdateContext: Sendable {
     }
 
     init(starter: UpdateStarter, waitsForSaves: Bool = false) {
-        self.core = ContextCore(kind: .update, stack: starter.stack)
+        self.core = ContextCore(kind: .update, host: starter.stack)
         self.core.starter = ObjectIdentifier(starter)
         self.starter = starter
         self.waitsForSaves = waitsForSaves

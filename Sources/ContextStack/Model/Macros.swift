@@ -1,5 +1,7 @@
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 /// Makes a class a persisted entity.
 ///
 /// For example:

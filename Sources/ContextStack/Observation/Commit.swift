@@ -1,5 +1,7 @@
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 /// What one commit changed, as commit observers receive it: inserted, updated (with the keys
 /// that changed) and deleted object IDs, by entity, and where the commit came from.
 ///

@@ -1,5 +1,6 @@
 import Dispatch
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 /// Delivers commits to observers on the main actor, in commit order: first resetting the main

@@ -1,5 +1,6 @@
 import Foundation
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 /// Keeping results up to date from a commit's change set alone.

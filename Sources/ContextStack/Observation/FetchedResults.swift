@@ -1,5 +1,6 @@
 import Foundation
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 /// A fetch that stays true as commits land, split into sections, telling you exactly what

@@ -5,7 +5,9 @@ import Foundation
 // unchanged on every platform.
 #if !canImport(UIKit) && !canImport(AppKit)
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 extension IndexPath {
     /// An index path to `item` in `section`, as UIKit makes it.
     ///

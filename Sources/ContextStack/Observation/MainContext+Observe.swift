@@ -1,5 +1,7 @@
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 /// What one commit did to an observed object.
 public struct ObjectChange: Sendable, CustomStringConvertible {
     /// The object.

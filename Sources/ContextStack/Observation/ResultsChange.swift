@@ -1,5 +1,6 @@
 import Foundation
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 /// What one commit (or one reset) changed in a `FetchedResults`, in the form a table or

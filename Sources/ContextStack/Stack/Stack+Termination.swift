@@ -1,13 +1,18 @@
 import Dispatch
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
+
 #elseif canImport(Musl)
 import Musl
+
 #elseif canImport(Darwin)
 import Darwin
+
 #endif
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 extension Stack {

@@ -1,5 +1,7 @@
 import Foundation
 import _ContextStackCore
+import _ContextStackModel
+import _ContextStackSQLiteStore
 import _ContextStackSQLite
 
 /// The top of ContextStack: a model, the stores that hold it, and the root writer.
@@ -25,7 +27,7 @@ public final class Stack: Sendable {
         case none
     }
 
-    let graph: ModelGraph
+    package let graph: ModelGraph
     /// The stack's root: `.shared` or `.none`.
     public let rootContext: RootContext
     private let state = Locked(State())
@@ -164,17 +166,17 @@ public final class Stack: Sendable {
     private let addingStore = Locked(())
 
     /// The stack's store; a precondition failure naming the fix when there is none.
-    var store: any ObjectStore {
+    package var store: any ObjectStore {
         guard let store = state.withLock({ $0.store }) else {
             preconditionFailure("The stack has no store yet: call `try stack.addDatabaseStore(at: url)` or `try stack.addInMemoryStore()` before fetching or saving.")
         }
         return store
     }
 
-    var hasStore: Bool { state.withLock { $0.store != nil } }
+    package var hasStore: Bool { state.withLock { $0.store != nil } }
 
     /// Hands an error to `onError`, if set.
-    func report(_ error: any Error) {
+    package func report(_ error: any Error) {
         state.withLock { $0.onError }?(error)
     }
 
@@ -225,3 +227,6 @@ public final class Stack: Sendable {
         try store.flushAndWait()
     }
 }
+
+/// The contexts reach the model, the store and `onError` through this conformance.
+extension Stack: ContextHost {}

@@ -1,5 +1,7 @@
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 /// A stack or context set up in a way that cannot work: thrown by `MainContext(…)`.
 public struct StackError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.

@@ -1,5 +1,6 @@
 import Foundation
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
 
 /// What `MainContext` and `Context` share: starting updates in their topology and order,

@@ -1,5 +1,7 @@
 import _ContextStackCore
+import _ContextStackModel
 import _ContextStackSQLite
+
 /// Where an update's `commit()` saves to: the topology, chosen when a context is created.
 public enum UpdateTarget: Sendable, Hashable {
     /// Three-tier: update → main context → root → store. When `commit()` returns, the main

@@ -1,0 +1,157 @@
+import Foundation
+import _ContextStackCore
+
+/// Deleting (with delete rules), turning an update's changes into a `ChangeSet`, and what a
+/// commit, a rollback or a reset leaves behind.
+extension ContextCore {
+    /// Deletes `object`, applying its relationships' delete rules now (`.deny` is checked at commit).
+    package func delete(_ object: ManagedObject) throws {
+        checkRead(object)
+        guard kind == .update else {
+            preconditionFailure("\(object) belongs to a MainContext: delete it in an update — try update.delete(update.use(object)).")
+        }
+        guard object.state != .deleted else { return }
+        markChanged(object)
+        let wasInserted = object.state == .inserted
+        object.state = .deleted
+        var cascade: [ManagedObject] = []
+        for property in object.entity.properties where property.isRelationship {
+            switch property.deleteRule {
+            case .deny, .noAction:
+                continue
+            case .cascade:
+                if property.isToMany {
+                    cascade += try objects(for: Array(try toManyIDs(of: object, property)))
+                } else if let id = foreignKey(object, property), let target = try self.object(for: id) {
+                    cascade.append(target)
+                }
+                fallthrough
+            case .nullify:
+                if property.isToMany {
+                    try replaceMembers(object, property, with: [])
+                } else {
+                    link(object, property, to: nil)
+                }
+            }
+        }
+        if wasInserted {
+            // Never stored: nothing to delete below.
+            changed[object.objectID] = nil
+        }
+        for target in cascade { try delete(target) }
+    }
+
+    // MARK: - Committing
+
+    /// The change set of everything pending, after checking `.deny` rules.
+    package func makeChangeSet() throws -> ChangeSet {
+        if let accessorFailure { throw accessorFailure }
+        var changes = ChangeSet()
+        var gone = Set<Int64>()
+        for object in changed.values where object.state == .deleted {
+            for property in object.entity.properties where property.isRelationship && property.deleteRule == .deny {
+                let isEmpty = property.isToMany
+                    ? try objects(for: Array(try toManyIDs(of: object, property))).isEmpty
+                    : (try foreignKey(object, property).flatMap { try self.object(for: $0) }) == nil
+                if !isEmpty {
+                    throw SaveError(.deleteDenied, "Cannot delete \(object): its relationship '\(property.name)' has the delete rule .deny and is not empty. Remove or delete the related objects first.", objects: [object.objectID])
+                }
+            }
+        }
+        for object in changed.values {
+            switch object.state {
+            case .inserted:
+                changes.inserts.append((object.objectID, ObjectRow(entity: object.entity, values: object.values)))
+            case .updated:
+                guard let snapshot = object.snapshot else { continue }
+                var slots: [Int] = []
+                var values: [Value] = []
+                for slot in object.entity.storedSlots where !object.values[slot].isIdentical(to: snapshot[slot]) {
+                    slots.append(slot)
+                    values.append(object.values[slot])
+                }
+                if !slots.isEmpty {
+                    changes.updates.append(.init(id: object.objectID, entity: object.entity, slots: slots, values: values,
+                                                 snapshot: snapshot, current: object.values))
+                }
+            case .deleted:
+                changes.deletes.append((object.objectID, object.entity))
+                gone.insert(object.objectID.primaryKey)
+            case .clean, .invalidated:
+                continue
+            }
+        }
+        for (id, slots) in upserts where changed[id]?.state == .inserted { changes.upserts[id] = slots }
+        for (key, present) in links {
+            if present && (gone.contains(key.source) || gone.contains(key.target)) { continue }
+            changes.links.append((key, present))
+            changes.linkEnds[key] = linkEnds[key]
+        }
+        return changes
+    }
+
+    /// After a commit: every object is clean again, deleted ones leave the context.
+    package func didCommit() {
+        for object in changed.values {
+            switch object.state {
+            case .deleted:
+                registry[object.objectID] = nil
+                object.snapshot = nil
+            default:
+                object.state = .clean
+                object.snapshot = nil
+            }
+        }
+        changed.removeAll()
+        upserts.removeAll()
+        links.removeAll()
+        linkEnds.removeAll()
+        #if DEBUG
+        checkInvariants()
+        #endif
+    }
+
+    /// Forgets every uncommitted change: changed objects get their saved values back, created
+    /// ones become invalid.
+    package func rollback() {
+        for object in changed.values {
+            if let snapshot = object.snapshot {
+                object.values = snapshot
+                object.snapshot = nil
+                object.state = .clean
+            } else {
+                object.state = .invalidated
+                registry[object.objectID] = nil
+            }
+        }
+        // Objects created then deleted are no longer in `changed`; they are dropped with the registry entries.
+        accessorFailure = nil
+        changed.removeAll()
+        upserts.removeAll()
+        links.removeAll()
+        linkEnds.removeAll()
+        generation += 1
+    }
+
+    /// Drops every object: later use of them is a precondition failure.
+    package func reset() {
+        for entry in registry.values {
+            entry.object?.state = .invalidated
+        }
+        for object in changed.values { object.state = .invalidated }
+        accessorFailure = nil
+        registry.removeAll()
+        changed.removeAll()
+        upserts.removeAll()
+        links.removeAll()
+        linkEnds.removeAll()
+        generation += 1
+        // Nothing is left for handed-over commits to update.
+        _ = takeInbox()
+        if pinsView, let old = pin {
+            // See the store as it is now, until the next reset.
+            store.unpin(old)
+            pin = store.pin()
+        }
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+import Synchronization
+import _ContextStackCore
+
+/// How a main context receives commits: change sets handed over by other contexts and the
+/// store, applied before its next read or on the main actor's next turn.
+extension ContextCore {
+    /// Hands a commit to this main context from any thread; it is applied when the next public
+    /// read starts, or on the main actor's next turn, whichever comes first.
+    package func handOver(_ changes: ChangeSet) {
+        inbox.withLock { $0.append(changes) }
+        inboxHasWork.store(true, ordering: .releasing)
+        DispatchQueue.main.async { [self] in
+            if inboxHasWork.load(ordering: .acquiring) { applyInbox() }
+        }
+    }
+
+    /// Applies handed-over commits to registered objects (main actor only).
+    package func applyInbox() {
+        apply(takeInbox())
+    }
+
+    /// Takes the commits handed over so far.
+    func takeInbox() -> [ChangeSet] {
+        guard inboxHasWork.load(ordering: .acquiring) else { return [] }
+        inboxHasWork.store(false, ordering: .releasing)
+        return inbox.withLock { inbox in
+            defer { inbox.removeAll() }
+            return inbox
+        }
+    }
+
+    /// Applies what a batch operation of this update context did to its objects: clean ones
+    /// take the new values, changed ones keep their own values for the keys they changed,
+    /// deleted ones leave the context (their uncommitted changes with them).
+    package func absorb(_ changes: ChangeSet) {
+        for update in changes.updates {
+            guard let object = registered(update.id), object.state == .clean || object.state == .updated else { continue }
+            for (slot, value) in zip(update.slots, update.values) where slot < object.values.count {
+                if var snapshot = object.snapshot {
+                    if object.values[slot].isIdentical(to: snapshot[slot]) { object.values[slot] = value }
+                    snapshot[slot] = value
+                    object.snapshot = snapshot
+                } else {
+                    object.values[slot] = value
+                }
+            }
+        }
+        for delete in changes.deletes {
+            guard let object = registered(delete.id) else { continue }
+            object.state = .deleted
+            object.snapshot = nil
+            registry[delete.id] = nil
+            changed[delete.id] = nil
+        }
+        generation += 1
+    }
+
+    /// Applies commits to registered objects: changed values, deletions.
+    func apply(_ pending: [ChangeSet]) {
+        guard !pending.isEmpty else { return }
+        for changes in pending {
+            for update in changes.updates {
+                guard let object = registered(update.id), object.state == .clean else { continue }
+                for (slot, value) in zip(update.slots, update.values) where slot < object.values.count {
+                    object.values[slot] = value
+                }
+            }
+            for delete in changes.deletes {
+                guard let object = registered(delete.id) else { continue }
+                object.state = .deleted
+                registry[delete.id] = nil
+            }
+        }
+        generation += 1
+        #if DEBUG
+        checkInvariants()
+        #endif
+    }
+}

@@ -1,0 +1,161 @@
+import Foundation
+import _ContextStackCore
+
+/// Relationship upkeep: to-one and to-many reads, setting either side, inverses kept in sync
+/// at once, one-to-one partners letting go, join-table pairs recorded for the commit.
+extension ContextCore {
+    /// This context's uncommitted join-table changes of one table.
+    func pendingLinks(in table: String) -> [LinkKey: Bool] {
+        links.filter { $0.key.table == table }
+    }
+
+    func foreignKey(_ object: ManagedObject, _ property: Property) -> ObjectID? {
+        if object.fault != nil { fulfill(object, slot: property.slot) }
+        guard case .integer(let key) = object.values[property.slot], let destination = property.destination else { return nil }
+        return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+    }
+
+    /// The object a to-one relationship points at.
+    func toOne(of object: ManagedObject, slot: Int) -> ManagedObject? {
+        guard let id = foreignKey(object, object.entity.properties[slot]) else { return nil }
+        do {
+            return try self.object(for: id)
+        } catch {
+            accessorFailed(error)
+            return nil
+        }
+    }
+
+    /// Records an error met inside a property accessor, which cannot throw: it goes to
+    /// `stack.onError`, and an update context refuses its next commit with it.
+    func accessorFailed(_ error: any Error) {
+        host.report(error)
+        if isUpdate && accessorFailure == nil { accessorFailure = error }
+    }
+
+    /// The IDs a to-many relationship holds, loaded once and kept in sync afterwards.
+    func toManyIDs(of object: ManagedObject, _ property: Property) throws -> Set<ObjectID> {
+        if let cached = object.toManyCache[property.slot], cached.generation == generation {
+            return cached.ids
+        }
+        if let ids = prefetchedMembers(object.objectID, slot: property.slot) {
+            object.toManyCache[property.slot] = (ids, generation)
+            return ids
+        }
+        // The same member resolution quantifiers and counts use: store, pending commits,
+        // pinned view and this context's own changes.
+        let ids = Set(try read { session in
+            var reader = RowReader(session: session, context: self)
+            return try reader.members(of: object.objectID, property)
+        })
+        object.toManyCache[property.slot] = (ids, generation)
+        return ids
+    }
+
+    /// The objects a to-many relationship holds.
+    func toMany(of object: ManagedObject, slot: Int) -> [ManagedObject] {
+        do {
+            return try objects(for: Array(try toManyIDs(of: object, object.entity.properties[slot])))
+        } catch {
+            accessorFailed(error)
+            return []
+        }
+    }
+
+    func updateCache(_ object: ManagedObject, _ property: Property, _ change: (inout Set<ObjectID>) -> Void) {
+        guard var cached = object.toManyCache[property.slot], cached.generation == generation else { return }
+        change(&cached.ids)
+        object.toManyCache[property.slot] = cached
+    }
+
+    /// Points a to-one relationship at `target`, keeping the inverse side in sync.
+    package func setToOne(of object: ManagedObject, slot: Int, to target: ManagedObject?) {
+        let property = object.entity.properties[slot]
+        if let target { checkRelatable(object, target, property) }
+        link(object, property, to: target)
+    }
+
+    func link(_ object: ManagedObject, _ property: Property, to target: ManagedObject?) {
+        let oldID = foreignKey(object, property)
+        guard oldID != target?.objectID else { return }
+        markChanged(object)
+        object.values[property.slot] = target.map { .integer($0.objectID.primaryKey) } ?? .null
+        guard let inverse = property.inverse else { return }
+        if let oldID {
+            if inverse.isToMany {
+                if let old = registered(oldID) { updateCache(old, inverse) { $0.remove(object.objectID) } }
+            } else if let old = loadPartner(oldID), foreignKey(old, inverse) == object.objectID {
+                markChanged(old)
+                old.values[inverse.slot] = .null
+            }
+        }
+        guard let target else { return }
+        if inverse.isToMany {
+            updateCache(target, inverse) { $0.insert(object.objectID) }
+        } else {
+            // One-to-one: the target's previous partner lets go of it.
+            if let previousID = foreignKey(target, inverse), previousID != object.objectID,
+               let previous = loadPartner(previousID) {
+                markChanged(previous)
+                previous.values[property.slot] = .null
+            }
+            markChanged(target)
+            target.values[inverse.slot] = .integer(object.objectID.primaryKey)
+        }
+    }
+
+    /// The one-to-one partner with `id` whose side of the link must change too, or `nil` when
+    /// it is gone. A failed read is an accessor failure: the partner would keep pointing here.
+    func loadPartner(_ id: ObjectID) -> ManagedObject? {
+        do {
+            return try object(for: id)
+        } catch {
+            accessorFailed(error)
+            return nil
+        }
+    }
+
+    /// Makes a to-many relationship hold exactly `targets`, keeping inverses in sync.
+    func setToMany(of object: ManagedObject, slot: Int, to targets: [ManagedObject]) {
+        let property = object.entity.properties[slot]
+        for target in targets { checkRelatable(object, target, property) }
+        do {
+            try replaceMembers(object, property, with: targets)
+        } catch {
+            accessorFailed(error)
+        }
+    }
+
+    func replaceMembers(_ object: ManagedObject, _ property: Property, with targets: [ManagedObject]) throws {
+        let current = try toManyIDs(of: object, property)
+        let wanted = Set(targets.map(\.objectID))
+        let removed = current.subtracting(wanted)
+        let added = targets.filter { !current.contains($0.objectID) }
+        switch property.storage {
+        case .inverseColumn:
+            guard let inverse = property.inverse else { break }
+            for member in try objects(for: Array(removed)) where foreignKey(member, inverse) == object.objectID {
+                markChanged(member)
+                member.values[inverse.slot] = .null
+            }
+            for member in added { link(member, inverse, to: object) }
+        case .joinTable:
+            guard let join = property.joinTable else { break }
+            func record(_ other: ObjectID, present: Bool) {
+                let key = property.linkKey(join, owner: object.objectID.primaryKey, member: other.primaryKey)
+                links[key] = present
+                linkEnds[key] = property.linkEnds(owner: object.objectID, member: other)
+                if let inverse = property.inverse, let member = registered(other) {
+                    updateCache(member, inverse) { ids in
+                        if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }
+                    }
+                }
+            }
+            removed.forEach { record($0, present: false) }
+            added.forEach { record($0.objectID, present: true) }
+        case .column:
+            break
+        }
+        object.toManyCache[property.slot] = (wanted, generation)
+    }
+}

@@ -1,0 +1,349 @@
+import Foundation
+import Synchronization
+import _ContextStackCore
+
+/// The object engine behind `MainContext` and `UpdateContext`: an identity map, change
+/// tracking, fetches that merge pending changes with the store, and relationship upkeep.
+///
+/// This file holds its state, confinement checks, the registry and row fetching; beside it,
+/// `+Reading` (the typed reads), `+Faults` (late-loaded values, prefetch), `+Relationships`,
+/// `+Changes` (delete rules, change sets, commit, rollback, reset), `+Inbox` (commits handed
+/// to a main context) and `+Invariants` (debug checks).
+///
+/// All mutable state is confined to the context's execution — the main thread for a main
+/// context, the running block for an update context — and `checkRead` enforces it on every
+/// object access. That confinement is what makes `@unchecked Sendable` sound here; the
+/// main context's inbox, the one thing other threads touch, is behind a lock.
+package final class ContextCore: @unchecked Sendable {
+    package enum Kind { case main, update }
+
+    struct WeakObject {
+        weak var object: ManagedObject?
+    }
+
+    let kind: Kind
+    /// The stack that made this context, seen through what a context needs of it.
+    let host: any ContextHost
+    package let graph: ModelGraph
+    /// Every object of this context, held weakly unless it has changes.
+    var registry: [ObjectID: WeakObject] = [:]
+    private var registrySweepThreshold = 1024
+    /// Inserted, updated and deleted objects, held strongly until commit or rollback.
+    var changed: [ObjectID: ManagedObject] = [:]
+    /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
+    package var upserts: [ObjectID: [Int]] = [:]
+    /// Join-table pairs added (`true`) or removed (`false`) since the last commit.
+    var links: [LinkKey: Bool] = [:]
+    var linkEnds: [LinkKey: LinkEnds] = [:]
+    /// Bumped whenever loaded to-many relationships may be out of date.
+    var generation = 0
+    /// What `.prefetch` read ahead for objects not registered yet.
+    var prefetched = PrefetchCache(generation: 0)
+
+    /// Change sets handed to a main context, applied before its next read.
+    let inbox = Locked<[ChangeSet]>([])
+    let inboxHasWork = Atomic<Bool>(false)
+
+    /// For a main context that does not merge: the pinned view of the store it reads, so it
+    /// sees nothing committed after it was created or last reset.
+    let pinsView: Bool
+    var pin: UInt64?
+    /// Set by the public reads of a main context: the next read takes the commits handed over
+    /// so far, atomically with its snapshot, and applies them before reading.
+    private var drainsOnNextRead = false
+    /// The `UpdateStarter` an update context belongs to (for the `.serial` deadlock check).
+    package var starter: ObjectIdentifier?
+    /// The first error a property accessor met in an update context since its last commit,
+    /// rollback or reset. Accessors cannot throw, so what they return or change after a failed
+    /// read may be incomplete (a relationship read as empty, a partner left linked); the next
+    /// `commit()` throws this error instead of saving such changes.
+    var accessorFailure: (any Error)?
+
+    package init(kind: Kind, host: any ContextHost, pinsView: Bool = false) {
+        self.kind = kind
+        self.host = host
+        self.graph = host.graph
+        self.pinsView = pinsView
+        if pinsView && host.hasStore { pin = host.store.pin() }
+    }
+
+    deinit {
+        if let pin { host.store.unpin(pin) }
+    }
+
+    var isUpdate: Bool { kind == .update }
+    package var store: any ObjectStore { host.store }
+
+    /// Reads the store as this context sees it (through its pinned view, if it has one).
+    package func read<T>(_ body: (ReadSession) throws -> T) throws -> T {
+        if pinsView && pin == nil { pin = store.pin() }
+        guard drainsOnNextRead else { return try store.read(pin: pin, body) }
+        drainsOnNextRead = false
+        var pending: [ChangeSet] = []
+        return try store.read(pin: pin, whileLocked: { pending = takeInbox() }) { session in
+            apply(pending)
+            return try body(session)
+        }
+    }
+
+    /// Marks the start of a public read on a main context: registered objects catch up with
+    /// handed-over commits exactly as far as the read's snapshot goes. Property access never
+    /// changes values; only reads, the main actor's next turn, and the return of an
+    /// `AndWait` update started on the main actor do.
+    package func beginRead() {
+        if kind == .main { drainsOnNextRead = true }
+    }
+
+    /// Ends a public read: a read that never reached the store (an object already held, a
+    /// query error) must not leave its catch-up to a later internal read.
+    package func endRead() {
+        drainsOnNextRead = false
+    }
+
+    // MARK: - Confinement
+
+    /// Checks that `object` is used where its context runs and is not invalidated, and loads
+    /// its values if it is a fault (all of them, or those missing for `slot` when given).
+    @inline(__always)
+    package func checkRead(_ object: ManagedObject, slot: Int? = nil) {
+        checkConfined(object)
+        if _slowPath(object.fault != nil) { fulfill(object, slot: slot) }
+    }
+
+    /// Checks that `object` is used where its context runs, and is not invalidated.
+    @inline(__always)
+    func checkConfined(_ object: ManagedObject) {
+        switch kind {
+        case .main:
+            Self.checkMainActor("\(object) belongs to a MainContext and is used off the main actor: read it on the main actor, or bring it into an update with `try update.use(object)`.")
+            if object.state == .invalidated {
+                preconditionFailure("\(object) was used after its MainContext was reset: fetch it again (world.fetch(_:id:)) after reset().")
+            }
+        case .update:
+            guard Execution.isRunning(self) else {
+                preconditionFailure("\(object) belongs to an update context and is used outside its update: use it only inside that update's block or its `update.perform { }` continuations, or pass its objectID and fetch it where you are.")
+            }
+            if object.state == .invalidated {
+                preconditionFailure("\(object) was used after its update was rolled back or finished: fetch it again by its objectID.")
+            }
+        }
+    }
+
+    /// Traps with `message` unless the caller runs on the main actor. The main thread is the
+    /// fast path; on Linux an async `main` lets a worker thread drain the main queue, which is
+    /// still the main actor, and the queue's specific value recognizes it.
+    ///
+    /// Not `MainActor.preconditionIsolated(message)`: on Linux it traps without printing the
+    /// message, and the message is the point (MisuseTests checks it).
+    @inline(__always)
+    static func checkMainActor(_ message: @autoclosure () -> String) {
+        if Execution.isMainThread || Execution.isOnMainQueue { return }
+        preconditionFailure(message())
+    }
+
+    /// Checks that the caller runs where this context does (for context-level calls).
+    package func checkExecution(_ operation: @autoclosure () -> String) {
+        switch kind {
+        case .main:
+            Self.checkMainActor("\(operation()) on a MainContext must run on the main actor.")
+        case .update:
+            precondition(Execution.isRunning(self), "\(operation()) was called outside its update: use the `update` handed to your block only inside that block or its `update.perform { }` continuations.")
+        }
+    }
+
+    /// Checks that `object` may be changed, and starts tracking its changes.
+    func willChange(_ object: ManagedObject) {
+        checkRead(object)
+        guard kind == .update else {
+            preconditionFailure("\(object) belongs to a MainContext, whose objects are read-only: change it in an update — world.beginUpdate { update in let object = try update.use(object); …; try update.commit() }.")
+        }
+        guard object.state != .deleted else {
+            preconditionFailure("\(object) is deleted in this update: a deleted object cannot be changed or related (its last values stay readable).")
+        }
+        markChanged(object)
+    }
+
+    /// Starts tracking `object`'s changes (no checks: internal upkeep of inverses and deletes).
+    func markChanged(_ object: ManagedObject) {
+        if object.fault != nil { fulfill(object, slot: nil) }
+        if object.state == .clean {
+            object.snapshot = object.values
+            object.state = .updated
+            changed[object.objectID] = object
+        }
+    }
+
+    func checkRelatable(_ object: ManagedObject, _ other: ManagedObject, _ property: Property) {
+        guard other.context === self else {
+            preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': they belong to different contexts. Bring \(other.entity.name) into this update first: `let other = try update.use(other)`.")
+        }
+        guard other.state != .deleted else {
+            preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': \(other) is deleted in this update.")
+        }
+        guard let destination = property.destination, destination.includes(other.entity) else {
+            preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': it holds \(property.destination?.name ?? "?") objects.")
+        }
+    }
+
+    // MARK: - Registry
+
+    package func registered(_ id: ObjectID) -> ManagedObject? {
+        registry[id]?.object
+    }
+
+    /// Forgets a registered object (deleted below this context).
+    func unregister(_ id: ObjectID) {
+        registry[id] = nil
+    }
+
+    func register(_ object: ManagedObject) {
+        registry[object.objectID] = WeakObject(object: object)
+        // Objects with changes are held strongly, so only the others can have gone: creating
+        // many objects in one update no longer sweeps a registry with nothing to drop.
+        if registry.count - changed.count >= registrySweepThreshold {
+            registry = registry.filter { $0.value.object != nil }
+            registrySweepThreshold = max(1024, registry.count * 2)
+        }
+    }
+
+    /// The context's object for a row it read: the registered one (refreshed when it has no
+    /// changes of its own), or a new one.
+    package func materialize(_ id: ObjectID, _ row: ObjectRow) -> ManagedObject {
+        if let existing = registered(id) {
+            if existing.state == .clean {
+                existing.values = row.values
+                existing.fault = nil
+            }
+            return existing
+        }
+        let object = row.entity.type.init(_ObjectSeed(id: id, entity: row.entity, context: self, values: row.values))
+        register(object)
+        return object
+    }
+
+    /// A new object of `entity`, with its permanent ID and default values.
+    package func create(_ entity: ResolvedEntity, id: ObjectID? = nil) throws -> ManagedObject {
+        let id = try id ?? ObjectID(rootEntity: entity.rootDescription, primaryKey: store.reserveKey(for: entity.rootDescription))
+        let object = entity.type.init(_ObjectSeed(id: id, entity: entity, context: self, values: entity.defaults))
+        object.state = .inserted
+        register(object)
+        changed[id] = object
+        return object
+    }
+
+    /// The object with `id` in this context, loading it if needed; `nil` if it does not exist
+    /// or is deleted.
+    package func object(for id: ObjectID) throws -> ManagedObject? {
+        if let object = registered(id) {
+            return object.state == .deleted ? nil : object
+        }
+        return try objects(for: [id]).first
+    }
+
+    /// The objects for `ids`, in order, skipping those that do not exist; one read for all.
+    func objects(for ids: [ObjectID]) throws -> [ManagedObject] {
+        var found: [ObjectID: ManagedObject] = [:]
+        var unread: [ObjectID] = []
+        for id in ids {
+            if let object = registered(id) {
+                found[id] = object
+            } else if let row = prefetchedRow(id) {
+                found[id] = materialize(id, row)
+            } else {
+                unread.append(id)
+            }
+        }
+        if !unread.isEmpty {
+            let rows = try read { session in
+                var reader = RowReader(session: session, context: self)
+                return try reader.rows(for: unread)
+            }
+            for (id, row) in rows { found[id] = materialize(id, row) }
+        }
+        return ids.compactMap { id in found[id].flatMap { $0.state == .deleted ? nil : $0 } }
+    }
+
+    // MARK: - Fetching
+
+    /// The rows matching `query`, in order, windowed by `offset` and `limit`, merging this
+    /// context's pending changes and the writer's pending commits with the store.
+    package func fetchRows(_ query: CompiledQuery, offset: Int = 0, limit: Int? = nil) throws -> [(id: ObjectID, row: ObjectRow)] {
+        try read { session in
+            var reader = RowReader(session: session, context: self)
+            return try selectRows(query, offset: offset, limit: limit, columns: nil, reader: &reader).rows
+        }
+    }
+
+    /// The rows matching `query`, as `fetchRows`, reading only `columns` of the table (by index;
+    /// `[]` for IDs only) when SQL alone decides the answer. `complete` tells whether the rows
+    /// hold every value anyway (pending changes make the rows come whole).
+    func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?,
+                    reader: inout RowReader) throws -> (rows: [(id: ObjectID, row: ObjectRow)], complete: Bool) {
+        var recheck = reader.pendingIDs(of: query.entity.rootDescription)
+        for chain in query.hopChains {
+            recheck.formUnion(try reader.referencing(chain, from: query.entity))
+        }
+        recheck.formUnion(try reader.ownersToRecheck(query))
+        var sql = query.fromWhere()
+        let table = query.entity.table!
+        if recheck.isEmpty {
+            // Nothing pending: SQL's window is the answer.
+            sql.text = "SELECT \(reader.selectColumns(table, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
+            if limit != nil || offset > 0 {
+                sql.text += " LIMIT ? OFFSET ?"
+                sql.arguments += [.integer(Int64(limit ?? -1)), .integer(Int64(offset))]
+            }
+            return (try reader.rows(sql, table: table, columns: columns), columns == nil)
+        }
+        sql.text = "SELECT \(reader.selectColumns(table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
+        // Each pending object can push at most one stored row out of the window, so the
+        // first offset + limit + pending stored rows hold every row the window can need.
+        if let limit {
+            sql.text += " LIMIT ?"
+            sql.arguments.append(.integer(Int64(offset + limit + recheck.count)))
+        }
+        var rows = try reader.rows(sql, table: table).filter { !recheck.contains($0.id) }
+        for id in recheck {
+            guard let row = try reader.row(id), query.accepts(row.entity) else { continue }
+            if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {
+                rows.append((id, row))
+            }
+        }
+        try rows.sort { a, b in
+            try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try reader.row($0) })
+        }
+        if offset > 0 { rows.removeFirst(min(offset, rows.count)) }
+        if let limit, rows.count > limit { rows.removeLast(rows.count - limit) }
+        return (rows, true)
+    }
+
+    /// Makes room in the registry for `count` objects about to be registered: at most one
+    /// sweep and one allocation, where registering them one by one grew (and swept) the
+    /// registry again at every doubling — a tenth of a 100,000-object fetch.
+    func reserveRegistrations(_ count: Int) {
+        guard count > 64 else { return }
+        if registry.count - changed.count + count >= registrySweepThreshold {
+            registry = registry.filter { $0.value.object != nil }
+            registrySweepThreshold = max(1024, (registry.count + count) * 2)
+        }
+        // Geometric, as growing would be: reserving exactly what one fetch needs would
+        // reallocate on every fetch of a loop.
+        if registry.capacity < registry.count + count {
+            registry.reserveCapacity(max(registry.count + count, registry.capacity * 2))
+        }
+    }
+
+    /// How many objects match `query`; a `count(*)` when nothing is pending.
+    func fetchCount(_ query: CompiledQuery) throws -> Int {
+        // Any pending change may matter (through a key path, a quantifier, a count): only a
+        // context and store with nothing pending can trust count(*) alone.
+        if changed.isEmpty && links.isEmpty, let count = try read({ session -> Int? in
+            guard session.overlay.isEmpty, session.pinned?.isEmpty ?? true else { return nil }
+            let sql = query.fromWhere()
+            return Int(try session.connection.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)
+        }) {
+            return count
+        }
+        return try fetchRows(query).count
+    }
+}

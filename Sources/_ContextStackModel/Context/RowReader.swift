@@ -1,0 +1,348 @@
+import _ContextStackCore
+
+/// Reads rows for one fetch, inside one read session: from the store, overlaid with the
+/// writer's pending commits, the before-images of a pinned view (for a main context that does
+/// not merge), and the reading context's own changes, with a per-read cache.
+package struct RowReader {
+    package let session: ReadSession
+    /// The reading context, whose own changes come first; `nil` for the store itself.
+    let context: ContextCore?
+    private var cache: [ObjectID: ObjectRow?] = [:]
+    /// Stored rows read ahead in bulk by `rows(for:)`, before the overlay and the context apply.
+    private var stored: [ObjectID: ObjectRow?] = [:]
+
+    package init(session: ReadSession, context: ContextCore?) {
+        self.session = session
+        self.context = context
+    }
+
+    private var graph: ModelGraph { session.graph }
+
+    /// `t0."Z_PK", [t0."Z_ENT",] t0."a", t0."b", …` for a table; with `columns`, only those of
+    /// the table's columns (by index), and none for `[]`.
+    func selectColumns(_ table: Table, alias: String, columns wanted: [Int]? = nil) -> String {
+        if wanted == nil && alias == "t0" { return table.wholeRowSelectList }
+        var columns = ["\(alias).\"Z_PK\""]
+        if table.hasEntityColumn { columns.append("\(alias).\"Z_ENT\"") }
+        for index in wanted ?? Array(table.columns.indices) {
+            columns.append("\(alias).\(table.columns[index].name.quotedIdentifier)")
+        }
+        return columns.joined(separator: ", ")
+    }
+
+    /// Runs a SELECT made with `selectColumns` (and the same `columns`) and decodes its rows.
+    /// With `columns`, a row's other slots are `.null`, and with `[]` its values are empty.
+    func rows(_ sql: CompiledQuery.SQL, table: Table, columns: [Int]? = nil) throws -> [(id: ObjectID, row: ObjectRow)] {
+        var result: [(id: ObjectID, row: ObjectRow)] = []
+        guard let root = graph.entity(named: table.name) else { return [] }
+        try session.connection.select(sql.text, sql.arguments) { row in
+            if let decoded = decode(row, root: root, columns: columns) { result.append(decoded) }
+        }
+        return result
+    }
+
+    private func decode(_ row: any QueryRow, root: ResolvedEntity, columns: [Int]?) -> (id: ObjectID, row: ObjectRow)? {
+        let table = root.table!
+        let key = row.int64(0)
+        var entity = root
+        var base = 1
+        if table.hasEntityColumn {
+            let code = row.int64(1)
+            guard let member = root.family.first(where: { $0.entityCode == code }) else { return nil }
+            entity = member
+            base = 2
+        }
+        let id = ObjectID(rootEntity: root.description_, primaryKey: key)
+        guard let columns else {
+            var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
+            row.read(entity.storedPositions, into: &values, slots: entity.storedSlots)
+            return (id, ObjectRow(entity: entity, values: values))
+        }
+        guard !columns.isEmpty else { return (id, ObjectRow(entity: entity, values: [])) }
+        var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
+        for slot in entity.storedSlots {
+            if let position = columns.firstIndex(of: entity.properties[slot].column) {
+                values[slot] = row.value(base + position)
+            }
+        }
+        return (id, ObjectRow(entity: entity, values: values))
+    }
+
+    /// The rows of `ids` as the reading context sees them (absent: missing or deleted), with
+    /// the stored ones read in a few statements instead of one each.
+    mutating func rows(for ids: [ObjectID]) throws -> [ObjectID: ObjectRow] {
+        var needed: [ObjectIdentifier: (root: ResolvedEntity, keys: [Int64])] = [:]
+        for id in ids where cache[id] == nil && stored[id] == nil && context?.changed[id] == nil {
+            guard let root = graph.entity(for: id.rootEntity) else { continue }
+            needed[ObjectIdentifier(id.rootEntity), default: (root, [])].keys.append(id.primaryKey)
+        }
+        for (root, keys) in needed.values {
+            let table = root.table!
+            for key in keys { stored[ObjectID(rootEntity: root.description_, primaryKey: key)] = .some(nil) }
+            try eachRow(keys: keys, sql: { "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" IN (\($0))" }) { row in
+                if let (id, decoded) = decode(row, root: root, columns: nil) { stored[id] = .some(decoded) }
+            }
+        }
+        var result: [ObjectID: ObjectRow] = [:]
+        for id in ids {
+            if let row = try row(id) { result[id] = row }
+        }
+        return result
+    }
+
+    /// The row of `id` as the reading context sees it; `nil` when it does not exist or is deleted.
+    package mutating func row(_ id: ObjectID) throws -> ObjectRow? {
+        if let cached = cache[id] { return cached }
+        let row = try uncachedRow(id)
+        cache[id] = .some(row)
+        return row
+    }
+
+    private func uncachedRow(_ id: ObjectID) throws -> ObjectRow? {
+        if let object = context?.changed[id] {
+            return object.state == .deleted ? nil : ObjectRow(entity: object.entity, values: object.values)
+        }
+        switch session.pinned?.rows[id] {
+        case .absent?:
+            return nil
+        case .row(let row)?:
+            return row
+        case .slots(_, let slots)?:
+            guard var row = try currentRow(id) else { return nil }
+            for (slot, value) in slots where slot < row.values.count { row.values[slot] = value }
+            return row
+        case nil:
+            return try currentRow(id)
+        }
+    }
+
+    /// The row as committed now: the overlay over the store.
+    private func currentRow(_ id: ObjectID) throws -> ObjectRow? {
+        switch session.overlay.entry(for: id)?.pending {
+        case .inserted(let row)?:
+            return row
+        case .deleted?:
+            return nil
+        case .updated(_, let slots)?:
+            guard var row = try storedRow(id) else { return nil }
+            for (slot, value) in slots where slot < row.values.count { row.values[slot] = value }
+            return row
+        case nil:
+            return try storedRow(id)
+        }
+    }
+
+    private func storedRow(_ id: ObjectID) throws -> ObjectRow? {
+        if let read = stored[id] { return read }
+        guard let root = graph.entity(for: id.rootEntity) else { return nil }
+        let table = root.table!
+        let sql = CompiledQuery.SQL(text: "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" = ?",
+                                    arguments: [.integer(id.primaryKey)])
+        return try rows(sql, table: table).first?.row
+    }
+
+    /// Objects of `root`'s table whose rows, as this reader sees them, may differ from what
+    /// SQL returns: pending in the overlay, pinned, or changed in the context.
+    package func pendingIDs(of root: EntityDescription) -> Set<ObjectID> {
+        var ids = Set(session.overlay.rows(of: root).keys)
+        if let pinned = session.pinned {
+            for id in pinned.rows.keys where id.rootEntity === root { ids.insert(id) }
+        }
+        if let context {
+            for id in context.changed.keys where id.rootEntity === root { ids.insert(id) }
+        }
+        return ids
+    }
+
+    private func pendingKeys(of root: EntityDescription) -> Set<Int64> {
+        Set(pendingIDs(of: root).map(\.primaryKey))
+    }
+
+    /// Objects of `entity` whose values along `chain` (to-one hops) may differ from what the
+    /// store says, because an object along the chain has pending changes. Their predicate is
+    /// evaluated in memory instead of trusting SQL.
+    ///
+    /// `changed` adds keys, by root entity, to those counted as pending (a commit's objects,
+    /// for live results).
+    package func referencing(_ chain: [Property], from entity: ResolvedEntity, changed: [ObjectIdentifier: Set<Int64>] = [:]) throws -> Set<ObjectID> {
+        var affected: Set<Int64> = []
+        for index in chain.indices.reversed() {
+            let hop = chain[index]
+            guard let destination = hop.destination else { return [] }
+            let targets = pendingKeys(of: destination.rootDescription).union(affected)
+                .union(changed[ObjectIdentifier(destination.rootDescription)] ?? [])
+            if targets.isEmpty { return [] }
+            let source = index == 0 ? entity : chain[index - 1].destination!
+            affected = try keys(in: source.table, where: hop.name, in: targets)
+        }
+        return Set(affected.map { ObjectID(rootEntity: entity.rootDescription, primaryKey: $0) })
+    }
+
+    /// Primary keys of rows whose `column` holds one of `values`.
+    private func keys(in table: Table, where column: String, in values: Set<Int64>) throws -> Set<Int64> {
+        try chunked(values) { placeholders in
+            "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE \(column.quotedIdentifier) IN (\(placeholders))"
+        }
+    }
+
+    /// The IDs related to `object` through a join-table relationship, store plus overlay.
+    func joined(_ owner: ObjectID, _ property: Property) throws -> Set<ObjectID> {
+        guard let join = property.joinTable, let destination = property.destination else { return [] }
+        let (mine, theirs) = property.joinColumns
+        var keys: Set<Int64> = []
+        try session.connection.select("SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) = ?", [.integer(owner.primaryKey)]) { row in
+            keys.insert(row.int64(0))
+        }
+        var changes = session.overlay.links(of: join.name)
+        if let pinned = session.pinned {
+            for (key, existed) in pinned.links where key.table == join.name { changes[key] = existed }
+        }
+        for (key, present) in changes {
+            let (me, other) = property.ends(of: key)
+            guard me == owner.primaryKey else { continue }
+            if present { keys.insert(other) } else { keys.remove(other) }
+        }
+        return Set(keys.map { ObjectID(rootEntity: destination.rootDescription, primaryKey: $0) })
+    }
+
+    /// The members of `owner`'s to-many relationship as the reader sees them: stored, with
+    /// pending commits, the pinned view and the context's own changes applied.
+    package mutating func members(of owner: ObjectID, _ property: Property) throws -> [ObjectID] {
+        try members(of: [owner], property)[owner] ?? []
+    }
+
+    /// The members of each owner's to-many relationship, read for all owners in a few
+    /// statements (stored members, then pending commits, the pinned view and the context's
+    /// own changes applied).
+    mutating func members(of owners: [ObjectID], _ property: Property) throws -> [ObjectID: [ObjectID]] {
+        guard let destination = property.destination, let ownerRoot = owners.first?.rootEntity else { return [:] }
+        let root = destination.rootDescription
+        var result: [ObjectID: [ObjectID]] = [:]
+        for owner in owners { result[owner] = [] }
+        let ownerKeys = Set(owners.map(\.primaryKey))
+        let pending = pendingIDs(of: root)
+        switch property.storage {
+        case .joinTable:
+            guard let join = property.joinTable else { return result }
+            let (mine, theirs) = property.joinColumns
+            var pairs: [Int64: Set<Int64>] = [:]
+            try eachRow(keys: Array(ownerKeys), sql: { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) { row in
+                pairs[row.int64(0), default: []].insert(row.int64(1))
+            }
+            var changes = session.overlay.links(of: join.name)
+            if let pinned = session.pinned {
+                for (key, existed) in pinned.links where key.table == join.name { changes[key] = existed }
+            }
+            if let context {
+                for (key, present) in context.pendingLinks(in: join.name) { changes[key] = present }
+            }
+            for (key, present) in changes {
+                let (me, other) = property.ends(of: key)
+                guard ownerKeys.contains(me) else { continue }
+                if present { pairs[me, default: []].insert(other) } else { pairs[me]?.remove(other) }
+            }
+            for owner in owners {
+                // Deleting a row deletes its join rows, so only pending members can be gone.
+                for key in (pairs[owner.primaryKey] ?? []).sorted() {
+                    let id = ObjectID(rootEntity: root, primaryKey: key)
+                    if try !pending.contains(id) || row(id) != nil { result[owner]!.append(id) }
+                }
+            }
+        case .inverseColumn:
+            guard let inverse = property.inverse else { return result }
+            // Stored members (the destination's family only, in a shared table).
+            let members = try CompiledQuery(entity: destination, condition: nil, orderBy: nil)
+            let alias = members.tableAliases[""]!
+            try eachRow(keys: Array(ownerKeys), sql: { placeholders in
+                let sql = members.fromWhere(extraWhere: ["\(alias).\(inverse.name.quotedIdentifier) IN (\(placeholders))"])
+                return "SELECT \(alias).\"Z_PK\", \(alias).\(inverse.name.quotedIdentifier) \(sql.text)"
+            }) { row in
+                let id = ObjectID(rootEntity: root, primaryKey: row.int64(0))
+                if !pending.contains(id) { result[ObjectID(rootEntity: ownerRoot, primaryKey: row.int64(1))]?.append(id) }
+            }
+            for id in pending.sorted() {
+                guard let row = try row(id), destination.includes(row.entity),
+                      case .integer(let owner) = row.values[inverse.slot], ownerKeys.contains(owner) else { continue }
+                result[ObjectID(rootEntity: ownerRoot, primaryKey: owner)]?.append(id)
+            }
+        case .column:
+            break
+        }
+        return result
+    }
+
+    /// Runs `sql(placeholders)` over `keys` in `IN` lists (`InLists.each`), handing each
+    /// row to `body`.
+    private func eachRow(keys: [Int64], sql: (String) throws -> String, _ body: (any QueryRow) throws -> Void) throws {
+        try InLists.each(keys) { placeholders, arguments in
+            try session.connection.select(try sql(placeholders), arguments, body)
+        }
+    }
+
+    /// Objects of `query`'s entity whose to-many relationships, as read by the query's
+    /// quantifiers and counts, may differ from what SQL sees: a member or a membership has
+    /// pending changes. Their condition is evaluated in memory instead.
+    mutating func ownersToRecheck(_ query: CompiledQuery) throws -> Set<ObjectID> {
+        var owners: Set<Int64> = []
+        for use in query.toManyUses {
+            guard let destination = use.property.destination else { continue }
+            var dirty = pendingIDs(of: destination.rootDescription)
+            if let inner = use.inner {
+                for chain in inner.hopChains { dirty.formUnion(try referencing(chain, from: destination)) }
+                dirty.formUnion(try ownersToRecheck(inner))
+            }
+            let dirtyKeys = Set(dirty.map(\.primaryKey))
+            switch use.property.storage {
+            case .inverseColumn:
+                guard let inverse = use.property.inverse else { continue }
+                for id in dirty {
+                    if let row = try row(id), case .integer(let owner) = row.values[inverse.slot] { owners.insert(owner) }
+                }
+                owners.formUnion(try values(of: inverse.name, in: destination.table, forKeys: dirtyKeys))
+            case .joinTable:
+                guard let join = use.property.joinTable else { continue }
+                let (mine, theirs) = use.property.joinColumns
+                var changed = session.overlay.links(of: join.name)
+                if let pinned = session.pinned { for (key, value) in pinned.links where key.table == join.name { changed[key] = value } }
+                if let context { for (key, value) in context.pendingLinks(in: join.name) { changed[key] = value } }
+                for key in changed.keys { owners.insert(use.property.ends(of: key).owner) }
+                owners.formUnion(try values(of: mine, inJoin: join, where: theirs, in: dirtyKeys))
+            case .column:
+                continue
+            }
+        }
+        return Set(owners.map { ObjectID(rootEntity: query.entity.rootDescription, primaryKey: $0) })
+    }
+
+    /// The integer `column` of the rows of `table` with the given primary keys.
+    private func values(of column: String, in table: Table, forKeys keys: Set<Int64>) throws -> Set<Int64> {
+        try chunked(keys) { placeholders in
+            "SELECT \(column.quotedIdentifier) FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders))"
+        }
+    }
+
+    /// `column` of the join rows whose `other` column holds one of `keys`.
+    private func values(of column: String, inJoin join: JoinTable, where other: String, in keys: Set<Int64>) throws -> Set<Int64> {
+        try chunked(keys) { placeholders in
+            "SELECT \(column) FROM \(join.quotedName) WHERE \(other) IN (\(placeholders))"
+        }
+    }
+
+    /// Runs a one-column query over `keys` in chunks; the integers it returns.
+    private func chunked(_ keys: Set<Int64>, _ sql: (String) -> String) throws -> Set<Int64> {
+        var result: Set<Int64> = []
+        try eachRow(keys: Array(keys), sql: sql) { row in
+            if !row.isNull(0) { result.insert(row.int64(0)) }
+        }
+        return result
+    }
+
+    /// Whether a join-table pair exists now (overlay over store).
+    package func linkExists(_ key: LinkKey) throws -> Bool {
+        if let pending = session.overlay.links(of: key.table)[key] { return pending }
+        var exists = false
+        try session.connection.select("SELECT 1 FROM \(key.table.quotedIdentifier) WHERE source = ? AND target = ?",
+                                      [.integer(key.source), .integer(key.target)]) { _ in exists = true }
+        return exists
+    }
+}

@@ -1,0 +1,59 @@
+import _ContextStackCore
+
+/// A commit that cannot be saved because of the model's rules: a `.deny` delete rule, a
+/// uniqueness constraint. Thrown by `commit()`; nothing of the commit is saved, and the
+/// update's changes stay pending (an update block that rethrows it rolls them back).
+///
+/// For example:
+///
+/// ```swift
+/// do {
+///     try world.beginUpdateAndWait { update in
+///         let person = try update.create(Person.self)
+///         person.email = "monk@example.com"           // @Attribute(.unique), already used
+///         try update.commit()
+///     }
+/// } catch let error as SaveError where error.code == .uniquenessViolated {
+///     print(error.entityName, error.keys, error.values)  // Person ["email"] ["monk@example.com"]
+/// }
+/// ```
+public struct SaveError: Error, CustomStringConvertible, Sendable {
+    /// What is wrong, as a value you can match.
+    public struct Code: Hashable, Sendable {
+        private enum Base: Hashable, Sendable { case deleteDenied, uniquenessViolated }
+        private let base: Base
+        /// A deleted object has a non-empty relationship whose delete rule is `.deny`.
+        public static let deleteDenied = Code(base: .deleteDenied)
+        /// Two objects would hold the same values of a uniqueness constraint
+        /// (`@Attribute(.unique)`, `@Entity(unique:)`): one in this commit and one already
+        /// saved or committed, or two in this commit. `objects` names both.
+        public static let uniquenessViolated = Code(base: .uniquenessViolated)
+    }
+
+    public let code: Code
+    public let message: String
+    /// The objects involved (for `.uniquenessViolated`: the one being saved, then the one that
+    /// already holds the values, when known).
+    public let objects: [ObjectID]
+    /// The entity whose rule failed (for `.uniquenessViolated`: the entity that declares the
+    /// constraint).
+    public let entityName: String?
+    /// The keys of the failed constraint (`["email"]`), empty for other codes.
+    public let keys: [String]
+    /// The values the keys would have held twice, in the order of `keys` (kept out of
+    /// `message`, so that logging the error does not leak data; empty when SQLite found the
+    /// duplicate, as it does not say which values).
+    public let values: [Value]
+
+    package init(_ code: Code, _ message: String, objects: [ObjectID] = [], entityName: String? = nil,
+         keys: [String] = [], values: [Value] = []) {
+        self.code = code
+        self.message = message
+        self.objects = objects
+        self.entityName = entityName ?? objects.first?.entityName
+        self.keys = keys
+        self.values = values
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import _ContextStackCore
+
+/// What to do with related objects when an object is deleted.
+public enum DeleteRule: String, Sendable, Hashable {
+    /// Remove the deleted object from the inverse relationship of each related object (the default).
+    case nullify
+    /// Delete the related objects too.
+    case cascade
+    /// Refuse the deletion while the relationship is not empty: `commit()` throws.
+    case deny
+    /// Do nothing: related objects keep pointing at the deleted object's ID.
+    case noAction
+}
+
+/// Options of an attribute: `@Attribute(.unique)`, `@Attribute(.indexed)`.
+public struct AttributeOption: Hashable, Sendable {
+    enum Kind: Hashable, Sendable { case unique, indexed }
+    let kind: Kind
+    /// No two objects of the entity (sub-entities included) may hold the same non-nil value:
+    /// `commit()` throws `SaveError.Code.uniquenessViolated` and saves nothing of the commit.
+    /// A unique index backs it in SQLite. See Docs/Writing.md.
+    public static let unique = AttributeOption(kind: .unique)
+    /// An index backs the attribute, for fast predicates and sorting.
+    public static let indexed = AttributeOption(kind: .indexed)
+}
+
+/// One persisted property of an entity as the `@Entity` macro declares it.
+public struct PropertyDescription: Sendable {
+    enum Kind: Sendable {
+        case attribute(AttributeKind, isOptional: Bool, defaultValue: Value, options: Set<AttributeOption>)
+        case relationship(destination: @Sendable () -> EntityDescription, isToMany: Bool, inverse: String?, deleteRule: DeleteRule)
+    }
+
+    /// The property's name, as written in Swift and as used in predicates.
+    public let name: String
+    let kind: Kind
+    /// The name in the previous model version (`@Attribute(originalName:)`), for migration.
+    public let originalName: String?
+
+    init(name: String, kind: Kind, originalName: String? = nil) {
+        self.name = name
+        self.kind = kind
+        self.originalName = originalName
+    }
+
+    /// An attribute of an `AttributeValue` type.
+    public static func attribute<T: AttributeValue>(
+        _ name: String, _ type: T.Type, default defaultValue: T, options: [AttributeOption] = [],
+        originalName: String? = nil
+    ) -> PropertyDescription {
+        PropertyDescription(name: name, kind: .attribute(T.attributeKind, isOptional: T.isOptionalAttribute,
+                                                         defaultValue: defaultValue.storedValue, options: Set(options)),
+                            originalName: originalName)
+    }
+
+    /// An attribute of a `RawRepresentable` type, stored through its raw value.
+    public static func attribute<T: RawRepresentable>(
+        _ name: String, _ type: T.Type, default defaultValue: T, options: [AttributeOption] = [],
+        originalName: String? = nil
+    ) -> PropertyDescription where T.RawValue: AttributeValue {
+        PropertyDescription(name: name, kind: .attribute(T.RawValue.attributeKind, isOptional: false,
+                                                         defaultValue: defaultValue.rawValue.storedValue, options: Set(options)),
+                            originalName: originalName)
+    }
+
+    /// An optional attribute of a `RawRepresentable` type.
+    public static func attribute<T: RawRepresentable>(
+        _ name: String, _ type: T?.Type, default defaultValue: T?, options: [AttributeOption] = [],
+        originalName: String? = nil
+    ) -> PropertyDescription where T.RawValue: AttributeValue {
+        PropertyDescription(name: name, kind: .attribute(T.RawValue.attributeKind, isOptional: true,
+                                                         defaultValue: defaultValue?.rawValue.storedValue ?? .null, options: Set(options)),
+                            originalName: originalName)
+    }
+
+    /// A relationship to one object of `destination` (or none).
+    public static func toOne<T: ManagedObject>(
+        _ name: String, _ destination: T.Type, inverse: String? = nil, deleteRule: DeleteRule = .nullify
+    ) -> PropertyDescription {
+        PropertyDescription(name: name, kind: .relationship(destination: { T.entityDescription }, isToMany: false,
+                                                            inverse: inverse, deleteRule: deleteRule))
+    }
+
+    /// A relationship to a set of objects of `destination`.
+    public static func toMany<T: ManagedObject>(
+        _ name: String, _ destination: T.Type, inverse: String? = nil, deleteRule: DeleteRule = .nullify
+    ) -> PropertyDescription {
+        PropertyDescription(name: name, kind: .relationship(destination: { T.entityDescription }, isToMany: true,
+                                                            inverse: inverse, deleteRule: deleteRule))
+    }
+}
+
+/// An entity as the `@Entity` macro declares it: its name, class, parent entity and properties.
+///
+/// One description exists per entity class, for the life of the process; a `Model` resolves
+/// descriptions against each other (inverses, destinations) and derives the schema.
+public final class EntityDescription: Sendable, CustomStringConvertible {
+    /// The entity's name: the class name unless `@Entity(name:)` says otherwise.
+    public let name: String
+    let type: ManagedObject.Type
+    /// The parent entity, for a sub-entity.
+    public let superentity: EntityDescription?
+    /// The entity's name in the previous model version (`@Entity(originalName:)`), for migration.
+    public let originalName: String?
+    /// The properties declared by this entity's own class (not inherited ones).
+    public let ownProperties: [PropertyDescription]
+    /// All properties, inherited ones first; a property's index here is its slot.
+    let properties: [PropertyDescription]
+    /// Compound uniqueness constraints declared by this entity (`@Entity(unique:)`), each a
+    /// list of property names; single `.unique` attributes are in their options instead.
+    public let uniqueness: [[String]]
+
+    public init(name: String, type: ManagedObject.Type, superentity: EntityDescription?, properties: [PropertyDescription],
+                originalName: String? = nil, unique: [[String]] = []) {
+        self.name = name
+        self.originalName = originalName
+        self.type = type
+        self.superentity = superentity
+        self.ownProperties = properties
+        self.properties = (superentity?.properties ?? []) + properties
+        self.uniqueness = unique
+    }
+
+    /// The first slot of this class's own properties: the number of inherited properties.
+    public var slotBase: Int { superentity?.properties.count ?? 0 }
+
+    /// The entity at the top of this entity's hierarchy, whose table it shares.
+    var root: EntityDescription { superentity?.root ?? self }
+
+    public var description: String { name }
+}

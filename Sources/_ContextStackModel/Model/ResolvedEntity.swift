@@ -1,0 +1,141 @@
+import Foundation
+import _ContextStackCore
+
+/// An entity resolved within a `Model`: its properties with slots, destinations and inverses,
+/// and where it lives in the schema. Immutable once the model is built.
+package final class ResolvedEntity: Sendable, CustomStringConvertible {
+    package let description_: EntityDescription
+    package let name: String
+    let type: ManagedObject.Type
+    package let properties: [Property]
+    let propertyIndex: [String: Int]
+    /// The initial slot values of a new object: attribute defaults, `.null` elsewhere.
+    package let defaults: ContiguousArray<Value>
+    /// This entity and every entity below it (for fetches that include sub-entities).
+    package nonisolated(unsafe) private(set) var family: [ResolvedEntity] = []
+    package nonisolated(unsafe) private(set) var superentity: ResolvedEntity?
+    package nonisolated(unsafe) private(set) var table: Table!
+    /// The value of the table's entity column for rows of this entity (when the table has one).
+    package nonisolated(unsafe) var entityCode: Int64 = 0
+    /// The slots of attribute and to-one properties, in column order of this entity's own row.
+    package nonisolated(unsafe) private(set) var storedSlots: [Int] = []
+    /// For each of `storedSlots`, its column's position in a whole-row SELECT of the table
+    /// (`Z_PK`, then `Z_ENT` when the table has it, then the table's columns).
+    nonisolated(unsafe) private(set) var storedPositions: [Int] = []
+    /// The uniqueness constraints rows of this entity obey: its own and its parents'.
+    package nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
+    /// The slots that take part in a uniqueness constraint.
+    package nonisolated(unsafe) var uniqueSlots: Set<Int> = []
+
+    package var description: String { name }
+    package var rootDescription: EntityDescription { description_.root }
+
+    init(_ description: EntityDescription) {
+        self.description_ = description
+        self.name = description.name
+        self.type = description.type
+        var index: [String: Int] = [:]
+        var defaults = ContiguousArray<Value>()
+        var properties: [Property] = []
+        for (slot, declared) in description.properties.enumerated() {
+            index[declared.name] = slot
+            properties.append(Property(slot: slot, declared: declared))
+            if case .attribute(_, _, let value, _) = declared.kind { defaults.append(value) } else { defaults.append(.null) }
+        }
+        self.properties = properties
+        self.propertyIndex = index
+        self.defaults = defaults
+    }
+
+    // Resolution happens once, inside `Model.init`, before the model is shared: the
+    // `nonisolated(unsafe)` members above are written only then. The properties' columns are
+    // set before this is called.
+    func resolve(superentity: ResolvedEntity?, family: [ResolvedEntity], table: Table) {
+        self.superentity = superentity
+        self.family = family
+        self.table = table
+        self.storedSlots = properties.filter { $0.isStored }.map(\.slot)
+        let base = table.hasEntityColumn ? 2 : 1
+        self.storedPositions = storedSlots.map { base + properties[$0].column }
+    }
+
+    package func property(named name: String) -> Property? {
+        propertyIndex[name].map { properties[$0] }
+    }
+
+    /// Whether `other` is this entity or one below it.
+    package func includes(_ other: ResolvedEntity) -> Bool {
+        // Through the descriptions, which are complete before the model resolves anything.
+        var description: EntityDescription? = other.description_
+        while let current = description {
+            if current === description_ { return true }
+            description = current.superentity
+        }
+        return false
+    }
+}
+
+/// A property resolved within a model.
+package final class Property: Sendable {
+    package enum Storage: Sendable {
+        /// A column of the entity's table (attributes and to-one relationships).
+        case column
+        /// Derived from the inverse to-one's column (a to-many whose inverse is to-one).
+        case inverseColumn
+        /// Rows of a join table (many-to-many, or a to-many without inverse).
+        case joinTable
+    }
+
+    package let slot: Int
+    package let name: String
+    package let declared: PropertyDescription
+    package let attributeKind: AttributeKind?
+    package let isOptional: Bool
+    let options: Set<AttributeOption>
+    let isToMany: Bool
+    package let deleteRule: DeleteRule
+    // Written once during `Model.init`, before the model is shared.
+    package nonisolated(unsafe) var destination: ResolvedEntity?
+    package nonisolated(unsafe) var inverse: Property?
+    package nonisolated(unsafe) var storage: Storage = .column
+    package nonisolated(unsafe) var joinTable: JoinTable?
+    /// Whether this property is the `source` side of its join table. Read it through
+    /// `joinColumns` and the `LinkKey` helpers rather than choosing sides at each use.
+    package nonisolated(unsafe) var isJoinSource = true
+    /// The column in the entity's table, for attributes and to-one relationships.
+    nonisolated(unsafe) var column: Int = -1
+
+    init(slot: Int, declared: PropertyDescription) {
+        self.slot = slot
+        self.name = declared.name
+        self.declared = declared
+        switch declared.kind {
+        case .attribute(let kind, let isOptional, _, let options):
+            attributeKind = kind
+            self.isOptional = isOptional
+            self.options = options
+            isToMany = false
+            deleteRule = .nullify
+        case .relationship(_, let isToMany, _, let deleteRule):
+            attributeKind = nil
+            isOptional = true
+            options = []
+            self.isToMany = isToMany
+            self.deleteRule = deleteRule
+        }
+    }
+
+    package var isAttribute: Bool { attributeKind != nil }
+    package var isRelationship: Bool { attributeKind == nil }
+    package var isToOne: Bool { isRelationship && !isToMany }
+    /// Attributes and to-one relationships have a column of their own.
+    package var isStored: Bool { isAttribute || isToOne }
+}
+
+extension Property {
+    /// The join-table columns of this relationship's own side and of its members' side: the
+    /// one place that chooses between `source` and `target`.
+    package var joinColumns: (mine: String, theirs: String) {
+        isJoinSource ? ("source", "target") : ("target", "source")
+    }
+}

@@ -1,0 +1,46 @@
+import _ContextStackCore
+
+/// The SQLite table of one entity hierarchy: the root entity's name, a `Z_PK` primary key, a
+/// `Z_ENT` column when the hierarchy has sub-entities, and one column per attribute and to-one
+/// relationship of every entity in the hierarchy.
+package final class Table: Sendable {
+    package struct Column: Sendable {
+        package let name: String
+        package let type: String
+        package let isIndexed: Bool
+        /// For a to-one relationship: the table it points into.
+        package var references: String? = nil
+    }
+
+    package let name: String
+    package let columns: [Column]
+    package let hasEntityColumn: Bool
+    /// How many entities share the table.
+    let familyCount: Int
+    /// `t0."Z_PK", [t0."Z_ENT",] t0."a", …`: every column, made once, because reads by key
+    /// need it on every call.
+    let wholeRowSelectList: String
+    /// The unique indexes on the table; written once in `Model.init`, before it is shared.
+    package nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
+
+    init(name: String, columns: [Column], familyCount: Int) {
+        self.name = name
+        self.columns = columns
+        self.hasEntityColumn = familyCount > 1
+        self.familyCount = familyCount
+        var list = ["t0.\"Z_PK\""]
+        if familyCount > 1 { list.append("t0.\"Z_ENT\"") }
+        list += columns.map { "t0.\($0.name.quotedIdentifier)" }
+        wholeRowSelectList = list.joined(separator: ", ")
+    }
+
+    package var quotedName: String { name.quotedIdentifier }
+}
+
+/// The table of a many-to-many relationship (or a to-many one without inverse): one row per
+/// related pair, `source` on the side that owns the table.
+package final class JoinTable: Sendable {
+    package let name: String
+    init(name: String) { self.name = name }
+    package var quotedName: String { name.quotedIdentifier }
+}

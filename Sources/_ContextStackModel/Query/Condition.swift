@@ -1,0 +1,186 @@
+import Foundation
+import _ContextStackCore
+
+/// A predicate over the objects of an entity: the `where` of a fetch.
+///
+/// Build conditions with keys and operators — `%"name" == "Monk" && %"age" > 18` — and combine
+/// them with `&&`, `||` and `!`. A condition is checked against the model when it runs (an
+/// unknown key or a value of the wrong type throws `QueryError`), compiled to SQL with bound
+/// values for the store, and evaluated in memory for pending changes, with the same result.
+///
+/// NULL rules, the same in SQL and in memory: `== nil` matches NULL; `!= x` matches NULL;
+/// ordering comparisons (`<`, `>`, …) never match NULL, and neither does their negation
+/// (`!(%"age" > 3)` does not match an object whose age is NULL — SQL's three-valued logic).
+/// Strings compare by their UTF-8 bytes (case- and accent-sensitive).
+public struct Condition: Sendable, CustomStringConvertible {
+    package indirect enum Node: Sendable {
+        case constant(Bool)
+        case compare(String, ComparisonOperator, Operand)
+        /// A string operator: the key's text against a pattern.
+        case text(String, TextOperator, String, MatchOptions)
+        /// The key's value is one of the values (SQL `IN`).
+        case oneOf(String, [Operand])
+        /// The key's value lies between two values, both included.
+        case between(String, Operand, Operand)
+        /// A condition on the members of a to-many relationship: the node's keys are full
+        /// paths that go through that relationship.
+        case quantified(Quantifier, String, Node)
+        case and(Node, Node)
+        case or(Node, Node)
+        case not(Node)
+        /// A condition that could not be built (a malformed format string, an argument of the
+        /// wrong type): using it throws this error, so building one never throws or crashes.
+        case invalid(QueryError)
+    }
+
+    package enum Operand: Sendable {
+        /// A value, with the kind of attribute it came from (`nil` for a bare `nil`).
+        case value(Value, AttributeKind?)
+        case key(String)
+        case object(ObjectID)
+    }
+
+    package let node: Node
+
+    init(_ node: Node) { self.node = node }
+
+    /// A condition every object matches.
+    public static let all = Condition(.constant(true))
+    /// A condition no object matches.
+    public static let none = Condition(.constant(false))
+
+    public var description: String { Self.describe(node) }
+
+    private static func describe(_ node: Node) -> String {
+        switch node {
+        case .constant(let value): return value ? "TRUEPREDICATE" : "FALSEPREDICATE"
+        case .compare(let key, let op, let operand):
+            return "\(key) \(op.rawValue) \(describe(operand))"
+        case .text(let key, let op, let pattern, let options):
+            return "\(key) \(op.rawValue)\(options.formatSuffix) \(String(reflecting: pattern))"
+        case .oneOf(let key, let values):
+            return "\(key) IN {\(values.map(describe).joined(separator: ", "))}"
+        case .between(let key, let low, let high):
+            return "\(key) BETWEEN {\(describe(low)), \(describe(high))}"
+        case .quantified(let quantifier, _, let inner):
+            return "\(quantifier.rawValue) \(describe(inner))"
+        case .and: return "(" + node.chain().map(describe).joined(separator: " AND ") + ")"
+        case .or: return "(" + node.chain().map(describe).joined(separator: " OR ") + ")"
+        case .not(let a): return "NOT (\(describe(a)))"
+        case .invalid(let error): return "<invalid: \(error.message)>"
+        }
+    }
+
+    private static func describe(_ operand: Operand) -> String {
+        switch operand {
+        case .value(let value, _): value.description
+        case .key(let key): key
+        case .object(let id): id.description
+        }
+    }
+}
+
+package enum ComparisonOperator: String, Sendable {
+    case equal = "=="
+    case notEqual = "!="
+    case less = "<"
+    case lessOrEqual = "<="
+    case greater = ">"
+    case greaterOrEqual = ">="
+
+    var isOrdering: Bool { self != .equal && self != .notEqual }
+}
+
+// MARK: - Chains
+
+extension Condition.Node {
+    /// The operands of a chain of this node's operator (`a && b && c`, however it is nested —
+    /// `reduce` builds chains thousands deep), in order, found without recursion; `[self]` for
+    /// any other node.
+    package func chain() -> [Condition.Node] {
+        let isAnd: Bool
+        switch self {
+        case .and: isAnd = true
+        case .or: isAnd = false
+        default: return [self]
+        }
+        var operands: [Condition.Node] = []
+        var pending = [self]
+        while let node = pending.popLast() {
+            switch (node, isAnd) {
+            case (.and(let a, let b), true), (.or(let a, let b), false):
+                pending.append(b)
+                pending.append(a)
+            default:
+                operands.append(node)
+            }
+        }
+        return operands
+    }
+}
+
+/// `operands` joined by a binary operator as a balanced tree: a chain of n operands nests
+/// log n deep (in memory, in recursion and in the SQL it becomes), not n.
+func balanced<Node>(_ operands: ArraySlice<Node>, _ join: (Node, Node) -> Node) -> Node {
+    if operands.count == 1 { return operands[operands.startIndex] }
+    let middle = operands.startIndex + (operands.count + 1) / 2
+    return join(balanced(operands[..<middle], join), balanced(operands[middle...], join))
+}
+
+// MARK: - Combining
+
+extension Condition {
+    public static func && (lhs: Condition, rhs: Condition) -> Condition { Condition(.and(lhs.node, rhs.node)) }
+    public static func || (lhs: Condition, rhs: Condition) -> Condition { Condition(.or(lhs.node, rhs.node)) }
+    public static prefix func ! (condition: Condition) -> Condition { Condition(.not(condition.node)) }
+}
+
+// MARK: - Comparisons
+
+extension Key {
+    private func compare(_ op: ComparisonOperator, _ operand: Condition.Operand) -> Condition {
+        Condition(.compare(path, op, operand))
+    }
+
+    private static func operand<V: AttributeValue>(_ value: V) -> Condition.Operand {
+        .value(value.storedValue, V.attributeKind)
+    }
+
+    private static func operand<V: RawRepresentable>(_ value: V) -> Condition.Operand where V.RawValue: AttributeValue {
+        .value(value.rawValue.storedValue, V.RawValue.attributeKind)
+    }
+
+    // Against a value.
+    public static func == <V: AttributeValue>(key: Key, value: V) -> Condition { key.compare(.equal, operand(value)) }
+    public static func != <V: AttributeValue>(key: Key, value: V) -> Condition { key.compare(.notEqual, operand(value)) }
+    public static func < <V: AttributeValue>(key: Key, value: V) -> Condition { key.compare(.less, operand(value)) }
+    public static func <= <V: AttributeValue>(key: Key, value: V) -> Condition { key.compare(.lessOrEqual, operand(value)) }
+    public static func > <V: AttributeValue>(key: Key, value: V) -> Condition { key.compare(.greater, operand(value)) }
+    public static func >= <V: AttributeValue>(key: Key, value: V) -> Condition { key.compare(.greaterOrEqual, operand(value)) }
+
+    // Against an enum case, through its raw value.
+    public static func == <V: RawRepresentable>(key: Key, value: V) -> Condition where V.RawValue: AttributeValue { key.compare(.equal, operand(value)) }
+    public static func != <V: RawRepresentable>(key: Key, value: V) -> Condition where V.RawValue: AttributeValue { key.compare(.notEqual, operand(value)) }
+
+    // Against nil.
+    public static func == (key: Key, _: _OptionalNilComparisonType) -> Condition { key.compare(.equal, .value(.null, nil)) }
+    public static func != (key: Key, _: _OptionalNilComparisonType) -> Condition { key.compare(.notEqual, .value(.null, nil)) }
+
+    // Against another key of the same object.
+    public static func == (lhs: Key, rhs: Key) -> Condition { lhs.compare(.equal, .key(rhs.path)) }
+    public static func != (lhs: Key, rhs: Key) -> Condition { lhs.compare(.notEqual, .key(rhs.path)) }
+    public static func < (lhs: Key, rhs: Key) -> Condition { lhs.compare(.less, .key(rhs.path)) }
+    public static func <= (lhs: Key, rhs: Key) -> Condition { lhs.compare(.lessOrEqual, .key(rhs.path)) }
+    public static func > (lhs: Key, rhs: Key) -> Condition { lhs.compare(.greater, .key(rhs.path)) }
+    public static func >= (lhs: Key, rhs: Key) -> Condition { lhs.compare(.greaterOrEqual, .key(rhs.path)) }
+
+    // Against an object or its ID: a to-one relationship pointing at it.
+    public static func == (key: Key, object: ManagedObject?) -> Condition {
+        key.compare(.equal, object.map { .object($0.objectID) } ?? .value(.null, nil))
+    }
+    public static func != (key: Key, object: ManagedObject?) -> Condition {
+        key.compare(.notEqual, object.map { .object($0.objectID) } ?? .value(.null, nil))
+    }
+    public static func == (key: Key, id: ObjectID) -> Condition { key.compare(.equal, .object(id)) }
+    public static func != (key: Key, id: ObjectID) -> Condition { key.compare(.notEqual, .object(id)) }
+}

@@ -1,0 +1,721 @@
+import Foundation
+import _ContextStackCore
+
+/// Parses an NSPredicate-style format string into a condition node: the engine behind
+/// `Condition.where(_:_:)`.
+///
+/// A lexer and a recursive-descent parser over the string's `Character`s, so every position is
+/// a character offset. The grammar, loosest binding first:
+///
+/// ```
+/// predicate  := or END
+/// or         := and ((OR | ||) and)*
+/// and        := not ((AND | &&) not)*
+/// not        := (NOT | !)* primary
+/// primary    := '(' or ')' | TRUEPREDICATE | FALSEPREDICATE | comparison
+/// comparison := [ANY | SOME | ALL | NONE] operand operator operand
+/// operator   := = == != <> < > <= >= =< => | IN | BETWEEN
+///             | (LIKE | CONTAINS | BEGINSWITH | ENDSWITH | MATCHES) ['[' c | d | cd ']']
+/// operand    := keyPath | value | '{' [value (',' value)*] '}'
+/// keyPath    := (name | #name | %K) ('.' (name | @name | #name | %K))*
+/// value      := nil | NULL | TRUE | FALSE | YES | NO | ['-'] number | 'string' | "string"
+///             | %@ | %d | %i | %ld | %lld | %f | %lf
+/// ```
+///
+/// Keywords are case-insensitive; `#name` is a key even when `name` is a keyword. Parsing never
+/// traps: every problem is a `QueryError(.invalidFormat)` with the offset of the offending
+/// character. Nesting (parentheses, `NOT`s, chains of `AND`/`OR`) is bounded by `maxDepth`, so
+/// a hostile string is an error rather than a stack overflow, and the node it builds stays
+/// shallow enough for resolution, SQL generation and evaluation, which all recurse.
+struct FormatParser {
+    /// How deep the built condition, and the parentheses that build it, may nest.
+    static let maxDepth = 200
+
+    /// A parse error: where, and what was expected there.
+    struct Failure: Error {
+        let position: Int
+        let reason: String
+    }
+
+    /// Parses `format` with its arguments; a failure is a `QueryError(.invalidFormat)` with
+    /// its `position` set and a message showing a caret under the offending character.
+    static func parse(_ format: String, _ arguments: [(any Sendable)?]) -> Result<Condition.Node, QueryError> {
+        var parser = FormatParser(characters: Array(format), arguments: arguments)
+        do throws(Failure) {
+            return .success(try parser.parsePredicate())
+        } catch {
+            var failure = QueryError(.invalidFormat, message(for: error, in: parser.characters))
+            failure.position = error.position
+            return .failure(failure)
+        }
+    }
+
+    // MARK: - State
+
+    let characters: [Character]
+    let arguments: [(any Sendable)?]
+    /// The lexer's position in `characters`.
+    var offset = 0
+    /// The token being looked at, and the one before it (for messages).
+    var token = Token(kind: .end, start: 0, end: 0)
+    var previous: Token?
+    /// How many arguments the placeholders so far have taken.
+    var argumentsUsed = 0
+    /// Open parentheses around the current position.
+    var nesting = 0
+
+    init(characters: [Character], arguments: [(any Sendable)?]) {
+        self.characters = characters
+        self.arguments = arguments
+    }
+
+    // MARK: - Tokens
+
+    enum Symbol: Equatable {
+        case openParen, closeParen, openBrace, closeBrace, openBracket, closeBracket, comma, dot, minus
+        case comparison(ComparisonOperator)
+        case and, or, not
+    }
+
+    enum Placeholder {
+        /// `%@`: any value, or an array for IN and BETWEEN.
+        case value
+        /// `%K`: a key path.
+        case key
+        /// `%d %i %ld %li %lld %lli`.
+        case integer
+        /// `%f %lf`.
+        case double
+    }
+
+    enum TokenKind {
+        /// A name, and the keyword it spells if it does.
+        case word(String, Keyword?)
+        /// `#name`: a name, even when it is spelled like a keyword.
+        case escapedWord(String)
+        /// `@count`, with its `@`.
+        case atWord(String)
+        /// An integer literal's magnitude (the sign is a separate `-`).
+        case integer(UInt64)
+        case decimal(Double)
+        case string(String)
+        case placeholder(Placeholder)
+        case symbol(Symbol)
+        /// A character that starts no token.
+        case unknown
+        case end
+    }
+
+    struct Token {
+        var kind: TokenKind
+        /// The offsets of the token's first character and one past its last.
+        var start: Int
+        var end: Int
+    }
+
+    enum Keyword: String {
+        case and = "AND", or = "OR", not = "NOT"
+        case any = "ANY", all = "ALL", some = "SOME", none = "NONE"
+        case isIn = "IN", between = "BETWEEN"
+        case like = "LIKE", contains = "CONTAINS", beginsWith = "BEGINSWITH", endsWith = "ENDSWITH", matches = "MATCHES"
+        case truePredicate = "TRUEPREDICATE", falsePredicate = "FALSEPREDICATE"
+        case nilLiteral = "NIL", nullLiteral = "NULL", trueLiteral = "TRUE", falseLiteral = "FALSE"
+        case yesLiteral = "YES", noLiteral = "NO"
+
+        /// The keyword a word spells, in any case.
+        init?(_ word: String) {
+            guard word.utf8.count <= 14, word.utf8.allSatisfy({ $0 < 0x80 }) else { return nil }
+            // ASCII upper case, byte by byte.
+            self.init(rawValue: String(decoding: word.utf8.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }, as: UTF8.self))
+        }
+
+        var quantifier: Quantifier? {
+            switch self {
+            case .any, .some: .any
+            case .all: .all
+            case .none: Quantifier.none
+            default: nil
+            }
+        }
+
+        var textOperator: TextOperator? {
+            switch self {
+            case .like: .like
+            case .contains: .contains
+            case .beginsWith: .beginsWith
+            case .endsWith: .endsWith
+            case .matches: .matches
+            default: nil
+            }
+        }
+    }
+
+    func keyword(_ token: Token) -> Keyword? {
+        if case .word(_, let keyword) = token.kind { keyword } else { nil }
+    }
+
+    // MARK: - Parser
+
+    /// A parsed predicate and the depth of its node.
+    struct Parsed {
+        var node: Condition.Node
+        var depth: Int
+    }
+
+    enum Operator {
+        case compare(ComparisonOperator)
+        case isIn
+        case between
+        case text(TextOperator, MatchOptions)
+
+        var isBetween: Bool { if case .between = self { true } else { false } }
+    }
+
+    /// One side of a comparison.
+    struct Operand {
+        enum Kind {
+            case key(String)
+            case constant(Condition.Operand)
+            case list([Condition.Operand])
+        }
+        var kind: Kind
+        var start: Int
+        /// What it is, for messages: "the key 'age'", "the string 'x'", "the argument for %@ (an Int)".
+        var what: String
+    }
+
+    mutating func parsePredicate() throws(Failure) -> Condition.Node {
+        try advance()
+        previous = nil
+        if case .end = token.kind {
+            throw Failure(position: 0, reason: "the format string is empty: expected a predicate such as \"name == %@\"")
+        }
+        let result = try parseChain(or: true)
+        switch token.kind {
+        case .end: break
+        case .symbol(.closeParen): throw fail(token, "unbalanced ')': there is no '(' for it to close")
+        default: throw fail(token, "expected AND, OR or the end of the string\(after), found \(describe(token))")
+        }
+        guard argumentsUsed == arguments.count else {
+            let given = "\(arguments.count) \(arguments.count == 1 ? "was" : "were") given"
+            throw Failure(position: characters.count, reason: "too many arguments: the format string uses \(argumentsUsed), but \(given)")
+        }
+        return result.node
+    }
+
+    func isJoiner(or: Bool) -> Bool {
+        switch token.kind {
+        case .symbol(.or): or
+        case .symbol(.and): !or
+        default: keyword(token) == (or ? .or : .and)
+        }
+    }
+
+    /// `a OR b OR …` (or `a AND b AND …`), left-associative like `||` and `&&`.
+    mutating func parseChain(or: Bool) throws(Failure) -> Parsed {
+        var terms = [try or ? parseChain(or: false) : parseNot()]
+        var joiner: Token?
+        while isJoiner(or: or) {
+            joiner = joiner ?? token
+            try advance()
+            terms.append(try or ? parseChain(or: false) : parseNot())
+        }
+        guard let joiner else { return terms[0] }
+        return try join(terms, or: or, at: joiner)
+    }
+
+    /// Joins a chain left-deep, as `a && b && c` does; a chain too long for that is balanced
+    /// instead (the same meaning: AND and OR are associative, SQL's unknown included).
+    func join(_ terms: [Parsed], or: Bool, at joiner: Token) throws(Failure) -> Parsed {
+        func pair(_ a: Parsed, _ b: Parsed) -> Parsed {
+            Parsed(node: or ? .or(a.node, b.node) : .and(a.node, b.node), depth: max(a.depth, b.depth) + 1)
+        }
+        // Measure before building: a deep node is itself a hazard (its release recurses).
+        var depth = terms[0].depth
+        for term in terms.dropFirst() { depth = max(depth, term.depth) + 1 }
+        if depth <= Self.maxDepth {
+            return terms.dropFirst().reduce(terms[0], pair)
+        }
+        func balanced(_ slice: ArraySlice<Parsed>) -> Parsed {
+            if slice.count == 1 { return slice[slice.startIndex] }
+            let middle = slice.startIndex + slice.count / 2
+            return pair(balanced(slice[..<middle]), balanced(slice[middle...]))
+        }
+        let result = balanced(terms[...])
+        guard result.depth <= Self.maxDepth else { throw tooDeep(joiner) }
+        return result
+    }
+
+    mutating func parseNot() throws(Failure) -> Parsed {
+        var nots: [Token] = []
+        while true {
+            if case .symbol(.not) = token.kind {} else if keyword(token) == .not {} else { break }
+            guard nots.count < Self.maxDepth else { throw tooDeep(token) }
+            nots.append(token)
+            try advance()
+        }
+        var result = try parsePrimary()
+        for not in nots.reversed() {
+            guard result.depth < Self.maxDepth else { throw tooDeep(not) }
+            result = Parsed(node: .not(result.node), depth: result.depth + 1)
+        }
+        return result
+    }
+
+    mutating func parsePrimary() throws(Failure) -> Parsed {
+        if case .symbol(.openParen) = token.kind {
+            let open = token
+            nesting += 1
+            guard nesting <= Self.maxDepth else { throw tooDeep(open) }
+            try advance()
+            let inner = try parseChain(or: true)
+            guard case .symbol(.closeParen) = token.kind else {
+                throw fail(token, "expected AND, OR or ')' to close the '(' at offset \(open.start), found \(describe(token))")
+            }
+            try advance()
+            nesting -= 1
+            return inner
+        }
+        switch keyword(token) {
+        case .truePredicate:
+            try advance()
+            return Parsed(node: .constant(true), depth: 1)
+        case .falsePredicate:
+            try advance()
+            return Parsed(node: .constant(false), depth: 1)
+        default:
+            return try parseComparison()
+        }
+    }
+
+    mutating func parseComparison() throws(Failure) -> Parsed {
+        var quantifier: Quantifier?
+        if let found = keyword(token)?.quantifier {
+            let spelled = spelling(token)
+            quantifier = found
+            try advance()
+            guard startsKeyPath(token) else {
+                throw fail(token, "expected a key path through a to-many relationship after \(spelled) (as in ANY pets.name == 'Rex'), found \(describe(token))")
+            }
+        }
+        let left = try parseOperand()
+        let operatorToken = token
+        let op = try parseOperator()
+        let right = try parseOperand()
+        let node = try build(left, op, spelling(operatorToken), right, quantified: quantifier != nil)
+        guard let quantifier, case .key(let path) = left.kind else {
+            return Parsed(node: node, depth: 1)
+        }
+        return Parsed(node: .quantified(quantifier, path, node), depth: 2)
+    }
+
+    mutating func parseOperator() throws(Failure) -> Operator {
+        let found = token
+        let op: Operator
+        if case .symbol(.comparison(let comparison)) = token.kind {
+            op = .compare(comparison)
+        } else if keyword(token) == .isIn {
+            op = .isIn
+        } else if keyword(token) == .between {
+            op = .between
+        } else if let textOperator = keyword(token)?.textOperator {
+            op = .text(textOperator, [])
+        } else {
+            throw fail(token, "expected an operator (==, !=, <, <=, >, >=, IN, BETWEEN, LIKE, CONTAINS, BEGINSWITH, ENDSWITH or MATCHES)\(after), found \(describe(token))")
+        }
+        try advance()
+        guard case .symbol(.openBracket) = token.kind else { return op }
+        guard case .text(let textOperator, _) = op else {
+            throw fail(token, "options such as [c] apply only to LIKE, CONTAINS, BEGINSWITH, ENDSWITH and MATCHES, not to \(spelling(found))")
+        }
+        try advance()
+        var options: MatchOptions = []
+        if case .word(let flags, _) = token.kind, flags.allSatisfy({ "cdCD".contains($0) }) {
+            for flag in flags.lowercased() {
+                options.insert(flag == "c" ? .caseInsensitive : .diacriticInsensitive)
+            }
+        } else {
+            throw fail(token, "expected the options c, d or cd after '[', found \(describe(token))")
+        }
+        try advance()
+        guard case .symbol(.closeBracket) = token.kind else {
+            throw fail(token, "expected ']' after the options, found \(describe(token))")
+        }
+        try advance()
+        return .text(textOperator, options)
+    }
+
+    func startsKeyPath(_ token: Token) -> Bool {
+        switch token.kind {
+        case .word: keyword(token) == nil
+        case .escapedWord, .atWord, .placeholder(.key): true
+        default: false
+        }
+    }
+
+    mutating func parseOperand() throws(Failure) -> Operand {
+        let start = token
+        let before = previous
+        func constant(_ value: Value, _ kind: AttributeKind?, _ what: String) -> Operand {
+            Operand(kind: .constant(.value(value, kind)), start: start.start, what: what)
+        }
+        switch token.kind {
+        case .word(let word, let keyword):
+            guard let keyword else { return try parseKeyPath() }
+            try advance()
+            switch keyword {
+            case .nilLiteral, .nullLiteral: return constant(.null, nil, word)
+            case .trueLiteral, .yesLiteral: return constant(.integer(1), .bool, word)
+            case .falseLiteral, .noLiteral: return constant(.integer(0), .bool, word)
+            case .any, .some, .all, .none:
+                throw fail(start, "a quantifier goes at the start of a comparison (ANY pets.name == 'Rex'); expected a key or a value\(after(previous: before)), found '\(word)'")
+            default:
+                throw fail(start, "expected a key or a value\(after(previous: before)), found the keyword '\(word)' (write #\(word) for a key of that name)")
+            }
+        case .escapedWord, .atWord, .placeholder(.key):
+            return try parseKeyPath()
+        case .integer(let magnitude):
+            try advance()
+            guard let value = Int64(exactly: magnitude) else {
+                throw fail(start, "the integer is too large for a 64-bit signed integer")
+            }
+            return constant(.integer(value), .int, "the number \(value)")
+        case .decimal(let value):
+            try advance()
+            return constant(.double(value), .double, "the number \(value)")
+        case .string(let text):
+            try advance()
+            return constant(.text(text), .string, "the string \(snippet(start))")
+        case .symbol(.minus):
+            try advance()
+            let number = token
+            switch number.kind {
+            case .integer(let magnitude):
+                try advance()
+                guard magnitude <= UInt64(Int64.max) + 1 else {
+                    throw fail(start, "the integer is too small for a 64-bit signed integer")
+                }
+                let value = magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude)
+                return constant(.integer(value), .int, "the number \(value)")
+            case .decimal(let value):
+                try advance()
+                return constant(.double(-value), .double, "the number \(-value)")
+            default:
+                throw fail(number, "expected a number after '-', found \(describe(number))")
+            }
+        case .placeholder(let placeholder):
+            let (argument, number) = try takeArgument(for: start)
+            try advance()
+            return try operand(for: argument, number: number, placeholder: placeholder, at: start)
+        case .symbol(.openBrace):
+            return try parseList()
+        default:
+            throw fail(start, "expected a key or a value\(after), found \(describe(start))")
+        }
+    }
+
+    mutating func parseKeyPath() throws(Failure) -> Operand {
+        let start = token
+        var parts: [String] = []
+        while true {
+            switch token.kind {
+            case .word(let name, _), .escapedWord(let name), .atWord(let name):
+                parts.append(name)
+            case .placeholder(.key):
+                let (argument, number) = try takeArgument(for: token)
+                switch argument {
+                case let path as String: parts.append(path)
+                case let key as Key: parts.append(key.path)
+                default:
+                    throw fail(token, "%K (argument \(number)) needs a key path as a String, found \(Self.describeArgument(argument))")
+                }
+            default:
+                throw fail(token, "expected a key name after '.', found \(describe(token))")
+            }
+            try advance()
+            guard case .symbol(.dot) = token.kind else { break }
+            try advance()
+        }
+        let path = parts.joined(separator: ".")
+        return Operand(kind: .key(path), start: start.start, what: "the key '\(path)'")
+    }
+
+    /// `{a, b, …}`: values only (no keys, no nested lists).
+    mutating func parseList() throws(Failure) -> Operand {
+        let open = token
+        try advance()
+        var items: [Condition.Operand] = []
+        if case .symbol(.closeBrace) = token.kind {
+            try advance()
+            return Operand(kind: .list(items), start: open.start, what: "an empty list")
+        }
+        while true {
+            if case .symbol(.openBrace) = token.kind {
+                throw fail(token, "lists cannot be nested: expected a value, found '{'")
+            }
+            let element = try parseOperand()
+            switch element.kind {
+            case .constant(let value): items.append(value)
+            case .key: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
+            case .list: throw Failure(position: element.start, reason: "lists cannot be nested: expected a value, found \(element.what)")
+            }
+            switch token.kind {
+            case .symbol(.comma):
+                try advance()
+            case .symbol(.closeBrace):
+                try advance()
+                return Operand(kind: .list(items), start: open.start, what: "a list of \(items.count) value\(items.count == 1 ? "" : "s")")
+            default:
+                throw fail(token, "expected ',' or '}' in the list that starts at offset \(open.start), found \(describe(token))")
+            }
+        }
+    }
+
+    /// The node for `left op right`, built as the operators on `Key` build it.
+    func build(_ left: Operand, _ op: Operator, _ spelled: String, _ right: Operand, quantified: Bool) throws(Failure) -> Condition.Node {
+        func keyOnLeft() throws(Failure) -> String {
+            guard case .key(let path) = left.kind else {
+                throw Failure(position: left.start, reason: "expected a key before \(spelled), found \(left.what)")
+            }
+            return path
+        }
+        switch op {
+        case .compare(let comparison):
+            switch (left.kind, right.kind) {
+            case (.list, _):
+                throw Failure(position: left.start, reason: "found \(left.what) before \(spelled): lists go only after IN or BETWEEN")
+            case (_, .list):
+                throw Failure(position: right.start, reason: "found \(right.what) after \(spelled): lists go only after IN or BETWEEN")
+            case (.key(let path), .key(let other)):
+                guard !quantified else {
+                    throw Failure(position: right.start, reason: "a quantified comparison compares members with a value, not with \(right.what)")
+                }
+                return .compare(path, comparison, .key(other))
+            case (.key(let path), .constant(let value)):
+                try checkObject(value, comparison, spelled, right)
+                return .compare(path, comparison, value)
+            case (.constant(let value), .key(let path)):
+                try checkObject(value, comparison, spelled, left)
+                return .compare(path, comparison.flipped, value)
+            case (.constant, .constant):
+                throw Failure(position: left.start, reason: "a comparison needs a key on one side, found \(left.what) and \(right.what)")
+            }
+        case .isIn, .between:
+            let path = try keyOnLeft()
+            guard case .list(let items) = right.kind else {
+                let form = op.isBetween ? "{low, high}" : "{a, b, …}"
+                throw Failure(position: right.start, reason: "expected a list after \(spelled), \(form) or %@ with an array, found \(right.what)")
+            }
+            guard op.isBetween else { return .oneOf(path, items) }
+            guard items.count == 2 else {
+                throw Failure(position: right.start, reason: "BETWEEN needs exactly two values, {low, high}, found \(items.count)")
+            }
+            return .between(path, items[0], items[1])
+        case .text(let textOperator, let options):
+            let path = try keyOnLeft()
+            guard case .constant(.value(.text(let pattern), let kind)) = right.kind, kind == .string || kind == .url else {
+                throw Failure(position: right.start, reason: "expected a string after \(spelled), found \(right.what)")
+            }
+            return .text(path, textOperator, pattern, options)
+        }
+    }
+
+    func checkObject(_ value: Condition.Operand, _ comparison: ComparisonOperator, _ spelled: String, _ operand: Operand) throws(Failure) {
+        if case .object = value, comparison.isOrdering {
+            throw Failure(position: operand.start, reason: "\(operand.what) is an object: objects compare only with == and !=, not \(spelled)")
+        }
+    }
+
+    // MARK: - Arguments
+
+    mutating func takeArgument(for placeholder: Token) throws(Failure) -> (Any?, Int) {
+        guard argumentsUsed < arguments.count else {
+            throw fail(placeholder, "too few arguments: \(spelling(placeholder)) is placeholder \(argumentsUsed + 1), but \(arguments.count) \(arguments.count == 1 ? "was" : "were") given")
+        }
+        argumentsUsed += 1
+        return (arguments[argumentsUsed - 1].map { $0 as Any }, argumentsUsed)
+    }
+
+    func operand(for argument: Any?, number: Int, placeholder: Placeholder, at token: Token) throws(Failure) -> Operand {
+        let spelled = spelling(token)
+        let what = "the argument for \(spelled) (argument \(number), \(Self.describeArgument(argument)))"
+        func constant(_ value: Condition.Operand) -> Operand { Operand(kind: .constant(value), start: token.start, what: what) }
+        switch placeholder {
+        case .integer:
+            if let integer = argument as? any BinaryInteger, let value = Int64(exactly: integer) {
+                return constant(.value(.integer(value), .int))
+            }
+            throw fail(token, "\(spelled) (argument \(number)) needs an integer that fits in 64 bits, found \(Self.describeArgument(argument))")
+        case .double:
+            // Through Double's stored form, so a NaN is NULL here as everywhere else.
+            if let number = argument as? any BinaryFloatingPoint { return constant(.value(Double(number).storedValue, .double)) }
+            if let integer = argument as? any BinaryInteger { return constant(.value(Double(integer).storedValue, .double)) }
+            throw fail(token, "\(spelled) (argument \(number)) needs a floating-point number, found \(Self.describeArgument(argument))")
+        case .key:
+            // A %K that starts no key path: parseOperand sends %K to parseKeyPath.
+            throw fail(token, "expected a key path")
+        case .value:
+            if let list = argument as? any FormatList {
+                var items: [Condition.Operand] = []
+                for (index, element) in list.formatElements.enumerated() {
+                    guard let item = Self.operand(for: element) else {
+                        throw fail(token, "element \(index + 1) of the array for \(spelled) (argument \(number)) is \(Self.describeArgument(element)), \(Self.supported)")
+                    }
+                    items.append(item)
+                }
+                return Operand(kind: .list(items), start: token.start, what: "the array for \(spelled) (argument \(number))")
+            }
+            if argument is Key {
+                throw fail(token, "\(spelled) (argument \(number)) is a Key: pass keys with %K")
+            }
+            guard let value = Self.operand(for: argument) else {
+                throw fail(token, "the argument for \(spelled) (argument \(number)) is \(Self.describeArgument(argument)), \(Self.supported)")
+            }
+            return constant(value)
+        }
+    }
+
+    static let supported = "which a predicate cannot use: pass a String, a number, a Bool, a Date, Data, a UUID, a URL, a Decimal, an enum with such raw values, a managed object, an ObjectID, nil, or (for IN and BETWEEN) an array of these"
+
+    /// An argument as a constant, as the operators on `Key` make it; `nil` for an unsupported type.
+    static func operand(for argument: Any?) -> Condition.Operand? {
+        guard let argument else { return .value(.null, nil) }
+        if let object = argument as? ManagedObject { return .object(object.objectID) }
+        if let id = argument as? ObjectID { return .object(id) }
+        if let value = argument as? any AttributeValue { return .value(value.storedValue, type(of: value).attributeKind) }
+        if let text = argument as? Substring { return .value(.text(String(text)), .string) }
+        if let raw = argument as? any RawRepresentable, let value = raw.rawValue as? any AttributeValue {
+            return .value(value.storedValue, type(of: value).attributeKind)
+        }
+        if let optional = argument as? any FormatOptional { return operand(for: optional.formatWrapped) }
+        return nil
+    }
+
+    static func describeArgument(_ argument: Any?) -> String {
+        guard let argument else { return "nil" }
+        if let optional = argument as? any FormatOptional, optional.formatWrapped == nil { return "nil" }
+        let name = String(describing: type(of: argument))
+        let article = name.first.map { "AEIO".contains($0) } == true ? "an" : "a"
+        return "\(article) \(name)"
+    }
+
+    // MARK: - Messages
+
+    func fail(_ token: Token, _ reason: String) -> Failure {
+        Failure(position: token.start, reason: reason)
+    }
+
+    func tooDeep(_ token: Token) -> Failure {
+        fail(token, "the predicate nests deeper than \(Self.maxDepth) levels")
+    }
+
+    /// " after 'x'" for the token before the current one; empty at the start.
+    var after: String { after(previous: previous) }
+
+    func after(previous: Token?) -> String {
+        previous.map { " after \(describe($0))" } ?? ""
+    }
+
+    /// The token as written, shortened, on one line (control characters escaped).
+    func snippet(_ token: Token) -> String {
+        let end = min(token.end, characters.count)
+        let start = min(token.start, end)
+        let text = characters[start..<end]
+        let shown = text.count <= 24 ? text : text.prefix(23)
+        return shown.map(Self.visible).joined() + (shown.count < text.count ? "…" : "")
+    }
+
+    /// A character as it may appear inside a one-line message.
+    static func visible(_ character: Character) -> String {
+        switch character {
+        case "\n": return "\\n"
+        case "\t": return "\\t"
+        case "\r": return "\\r"
+        case "\r\n": return "\\r\\n"
+        default:
+            guard character.isNewline || isControl(character) else { return String(character) }
+            return character.unicodeScalars.map { "\\u{\(String($0.value, radix: 16))}" }.joined()
+        }
+    }
+
+    static func isControl(_ character: Character) -> Bool {
+        if let ascii = character.asciiValue { return ascii < 0x20 || ascii == 0x7F }
+        return character.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
+    func spelling(_ token: Token) -> String { snippet(token) }
+
+    func describe(_ token: Token) -> String {
+        switch token.kind {
+        case .end: "the end of the string"
+        case .string: "the string \(snippet(token))"
+        case .integer, .decimal: "the number \(snippet(token))"
+        default: "'\(snippet(token))'"
+        }
+    }
+
+    /// The message: the reason, then the string with a caret under the offending character.
+    /// Long strings show a window around it; control characters show as spaces, so the caret
+    /// lines up.
+    static func message(for failure: Failure, in characters: [Character]) -> String {
+        let width = 100
+        var low = 0
+        var high = characters.count
+        if characters.count > width {
+            low = max(0, min(failure.position - width / 2, characters.count - width))
+            high = min(characters.count, low + width)
+        }
+        var line = low > 0 ? "…" : ""
+        for character in characters[low..<high] {
+            line.append(isSpace(character) || isControl(character) ? " " : character)
+        }
+        if high < characters.count { line += "…" }
+        let caret = failure.position - low + (low > 0 ? 1 : 0)
+        return "Invalid format string at offset \(failure.position): \(failure.reason).\n"
+            + "    \(line)\n"
+            + "    \(String(repeating: " ", count: max(0, caret)))^"
+    }
+}
+
+extension ComparisonOperator {
+    /// The operator with its sides swapped: `18 < age` is `age > 18`.
+    var flipped: ComparisonOperator {
+        switch self {
+        case .less: .greater
+        case .lessOrEqual: .greaterOrEqual
+        case .greater: .less
+        case .greaterOrEqual: .lessOrEqual
+        case .equal, .notEqual: self
+        }
+    }
+}
+
+/// An optional inside an `Any`, so a `nil` of any type reads as `nil`.
+fileprivate protocol FormatOptional {
+    var formatWrapped: Any? { get }
+}
+
+extension Optional: FormatOptional {
+    var formatWrapped: Any? { map { $0 as Any } }
+}
+
+/// The collections a `%@` may pass to IN and BETWEEN.
+fileprivate protocol FormatList {
+    var formatElements: [Any] { get }
+}
+
+extension Array: FormatList {
+    var formatElements: [Any] { map { $0 as Any } }
+}
+
+extension ArraySlice: FormatList {
+    var formatElements: [Any] { map { $0 as Any } }
+}
+
+extension ContiguousArray: FormatList {
+    var formatElements: [Any] { map { $0 as Any } }
+}
+
+extension Set: FormatList {
+    var formatElements: [Any] { map { $0 as Any } }
+}

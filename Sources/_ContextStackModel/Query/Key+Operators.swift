@@ -1,0 +1,100 @@
+import _ContextStackCore
+
+/// How a condition on a to-many relationship's members combines them.
+public enum Quantifier: String, Sendable {
+    /// At least one member matches.
+    case any = "ANY"
+    /// Every member matches (true for no members).
+    case all = "ALL"
+    /// No member matches.
+    case none = "NONE"
+}
+
+extension Key {
+    /// The value is one of `values`.
+    ///
+    /// For example: `%"age"%.in([18, 19])` — SQL `t0."age" IN (?, ?)`. A NULL value matches
+    /// nothing.
+    public func `in`<V: AttributeValue>(_ values: [V]) -> Condition {
+        Condition(.oneOf(path, values.map { .value($0.storedValue, V.attributeKind) }))
+    }
+
+    /// The value is one of `values` (enum cases, by raw value).
+    public func `in`<V: RawRepresentable>(_ values: [V]) -> Condition where V.RawValue: AttributeValue {
+        Condition(.oneOf(path, values.map { .value($0.rawValue.storedValue, V.RawValue.attributeKind) }))
+    }
+
+    /// The value lies between `low` and `high`, both included.
+    ///
+    /// For example: `%"age"%.between(1, 5)` — SQL `t0."age" BETWEEN ? AND ?`.
+    public func between<V: AttributeValue>(_ low: V, _ high: V) -> Condition {
+        Condition(.between(path, .value(low.storedValue, V.attributeKind), .value(high.storedValue, V.attributeKind)))
+    }
+
+    /// The text matches a wildcard pattern: `*` is any run of characters, `?` exactly one.
+    ///
+    /// For example: `%"name"%.like("M*")`.
+    public func like(_ pattern: String, options: MatchOptions = []) -> Condition {
+        Condition(.text(path, .like, pattern, options))
+    }
+
+    /// The text contains `text`.
+    public func contains(_ text: String, options: MatchOptions = []) -> Condition {
+        Condition(.text(path, .contains, text, options))
+    }
+
+    /// The text begins with `prefix`.
+    public func beginsWith(_ prefix: String, options: MatchOptions = []) -> Condition {
+        Condition(.text(path, .beginsWith, prefix, options))
+    }
+
+    /// The text ends with `suffix`.
+    public func endsWith(_ suffix: String, options: MatchOptions = []) -> Condition {
+        Condition(.text(path, .endsWith, suffix, options))
+    }
+
+    /// The whole text matches the regular expression (ICU syntax, as `NSRegularExpression`).
+    ///
+    /// For example: `%"name"%.matches("^M.*k$")`.
+    public func matches(_ regularExpression: String, options: MatchOptions = []) -> Condition {
+        Condition(.text(path, .matches, regularExpression, options))
+    }
+
+    /// At least one member of the to-many relationship in the path matches:
+    /// `%"pets.name"%.any == "Rex"`.
+    public var any: QuantifiedKey { QuantifiedKey(quantifier: .any, key: self) }
+    /// Every member matches: `%"pets.age"%.all > 1` (true when there are no members).
+    public var all: QuantifiedKey { QuantifiedKey(quantifier: .all, key: self) }
+    /// No member matches: `%"pets.name"%.none == "Rex"`.
+    public var none: QuantifiedKey { QuantifiedKey(quantifier: .none, key: self) }
+}
+
+/// A key through a to-many relationship with a quantifier: `%"pets.name"%.any`.
+public struct QuantifiedKey: Sendable {
+    let quantifier: Quantifier
+    let key: Key
+
+    private func wrap(_ condition: Condition) -> Condition {
+        Condition(.quantified(quantifier, key.path, condition.node))
+    }
+
+    public static func == <V: AttributeValue>(lhs: QuantifiedKey, rhs: V) -> Condition { lhs.wrap(lhs.key == rhs) }
+    public static func != <V: AttributeValue>(lhs: QuantifiedKey, rhs: V) -> Condition { lhs.wrap(lhs.key != rhs) }
+    public static func < <V: AttributeValue>(lhs: QuantifiedKey, rhs: V) -> Condition { lhs.wrap(lhs.key < rhs) }
+    public static func <= <V: AttributeValue>(lhs: QuantifiedKey, rhs: V) -> Condition { lhs.wrap(lhs.key <= rhs) }
+    public static func > <V: AttributeValue>(lhs: QuantifiedKey, rhs: V) -> Condition { lhs.wrap(lhs.key > rhs) }
+    public static func >= <V: AttributeValue>(lhs: QuantifiedKey, rhs: V) -> Condition { lhs.wrap(lhs.key >= rhs) }
+    public static func == (lhs: QuantifiedKey, _: _OptionalNilComparisonType) -> Condition { lhs.wrap(lhs.key == nil) }
+    public static func != (lhs: QuantifiedKey, _: _OptionalNilComparisonType) -> Condition { lhs.wrap(lhs.key != nil) }
+
+    public func `in`<V: AttributeValue>(_ values: [V]) -> Condition { wrap(key.in(values)) }
+    public func between<V: AttributeValue>(_ low: V, _ high: V) -> Condition { wrap(key.between(low, high)) }
+    public func like(_ pattern: String, options: MatchOptions = []) -> Condition { wrap(key.like(pattern, options: options)) }
+    public func contains(_ text: String, options: MatchOptions = []) -> Condition { wrap(key.contains(text, options: options)) }
+    public func beginsWith(_ prefix: String, options: MatchOptions = []) -> Condition { wrap(key.beginsWith(prefix, options: options)) }
+    public func endsWith(_ suffix: String, options: MatchOptions = []) -> Condition { wrap(key.endsWith(suffix, options: options)) }
+    public func matches(_ regularExpression: String, options: MatchOptions = []) -> Condition { wrap(key.matches(regularExpression, options: options)) }
+}
+
+/// `%` on a quantified key is the identity, so `%"pets.name"%.any == "Rex"` reads as one unit.
+public prefix func % (key: QuantifiedKey) -> QuantifiedKey { key }

@@ -1,0 +1,32 @@
+import _ContextStackCore
+
+prefix operator %
+postfix operator %
+
+/// A key of an entity in a predicate: an attribute, a to-one relationship, or a dotted path
+/// through to-one relationships (`"friend.age"`). Write it `%"name"` or `"name"%`.
+///
+/// For example:
+///
+/// ```swift
+/// try world.fetchAll(Person.self, %"age" >= 18 && %"friend.name" == "Knight")
+/// // SELECT … FROM "Person" AS t0 LEFT JOIN "Person" AS t1 ON t1."Z_PK" = t0."friend"
+/// //   WHERE (t0."age" >= ? AND t1."name" IS ?) ORDER BY t0."Z_PK" ASC
+/// ```
+public struct Key: Hashable, Sendable, CustomStringConvertible {
+    /// The key path as written, dot-separated.
+    public let path: String
+
+    public init(_ path: String) { self.path = path }
+
+    public var description: String { path }
+}
+
+/// `%"name"`: a `Key`.
+public prefix func % (path: String) -> Key { Key(path) }
+/// `"name"%`: a `Key`.
+public postfix func % (path: String) -> Key { Key(path) }
+/// `%` on a key is the identity, so `%"name"%` reads as one unit.
+public prefix func % (key: Key) -> Key { key }
+/// `%` on a condition is the identity, so `%"name"%.contains("x")` reads as one unit.
+public prefix func % (condition: Condition) -> Condition { condition }

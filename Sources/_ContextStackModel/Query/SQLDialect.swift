@@ -1,0 +1,64 @@
+import _ContextStackCore
+
+/// What differs between the SQL of the databases a store can keep its rows in.
+///
+/// The predicate-to-SQL code (`CompiledQuery`, `AggregateQuery`) writes everything the
+/// databases share — joins, `AND`/`OR`/`NOT`, comparisons, `IN`, `BETWEEN`, subqueries — and
+/// asks its dialect for the rest, so a store on another database is one more conforming type,
+/// not a fork of the generator. Every form here must keep the meaning `Docs/Predicates.md`
+/// gives the predicate on every store: NULL equals NULL for `==`, ordering never matches
+/// NULL, ascending order puts NULL first, text compares in binary order unless `[c]`/`[d]`.
+///
+/// For example, SQLite's `%"name" == "Monk"` is `t0."name" IS ?`; a database without `IS` on
+/// values would say `t0."name" IS NOT DISTINCT FROM ?`.
+package protocol SQLDialect: Sendable {
+    /// The placeholder of a bound value. Values are bound in the order their placeholders
+    /// appear in the finished statement (statements are assembled from fragments, so a
+    /// database with numbered placeholders, `$1`, numbers them when the statement is prepared).
+    var placeholder: String { get }
+    /// Literals for a condition that is always or never true.
+    var trueCondition: String { get }
+    var falseCondition: String { get }
+    /// `left` and `right` are the same value, NULL the same as NULL.
+    func isSame(_ left: String, _ right: String) -> String
+    /// `left` and `right` are not the same value (a value is not the same as NULL).
+    func isNotSame(_ left: String, _ right: String) -> String
+    /// `condition` is false or NULL: how ALL tests each member.
+    func isNotTrue(_ condition: String) -> String
+    /// A string operator on `column`; binds, in order, the operator code
+    /// (`TextMatch.code(of:)`), the options' raw value and the pattern.
+    func textMatch(_ column: String) -> String
+    /// One `ORDER BY` term: NULL first ascending and last descending, text in binary order.
+    func orderTerm(_ column: String, ascending: Bool) -> String
+    /// `function` over `column` (median and population standard deviation included; a
+    /// database may need more than a function call, as PostgreSQL's
+    /// `percentile_cont(0.5) WITHIN GROUP (ORDER BY …)` for the median).
+    func aggregate(_ function: Select.Function, of column: String) -> String
+}
+
+/// SQLite's dialect: `?` placeholders, `IS` for null-safe equality, booleans as 1 and 0, the
+/// string operators, median and standard deviation as functions ContextStack registers on
+/// every connection (`cs_text`, `cs_median`, `cs_stddev`). SQLite already orders NULL first
+/// ascending and compares text with the binary collation.
+struct SQLiteDialect: SQLDialect {
+    var placeholder: String { "?" }
+    var trueCondition: String { "1" }
+    var falseCondition: String { "0" }
+    func isSame(_ left: String, _ right: String) -> String { "\(left) IS \(right)" }
+    func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS NOT \(right)" }
+    func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT 1" }
+    func textMatch(_ column: String) -> String { "cs_text(?, ?, \(column), ?)" }
+    func orderTerm(_ column: String, ascending: Bool) -> String { "\(column) \(ascending ? "ASC" : "DESC")" }
+    func aggregate(_ function: Select.Function, of column: String) -> String {
+        let name = switch function {
+        case .average: "avg"
+        case .sum: "total"
+        case .stdDev: "cs_stddev"
+        case .min: "min"
+        case .max: "max"
+        case .median: "cs_median"
+        case .count: "count"
+        }
+        return "\(name)(\(column))"
+    }
+}

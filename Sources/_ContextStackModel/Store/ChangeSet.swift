@@ -1,0 +1,198 @@
+import _ContextStackCore
+
+/// The values of one object as a context sees them: its entity and its slots.
+package struct ObjectRow: Sendable {
+    package let entity: ResolvedEntity
+    package var values: ContiguousArray<Value>
+
+    package init(entity: ResolvedEntity, values: ContiguousArray<Value>) {
+        self.entity = entity
+        self.values = values
+    }
+}
+
+/// A pair added to or removed from a join table.
+package struct LinkKey: Hashable, Sendable {
+    package let table: String
+    package let source: Int64
+    package let target: Int64
+}
+
+extension Property {
+    /// The join-table pair that relates `owner` (on this relationship's side) to `member`.
+    package func linkKey(_ join: JoinTable, owner: Int64, member: Int64) -> LinkKey {
+        isJoinSource ? LinkKey(table: join.name, source: owner, target: member) : LinkKey(table: join.name, source: member, target: owner)
+    }
+
+    /// The keys of a join-table pair, this relationship's side first.
+    func ends(of key: LinkKey) -> (owner: Int64, member: Int64) {
+        isJoinSource ? (key.source, key.target) : (key.target, key.source)
+    }
+
+    /// The objects and relationship names of the pair relating `owner` (on this side) to `member`.
+    package func linkEnds(owner: ObjectID, member: ObjectID) -> LinkEnds {
+        isJoinSource
+            ? LinkEnds(source: owner, sourceKey: name, target: member, targetKey: inverse?.name)
+            : LinkEnds(source: member, sourceKey: inverse?.name, target: owner, targetKey: name)
+    }
+}
+
+/// The two objects of a join-table pair and the relationship on each side (the target side's
+/// is `nil` for a to-many without inverse), so a commit can report both as changed.
+package struct LinkEnds: Sendable {
+    package let source: ObjectID
+    package let sourceKey: String?
+    package let target: ObjectID
+    package let targetKey: String?
+}
+
+/// Everything one commit changes, as it travels from a context down to the store.
+package struct ChangeSet: Sendable {
+    /// The changed values of one object.
+    package struct RowUpdate: Sendable {
+        package let id: ObjectID
+        package let entity: ResolvedEntity
+        /// The changed slots and their new values.
+        package var slots: [Int]
+        package var values: [Value]
+        /// The object's values when its context started changing it, and all of its values
+        /// now: what merge policies compare with the store.
+        package var snapshot: ContiguousArray<Value> = []
+        package var current: ContiguousArray<Value> = []
+
+        package init(id: ObjectID, entity: ResolvedEntity, slots: [Int], values: [Value],
+                     snapshot: ContiguousArray<Value> = [], current: ContiguousArray<Value> = []) {
+            self.id = id
+            self.entity = entity
+            self.slots = slots
+            self.values = values
+            self.snapshot = snapshot
+            self.current = current
+        }
+    }
+
+    package var inserts: [(id: ObjectID, row: ObjectRow)] = []
+    package var updates: [RowUpdate] = []
+    package var deletes: [(id: ObjectID, entity: ResolvedEntity)] = []
+    /// Join-table pairs: `true` to add, `false` to remove.
+    package var links: [(key: LinkKey, present: Bool)] = []
+    /// Which objects and relationships each pair joins.
+    package var linkEnds: [LinkKey: LinkEnds] = [:]
+    /// Inserted objects that `fetchOrCreate` made under a claimed unique key, with the slots it
+    /// set: if the row exists by the time the commit is saved, they merge into it.
+    package var upserts: [ObjectID: [Int]] = [:]
+
+    package init() {}
+
+    package var isEmpty: Bool { inserts.isEmpty && updates.isEmpty && deletes.isEmpty && links.isEmpty }
+
+    /// Whether the commit sets values that a uniqueness constraint covers (an insert whose
+    /// constrained values are all `nil` cannot conflict).
+    package var touchesUniqueKeys: Bool {
+        inserts.contains { insert in insert.row.entity.uniqueConstraints.contains { $0.key(in: insert.row.values) != nil } }
+            || updates.contains { $0.slots.contains(where: $0.entity.uniqueSlots.contains) }
+    }
+}
+
+/// What a main context that does not merge must still see of rows changed since it pinned its
+/// view: each row as it was then.
+package enum BeforeImage: Sendable {
+    /// The row did not exist.
+    case absent
+    /// The whole row, for a row deleted since.
+    case row(ObjectRow)
+    /// The former values of the slots changed since; other slots are as stored.
+    case slots(ResolvedEntity, [Int: Value])
+}
+
+/// The before-images of one pinned view, kept by the store as commits arrive.
+package struct PinnedImages: Sendable {
+    package var rows: [ObjectID: BeforeImage] = [:]
+    /// Whether each join-table pair changed since existed at pin time.
+    package var links: [LinkKey: Bool] = [:]
+
+    package init() {}
+
+    var isEmpty: Bool { rows.isEmpty && links.isEmpty }
+}
+
+/// Commits handed to the writer but not yet in SQLite, by object, so that every read — on
+/// any context — sees them as if they were stored.
+package struct Overlay: Sendable {
+    package enum Pending: Sendable {
+        case inserted(ObjectRow)
+        /// Changed slots only: unchanged ones come from the store.
+        case updated(ResolvedEntity, [Int: Value])
+        case deleted(ResolvedEntity)
+    }
+
+    package struct Entry: Sendable {
+        package var pending: Pending
+        /// The sequence number of the last commit that touched the entry.
+        var sequence: UInt64
+    }
+
+    /// Pending rows by the root entity of their table.
+    private(set) var rows: [ObjectIdentifier: [ObjectID: Entry]] = [:]
+    private(set) var links: [LinkKey: (present: Bool, sequence: UInt64)] = [:]
+
+    package init() {}
+
+    var isEmpty: Bool { rows.isEmpty && links.isEmpty }
+
+    /// Pending rows of the table whose root entity is `root`.
+    package func rows(of root: EntityDescription) -> [ObjectID: Entry] { rows[ObjectIdentifier(root)] ?? [:] }
+
+    func entry(for id: ObjectID) -> Entry? { rows[ObjectIdentifier(id.rootEntity)]?[id] }
+
+    /// Pending pairs of a join table.
+    func links(of table: String) -> [LinkKey: Bool] {
+        var result: [LinkKey: Bool] = [:]
+        for (key, value) in links where key.table == table { result[key] = value.present }
+        return result
+    }
+
+    package mutating func apply(_ changes: ChangeSet, sequence: UInt64) {
+        if changes.inserts.count > 64, let first = changes.inserts.first {
+            // One allocation for a large commit's new rows (they mostly share one table),
+            // instead of growing and rehashing at every doubling.
+            let root = ObjectIdentifier(first.id.rootEntity)
+            rows[root, default: [:]].reserveCapacity((rows[root]?.count ?? 0) + changes.inserts.count)
+        }
+        for insert in changes.inserts {
+            rows[ObjectIdentifier(insert.id.rootEntity), default: [:]][insert.id] = Entry(pending: .inserted(insert.row), sequence: sequence)
+        }
+        for update in changes.updates {
+            let root = ObjectIdentifier(update.id.rootEntity)
+            var entry = rows[root]?[update.id]
+            switch entry?.pending {
+            case .inserted(var row)?:
+                for (slot, value) in zip(update.slots, update.values) { row.values[slot] = value }
+                entry = Entry(pending: .inserted(row), sequence: sequence)
+            case .updated(let entity, var slots)?:
+                for (slot, value) in zip(update.slots, update.values) { slots[slot] = value }
+                entry = Entry(pending: .updated(entity, slots), sequence: sequence)
+            case .deleted?:
+                continue
+            case nil:
+                entry = Entry(pending: .updated(update.entity, Dictionary(uniqueKeysWithValues: zip(update.slots, update.values))), sequence: sequence)
+            }
+            rows[root, default: [:]][update.id] = entry
+        }
+        for delete in changes.deletes {
+            rows[ObjectIdentifier(delete.id.rootEntity), default: [:]][delete.id] = Entry(pending: .deleted(delete.entity), sequence: sequence)
+        }
+        for link in changes.links {
+            links[link.key] = (link.present, sequence)
+        }
+    }
+
+    /// Forgets what commits up to `sequence` changed: they are in the store now.
+    package mutating func removeWritten(upTo sequence: UInt64) {
+        for (root, entries) in rows {
+            let remaining = entries.filter { $0.value.sequence > sequence }
+            rows[root] = remaining.isEmpty ? nil : remaining
+        }
+        links = links.filter { $0.value.sequence > sequence }
+    }
+}

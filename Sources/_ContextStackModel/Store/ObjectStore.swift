@@ -1,0 +1,123 @@
+import _ContextStackCore
+
+/// The store seam: everything the contexts and the stack ask of a store, and nothing else.
+///
+/// Contexts reserve primary keys for new objects, read rows inside a read session (through
+/// the session's `QueryConnection`, overlaid with commits not yet written), pin views, submit
+/// change sets under a merge policy, run batch operations, claim unique values for
+/// `fetchOrCreate`, and wait for what they committed to be written. `SQLiteStore` is the first
+/// implementation; a second store (PostgreSQL) implements the same protocol, and every context,
+/// topology, predicate and live result works on it unchanged.
+///
+/// Every method may be called from any thread; a store protects its own state.
+package protocol ObjectStore: AnyObject, Sendable {
+    /// The resolved model the store holds.
+    var graph: ModelGraph { get }
+
+    /// A new primary key for an object of the family rooted at `root`, without a round trip
+    /// per object (stores hand them out from reserved blocks).
+    func reserveKey(for root: EntityDescription) throws -> Int64
+
+    /// Runs `body` with a read session whose connection and overlay together show every
+    /// commit wholly or not at all. With `pin`, the session also carries that pinned view's
+    /// before-images. `whileLocked` runs where the session's snapshot is fixed.
+    func read<T>(pin: UInt64?, whileLocked: () -> Void, _ body: (ReadSession) throws -> T) throws -> T
+
+    /// Pins a view of the store as it is now; reads with the ID see it until `unpin`.
+    func pin() -> UInt64
+    func unpin(_ id: UInt64)
+
+    /// Hands a commit to the store: visible to every read at once, written in the store's
+    /// order. `onVisible` runs once the commit is visible at its target (see `SQLiteStore.submit`).
+    /// - Throws: `MergeConflictError` under `.error`; with `wait`, the save's error.
+    func submit(_ changes: ChangeSet, policy: MergePolicy, claimed: Bool, wait: Bool,
+                onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> Submission
+
+    /// Runs a batch operation in the writer's order and waits until it is written.
+    func runBatch(_ operation: BatchOperation, onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> BatchResult
+
+    /// The ID concurrent `fetchOrCreate`s that found nothing agree on for `claims`.
+    func claim(_ claims: [UniqueClaim], proposed: ObjectID) -> ObjectID
+
+    /// Waits until every commit handed over before the call is written; throws the first
+    /// error of a failed background save since the last flush.
+    func flush() async throws
+    /// Blocks until every commit handed over before the call is written; see `flush()`.
+    func flushAndWait() throws
+    /// Waits until the commit with `sequence` is written; throws if saving it failed.
+    func waitUntilWritten(_ sequence: UInt64) async throws
+    /// Blocks until every commit handed over before the call is written (or failed), without
+    /// taking background errors from `flush()`.
+    func waitUntilQueuedWritten() throws
+}
+
+extension ObjectStore {
+    func read<T>(pin: UInt64? = nil, _ body: (ReadSession) throws -> T) throws -> T {
+        try read(pin: pin, whileLocked: {}, body)
+    }
+}
+
+/// What a submitted commit became: its sequence number in the store's order, and the change
+/// set as saved once the merge policy resolved conflicts.
+package struct Submission: Sendable {
+    package let sequence: UInt64
+    let changes: ChangeSet
+
+    package init(sequence: UInt64, changes: ChangeSet) {
+        self.sequence = sequence
+        self.changes = changes
+    }
+}
+
+/// The values of one uniqueness constraint that a `fetchOrCreate` looked for and did not
+/// find, and the entity it creates: the key under which concurrent `fetchOrCreate`s agree on
+/// one object ID.
+package struct UniqueClaim: Hashable, Sendable {
+    let index: String
+    let entity: String
+    let values: [Value]
+
+    package init(index: String, entity: String, values: [Value]) {
+        self.index = index
+        self.entity = entity
+        self.values = values
+    }
+}
+
+/// One read of a store: what its SQL runs on, and what that SQL cannot see yet.
+package struct ReadSession {
+    let graph: ModelGraph
+    /// What the session's SQL runs on: the seam between the readers and the store's client.
+    package let connection: any QueryConnection
+    /// Commits handed to the store and not yet written.
+    package let overlay: Overlay
+    /// The before-images of a pinned view, for reads that must not see later commits.
+    var pinned: PinnedImages?
+
+    package init(graph: ModelGraph, connection: any QueryConnection, overlay: Overlay, pinned: PinnedImages? = nil) {
+        self.graph = graph
+        self.connection = connection
+        self.overlay = overlay
+        self.pinned = pinned
+    }
+}
+
+/// A batch update or delete: run by the writer in its turn among the commits, straight
+/// against SQLite, so it acts on every commit handed over before it.
+package enum BatchOperation: Sendable {
+    /// Sets the same values on every row of `entity` matching `condition`.
+    case update(ResolvedEntity, Condition?, [(slot: Int, value: Value)])
+    /// Deletes every row of `entity` matching `condition`, applying delete rules.
+    case delete(ResolvedEntity, Condition?)
+}
+
+/// What a batch operation did: the commit it amounts to, and how many rows it matched.
+package struct BatchResult: Sendable {
+    package var changes = ChangeSet()
+    package var matched = 0
+
+    package init(changes: ChangeSet = ChangeSet(), matched: Int = 0) {
+        self.changes = changes
+        self.matched = matched
+    }
+}

@@ -1,0 +1,239 @@
+import Foundation
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackSQLite
+
+extension SQLiteStore {
+    /// Runs a batch operation in the writer's order and waits until it is in SQLite.
+    ///
+    /// - Parameter onVisible: runs under the store's lock once the operation is written, with
+    ///   the commit it amounts to (for main contexts and commit observers).
+    /// - Throws: what the operation threw (`SaveError` for a `.deny` rule or a uniqueness
+    ///   constraint, `SQLiteError`); nothing of it is stored then.
+    package func runBatch(_ operation: BatchOperation, onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> BatchResult {
+        let item = QueueItem(changes: ChangeSet(), claimed: true, afterWrite: onVisible, batch: operation)
+        let (submission, start) = state.withLock { state in Self.append(item, to: &state, announce: { _ in }) }
+        if start { drain(until: submission.sequence) }
+        let waiter = FlushWaiter(sequence: submission.sequence)
+        register(waiter, upTo: submission.sequence)
+        try waiter.wait()
+        return state.withLock { $0.batchResults.removeValue(forKey: submission.sequence) } ?? BatchResult()
+    }
+
+    /// Runs a batch operation with the writer connection, inside the writer's transaction.
+    func execute(_ operation: BatchOperation, db: Connection) throws -> BatchResult {
+        switch operation {
+        case .update(let entity, let condition, let assignments):
+            return try executeUpdate(entity, condition, assignments, db: db)
+        case .delete(let entity, let condition):
+            return try executeDelete(entity, condition, db: db)
+        }
+    }
+
+    // MARK: - Update
+
+    private func executeUpdate(_ entity: ResolvedEntity, _ condition: Condition?, _ assignments: [(slot: Int, value: Value)],
+                               db: Connection) throws -> BatchResult {
+        let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
+        let alias = query.tableAliases[""]!
+        let matching = query.fromWhere()
+        let rows = try typedRows(db, "SELECT \(alias).\"Z_PK\"\(entity.table.hasEntityColumn ? ", \(alias).\"Z_ENT\"" : "") \(matching.text)",
+                                 matching.arguments, root: entity)
+        var result = BatchResult(matched: rows.count)
+        guard !rows.isEmpty, !assignments.isEmpty else { return result }
+        let slots = assignments.map(\.slot)
+        let values = assignments.map(\.value)
+        result.changes.updates = rows.map { .init(id: $0.id, entity: $0.entity, slots: slots, values: values) }
+        try captureBeforeImages(result.changes, db: db)
+        let set = assignments.map { "\(entity.properties[$0.slot].name.quotedIdentifier) = ?" }.joined(separator: ", ")
+        try db.cachedStatement("UPDATE \(entity.table.quotedName) SET \(set) WHERE \"Z_PK\" IN (SELECT \(alias).\"Z_PK\" \(matching.text))")
+            .bindAndExecute(values + matching.arguments)
+        return result
+    }
+
+    // MARK: - Delete
+
+    private func executeDelete(_ entity: ResolvedEntity, _ condition: Condition?, db: Connection) throws -> BatchResult {
+        let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
+        let alias = query.tableAliases[""]!
+        let matching = query.fromWhere()
+        let matched = try typedRows(db, "SELECT \(alias).\"Z_PK\"\(entity.table.hasEntityColumn ? ", \(alias).\"Z_ENT\"" : "") \(matching.text)",
+                                    matching.arguments, root: entity)
+        var result = BatchResult(matched: matched.count)
+        guard !matched.isEmpty else { return result }
+
+        // Everything the delete reaches through `.cascade` rules.
+        var deleted: [ObjectID: ResolvedEntity] = [:]
+        var order: [(id: ObjectID, entity: ResolvedEntity)] = []
+        var frontier = matched
+        for row in matched { deleted[row.id] = row.entity }
+        while !frontier.isEmpty {
+            var next: [(id: ObjectID, entity: ResolvedEntity)] = []
+            for (member, keys) in Self.grouped(frontier) {
+                for property in member.properties where property.isRelationship && property.deleteRule == .cascade {
+                    for row in try related(property, of: keys, in: member.table, db: db) where deleted[row.id] == nil {
+                        deleted[row.id] = row.entity
+                        next.append(row)
+                    }
+                }
+            }
+            order += frontier
+            frontier = next
+        }
+
+        // `.deny` refuses while a related object survives the delete.
+        for (member, keys) in Self.grouped(order) {
+            for property in member.properties where property.isRelationship && property.deleteRule == .deny {
+                if let survivor = try related(property, of: keys, in: member.table, db: db).first(where: { deleted[$0.id] == nil }) {
+                    let owner = try ownerKey(of: survivor.id, through: property, among: keys, in: member.table, db: db)
+                    let id = ObjectID(rootEntity: member.rootDescription, primaryKey: owner ?? keys[0])
+                    throw SaveError(.deleteDenied, "batchDelete(\(entity.name).self, …) cannot delete \(id): its relationship '\(property.name)' has the delete rule .deny and still holds \(survivor.id). Nothing was deleted; remove or delete the related objects first.", objects: [id, survivor.id])
+                }
+            }
+        }
+
+        // Survivors that point at deleted objects let go (`.nullify`, and `.cascade` for what
+        // it did not delete); join rows of deleted objects go.
+        var changes = ChangeSet()
+        var removedLinks = Set<LinkKey>()
+        var nulled: [(table: Table, column: String, keys: [Int64])] = []
+        for (member, keys) in Self.grouped(order) {
+            for property in member.properties where property.isRelationship {
+                if property.storage == .joinTable, let join = property.joinTable, let destination = property.destination {
+                    let (mine, theirs) = property.joinColumns
+                    for pair in try chunkedRows(db, keys, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) {
+                        guard let me = pair[0].int64Value, let other = pair[1].int64Value else { continue }
+                        let key = property.linkKey(join, owner: me, member: other)
+                        guard removedLinks.insert(key).inserted else { continue }
+                        let mineID = ObjectID(rootEntity: member.rootDescription, primaryKey: me)
+                        let otherID = ObjectID(rootEntity: destination.rootDescription, primaryKey: other)
+                        changes.links.append((key, false))
+                        changes.linkEnds[key] = property.linkEnds(owner: mineID, member: otherID)
+                    }
+                    continue
+                }
+                guard property.deleteRule == .nullify || property.deleteRule == .cascade,
+                      let inverse = property.inverse, inverse.isToOne, let destination = property.destination else { continue }
+                let table = destination.table!
+                let pointing = try chunkedRows(db, keys, {
+                    "SELECT \"Z_PK\"\(table.hasEntityColumn ? ", \"Z_ENT\"" : "") FROM \(table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))"
+                })
+                var survivors: [Int64] = []
+                for row in decode(pointing, root: destination) where deleted[row.id] == nil && destination.includes(row.entity) {
+                    changes.updates.append(.init(id: row.id, entity: row.entity, slots: [inverse.slot], values: [.null]))
+                    survivors.append(row.id.primaryKey)
+                }
+                if !survivors.isEmpty { nulled.append((table, inverse.name, survivors)) }
+            }
+        }
+        changes.deletes = order.map { ($0.id, $0.entity) }
+        try captureBeforeImages(changes, db: db)
+
+        for (table, column, keys) in nulled {
+            try InLists.each(keys) { placeholders, arguments in
+                try db.cachedStatement("UPDATE \(table.quotedName) SET \(column.quotedIdentifier) = NULL WHERE \"Z_PK\" IN (\(placeholders))")
+                    .bindAndExecute(arguments)
+            }
+        }
+        for join in Set(changes.links.map(\.key.table)) {
+            for key in changes.links.map(\.key) where key.table == join {
+                try db.cachedStatement("DELETE FROM \(join.quotedIdentifier) WHERE source = ? AND target = ?")
+                    .bindAndExecute([.integer(key.source), .integer(key.target)])
+            }
+        }
+        let byTable = Dictionary(grouping: order, by: { ObjectIdentifier($0.id.rootEntity) })
+        for rows in byTable.values {
+            let table = rows[0].entity.table!
+            try InLists.each(rows.map(\.id.primaryKey)) { placeholders, arguments in
+                try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders))").bindAndExecute(arguments)
+            }
+        }
+        result.changes = changes
+        return result
+    }
+
+    /// The objects `property` of the objects with `keys` relates to, with their entities.
+    private func related(_ property: Property, of keys: [Int64], in owner: Table, db: Connection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
+        guard let destination = property.destination else { return [] }
+        var targets: [Int64] = []
+        switch property.storage {
+        case .column:
+            targets = try chunkedRows(db, keys, {
+                "SELECT \(property.name.quotedIdentifier) FROM \(owner.quotedName) WHERE \"Z_PK\" IN (\($0)) AND \(property.name.quotedIdentifier) IS NOT NULL"
+            }).compactMap { $0[0].int64Value }
+        case .inverseColumn:
+            guard let inverse = property.inverse else { return [] }
+            targets = try chunkedRows(db, keys, {
+                "SELECT \"Z_PK\" FROM \(destination.table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))"
+            }).compactMap { $0[0].int64Value }
+        case .joinTable:
+            guard let join = property.joinTable else { return [] }
+            let (mine, theirs) = property.joinColumns
+            targets = try chunkedRows(db, keys, { "SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" })
+                .compactMap { $0[0].int64Value }
+        }
+        guard !targets.isEmpty else { return [] }
+        let table = destination.table!
+        let rows = try chunkedRows(db, Array(Set(targets)), {
+            "SELECT \"Z_PK\"\(table.hasEntityColumn ? ", \"Z_ENT\"" : "") FROM \(table.quotedName) WHERE \"Z_PK\" IN (\($0))"
+        })
+        return decode(rows, root: destination).filter { destination.includes($0.entity) }
+    }
+
+    /// Which of `keys` relates to `target` through `property` (for the `.deny` message).
+    private func ownerKey(of target: ObjectID, through property: Property, among keys: [Int64], in owner: Table,
+                          db: Connection) throws -> Int64? {
+        for key in keys where try related(property, of: [key], in: owner, db: db).contains(where: { $0.id == target }) { return key }
+        return nil
+    }
+
+    // MARK: - Pinned views
+
+    /// Records the rows a batch operation is about to change for every pinned view, as a
+    /// commit does when it is submitted (the batch learns its rows only now).
+    private func captureBeforeImages(_ changes: ChangeSet, db: Connection) throws {
+        guard state.withLock({ !$0.pins.isEmpty }) else { return }
+        try state.withLock { state in
+            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: Overlay()), context: nil)
+            try Self.capture(changes, into: &state.pins, reader: &reader, db: db)
+        }
+    }
+
+    // MARK: - SQL helpers
+
+    /// Rows of `SELECT "Z_PK"[, "Z_ENT"] …` as IDs with their entities.
+    private func typedRows(_ db: Connection, _ sql: String, _ arguments: [Value], root: ResolvedEntity) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
+        decode(try db.rows(sql, arguments), root: root)
+    }
+
+    private func decode(_ rows: [[Value]], root: ResolvedEntity) -> [(id: ObjectID, entity: ResolvedEntity)] {
+        guard let top = graph.entity(for: root.rootDescription) else { return [] }
+        return rows.compactMap { row in
+            guard let key = row[0].int64Value else { return nil }
+            var entity = top
+            if top.table.hasEntityColumn {
+                guard let member = top.family.first(where: { $0.entityCode == row[1].int64Value }) else { return nil }
+                entity = member
+            }
+            return (ObjectID(rootEntity: top.rootDescription, primaryKey: key), entity)
+        }
+    }
+
+    private static func grouped(_ rows: [(id: ObjectID, entity: ResolvedEntity)]) -> [(ResolvedEntity, [Int64])] {
+        var groups: [ObjectIdentifier: (ResolvedEntity, [Int64])] = [:]
+        var order: [ObjectIdentifier] = []
+        for row in rows {
+            let key = ObjectIdentifier(row.entity)
+            if groups[key] == nil { order.append(key); groups[key] = (row.entity, []) }
+            groups[key]!.1.append(row.id.primaryKey)
+        }
+        return order.map { groups[$0]! }
+    }
+
+    /// Every row of `sql(placeholders)` over `keys`, in `IN` lists (`InLists.each`).
+    private func chunkedRows(_ db: Connection, _ keys: [Int64], _ sql: (String) -> String) throws -> [[Value]] {
+        var rows: [[Value]] = []
+        try InLists.each(keys) { placeholders, arguments in rows += try db.rows(sql(placeholders), arguments) }
+        return rows
+    }
+}

@@ -1,0 +1,287 @@
+import Foundation
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackSQLite
+
+/// Lightweight migration: turns a store written by an earlier model version into one for the
+/// current model, keeping its data, inside the caller's transaction.
+///
+/// What it infers, Core Data's lightweight migration's list:
+/// - entities added (new tables) and removed (their tables dropped);
+/// - attributes and to-one relationships added (new columns, `NULL` or the attribute's
+///   default) and removed (columns dropped);
+/// - renames, through `@Entity(originalName:)` and `@Attribute(originalName:)`;
+/// - optional ↔ non-optional (`NULL`s become the default), indexes and unique constraints
+///   added or removed, join tables of new to-many relationships, sub-entities added or removed.
+///
+/// A column whose SQLite type changes (an attribute's Swift type, say `String` to `Int`) cannot
+/// be inferred: the migration throws `StoreError.cannotMigrate` naming the entity and attribute,
+/// and the caller's rollback leaves the file as it was. So does a unique constraint that the
+/// existing rows violate.
+struct Migration {
+    let db: Connection
+    let schema: StoreSchema
+    let old: OldSchema
+
+    /// The tables in the file now, with the SQL that created them.
+    private var existingTables: [String: String] = [:]
+
+    init(db: Connection, schema: StoreSchema, oldDescription: String) throws {
+        self.db = db
+        self.schema = schema
+        self.old = OldSchema(parsing: oldDescription)
+        for row in try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'") {
+            if let name = row[0].stringValue { existingTables[name] = row[1].stringValue ?? "" }
+        }
+    }
+
+    /// Runs the migration; the caller holds the write transaction.
+    mutating func run() throws {
+        var claimed: Set<String> = ["Z_METADATA", "Z_KEYS"]
+        for table in schema.tables {
+            let source = try migrate(table)
+            if let source { claimed.insert(source) }
+            claimed.insert(table.name)
+        }
+        for join in schema.joinTables {
+            if existingTables[join.name] != nil {
+                claimed.insert(join.name)
+            } else if let (previous, swapped) = previousName(of: join), existingTables[previous] != nil, !claimed.contains(previous) {
+                if swapped {
+                    // The renamed side now sorts on the other side of the name: it owns the
+                    // other column, so the pairs turn around.
+                    try db.execute(schema.createJoinTable(named: join.quotedName))
+                    try db.execute("INSERT INTO \(join.quotedName) (source, target) SELECT target, source FROM \(previous.quotedIdentifier)")
+                    try db.execute("DROP TABLE \(previous.quotedIdentifier)")
+                } else {
+                    try db.execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
+                }
+                claimed.insert(previous)
+                claimed.insert(join.name)
+            } else {
+                try db.execute(schema.createJoinTable(named: join.quotedName))
+                claimed.insert(join.name)
+            }
+        }
+        // Tables of the old model that nothing claims belonged to removed entities or
+        // relationships. Only tables the old model described are dropped: never anyone else's.
+        for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables[name] != nil {
+            try db.execute("DROP TABLE \(name.quotedIdentifier)")
+            try db.execute("DELETE FROM Z_KEYS WHERE name = \(name.quotedLiteral)")
+        }
+        try reconcileIndexes()
+        try fillDefaults()
+        try db.execute(schema.metadataStatement())
+    }
+
+    // MARK: - Tables
+
+    /// Creates, keeps or rebuilds `table`; returns the name of the old table it came from.
+    private mutating func migrate(_ table: Table) throws -> String? {
+        let family = schema.entities.filter { $0.table === table }
+        guard let root = family.first(where: { $0.superentity == nil }) else { return nil }
+        let sourceName: String? = if old.tableNames.contains(table.name) && existingTables[table.name] != nil {
+            table.name
+        } else if let original = root.description_.originalName, old.tableNames.contains(original), existingTables[original] != nil {
+            original
+        } else {
+            nil
+        }
+        guard let sourceName else {
+            try db.execute(schema.createTable(table, named: table.quotedName))
+            try db.execute("INSERT OR IGNORE INTO Z_KEYS (name, next) VALUES (\(table.name.quotedLiteral), 1)")
+            return nil
+        }
+        let oldColumns = try columns(of: sourceName)
+
+        // Where each new column's values come from.
+        var selections = ["\"Z_PK\""]
+        var names = ["\"Z_PK\""]
+        var identity = sourceName == table.name
+        for column in table.columns {
+            let property = family.lazy.compactMap { $0.property(named: column.name) }.first
+            let source: String? = if oldColumns[column.name] != nil {
+                column.name
+            } else if let original = property?.declared.originalName, oldColumns[original] != nil {
+                original
+            } else {
+                nil
+            }
+            if let source, let oldType = oldColumns[source], oldType.uppercased() != column.type.uppercased() {
+                let owner = family.first { $0.property(named: column.name) != nil }?.name ?? table.name
+                throw StoreError(.cannotMigrate, "\(owner).\(column.name) changed type (stored as \(oldType), now \(column.type)): lightweight migration cannot convert it. Keep the old type, add a new attribute and copy the values yourself, or open the store with resetOnFailure: true to start empty.")
+            }
+            names.append(column.name.quotedIdentifier)
+            selections.append(source?.quotedIdentifier ?? "NULL")
+            if source != column.name { identity = false }
+        }
+        if Set(oldColumns.keys).subtracting(["Z_PK", "Z_ENT"]).count != table.columns.count { identity = false }
+
+        // The entity column: old codes to new ones; rows of removed entities are dropped.
+        var filter = ""
+        if table.hasEntityColumn {
+            names.append("\"Z_ENT\"")
+            if oldColumns["Z_ENT"] != nil {
+                var cases: [String] = []
+                var kept: [Int64] = []
+                for entity in family {
+                    guard let code = old.entityCode(of: entity) else { continue }
+                    cases.append("WHEN \(code) THEN \(entity.entityCode)")
+                    kept.append(code)
+                    if code != entity.entityCode { identity = false }
+                }
+                selections.append(cases.isEmpty ? "\(root.entityCode)" : "CASE \"Z_ENT\" \(cases.joined(separator: " ")) END")
+                filter = " WHERE \"Z_ENT\" IN (\(kept.map(String.init).joined(separator: ", ")))"
+            } else {
+                // The table gains its first sub-entity: every old row is of the entity it held.
+                let owner = family.first { old.name(of: $0) == sourceName } ?? root
+                selections.append("\(owner.entityCode)")
+                identity = false
+            }
+        } else if oldColumns["Z_ENT"] != nil {
+            // The sub-entities went away: only the root's own rows stay.
+            filter = old.entityCode(of: root).map { " WHERE \"Z_ENT\" = \($0)" } ?? ""
+            identity = false
+        }
+
+        let wanted = schema.createTable(table, named: table.quotedName)
+        if identity && existingTables[sourceName] == wanted {
+            // Same table; only rows of removed sub-entities, if any, go.
+            if !filter.isEmpty {
+                try db.execute("DELETE FROM \(table.quotedName) WHERE NOT (\(filter.dropFirst(" WHERE ".count)))")
+            }
+            return sourceName
+        }
+
+        let temporary = "Z_MIGRATING_\(table.name)".quotedIdentifier
+        try db.execute(schema.createTable(table, named: temporary))
+        try db.execute("INSERT INTO \(temporary) (\(names.joined(separator: ", "))) SELECT \(selections.joined(separator: ", ")) FROM \(sourceName.quotedIdentifier)\(filter)")
+        try db.execute("DROP TABLE \(sourceName.quotedIdentifier)")
+        try db.execute("ALTER TABLE \(temporary) RENAME TO \(table.quotedName)")
+        if sourceName != table.name {
+            try db.execute("DELETE FROM Z_KEYS WHERE name = \(table.name.quotedLiteral)")
+            try db.execute("UPDATE Z_KEYS SET name = \(table.name.quotedLiteral) WHERE name = \(sourceName.quotedLiteral)")
+        }
+        try db.execute("INSERT OR IGNORE INTO Z_KEYS (name, next) VALUES (\(table.name.quotedLiteral), 1)")
+        return sourceName
+    }
+
+    /// The columns of `table` in the file, with their declared types.
+    private func columns(of table: String) throws -> [String: String] {
+        var result: [String: String] = [:]
+        for row in try db.rows("SELECT name, type FROM pragma_table_info(?)", [.text(table)]) {
+            if let name = row[0].stringValue { result[name] = row[1].stringValue ?? "" }
+        }
+        return result
+    }
+
+    /// The name `join` had under the previous model, from its entities' original names, and
+    /// whether its `source` and `target` columns have changed places since.
+    ///
+    /// Follows the naming of `ModelGraph.buildSchema`: `Z_<root>_<property>`, or both sides
+    /// sorted and joined for a many-to-many, the side that sorts first owning `source`.
+    private func previousName(of join: JoinTable) -> (name: String, swapped: Bool)? {
+        for entity in schema.entities {
+            for property in entity.properties where property.joinTable === join {
+                let ownSide = "\(old.previousRootName(of: entity))_\(property.name)"
+                guard let inverse = property.inverse, let destination = property.destination else { return ("Z_" + ownSide, false) }
+                let otherSide = "\(old.previousRootName(of: destination))_\(inverse.name)"
+                let wasSource = ownSide <= otherSide
+                return ("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), wasSource != property.isJoinSource)
+            }
+        }
+        return nil
+    }
+
+    // MARK: - Indexes and defaults
+
+    /// Drops indexes the model no longer wants (or wants differently) and creates missing ones.
+    private func reconcileIndexes() throws {
+        let wanted = schema.indexes
+        var present: [String: String] = [:]
+        for row in try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL") {
+            if let name = row[0].stringValue { present[name] = row[1].stringValue ?? "" }
+        }
+        let wantedSQL = Dictionary(wanted.map { ($0.name, $0.sql) }, uniquingKeysWith: { first, _ in first })
+        for (name, sql) in present where wantedSQL[name] != sql && name.hasPrefix("Z_") {
+            try db.execute("DROP INDEX \(name.quotedIdentifier)")
+            present[name] = nil
+        }
+        for index in wanted where present[index.name] == nil {
+            do {
+                try db.execute(index.sql)
+            } catch {
+                guard error.code.primary == .constraint else { throw error }
+                let constraint = schema.tables.flatMap(\.uniqueConstraints).first { $0.indexName == index.name }
+                throw StoreError(.cannotMigrate, "Cannot add the unique constraint on \(constraint?.label ?? index.name): stored rows share a value. Remove the duplicates with the previous model first, or open the store with resetOnFailure: true to start empty.", underlying: error)
+            }
+        }
+    }
+
+    /// Gives non-optional attributes their default where the store holds `NULL` (an attribute
+    /// that was optional, or a column added for a new attribute).
+    private func fillDefaults() throws {
+        for table in schema.tables {
+            let family = schema.entities.filter { $0.table === table }
+            for column in table.columns {
+                let holders = family.filter { entity in
+                    guard let property = entity.property(named: column.name) else { return false }
+                    return property.isAttribute && !property.isOptional
+                }
+                guard let property = holders.first?.property(named: column.name) else { continue }
+                let value = holders.first!.defaults[property.slot]
+                if value == .null { continue }
+                var sql = "UPDATE \(table.quotedName) SET \(column.name.quotedIdentifier) = ? WHERE \(column.name.quotedIdentifier) IS NULL"
+                if table.hasEntityColumn && holders.count < family.count {
+                    sql += " AND \"Z_ENT\" IN (\(holders.map { String($0.entityCode) }.joined(separator: ", ")))"
+                }
+                let statement = try db.cachedStatement(sql)
+                defer { statement.reset() }
+                try statement.bindAndExecute([value])
+            }
+        }
+    }
+}
+
+/// What the description in an old store's `Z_METADATA` says about the model that wrote it.
+///
+/// The description (see `ModelGraph.describe`) has one line per table (`table Name [+entity]
+/// columns`), per join table (`join Name`) and per entity (`entity Name code properties`).
+struct OldSchema {
+    private(set) var tableNames: Set<String> = []
+    private(set) var joinNames: Set<String> = []
+    /// ResolvedEntity name → its code in its table's `Z_ENT` column.
+    private(set) var entityCodes: [String: Int64] = [:]
+
+    init(parsing description: String) {
+        for line in description.split(separator: "\n") {
+            let words = line.split(separator: " ", omittingEmptySubsequences: false)
+            guard words.count >= 2 else { continue }
+            switch words[0] {
+            case "table": tableNames.insert(String(words[1]))
+            case "join": joinNames.insert(String(words[1]))
+            case "entity":
+                if words.count >= 3, let code = Int64(words[2]) { entityCodes[String(words[1])] = code }
+            default: continue
+            }
+        }
+    }
+
+    /// The name `entity` had in the old model: its own, or its `originalName`.
+    func name(of entity: ResolvedEntity) -> String? {
+        if entityCodes[entity.name] != nil { return entity.name }
+        if let original = entity.description_.originalName, entityCodes[original] != nil { return original }
+        return nil
+    }
+
+    /// The old `Z_ENT` code of the entity that became `entity`.
+    func entityCode(of entity: ResolvedEntity) -> Int64? { name(of: entity).flatMap { entityCodes[$0] } }
+
+    /// The old name of the table of `entity`'s hierarchy.
+    func previousRootName(of entity: ResolvedEntity) -> String {
+        let root = entity.rootDescription
+        if tableNames.contains(root.name) { return root.name }
+        return root.originalName ?? root.name
+    }
+
+}

@@ -1,0 +1,452 @@
+import Dispatch
+import Foundation
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackSQLite
+
+/// One SQLite database holding a model's tables, plus the writer that saves commits into it.
+///
+/// Writes go through one writer connection on a serial queue; commits that arrive while it is
+/// busy are written together in one transaction (group commit), each in its own savepoint so
+/// that one failing commit fails alone. Until a commit is written it sits in the `Overlay`,
+/// which every read merges in, so a commit is visible to all contexts as soon as it is handed
+/// over. File stores read through a small pool of reader connections (WAL: readers never wait
+/// for the writer); in-memory stores share one connection.
+package final class SQLiteStore: ObjectStore {
+    package let graph: ModelGraph
+    /// The databases the writer connection holds: the first store added is SQLite's `main`,
+    /// later ones (other configurations) are attached to it.
+    private let layout: Locked<Layout>
+    /// Receives the SQL of every statement the store runs, while someone listens (`Stack.traceStatements`).
+    let tracer: StatementTracer
+    let writer: Locked<WriterState>
+    private let readers: Locked<[Reader]>
+    let state = Locked(State())
+    private let keys = Locked<[String: KeyBlock]>([:])
+    let writeQueue = DispatchQueue(label: "ContextStack.SQLiteStore.writer", qos: .utility)
+    /// Whether commits are written by the background writer (a stack with a root) or on the
+    /// committing thread (a stack without one).
+    let writesInBackground: Bool
+    /// Receives errors of background saves (set by the stack to forward to `onError`).
+    let reportError: @Sendable (any Error) -> Void
+
+    static let maximumIdleReaders = 4
+
+    struct WriterState {
+        let connection: Connection
+        var insertSQL: [ObjectIdentifier: String] = [:]
+        var updateSQL: [String: String] = [:]
+    }
+
+    struct State: Sendable {
+        var overlay = Overlay()
+        /// Views pinned by main contexts that do not merge, with their before-images.
+        var pins: [UInt64: PinnedImages] = [:]
+        var nextPin: UInt64 = 1
+        /// Commits waiting for the writer; `claimed` ones have a caller waiting for their outcome.
+        var queue: [QueueItem] = []
+        var lastSequence: UInt64 = 0
+        var writtenSequence: UInt64 = 0
+        var isDraining = false
+        var errors: [any Error] = []
+        /// Why a commit failed, by sequence number, for `waitUntilWritten`.
+        var failures: [UInt64: any Error] = [:]
+        var waiters: [(sequence: UInt64, waiter: FlushWaiter)] = []
+        /// How many SQLite transactions the writer has committed (group commit makes it fewer
+        /// than the commits it wrote).
+        var transactionCount = 0
+        /// Unique values claimed by `fetchOrCreate`, with the ID of the object made for them.
+        var claims: [UniqueClaim: ObjectID] = [:]
+        var claimOrder: [UniqueClaim] = []
+        /// What batch operations did, by sequence number, until their caller takes it.
+        var batchResults: [UInt64: BatchResult] = [:]
+    }
+
+    /// One store of the stack: one configuration in one SQLite database.
+    struct Part: Sendable {
+        /// The database's name on the writer connection: `main`, or the name it is attached as.
+        let database: String
+        /// The file, or `nil` in memory.
+        let url: URL?
+        let schema: StoreSchema
+    }
+
+    private struct Layout: Sendable {
+        var parts: [Part]
+        /// The part that holds each table, by table name.
+        var databaseOfTable: [String: String] = [:]
+        /// Bumped when a part is attached: idle readers of an older generation lack it.
+        var generation = 0
+
+        init(_ part: Part) {
+            parts = []
+            add(part)
+        }
+
+        mutating func add(_ part: Part) {
+            parts.append(part)
+            for table in part.schema.tables { databaseOfTable[table.name] = part.database }
+            generation += 1
+        }
+
+        /// Reads go through the writer when a part is in memory: other connections cannot see it.
+        var readsThroughWriter: Bool { parts.contains { $0.url == nil } }
+    }
+
+    /// A reader connection, with every part attached as of `generation`.
+    private struct Reader {
+        let connection: Connection
+        let generation: Int
+        /// Reads one row of every database, so the read transaction holds a snapshot of each
+        /// (SQLite starts an attached database's snapshot only when it is first read).
+        let snapshotSQL: String
+    }
+
+    private struct KeyBlock: Sendable {
+        var next: Int64
+        var limit: Int64
+        var size: Int64
+    }
+
+    deinit {
+        // Readers close first, so the writer is the file's last connection: closing it
+        // checkpoints the write-ahead log into the file and removes it (a read-only reader
+        // closing last could not), and the file is left whole, as another program expects.
+        readers.withLock { $0.removeAll() }
+    }
+
+    // MARK: - Opening
+
+    /// Opens or creates the store of `schema` at `url` (or in memory), creating its tables in a
+    /// new file and checking, migrating or resetting an existing one as `options` say.
+    package init(graph: ModelGraph, schema: StoreSchema, url: URL?, options: OpenOptions, writesInBackground: Bool,
+         tracer: StatementTracer = StatementTracer(), reportError: @escaping @Sendable (any Error) -> Void) throws {
+        self.graph = graph
+        self.tracer = tracer
+        self.writesInBackground = writesInBackground
+        self.reportError = reportError
+        let connection: Connection
+        if let url {
+            connection = try Self.openFile(url, schema: schema, options: options)
+        } else {
+            connection = try Connection(path: ":memory:")
+            try connection.writeTransaction {
+                for statement in schema.creationStatements() { try connection.execute(statement) }
+            }
+        }
+        connection.install(tracer)
+        writer = Locked(WriterState(connection: connection))
+        readers = Locked([])
+        layout = Locked(Layout(Part(database: "main", url: url, schema: schema)))
+    }
+
+    /// Adds the store of another configuration: its file (opened, checked and migrated on its
+    /// own first) or a new in-memory database, attached to the writer connection.
+    package func attach(schema: StoreSchema, url: URL?, options: OpenOptions) throws {
+        if let url {
+            // Prepared on a connection of its own, so migration works on plain table names;
+            // closed before the writer attaches the file.
+            _ = try Self.openFile(url, schema: schema, options: options)
+        }
+        try writer.withLock { state in
+            let db = state.connection
+            let database = layout.withLock { "s\($0.parts.count)" }
+            let attach = try db.cachedStatement("ATTACH DATABASE ? AS \(database.quotedIdentifier)")
+            defer { attach.reset() }
+            try attach.bindAndExecute([.text(url?.path ?? ":memory:")])
+            if url != nil {
+                try db.execute("PRAGMA \(database.quotedIdentifier).synchronous = NORMAL")
+            } else {
+                try db.writeTransaction {
+                    for statement in schema.creationStatements(in: database) { try db.execute(statement) }
+                }
+            }
+            layout.withLock { $0.add(Part(database: database, url: url, schema: schema)) }
+        }
+        readers.withLock { $0.removeAll() }
+    }
+
+    /// The stores of this stack, first added first.
+    var parts: [Part] { layout.withLock { $0.parts } }
+
+    // MARK: - Keys
+
+    /// A primary key for a new row of `root`'s table, never handed out before.
+    ///
+    /// Keys are reserved from the store in blocks (a write to `Z_KEYS`), so IDs are permanent
+    /// from `create` on, and two processes sharing the file never collide.
+    package func reserveKey(for root: EntityDescription) throws -> Int64 {
+        let name = root.name
+        if let key = keys.withLock({ blocks -> Int64? in
+            guard var block = blocks[name], block.next < block.limit else { return nil }
+            defer { block.next += 1; blocks[name] = block }
+            return block.next
+        }) {
+            return key
+        }
+        let size = keys.withLock { min(($0[name]?.size ?? 32) * 2, 8192) }
+        guard let database = layout.withLock({ $0.databaseOfTable[name] }) else {
+            preconditionFailure("\(name) is in no store of this stack: add a store for a configuration that holds it (addDatabaseStore(at:configuration:) or addInMemoryStore(configuration:)) before creating its objects.")
+        }
+        let keysTable = "\(database.quotedIdentifier).Z_KEYS"
+        let first = try writer.withLock { state -> Int64 in
+            let db = state.connection
+            return try db.writeTransaction {
+                let next = try db.scalar("SELECT next FROM \(keysTable) WHERE name = ?", [.text(name)]).int64Value ?? 1
+                // Keys in the table may be ahead of Z_KEYS when rows were written by other means.
+                let floor = try db.scalar("SELECT coalesce(max(Z_PK), 0) + 1 FROM \(name.quotedIdentifier)").int64Value ?? 1
+                let first = max(next, floor)
+                try db.cachedStatement("UPDATE \(keysTable) SET next = ? WHERE name = ?").bindAndExecute([.integer(first + size), .text(name)])
+                return first
+            }
+        }
+        return keys.withLock { blocks in
+            blocks[name] = KeyBlock(next: first + 1, limit: first + size, size: size)
+            return first
+        }
+    }
+
+    // MARK: - Reading
+
+    /// Runs `body` with a reader connection and the overlay, taken so that the overlay holds
+    /// exactly what the connection's snapshot lacks: every commit is seen wholly or not at all.
+    ///
+    /// With `pin`, the session also carries the before-images of that pinned view.
+    /// `whileLocked` runs under the lock that fixes the snapshot (main contexts take the
+    /// commits handed to them there, so they apply exactly what the snapshot shows).
+    package func read<T>(pin: UInt64?, whileLocked: () -> Void, _ body: (ReadSession) throws -> T) throws -> T {
+        if layout.withLock({ $0.readsThroughWriter }) {
+            return try writer.withLock { writerState in
+                let (overlay, pinned) = state.withLock { state in
+                    whileLocked()
+                    return (state.overlay, pin.flatMap { state.pins[$0] })
+                }
+                return try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
+            }
+        }
+        let reader = try takeReader()
+        let db = reader.connection
+        let result: T
+        do {
+            let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
+                // Start the read transaction under the same lock the writer commits under.
+                try db.execute("BEGIN DEFERRED")
+                _ = try db.scalar(reader.snapshotSQL)
+                whileLocked()
+                return (state.overlay, pin.flatMap { state.pins[$0] })
+            }
+            result = try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))
+        } catch {
+            finishReading(reader)
+            throw error
+        }
+        finishReading(reader)
+        return result
+    }
+
+    /// Runs `body` under the state lock with a reader that sees exactly what is committed now:
+    /// a reader connection whose snapshot starts under that lock, plus the overlay. Nothing can
+    /// be written or queued meanwhile, so a commit checked in `body` can be queued in it too.
+    /// A file store's writer is not taken, so this never waits for a transaction the writer
+    /// is running; an in-memory store reads through the writer (lock order: writer, state).
+    func withCommittedView<T>(_ body: (inout State, inout RowReader, Connection) throws -> T) throws -> T {
+        if layout.withLock({ $0.readsThroughWriter }) {
+            return try writer.withLock { writerState in
+                try state.withLock { state in
+                    let db = writerState.connection
+                    var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
+                    return try body(&state, &reader, db)
+                }
+            }
+        }
+        let connection = try takeReader()
+        defer { finishReading(connection) }
+        let db = connection.connection
+        return try state.withLock { state in
+            try db.execute("BEGIN DEFERRED")
+            _ = try db.scalar(connection.snapshotSQL)
+            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
+            return try body(&state, &reader, db)
+        }
+    }
+
+    /// Pins a view of the store as it is now: reads with the returned ID see every row as it
+    /// was at this moment, whatever is committed later, until `unpin`.
+    package func pin() -> UInt64 {
+        state.withLock { state in
+            let id = state.nextPin
+            state.nextPin += 1
+            state.pins[id] = PinnedImages()
+            return id
+        }
+    }
+
+    /// How many write transactions the writer has run so far.
+    var transactionCount: Int { state.withLock { $0.transactionCount } }
+
+    package func unpin(_ id: UInt64) {
+        _ = state.withLock { $0.pins.removeValue(forKey: id) }
+    }
+
+    private func takeReader() throws -> Reader {
+        if let reader = readers.withLock({ $0.popLast() }) { return reader }
+        let (parts, generation) = layout.withLock { ($0.parts, $0.generation) }
+        guard let main = parts.first?.url else { preconditionFailure("in-memory stores read through the writer connection") }
+        let db = try Connection(path: main.path, readOnly: true)
+        db.setBusyTimeout(milliseconds: Self.busyTimeout)
+        for part in parts.dropFirst() {
+            guard let url = part.url else { preconditionFailure("stores with an in-memory part read through the writer connection") }
+            // Attached with the reader's own read-only flags.
+            let attach = try db.cachedStatement("ATTACH DATABASE ? AS \(part.database.quotedIdentifier)")
+            defer { attach.reset() }
+            try attach.bindAndExecute([.text(url.path)])
+        }
+        db.install(tracer)
+        let snapshot = parts.count == 1
+            ? "SELECT 1 FROM sqlite_master LIMIT 1"
+            : "SELECT " + parts.map { "(SELECT 1 FROM \($0.database.quotedIdentifier).sqlite_master LIMIT 1)" }.joined(separator: ", ")
+        return Reader(connection: db, generation: generation, snapshotSQL: snapshot)
+    }
+
+    /// Ends `reader`'s read transaction and puts it back in the pool.
+    ///
+    /// What the read returned stays whole whatever happens here: it came from one snapshot,
+    /// and ending a read-only transaction changes nothing in the file. The danger is reuse: a
+    /// reader whose `COMMIT` failed may still be inside its transaction, and the next read
+    /// would see its old snapshot. Such a reader is closed instead (closing rolls its
+    /// transaction back), and the error goes to `stack.onError`; the read's caller, whose
+    /// result is good — or whose commit was already queued inside the read — is not told
+    /// otherwise.
+    private func finishReading(_ reader: Reader) {
+        let db = reader.connection
+        if db.isInTransaction {
+            do {
+                try db.execute("COMMIT")
+            } catch {
+                reportError(error)
+                return
+            }
+        }
+        returnReader(reader)
+    }
+
+    private func returnReader(_ reader: Reader) {
+        let current = layout.withLock { $0.generation }
+        guard reader.generation == current else { return }
+        readers.withLock { idle in
+            if idle.count < Self.maximumIdleReaders { idle.append(reader) }
+        }
+    }
+
+    // MARK: - Flushing
+
+    /// Waits until every commit handed over before the call is in SQLite, then throws the
+    /// first error of a failed background save since the last flush, if any.
+    package func flush() async throws {
+        let waiter = FlushWaiter()
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            waiter.setContinuation(continuation)
+            register(waiter, upTo: nil)
+        }
+    }
+
+    /// Blocks until every commit handed over before the call is written (or failed), without
+    /// taking background errors from `flush()`.
+    package func waitUntilQueuedWritten() throws {
+        let last = state.withLock { $0.lastSequence }
+        let waiter = FlushWaiter(reporting: .nothing)
+        register(waiter, upTo: last)
+        try waiter.wait()
+    }
+
+    /// Blocks until every commit handed over before the call is in SQLite; see `flush()`.
+    package func flushAndWait() throws {
+        let waiter = FlushWaiter()
+        register(waiter, upTo: nil)
+        try waiter.wait()
+    }
+
+    /// Waits until the commit with `sequence` is in SQLite; throws if saving it failed.
+    package func waitUntilWritten(_ sequence: UInt64) async throws {
+        let waiter = FlushWaiter(sequence: sequence)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            waiter.setContinuation(continuation)
+            register(waiter, upTo: sequence)
+        }
+    }
+
+    func register(_ waiter: FlushWaiter, upTo sequence: UInt64?) {
+        let ready = state.withLock { state -> Bool in
+            let target = sequence ?? state.lastSequence
+            if state.writtenSequence >= target { return true }
+            state.waiters.append((target, waiter))
+            return false
+        }
+        if ready { waiter.resume(store: self) }
+    }
+
+    /// Takes the errors of failed background saves, oldest first.
+    fileprivate func takeErrors() -> [any Error] {
+        state.withLock { state in
+            defer { state.errors.removeAll() }
+            return state.errors
+        }
+    }
+
+    /// Why the commit with `sequence` failed to save, if it did.
+    fileprivate func takeFailure(_ sequence: UInt64) -> (any Error)? {
+        state.withLock { $0.failures.removeValue(forKey: sequence) }
+    }
+
+    /// A waiter for `flush`, resumed by the writer once its sequence is written.
+    final class FlushWaiter: Sendable {
+        private let continuation = Locked<CheckedContinuation<Void, any Error>?>(nil)
+        private let semaphore = DispatchSemaphore(value: 0)
+        private let outcome = Locked<(any Error)?>(nil)
+        /// What the waiter throws once resumed.
+        enum Reporting: Sendable {
+            /// The first background error since the last flush (`flush()`).
+            case backgroundErrors
+            /// The failure of this commit, if it failed (a caller waiting for its own commit).
+            case failure(of: UInt64)
+            /// Nothing: the caller only waits.
+            case nothing
+        }
+
+        private let reporting: Reporting
+
+        init(sequence: UInt64) { self.reporting = .failure(of: sequence) }
+        init(reporting: Reporting = .backgroundErrors) { self.reporting = reporting }
+
+        func setContinuation(_ continuation: CheckedContinuation<Void, any Error>) {
+            self.continuation.withLock { $0 = continuation }
+        }
+
+        func resume(store: SQLiteStore) {
+            let error: (any Error)?
+            switch reporting {
+            case .failure(let sequence): error = store.takeFailure(sequence)
+            case .backgroundErrors: error = store.takeErrors().first
+            case .nothing: error = nil
+            }
+            outcome.withLock { $0 = error }
+            if let continuation = continuation.withLock({ $0.take() }) {
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+            semaphore.signal()
+        }
+
+        func wait() throws {
+            semaphore.wait()
+            if let error = outcome.withLock({ $0 }) { throw error }
+        }
+    }
+}
+
+extension Statement {
+    /// Binds `values` to parameters 1, 2, … and runs the statement.
+    func bindAndExecute(_ values: [Value]) throws(SQLiteError) {
+        try bind(values)
+        try execute()
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackSQLite
+
+/// A store that cannot be opened or used: thrown by `addDatabaseStore` and friends.
+public struct StoreError: Error, CustomStringConvertible, Sendable {
+    /// What is wrong, as a value you can match.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Base: String, Hashable, Sendable {
+            case modelMismatch, alreadyAdded, unknownConfiguration, cannotOpen, notADatabase, foreignDatabase
+            case cannotMigrate, corrupt, permissionDenied
+        }
+        private let base: Base
+        /// The file was written by a different model, and `autoMigrating` is false.
+        public static let modelMismatch = Code(base: .modelMismatch)
+        /// The file was written by a different model, and the change cannot be inferred (an
+        /// attribute's type changed, a new unique constraint that stored rows violate): the
+        /// message names the entity and attribute; the file is left as it was.
+        public static let cannotMigrate = Code(base: .cannotMigrate)
+        /// A store for this configuration (or for one of its entities) is already added, or
+        /// the file is already added with other settings.
+        public static let alreadyAdded = Code(base: .alreadyAdded)
+        /// The model has no configuration of that name.
+        public static let unknownConfiguration = Code(base: .unknownConfiguration)
+        /// The file is an SQLite database that ContextStack did not create; it is left untouched.
+        public static let foreignDatabase = Code(base: .foreignDatabase)
+        /// The file cannot be opened or created.
+        public static let cannotOpen = Code(base: .cannotOpen)
+        /// The file is not an SQLite database; it is left untouched, even with `resetOnFailure`.
+        public static let notADatabase = Code(base: .notADatabase)
+        /// The file is an SQLite database but damaged (truncated, or pages that do not parse).
+        public static let corrupt = Code(base: .corrupt)
+        /// The process may not read or write the file, or may not create files in its
+        /// directory (a store needs its `-wal` and `-shm` files beside it).
+        public static let permissionDenied = Code(base: .permissionDenied)
+
+        /// The code's name, as written after the dot: `permissionDenied`.
+        public var description: String { base.rawValue }
+    }
+
+    public let code: Code
+    public let message: String
+    /// The SQLite error underneath, when there is one.
+    public let underlying: SQLiteError?
+
+    package init(_ code: Code, _ message: String, underlying: SQLiteError? = nil) {
+        self.code = code
+        self.message = message
+        self.underlying = underlying
+    }
+
+    public var description: String {
+        underlying.map { "\(message) (\($0))" } ?? message
+    }
+}
