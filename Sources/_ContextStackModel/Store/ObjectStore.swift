@@ -102,8 +102,9 @@ package struct ReadSession {
     }
 }
 
-/// A batch update or delete: run by the writer in its turn among the commits, straight
-/// against SQLite, so it acts on every commit handed over before it.
+/// A batch update or delete: run by the store's writer in its turn among the commits, as one
+/// statement against the stored rows (no objects are loaded), so it acts on every commit
+/// handed over before it.
 package enum BatchOperation: Sendable {
     /// Sets the same values on every row of `entity` matching `condition`.
     case update(ResolvedEntity, Condition?, [(slot: Int, value: Value)])
