@@ -23,6 +23,13 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]
         ),
+        // libpq, the reference PostgreSQL client, found through pkg-config. Only
+        // `_ContextStackPostgres` imports it; SQLite-only users never build or link it.
+        .systemLibrary(
+            name: "CLibpq",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"]), .brew(["libpq"])]
+        ),
         .macro(
             name: "ContextStackMacros",
             dependencies: [
@@ -44,6 +51,9 @@ let package = Package(
         // The model, the query language, change sets, the store seam (`ObjectStore`) and the
         // object engine behind every context (`ContextCore`). Knows no store and no SQLite.
         .target(name: "_ContextStackModel", dependencies: ["_ContextStackCore"]),
+        // The PostgreSQL client layer: connections, prepared statements, values both ways,
+        // errors. The only importer of CLibpq; the PostgreSQL store will be built on it.
+        .target(name: "_ContextStackPostgres", dependencies: ["CLibpq", "_ContextStackCore"]),
         // The SQLite store: the first implementation of the store seam.
         .target(name: "_ContextStackSQLiteStore", dependencies: ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite"]),
         // The API users import: Stack, MainContext, update contexts, observation, macros.
@@ -58,7 +68,8 @@ let package = Package(
         .executableTarget(name: "stress-writer", dependencies: ["ContextStack"], path: "Tests/StressWriter"),
         .testTarget(
             name: "ContextStackTests",
-            dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore"]
+            dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore",
+                           "_ContextStackPostgres"]
         ),
         .testTarget(
             name: "ContextStackMacrosTests",

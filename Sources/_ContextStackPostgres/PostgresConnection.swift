@@ -1,0 +1,179 @@
+import _ContextStackCore
+import CLibpq
+import Foundation
+
+/// One libpq connection: a handle plus its cache of prepared statements.
+///
+/// Like SQLite's `Connection`, it is synchronous and not thread-safe, and says so by not being
+/// `Sendable`: whoever owns it (a pool, a writer) hands it to one caller at a time, on a thread
+/// of its own, never on Swift's cooperative pool.
+///
+/// Statements take `?` placeholders, as everywhere else in ContextStack; they become `$1`,
+/// `$2`, … once, when the statement is prepared (`PostgresPlaceholders`). Values are sent in
+/// text format with explicit types (`int8`, `float8`, `text`; `bytea` in binary) and results
+/// come back in text format, read by their column types (`PostgresRow`).
+package final class PostgresConnection {
+    package let handle: OpaquePointer
+    package let settings: PostgresSettings
+    /// Prepared statements by SQL and argument types: their server-side names.
+    private var statements: [StatementKey: String] = [:]
+    private var statementCount = 0
+    /// Past this many prepared statements the cache starts over (`DEALLOCATE ALL`), as
+    /// SQLite's does: generated SQL varies and must not grow the server's memory without bound.
+    package static let statementCacheLimit = 512
+
+    /// Connects, or throws naming the server without its password.
+    /// - Throws: `PostgresError` with a class 08 code when the server cannot be reached.
+    package init(_ settings: PostgresSettings) throws(PostgresError) {
+        try settings.validate()
+        let pairs = settings.keywordsAndValues
+        let keywords = pairs.map { strdup($0.0) }
+        let values = pairs.map { strdup($0.1) }
+        defer {
+            keywords.forEach { free($0) }
+            values.forEach { free($0) }
+        }
+        var keywordPointers = keywords.map { UnsafePointer($0) } + [nil]
+        var valuePointers = values.map { UnsafePointer($0) } + [nil]
+        guard let handle = PQconnectdbParams(&keywordPointers, &valuePointers, 1) else {
+            throw PostgresError(code: .cannotConnect, message: "could not connect to \(settings.redactedURL): out of memory")
+        }
+        guard PQstatus(handle) == CONNECTION_OK else {
+            let message = Self.trimmed(PQerrorMessage(handle))
+            PQfinish(handle)
+            throw PostgresError(code: .cannotConnect, message: "could not connect to \(settings.redactedURL): \(message)")
+        }
+        self.handle = handle
+        self.settings = settings
+    }
+
+    deinit {
+        PQfinish(handle)
+    }
+
+    /// Whether libpq has found the connection broken (the server closed it, or it was reset).
+    package var isBroken: Bool { PQstatus(handle) != CONNECTION_OK }
+
+    /// Whether the connection is inside a transaction block, idle or failed.
+    package var isInTransaction: Bool {
+        let status = PQtransactionStatus(handle)
+        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
+    }
+
+    /// The server process serving this connection (for `pg_terminate_backend`, and for logs).
+    package var backendPID: Int32 { PQbackendPID(handle) }
+
+    /// Runs one or more statements without parameters, through the simple query protocol
+    /// (`BEGIN`, `COMMIT`, DDL, several statements separated by `;`).
+    package func execute(_ sql: String) throws(PostgresError) {
+        let result = PQexec(handle, sql)
+        defer { PQclear(result) }
+        try check(result, sql: sql)
+    }
+
+    /// Runs a statement with `?` placeholders bound to `arguments`, prepared once and reused;
+    /// returns the number of rows it inserted, updated or deleted.
+    @discardableResult
+    package func run(_ sql: String, _ arguments: [Value] = []) throws(PostgresError) -> Int {
+        let result = try executePrepared(sql, arguments)
+        defer { PQclear(result) }
+        return Int(String(cString: PQcmdTuples(result))) ?? 0
+    }
+
+    /// Runs a prepared query and hands each row to `body`; the row is valid only during that call.
+    package func query(_ sql: String, _ arguments: [Value] = [], _ body: (PostgresRow) throws -> Void) throws {
+        let result = try executePrepared(sql, arguments)
+        defer { PQclear(result) }
+        var row = PostgresRow(result: result)
+        let count = PQntuples(result)
+        var index: Int32 = 0
+        while index < count {
+            row.index = index
+            try body(row)
+            index += 1
+        }
+    }
+
+    // MARK: - Prepared statements
+
+    private struct StatementKey: Hashable {
+        let sql: String
+        let types: [UInt32]
+    }
+
+    /// Prepares `sql` for these argument types on first use, then executes it.
+    private func executePrepared(_ sql: String, _ arguments: [Value]) throws(PostgresError) -> OpaquePointer {
+        let parameters = PostgresParameters(arguments)
+        let key = StatementKey(sql: sql, types: parameters.types)
+        let name: String
+        if let cached = statements[key] {
+            name = cached
+        } else {
+            name = try prepare(key)
+        }
+        let result = parameters.withPointers { values, lengths, formats in
+            PQexecPrepared(handle, name, Int32(arguments.count), values, lengths, formats, 0)
+        }
+        guard let result else { throw lostConnection(sql: sql) }
+        do {
+            try check(result, sql: sql)
+        } catch {
+            PQclear(result)
+            throw error
+        }
+        return result
+    }
+
+    private func prepare(_ key: StatementKey) throws(PostgresError) -> String {
+        if statements.count >= Self.statementCacheLimit {
+            try execute("DEALLOCATE ALL")
+            statements.removeAll(keepingCapacity: true)
+        }
+        statementCount += 1
+        let name = "cs\(statementCount)"
+        let text = PostgresPlaceholders.numbered(key.sql)
+        let result = key.types.withUnsafeBufferPointer { types in
+            PQprepare(handle, name, text, Int32(types.count), types.baseAddress)
+        }
+        defer { PQclear(result) }
+        try check(result, sql: key.sql)
+        statements[key] = name
+        return name
+    }
+
+    // MARK: - Errors
+
+    /// Throws the error a result reports, if it reports one.
+    private func check(_ result: OpaquePointer?, sql: String) throws(PostgresError) {
+        guard let result else { throw lostConnection(sql: sql) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY, PGRES_SINGLE_TUPLE:
+            return
+        default:
+            let state = cs_pq_sqlstate(result).map { String(cString: $0) }
+            let message = cs_pq_message(result).map { String(cString: $0) } ?? Self.trimmed(PQresultErrorMessage(result))
+            let code: PostgresError.Code = if let state, state.utf8.count == 5 { .init(rawValue: state) } else if isBroken { .connectionLost } else { .init(rawValue: "XX000") }
+            throw PostgresError(code: code, message: message,
+                                detail: cs_pq_detail(result).map { String(cString: $0) },
+                                constraint: cs_pq_constraint(result).map { String(cString: $0) }, sql: sql)
+        }
+    }
+
+    /// libpq returned no result at all: the connection is gone (or out of memory).
+    private func lostConnection(sql: String) -> PostgresError {
+        PostgresError(code: .connectionLost, message: "lost the connection to \(settings.redactedURL): \(Self.trimmed(PQerrorMessage(handle)))", sql: sql)
+    }
+
+    /// A libpq message without its trailing newline, or a placeholder for none.
+    private static func trimmed(_ message: UnsafePointer<CChar>?) -> String {
+        guard let message else { return "no message" }
+        let text = String(cString: message).trimmingCharacters(in: .whitespacesAndNewlines)
+        return text.isEmpty ? "no message" : text
+    }
+}
+
+extension PostgresConnection: QueryConnection {
+    package func select(_ sql: String, _ arguments: [Value], _ body: (any QueryRow) throws -> Void) throws {
+        try query(sql, arguments) { row in try body(row) }
+    }
+}

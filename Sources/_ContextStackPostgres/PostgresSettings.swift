@@ -1,0 +1,49 @@
+import Foundation
+
+/// Where a PostgreSQL server is and how long to wait for it: a `postgres://` URL plus the
+/// settings ContextStack adds to every connection.
+///
+/// The URL is what libpq accepts (`postgres://user:password@host:port/database?sslmode=…`,
+/// libpq's "Connection URIs"); its parameters win over the settings here, so an operator can
+/// change a timeout in the URL alone.
+package struct PostgresSettings: Sendable {
+    /// The server, as given. Never printed: `redactedURL` is what messages show.
+    package let url: URL
+    /// Seconds libpq waits for a connection before failing (libpq's `connect_timeout`).
+    package var connectTimeout: Int
+    /// The name the server shows for these connections in `pg_stat_activity`.
+    package var applicationName: String
+
+    package init(url: URL, connectTimeout: Int = 10, applicationName: String = "ContextStack") {
+        self.url = url
+        self.connectTimeout = connectTimeout
+        self.applicationName = applicationName
+    }
+
+    /// The URL without its password and query: `postgres://app@db:5432/app`. What error
+    /// messages and traces show of the server.
+    package var redactedURL: String {
+        guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return "postgres://(unparsable URL)" }
+        parts.password = nil
+        parts.query = nil
+        parts.fragment = nil
+        return parts.string ?? "postgres://(unparsable URL)"
+    }
+
+    /// Checks what libpq would otherwise reject with a less helpful message.
+    /// - Throws: `PostgresError` with code `.cannotConnect` naming what is wrong.
+    package func validate() throws(PostgresError) {
+        guard let scheme = url.scheme?.lowercased(), scheme == "postgres" || scheme == "postgresql" else {
+            throw PostgresError(code: .cannotConnect, message: "\(redactedURL) is not a PostgreSQL URL: use postgres://user:password@host:port/database")
+        }
+    }
+
+    /// libpq's connection keywords and values, in the order it processes them: ContextStack's
+    /// defaults first, then the URL (`dbname` expands it), whose own parameters override them.
+    var keywordsAndValues: [(String, String)] {
+        [("connect_timeout", String(connectTimeout)),
+         ("application_name", applicationName),
+         ("client_encoding", "UTF8"),
+         ("dbname", url.absoluteString)]
+    }
+}

@@ -1,0 +1,210 @@
+import _ContextStackCore
+import CLibpq
+import Foundation
+
+/// The type OIDs ContextStack sends and reads (PostgreSQL's `pg_type.dat`).
+enum PostgresType {
+    static let bool: UInt32 = 16
+    static let bytea: UInt32 = 17
+    static let int8: UInt32 = 20
+    static let int2: UInt32 = 21
+    static let int4: UInt32 = 23
+    static let text: UInt32 = 25
+    static let oid: UInt32 = 26
+    static let float4: UInt32 = 700
+    static let float8: UInt32 = 701
+    static let numeric: UInt32 = 1700
+    /// No type: the server infers one from where the parameter is used (what NULL is sent as).
+    static let unspecified: UInt32 = 0
+}
+
+/// Statement arguments as libpq takes them: one contiguous buffer of values, their lengths and
+/// formats, and the types the statement is prepared with.
+///
+/// Integers (`int8`), doubles (`float8`) and text go in text format, each NUL-terminated in the
+/// buffer; blobs go as raw bytes in binary format (`bytea`), so no hex round trip; NULL is a
+/// null pointer with no type, which the server infers from the parameter's use.
+struct PostgresParameters {
+    private(set) var types: [UInt32] = []
+    private var bytes: [UInt8] = []
+    private var offsets: [Int] = []
+    private var lengths: [Int32] = []
+    private var formats: [Int32] = []
+
+    init(_ values: [Value]) {
+        types.reserveCapacity(values.count)
+        for value in values {
+            switch value {
+            case .null:
+                types.append(PostgresType.unspecified)
+                offsets.append(-1)
+                lengths.append(0)
+                formats.append(0)
+            case .integer(let integer):
+                types.append(PostgresType.int8)
+                appendText(String(integer))
+            case .double(let double):
+                types.append(PostgresType.float8)
+                appendText(Self.text(of: double))
+            case .text(let text):
+                types.append(PostgresType.text)
+                appendText(text)
+            case .blob(let data):
+                types.append(PostgresType.bytea)
+                offsets.append(bytes.count)
+                lengths.append(Int32(data.count))
+                formats.append(1)
+                bytes.append(contentsOf: data)
+            }
+        }
+        bytes.append(0) // never empty, so every offset has an address
+    }
+
+    private mutating func appendText(_ text: String) {
+        offsets.append(bytes.count)
+        bytes.append(contentsOf: text.utf8)
+        bytes.append(0)
+        lengths.append(0) // ignored for text format
+        formats.append(0)
+    }
+
+    /// `float8`'s input syntax for a double: Swift's shortest round-tripping digits, and
+    /// PostgreSQL's words for the infinities and NaN.
+    static func text(of double: Double) -> String {
+        if double.isNaN { return "NaN" }
+        if double.isInfinite { return double < 0 ? "-Infinity" : "Infinity" }
+        return double.description
+    }
+
+    /// Calls `body` with libpq's `paramValues`, `paramLengths` and `paramFormats`.
+    func withPointers<R>(_ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> R) -> R {
+        bytes.withUnsafeBufferPointer { buffer in
+            let base = UnsafeRawPointer(buffer.baseAddress!)
+            let pointers: [UnsafePointer<CChar>?] = offsets.map { offset in
+                offset < 0 ? nil : (base + offset).assumingMemoryBound(to: CChar.self)
+            }
+            return pointers.withUnsafeBufferPointer { values in
+                lengths.withUnsafeBufferPointer { lengths in
+                    formats.withUnsafeBufferPointer { formats in
+                        body(values.baseAddress, lengths.baseAddress, formats.baseAddress)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The current row of a query result, read by its columns' types.
+///
+/// Results come in text format. Integers, booleans (as 1 and 0, as SQLite stores them) and
+/// OIDs become `.integer`; `float4`, `float8` and `numeric` (what `avg` and `sum` of integers
+/// return) become `.double`; `bytea` becomes `.blob`; everything else `.text`. The same values
+/// a SQLite store would hand back for the same schema.
+package struct PostgresRow: QueryRow {
+    private enum Kind { case integer, boolean, double, blob, text }
+
+    private let result: OpaquePointer
+    private let kinds: [Kind]
+    var index: Int32 = 0
+
+    init(result: OpaquePointer) {
+        self.result = result
+        kinds = (0..<PQnfields(result)).map { column in
+            switch PQftype(result, column) {
+            case PostgresType.int8, PostgresType.int4, PostgresType.int2, PostgresType.oid: .integer
+            case PostgresType.bool: .boolean
+            case PostgresType.float8, PostgresType.float4, PostgresType.numeric: .double
+            case PostgresType.bytea: .blob
+            default: .text
+            }
+        }
+    }
+
+    /// The number of columns.
+    package var count: Int { kinds.count }
+
+    package func isNull(_ column: Int) -> Bool {
+        PQgetisnull(result, index, Int32(column)) == 1
+    }
+
+    package func value(_ column: Int) -> Value {
+        let field = Int32(column)
+        if PQgetisnull(result, index, field) == 1 { return .null }
+        let start = UnsafeRawPointer(PQgetvalue(result, index, field)!)
+        let bytes = UnsafeRawBufferPointer(start: start, count: Int(PQgetlength(result, index, field)))
+        switch kinds[column] {
+        case .integer:
+            return Self.integer(bytes).map(Value.integer) ?? .text(String(decoding: bytes, as: UTF8.self))
+        case .boolean:
+            return .integer(bytes.first == UInt8(ascii: "t") ? 1 : 0)
+        case .double:
+            return .double(Self.double(String(decoding: bytes, as: UTF8.self)))
+        case .blob:
+            return .blob(Self.bytea(bytes))
+        case .text:
+            return .text(String(decoding: bytes, as: UTF8.self))
+        }
+    }
+
+    package func int64(_ column: Int) -> Int64 {
+        switch value(column) {
+        case .integer(let integer): integer
+        case .double(let double): Int64(exactly: double.rounded(.towardZero)) ?? 0
+        case .text(let text): Int64(text) ?? 0
+        case .null, .blob: 0
+        }
+    }
+
+    package func read(_ positions: [Int], into values: inout ContiguousArray<Value>, slots: [Int]) {
+        for index in positions.indices {
+            values[slots[index]] = value(positions[index])
+        }
+    }
+
+    /// A decimal integer, without going through `String`.
+    static func integer(_ bytes: UnsafeRawBufferPointer) -> Int64? {
+        guard let first = bytes.first else { return nil }
+        let negative = first == UInt8(ascii: "-")
+        var magnitude: UInt64 = 0
+        for byte in bytes.dropFirst(negative ? 1 : 0) {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            let (times10, overflow1) = magnitude.multipliedReportingOverflow(by: 10)
+            let (sum, overflow2) = times10.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+            guard !overflow1, !overflow2 else { return nil }
+            magnitude = sum
+        }
+        if negative {
+            return magnitude <= UInt64(Int64.max) + 1 ? Int64(truncatingIfNeeded: 0 &- magnitude) : nil
+        }
+        return magnitude <= UInt64(Int64.max) ? Int64(magnitude) : nil
+    }
+
+    /// `float8`'s output syntax: digits, or `Infinity`, `-Infinity`, `NaN`.
+    static func double(_ text: String) -> Double {
+        switch text {
+        case "Infinity": .infinity
+        case "-Infinity": -.infinity
+        case "NaN": .nan
+        default: Double(text) ?? .nan
+        }
+    }
+
+    /// `bytea`'s hex output format, `\x0a1b…`.
+    static func bytea(_ bytes: UnsafeRawBufferPointer) -> Data {
+        guard bytes.count >= 2, bytes[0] == UInt8(ascii: "\\"), bytes[1] == UInt8(ascii: "x") else { return Data(bytes) }
+        func nibble(_ byte: UInt8) -> UInt8 {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+            default: (byte &- UInt8(ascii: "A")) &+ 10
+            }
+        }
+        var data = Data(capacity: (bytes.count - 2) / 2)
+        var index = 2
+        while index + 1 < bytes.count {
+            data.append(nibble(bytes[index]) << 4 | nibble(bytes[index + 1]))
+            index += 2
+        }
+        return data
+    }
+}

@@ -1,0 +1,199 @@
+import _ContextStackCore
+@testable import _ContextStackPostgres
+import Foundation
+import Testing
+
+/// The libpq client under the PostgreSQL store: placeholders, values both ways, errors, and a
+/// connection that breaks — against a real server (see `PostgresServer`).
+@Suite struct PostgresPlaceholderTests {
+    @Test func questionMarksBecomeNumberedParameters() {
+        #expect(PostgresPlaceholders.numbered("SELECT ? + ?, ?") == "SELECT $1 + $2, $3")
+        #expect(PostgresPlaceholders.numbered("SELECT 1") == "SELECT 1")
+        let many = "(" + Array(repeating: "?", count: 12).joined(separator: ", ") + ")"
+        #expect(PostgresPlaceholders.numbered(many).hasSuffix("$11, $12)"))
+    }
+
+    @Test func quotedTextAndCommentsKeepTheirQuestionMarks() {
+        #expect(PostgresPlaceholders.numbered(#"SELECT '?', "a?b", ? FROM "t?""#) == #"SELECT '?', "a?b", $1 FROM "t?""#)
+        #expect(PostgresPlaceholders.numbered("SELECT 'it''s ?', ?") == "SELECT 'it''s ?', $1")
+        #expect(PostgresPlaceholders.numbered(#"SELECT "a""?", ?"#) == #"SELECT "a""?", $1"#)
+        #expect(PostgresPlaceholders.numbered("SELECT ? -- why?\n, ?") == "SELECT $1 -- why?\n, $2")
+        #expect(PostgresPlaceholders.numbered("SELECT /* ? */ ?, /*/ ? */ ?") == "SELECT /* ? */ $1, /*/ ? */ $2")
+    }
+}
+
+@Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
+struct PostgresConnectionTests {
+    let database: TestDatabase
+    let connection: PostgresConnection
+
+    init() throws {
+        database = try TestDatabase()
+        connection = try PostgresConnection(PostgresSettings(url: database.url))
+    }
+
+    /// Values a store keeps, edge cases included, sent as parameters and read back.
+    static let values: [Value] = [
+        .null, .integer(0), .integer(-1), .integer(Int64.max), .integer(Int64.min),
+        .double(0.1), .double(-0.0), .double(1e-300), .double(.leastNonzeroMagnitude), .double(.greatestFiniteMagnitude),
+        .double(.infinity), .double(-.infinity),
+        .text(""), .text("Monk"), .text("it's \"quoted\" ? $1 \\ back"), .text("Zoë 👩‍👩‍👧 ſ ß İ"),
+        .blob(Data()), .blob(Data((0...255).map { UInt8($0) })), .blob(Data([0, 0, 92, 120])),
+    ]
+
+    @Test func everyValueRoundTripsThroughParameters() throws {
+        for value in Self.values {
+            var read: [Value] = []
+            try connection.query("SELECT ?", [value]) { row in read.append(row.value(0)) }
+            #expect(read.count == 1)
+            #expect(read.first.map { $0.isIdentical(to: value) } == true, "sent \(value), read \(read.first ?? .null)")
+        }
+    }
+
+    @Test func everyValueRoundTripsThroughATable() throws {
+        try connection.execute("CREATE TABLE t (i bigint, d double precision, s text, b bytea)")
+        for value in Self.values {
+            let slot = switch value {
+            case .integer: "i"
+            case .double: "d"
+            case .text: "s"
+            case .blob, .null: "b"
+            }
+            try connection.run("DELETE FROM t")
+            #expect(try connection.run("INSERT INTO t (\(slot)) VALUES (?)", [value]) == 1)
+            var read: [Value] = []
+            try connection.query("SELECT \(slot) FROM t") { row in read.append(row.value(0)) }
+            #expect(read.first.map { $0.isIdentical(to: value) } == true, "stored \(value) as \(slot), read \(read.first ?? .null)")
+        }
+    }
+
+    @Test func columnTypesReadAsTheValuesSQLiteWouldHold() throws {
+        var row: [Value] = []
+        try connection.query("SELECT 7::int2, 8::int4, true, false, 1.5::real, 2.25::numeric, avg(x), sum(x), count(*), 'x'::varchar, NULL::int8 FROM (VALUES (1::int8), (2::int8)) AS v(x)") { result in
+            row = (0..<result.count).map { result.value($0) }
+        }
+        let expected: [Value] = [.integer(7), .integer(8), .integer(1), .integer(0), .double(1.5), .double(2.25),
+                                 .double(1.5), .double(3), .integer(2), .text("x"), .null]
+        #expect(row.count == expected.count)
+        for (read, wanted) in zip(row, expected) {
+            #expect(read.isIdentical(to: wanted), "read \(read), expected \(wanted)")
+        }
+    }
+
+    @Test func aStatementIsPreparedPerArgumentTypes() throws {
+        try connection.execute("CREATE TABLE t (i bigint)")
+        try connection.run("INSERT INTO t VALUES (1), (NULL)")
+        // The same text with a NULL, then an integer, then a double: each its own preparation,
+        // so the first one's inferred type does not reject the later ones.
+        for argument: Value in [.null, .integer(1), .double(1.0)] {
+            var count = Value.null
+            try connection.query("SELECT count(*) FROM t WHERE i IS NOT DISTINCT FROM ?", [argument]) { count = $0.value(0) }
+            #expect(count == .integer(1), "with \(argument)")
+        }
+    }
+
+    @Test func theStatementCacheStartsOverPastItsLimit() throws {
+        for index in 0..<(PostgresConnection.statementCacheLimit + 3) {
+            var read = Value.null
+            try connection.query("SELECT ? + \(index)", [.integer(1)]) { read = $0.value(0) }
+            #expect(read == .integer(Int64(1 + index)))
+        }
+        var prepared = Value.null
+        try connection.query("SELECT count(*) FROM pg_prepared_statements") { prepared = $0.value(0) }
+        #expect((prepared.int64Value ?? .max) <= Int64(PostgresConnection.statementCacheLimit))
+    }
+
+    @Test func severalStatementsRunInOneExecute() throws {
+        try connection.execute("CREATE TABLE a (x int); CREATE TABLE b (y int); INSERT INTO a VALUES (1)")
+        var count = Value.null
+        try connection.query("SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)") { count = $0.value(0) }
+        #expect(count == .integer(1))
+    }
+
+    @Test func aUniqueViolationNamesItsCodeAndConstraintButNotTheValues() throws {
+        try connection.execute("CREATE TABLE person (email text CONSTRAINT person_email UNIQUE)")
+        try connection.run("INSERT INTO person VALUES (?)", [.text("monk@example.org")])
+        let error = try #require(throws: PostgresError.self) {
+            try connection.run("INSERT INTO person VALUES (?)", [.text("monk@example.org")])
+        }
+        #expect(error.code == .uniqueViolation)
+        #expect(error.code.errorClass == "23")
+        #expect(error.constraint == "person_email")
+        #expect(error.detail?.contains("monk@example.org") == true)
+        #expect(error.sql == "INSERT INTO person VALUES (?)")
+        #expect(!error.description.contains("monk@example.org"), "\(error)")
+        #expect(error.description.contains("23505"))
+        // The connection is still usable after a failed statement outside a transaction.
+        var count = Value.null
+        try connection.query("SELECT count(*) FROM person") { count = $0.value(0) }
+        #expect(count == .integer(1))
+    }
+
+    @Test func aSyntaxErrorIsThrownWithItsSQL() throws {
+        let error = try #require(throws: PostgresError.self) { try connection.execute("SELEKT 1") }
+        #expect(error.code == .syntaxError)
+        #expect(error.sql == "SELEKT 1")
+        let prepared = try #require(throws: PostgresError.self) { try connection.run("SELECT * FROM missing WHERE x = ?", [.integer(1)]) }
+        #expect(prepared.code == .undefinedTable)
+    }
+
+    @Test func transactionsAreTracked() throws {
+        #expect(!connection.isInTransaction)
+        try connection.execute("BEGIN")
+        #expect(connection.isInTransaction)
+        #expect(throws: PostgresError.self) { try connection.execute("SELECT 1/0") }
+        #expect(connection.isInTransaction, "a failed transaction is still open until ROLLBACK")
+        try connection.execute("ROLLBACK")
+        #expect(!connection.isInTransaction)
+    }
+
+    @Test func aConnectionTheServerEndsIsReportedAsLost() throws {
+        let admin = try PostgresConnection(PostgresSettings(url: database.url))
+        try admin.run("SELECT pg_terminate_backend(?::int4)", [.integer(Int64(connection.backendPID))])
+        let error = try #require(throws: PostgresError.self) {
+            try connection.query("SELECT ?", [.integer(1)]) { _ in }
+        }
+        #expect(error.code.isConnectionFailure || error.code == .adminShutdown, "\(error)")
+        #expect(connection.isBroken)
+        #expect(throws: PostgresError.self) { try connection.execute("SELECT 1") }
+    }
+
+    @Test func aFailedConnectionNamesTheServerWithoutThePassword() throws {
+        // A port nothing listens on: the database's own port with the server asked to refuse…
+        // simplest is a port just freed.
+        let url = URL(string: "postgres://app:hunter2@127.0.0.1:1/app")!
+        let error = try #require(throws: PostgresError.self) {
+            _ = try PostgresConnection(PostgresSettings(url: url, connectTimeout: 2))
+        }
+        #expect(error.code == .cannotConnect)
+        #expect(error.code.isConnectionFailure)
+        #expect(error.description.contains("postgres://app@127.0.0.1:1/app"), "\(error)")
+        #expect(!error.description.contains("hunter2"), "\(error)")
+    }
+
+    @Test func aURLThatIsNotPostgresIsRefusedByName() throws {
+        let error = try #require(throws: PostgresError.self) {
+            _ = try PostgresConnection(PostgresSettings(url: URL(string: "mysql://app:hunter2@db/app")!))
+        }
+        #expect(error.description.contains("not a PostgreSQL URL"))
+        #expect(!error.description.contains("hunter2"))
+    }
+
+    @Test func settingsInTheURLWinOverTheDefaults() throws {
+        var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
+        parts.queryItems = [URLQueryItem(name: "application_name", value: "from-the-url")]
+        let named = try PostgresConnection(PostgresSettings(url: parts.url!, applicationName: "default"))
+        var name = Value.null
+        try named.query("SELECT current_setting('application_name')") { name = $0.value(0) }
+        #expect(name == .text("from-the-url"))
+        var fallback = Value.null
+        try connection.query("SELECT current_setting('application_name')") { fallback = $0.value(0) }
+        #expect(fallback == .text("ContextStack"))
+    }
+
+    @Test func textComesBackAsUTF8WhateverTheServerDefault() throws {
+        var encoding = Value.null
+        try connection.query("SELECT current_setting('client_encoding')") { encoding = $0.value(0) }
+        #expect(encoding == .text("UTF8"))
+    }
+}

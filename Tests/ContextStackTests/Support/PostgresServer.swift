@@ -1,0 +1,244 @@
+import _ContextStackCore
+@testable import _ContextStackPostgres
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The PostgreSQL server the tests run against: the one `CONTEXTSTACK_POSTGRES_URL` names, or
+/// else a throwaway cluster this process makes and starts itself, once, on a free port of
+/// 127.0.0.1.
+///
+/// The throwaway cluster is `initdb` into a temporary folder and `pg_ctl start`, as the
+/// unprivileged user `nobody` when the tests run as root (PostgreSQL refuses to run as root),
+/// with trust authentication, no Unix socket, and `fsync=off` (the tests kill the server, not
+/// the machine). It is stopped with `pg_ctl stop -m immediate` and deleted when the test
+/// process exits; a cluster left behind by a test process that was killed is stopped and
+/// deleted by the next one.
+///
+/// Each test takes a database of its own (`TestDatabase`), dropped when the test ends.
+enum PostgresServer {
+    /// Why there is no server, or nil when there is one. Computed once; the first suite that
+    /// asks prints the reason, once.
+    static let unavailableReason: String? = {
+        switch shared {
+        case .success: return nil
+        case .failure(let error):
+            let reason = "PostgreSQL suites skipped: \(error). Install the server (apt-get install postgresql libpq-dev) or set CONTEXTSTACK_POSTGRES_URL to a server the tests may create databases on."
+            print(reason)
+            return reason
+        }
+    }()
+
+    static var isAvailable: Bool { unavailableReason == nil }
+
+    /// The server's administrative URL (a superuser, database `postgres`).
+    static var adminURL: URL {
+        get throws { try shared.get().adminURL }
+    }
+
+    struct Unavailable: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    struct Cluster: Sendable {
+        let adminURL: URL
+        /// The cluster's folder and the binaries that started it, for a cluster of our own.
+        let folder: URL?
+        let binaries: URL?
+        let port: Int
+        /// The data folder, for `pg_ctl`.
+        var data: URL? { folder?.appendingPathComponent("data") }
+    }
+
+    static let shared: Result<Cluster, Unavailable> = {
+        if let url = ProcessInfo.processInfo.environment["CONTEXTSTACK_POSTGRES_URL"], let adminURL = URL(string: url) {
+            return .success(Cluster(adminURL: adminURL, folder: nil, binaries: nil, port: adminURL.port ?? 5432))
+        }
+        guard let binaries = findBinaries() else {
+            return .failure(Unavailable(description: "no PostgreSQL server binaries (initdb, pg_ctl) were found"))
+        }
+        removeAbandonedClusters(binaries: binaries)
+        do {
+            let cluster = try startCluster(binaries: binaries)
+            ownCluster = cluster
+            atexit { PostgresServer.stopOwnCluster() }
+            return .success(cluster)
+        } catch {
+            return .failure(Unavailable(description: "could not start a throwaway cluster: \(error)"))
+        }
+    }()
+
+    /// The cluster this process started, for the exit handler (which cannot capture).
+    nonisolated(unsafe) private static var ownCluster: Cluster?
+
+    // MARK: - Starting and stopping
+
+    static let folderPrefix = "contextstack-pg-"
+
+    /// `initdb` and `pg_ctl` of the newest installed PostgreSQL, or from `PATH`.
+    private static func findBinaries() -> URL? {
+        let manager = FileManager.default
+        let versions = (try? manager.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        for version in versions.sorted(by: { (Int($0) ?? 0) > (Int($1) ?? 0) }) {
+            let bin = URL(fileURLWithPath: "/usr/lib/postgresql/\(version)/bin")
+            if manager.isExecutableFile(atPath: bin.appendingPathComponent("pg_ctl").path) { return bin }
+        }
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+            let bin = URL(fileURLWithPath: String(directory))
+            if manager.isExecutableFile(atPath: bin.appendingPathComponent("pg_ctl").path),
+               manager.isExecutableFile(atPath: bin.appendingPathComponent("initdb").path) { return bin }
+        }
+        return nil
+    }
+
+    /// The user the server runs as: `nobody` when we are root, else ourselves.
+    private static var runsAsNobody: Bool { getuid() == 0 }
+
+    private static func startCluster(binaries: URL) throws -> Cluster {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(folderPrefix + UUID().uuidString.prefix(8))
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        try String(getpid()).write(to: folder.appendingPathComponent("owner.pid"), atomically: true, encoding: .utf8)
+        if runsAsNobody { chown(folder.path, 65534, 65534) }
+        let data = folder.appendingPathComponent("data")
+        try run(binaries.appendingPathComponent("initdb"),
+                ["-D", data.path, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        // A free port can be taken between choosing it and the server binding it: try a few.
+        var lastError: (any Error)?
+        for _ in 0..<5 {
+            let port = try freePort()
+            let options = "-p \(port) -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=300"
+            do {
+                try run(binaries.appendingPathComponent("pg_ctl"),
+                        ["-D", data.path, "-l", folder.appendingPathComponent("server.log").path, "-w", "-t", "60", "-o", options, "start"])
+                let url = URL(string: "postgres://postgres@127.0.0.1:\(port)/postgres")!
+                return Cluster(adminURL: url, folder: folder, binaries: binaries, port: port)
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError ?? Unavailable(description: "pg_ctl start failed")
+    }
+
+    static func stopOwnCluster() {
+        guard let cluster = ownCluster, let folder = cluster.folder, let binaries = cluster.binaries else { return }
+        _ = try? run(binaries.appendingPathComponent("pg_ctl"), ["-D", folder.appendingPathComponent("data").path, "-m", "immediate", "-w", "stop"])
+        try? FileManager.default.removeItem(at: folder)
+    }
+
+    /// Stops and deletes clusters whose test process no longer runs (it was killed before its
+    /// exit handler could).
+    private static func removeAbandonedClusters(binaries: URL) {
+        let temporary = FileManager.default.temporaryDirectory
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: temporary.path)) ?? []
+        for name in names where name.hasPrefix(folderPrefix) {
+            let folder = temporary.appendingPathComponent(name)
+            guard let text = try? String(contentsOf: folder.appendingPathComponent("owner.pid"), encoding: .utf8),
+                  let owner = Int32(text), kill(owner, 0) != 0, errno == ESRCH else { continue }
+            _ = try? run(binaries.appendingPathComponent("pg_ctl"), ["-D", folder.appendingPathComponent("data").path, "-m", "immediate", "-w", "stop"])
+            try? FileManager.default.removeItem(at: folder)
+        }
+    }
+
+    /// Stops the server at once, as a crash would (`pg_ctl stop -m immediate`): every connection
+    /// breaks; committed transactions survive, uncommitted ones are gone.
+    static func crash() throws {
+        let cluster = try shared.get()
+        guard let data = cluster.data, let binaries = cluster.binaries else {
+            throw Unavailable(description: "the server at CONTEXTSTACK_POSTGRES_URL is not ours to stop")
+        }
+        try run(binaries.appendingPathComponent("pg_ctl"), ["-D", data.path, "-m", "immediate", "-w", "stop"])
+    }
+
+    /// Starts the server again after `crash()`, on the same port.
+    static func restart() throws {
+        let cluster = try shared.get()
+        guard let folder = cluster.folder, let data = cluster.data, let binaries = cluster.binaries else {
+            throw Unavailable(description: "the server at CONTEXTSTACK_POSTGRES_URL is not ours to start")
+        }
+        let options = "-p \(cluster.port) -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=300"
+        try run(binaries.appendingPathComponent("pg_ctl"),
+                ["-D", data.path, "-l", folder.appendingPathComponent("server.log").path, "-w", "-t", "60", "-o", options, "start"])
+    }
+
+    /// Runs a server binary to completion (as `nobody` when we are root), throwing its output
+    /// when it fails.
+    ///
+    /// It uses `posix_spawn` and `waitpid`, not Foundation's `Process`: `pg_ctl start` leaves a
+    /// server behind that inherits its output, and `Process.waitUntilExit` was seen never to
+    /// return for it here. Output goes to a file, not a pipe, for the same reason.
+    @discardableResult
+    private static func run(_ executable: URL, _ arguments: [String]) throws -> String {
+        let command = runsAsNobody
+            ? ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", executable.path] + arguments
+            : [executable.path] + arguments
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("contextstack-pgrun-\(UUID().uuidString).log")
+        defer { try? FileManager.default.removeItem(at: log) }
+        let output = open(log.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard output >= 0 else { throw Unavailable(description: "could not create \(log.path)") }
+        defer { close(output) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, output, 1)
+        posix_spawn_file_actions_adddup2(&actions, output, 2)
+        let argv: [UnsafeMutablePointer<CChar>?] = command.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, command[0], &actions, nil, argv, environ)
+        guard spawned == 0 else { throw Unavailable(description: "could not run \(command[0]): error \(spawned)") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+        // Exited normally with status 0: the low 7 bits (the signal) and the exit code are 0.
+        guard status == 0 else {
+            throw Unavailable(description: "\(executable.lastPathComponent) failed (status \(status)): \(text.suffix(600))")
+        }
+        return text
+    }
+
+    /// A TCP port on 127.0.0.1 that nothing listens on at the moment.
+    private static func freePort() throws -> Int {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw Unavailable(description: "socket() failed") }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0 }
+        }
+        guard bound else { throw Unavailable(description: "could not find a free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// A database of its own for one test, on the test server: created empty, dropped (with
+/// whatever connections are still open to it) by `drop()` or when the value is released.
+final class TestDatabase: Sendable {
+    let name: String
+    let url: URL
+    private let dropped = Locked(false)
+
+    init() throws {
+        let admin = try PostgresServer.adminURL
+        name = "cs_test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased()
+        let connection = try PostgresConnection(PostgresSettings(url: admin))
+        try connection.execute("CREATE DATABASE \"\(name)\"")
+        var parts = URLComponents(url: admin, resolvingAgainstBaseURL: false)!
+        parts.path = "/" + name
+        url = parts.url!
+    }
+
+    func drop() {
+        guard dropped.withLock({ let was = $0; $0 = true; return !was }) else { return }
+        if let admin = try? PostgresServer.adminURL, let connection = try? PostgresConnection(PostgresSettings(url: admin)) {
+            try? connection.execute("DROP DATABASE IF EXISTS \"\(name)\" WITH (FORCE)")
+        }
+    }
+
+    deinit { drop() }
+}
