@@ -196,113 +196,142 @@ extension SQLiteStore {
     /// the rest to the background queue, so a committer waiting for its own write is not
     /// kept writing everyone else's.
     func drain(until: UInt64? = nil) {
-        while true {
-            let batch = state.withLock { state -> [QueueItem] in
-                if let until, state.writtenSequence >= until, !state.queue.isEmpty {
-                    return []
-                }
-                let batch = state.queue
-                state.queue.removeAll()
-                if batch.isEmpty { state.isDraining = false }
-                return batch
+        while let batch = takeBatch(until: until), let last = batch.last?.sequence {
+            let outcome = write(batch, upTo: last)
+            undoAnnounced(batch, outcome)
+            for failure in outcome.failures where !failure.claimed { reportError(failure.error) }
+            for waiter in finish(batch, outcome, upTo: last) { waiter.resume(store: self) }
+        }
+    }
+
+    /// What writing one batch did: the commits that failed, and what its batch operations
+    /// amounted to.
+    private struct BatchOutcome {
+        var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
+        var failed = Set<UInt64>()
+        var batchResults: [UInt64: BatchResult] = [:]
+
+        mutating func fail(_ item: QueueItem, _ error: any Error) {
+            failures.append((item.sequence, error, item.claimed))
+            failed.insert(item.sequence)
+            batchResults[item.sequence] = nil
+        }
+    }
+
+    /// Takes every commit queued so far off the queue; `nil` when this turn has nothing (more)
+    /// to write, after handing the rest to the background queue if `until` stopped early.
+    private func takeBatch(until: UInt64?) -> [QueueItem]? {
+        let batch = state.withLock { state -> [QueueItem] in
+            if let until, state.writtenSequence >= until, !state.queue.isEmpty {
+                return []
             }
-            guard let last = batch.last?.sequence else {
-                if until != nil && state.withLock({ $0.isDraining }) { writeQueue.async { self.drain() } }
-                return
-            }
-            var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
-            var failed = Set<UInt64>()
-            var batchResults: [UInt64: BatchResult] = [:]
-            do {
-                try writer.withLock { writerState in
-                    let db = writerState.connection
-                    try db.writeTransaction({
-                        if batch.count == 1 {
-                            // Alone in its transaction: if it fails, the transaction rolls
-                            // back whole, as its savepoint would, and it fails with the same
-                            // error; two statements fewer for every commit that does not
-                            // share the writer's turn.
-                            let item = batch[0]
-                            do {
-                                if let operation = item.batch {
-                                    batchResults[item.sequence] = try execute(operation, db: db)
-                                } else {
-                                    try apply(item.changes, writer: &writerState)
-                                }
-                            } catch {
-                                throw Self.saveError(error, graph: graph)
-                            }
-                            return
+            let batch = state.queue
+            state.queue.removeAll()
+            if batch.isEmpty { state.isDraining = false }
+            return batch
+        }
+        guard batch.isEmpty else { return batch }
+        if until != nil && state.withLock({ $0.isDraining }) { writeQueue.async { self.drain() } }
+        return nil
+    }
+
+    /// Writes a batch in one transaction (group commit). A commit alone needs no savepoint: if
+    /// it fails, the transaction rolls back whole, as its savepoint would, with the same error
+    /// — two statements fewer for every commit that does not share the writer's turn. Together,
+    /// each commit gets a savepoint, so that one failing commit fails alone. `COMMIT` runs under
+    /// the state lock and the written commits leave the overlay in the same breath, so no read
+    /// sees SQLite ahead of the overlay or behind it.
+    private func write(_ batch: [QueueItem], upTo last: UInt64) -> BatchOutcome {
+        var outcome = BatchOutcome()
+        do {
+            try writer.withLock { writerState in
+                let db = writerState.connection
+                try db.writeTransaction({
+                    if batch.count == 1 {
+                        do {
+                            outcome.batchResults[batch[0].sequence] = try writeItem(batch[0], writer: &writerState)
+                        } catch {
+                            throw Self.saveError(error, graph: graph)
                         }
-                        for (index, item) in batch.enumerated() {
-                            let savepoint = "commit\(index)"
-                            try db.execute("SAVEPOINT \(savepoint)")
-                            do {
-                                if let operation = item.batch {
-                                    batchResults[item.sequence] = try execute(operation, db: db)
-                                } else {
-                                    try apply(item.changes, writer: &writerState)
-                                }
-                                try db.execute("RELEASE \(savepoint)")
-                            } catch {
-                                try db.execute("ROLLBACK TO \(savepoint)")
-                                try db.execute("RELEASE \(savepoint)")
-                                failures.append((item.sequence, Self.saveError(error, graph: graph), item.claimed))
-                                failed.insert(item.sequence)
-                                batchResults[item.sequence] = nil
-                            }
-                        }
-                    }, commit: { commit in
-                        try self.state.withLock { state in
-                            try commit()
-                            state.overlay.removeWritten(upTo: last)
-                        }
-                    })
-                }
-            } catch {
-                // The whole transaction failed: nothing of the batch is stored.
-                state.withLock { $0.overlay.removeWritten(upTo: last) }
-                failures = batch.map { ($0.sequence, error, $0.claimed) }
-                failed = Set(batch.map(\.sequence))
-            }
-            let announced = batch.filter { failed.contains($0.sequence) && $0.afterFailure != nil && $0.batch == nil }
-            if !announced.isEmpty {
-                // The overlay no longer holds these commits (the transaction's end removed them):
-                // undo what their receivers were told, from what is committed now.
-                do {
-                    try withCommittedView { _, reader, _ in
-                        for item in announced {
-                            let undo = try Self.undo(item.changes, reader: &reader)
-                            if !undo.isEmpty { item.afterFailure?(undo) }
+                        return
+                    }
+                    for (index, item) in batch.enumerated() {
+                        let savepoint = "commit\(index)"
+                        try db.execute("SAVEPOINT \(savepoint)")
+                        do {
+                            outcome.batchResults[item.sequence] = try writeItem(item, writer: &writerState)
+                            try db.execute("RELEASE \(savepoint)")
+                        } catch {
+                            try db.execute("ROLLBACK TO \(savepoint)")
+                            try db.execute("RELEASE \(savepoint)")
+                            outcome.fail(item, Self.saveError(error, graph: graph))
                         }
                     }
-                } catch {
-                    reportError(error)
-                }
-            }
-            for failure in failures where !failure.claimed { reportError(failure.error) }
-            let ready = state.withLock { state -> [FlushWaiter] in
-                state.writtenSequence = last
-                state.transactionCount += 1
-                for item in batch where !failed.contains(item.sequence) {
-                    if let result = batchResults[item.sequence] {
-                        Self.releaseClaims(of: result.changes, in: &state)
-                        state.batchResults[item.sequence] = result
-                        item.afterWrite?(result.changes)
-                    } else {
-                        item.afterWrite?(item.changes)
+                }, commit: { commit in
+                    try self.state.withLock { state in
+                        try commit()
+                        state.overlay.removeWritten(upTo: last)
                     }
-                }
-                state.errors += failures.filter { !$0.claimed }.map(\.error)
-                for failure in failures where failure.claimed { state.failures[failure.sequence] = failure.error }
-                if state.failures.count > 1024 {
-                    state.failures = state.failures.filter { $0.key > last - min(last, 1024) }
-                }
-                let ready = state.waiters.filter { $0.sequence <= last }.map(\.waiter)
-                state.waiters.removeAll { $0.sequence <= last }
-                return ready
+                })
             }
-            for waiter in ready { waiter.resume(store: self) }
+        } catch {
+            // The whole transaction failed: nothing of the batch is stored.
+            state.withLock { $0.overlay.removeWritten(upTo: last) }
+            outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
+            outcome.failed = Set(batch.map(\.sequence))
+        }
+        return outcome
+    }
+
+    /// Writes one queued commit, or runs one batch operation and returns what it did.
+    private func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> BatchResult? {
+        if let operation = item.batch { return try execute(operation, db: writer.connection) }
+        try apply(item.changes, writer: &writer)
+        return nil
+    }
+
+    /// Undoes, in the receivers that were told of them, the failed commits of a batch: the
+    /// overlay no longer holds them (the transaction's end removed them), so what undoes each
+    /// is read from what is committed now.
+    private func undoAnnounced(_ batch: [QueueItem], _ outcome: BatchOutcome) {
+        let announced = batch.filter { outcome.failed.contains($0.sequence) && $0.afterFailure != nil && $0.batch == nil }
+        guard !announced.isEmpty else { return }
+        do {
+            try withCommittedView { _, reader, _ in
+                for item in announced {
+                    let undo = try Self.undo(item.changes, reader: &reader)
+                    if !undo.isEmpty { item.afterFailure?(undo) }
+                }
+            }
+        } catch {
+            reportError(error)
+        }
+    }
+
+    /// Records a written batch: the written sequence, what each stored commit's receivers are
+    /// told, the errors for `flush` and for waiting committers. Returns the flush waiters the
+    /// batch satisfied, to resume outside the lock.
+    private func finish(_ batch: [QueueItem], _ outcome: BatchOutcome, upTo last: UInt64) -> [FlushWaiter] {
+        state.withLock { state -> [FlushWaiter] in
+            state.writtenSequence = last
+            state.transactionCount += 1
+            for item in batch where !outcome.failed.contains(item.sequence) {
+                if let result = outcome.batchResults[item.sequence] {
+                    Self.releaseClaims(of: result.changes, in: &state)
+                    state.batchResults[item.sequence] = result
+                    item.afterWrite?(result.changes)
+                } else {
+                    item.afterWrite?(item.changes)
+                }
+            }
+            state.errors += outcome.failures.filter { !$0.claimed }.map(\.error)
+            for failure in outcome.failures where failure.claimed { state.failures[failure.sequence] = failure.error }
+            if state.failures.count > 1024 {
+                state.failures = state.failures.filter { $0.key > last - min(last, 1024) }
+            }
+            let ready = state.waiters.filter { $0.sequence <= last }.map(\.waiter)
+            state.waiters.removeAll { $0.sequence <= last }
+            return ready
         }
     }
 
