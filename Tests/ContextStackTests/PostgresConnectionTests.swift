@@ -22,6 +22,41 @@ import Testing
     }
 }
 
+/// How the test support finds a server, and what it says when there is none: the suites skip
+/// with one line naming the fix, rather than fail, on a machine without PostgreSQL.
+@Suite struct PostgresServerDiscoveryTests {
+    @Test func withoutServerBinariesTheSuitesSayHowToEnableThem() throws {
+        let empty = FileManager.default.temporaryDirectory.appendingPathComponent("cs-nopg-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: empty, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: empty) }
+        #expect(PostgresServer.findBinaries(installed: empty.appendingPathComponent("missing"), path: empty.path) == nil)
+        let message = PostgresServer.skipMessage(.init(description: "no PostgreSQL server binaries (initdb, pg_ctl) were found"))
+        #expect(message.hasPrefix("PostgreSQL suites skipped: no PostgreSQL server binaries"))
+        #expect(message.contains("apt-get install postgresql libpq-dev"))
+        #expect(message.contains("CONTEXTSTACK_POSTGRES_URL"))
+        #expect(!message.contains("\n"), "one line")
+    }
+
+    @Test func theNewestInstalledVersionWinsAndPATHIsTheFallback() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("cs-fakepg-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        func fakeBinaries(_ folder: URL) throws {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            for name in ["initdb", "pg_ctl"] {
+                let file = folder.appendingPathComponent(name)
+                _ = FileManager.default.createFile(atPath: file.path, contents: Data("#!/bin/sh\n".utf8), attributes: [.posixPermissions: 0o755])
+            }
+        }
+        let installed = root.appendingPathComponent("lib")
+        try fakeBinaries(installed.appendingPathComponent("9/bin"))
+        try fakeBinaries(installed.appendingPathComponent("15/bin"))
+        let onPath = root.appendingPathComponent("path")
+        try fakeBinaries(onPath)
+        #expect(PostgresServer.findBinaries(installed: installed, path: onPath.path)?.path == installed.appendingPathComponent("15/bin").path)
+        #expect(PostgresServer.findBinaries(installed: root.appendingPathComponent("none"), path: "/nonexistent:" + onPath.path)?.path == onPath.path)
+    }
+}
+
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
 struct PostgresConnectionTests {
     let database: TestDatabase

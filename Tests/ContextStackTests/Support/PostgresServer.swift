@@ -24,13 +24,18 @@ enum PostgresServer {
         switch shared {
         case .success: return nil
         case .failure(let error):
-            let reason = "PostgreSQL suites skipped: \(error). Install the server (apt-get install postgresql libpq-dev) or set CONTEXTSTACK_POSTGRES_URL to a server the tests may create databases on."
+            let reason = skipMessage(error)
             print(reason)
             return reason
         }
     }()
 
     static var isAvailable: Bool { unavailableReason == nil }
+
+    /// The one line printed when the PostgreSQL suites are skipped: why, and how to enable them.
+    static func skipMessage(_ error: Unavailable) -> String {
+        "PostgreSQL suites skipped: \(error). Install the server (apt-get install postgresql libpq-dev) or set CONTEXTSTACK_POSTGRES_URL to a server the tests may create databases on."
+    }
 
     /// The server's administrative URL (a superuser, database `postgres`).
     static var adminURL: URL {
@@ -55,7 +60,8 @@ enum PostgresServer {
         if let url = ProcessInfo.processInfo.environment["CONTEXTSTACK_POSTGRES_URL"], let adminURL = URL(string: url) {
             return .success(Cluster(adminURL: adminURL, folder: nil, binaries: nil, port: adminURL.port ?? 5432))
         }
-        guard let binaries = findBinaries() else {
+        guard let binaries = findBinaries(installed: URL(fileURLWithPath: "/usr/lib/postgresql"),
+                                          path: ProcessInfo.processInfo.environment["PATH"] ?? "") else {
             return .failure(Unavailable(description: "no PostgreSQL server binaries (initdb, pg_ctl) were found"))
         }
         removeAbandonedClusters(binaries: binaries)
@@ -76,15 +82,17 @@ enum PostgresServer {
 
     static let folderPrefix = "contextstack-pg-"
 
-    /// `initdb` and `pg_ctl` of the newest installed PostgreSQL, or from `PATH`.
-    private static func findBinaries() -> URL? {
+    /// The folder holding `initdb` and `pg_ctl`: the newest version under `installed` (Debian's
+    /// `/usr/lib/postgresql/<version>/bin`), else the first folder of `path` that has both.
+    static func findBinaries(installed: URL, path: String) -> URL? {
         let manager = FileManager.default
-        let versions = (try? manager.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        let versions = (try? manager.contentsOfDirectory(atPath: installed.path)) ?? []
         for version in versions.sorted(by: { (Int($0) ?? 0) > (Int($1) ?? 0) }) {
-            let bin = URL(fileURLWithPath: "/usr/lib/postgresql/\(version)/bin")
-            if manager.isExecutableFile(atPath: bin.appendingPathComponent("pg_ctl").path) { return bin }
+            let bin = installed.appendingPathComponent(version).appendingPathComponent("bin")
+            if manager.isExecutableFile(atPath: bin.appendingPathComponent("pg_ctl").path),
+               manager.isExecutableFile(atPath: bin.appendingPathComponent("initdb").path) { return bin }
         }
-        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+        for directory in path.split(separator: ":") {
             let bin = URL(fileURLWithPath: String(directory))
             if manager.isExecutableFile(atPath: bin.appendingPathComponent("pg_ctl").path),
                manager.isExecutableFile(atPath: bin.appendingPathComponent("initdb").path) { return bin }
