@@ -1,0 +1,68 @@
+import _ContextStackCore
+
+/// The part of a model that one store holds — the whole model, or one configuration — and the
+/// SQL that creates it.
+///
+/// Each store keeps the description and hash of its own part in `Z_METADATA`, so a file
+/// written for configuration "Database" knows nothing of the entities in "InMemory". What is
+/// here is the same for every store; the SQL that creates a part is each store's own
+/// (`StoreSchema+SQLite.swift`, and the PostgreSQL store's).
+package struct StoreSchema: Sendable {
+    /// The configuration, or `nil` for every entity of the model.
+    package let configuration: String?
+    package let entities: [ResolvedEntity]
+    package let tables: [Table]
+    package let joinTables: [JoinTable]
+    /// The text kept in `Z_METADATA` under `schema`; migration reads the old one back.
+    package let description: String
+    /// The hash of `description`, kept under `hash`: equal hashes need no migration.
+    package let hash: String
+
+    package init(graph: ModelGraph, configuration: String?) {
+        self.configuration = configuration
+        guard let configuration, let names = graph.configurations[configuration] else {
+            entities = graph.entities
+            tables = graph.tables
+            joinTables = graph.joinTables
+            description = graph.schemaDescription
+            hash = graph.versionHash
+            return
+        }
+        entities = graph.entities.filter { names.contains($0.name) }
+        let tableNames = Set(entities.map(\.rootDescription.name))
+        tables = graph.tables.filter { tableNames.contains($0.name) }
+        var joins: [String: JoinTable] = [:]
+        for entity in entities {
+            for property in entity.properties where property.storage == .joinTable {
+                if let join = property.joinTable { joins[join.name] = join }
+            }
+        }
+        joinTables = joins.keys.sorted().map { joins[$0]! }
+        description = ModelGraph.describe(tables: tables, joinTables: joinTables, entities: entities)
+        hash = ModelGraph.fnv1a(description)
+    }
+
+    /// The names of the entities this store holds.
+    package var entityNames: Set<String> { Set(entities.map(\.name)) }
+
+    /// Every index the part wants, by name, with the exact SQL that creates it. The SQL is the
+    /// same on every store. SQLite keeps that text in `sqlite_master`, which is how its
+    /// migration tells an index apart from a changed one.
+    package var indexes: [(name: String, table: String, sql: String)] {
+        var result: [(name: String, table: String, sql: String)] = []
+        for table in tables {
+            for column in table.columns where column.isIndexed {
+                let name = "Z_\(table.name)_\(column.name)"
+                result.append((name, table.name, "CREATE INDEX \(name.quotedIdentifier) ON \(table.quotedName) (\(column.name.quotedIdentifier))"))
+            }
+            for constraint in table.uniqueConstraints {
+                result.append((constraint.indexName, table.name, constraint.createIndexSQL))
+            }
+        }
+        for join in joinTables {
+            let name = "\(join.name)_target"
+            result.append((name, join.name, "CREATE INDEX \(name.quotedIdentifier) ON \(join.quotedName) (target)"))
+        }
+        return result
+    }
+}
