@@ -54,6 +54,9 @@ let package = Package(
         // The PostgreSQL client layer: connections, prepared statements, values both ways,
         // errors. The only importer of CLibpq; the PostgreSQL store will be built on it.
         .target(name: "_ContextStackPostgres", dependencies: ["CLibpq", "_ContextStackCore"]),
+        // The PostgreSQL store, being built (issue 13): its schema and key reservation so far.
+        // No product exposes it yet.
+        .target(name: "_ContextStackPostgresStore", dependencies: ["_ContextStackCore", "_ContextStackModel", "_ContextStackPostgres"]),
         // The SQLite store: the first implementation of the store seam.
         .target(name: "_ContextStackSQLiteStore", dependencies: ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite"]),
         // The API users import: Stack, MainContext, update contexts, observation, macros.
@@ -69,7 +72,7 @@ let package = Package(
         .testTarget(
             name: "ContextStackTests",
             dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore",
-                           "_ContextStackPostgres"]
+                           "_ContextStackPostgres", "_ContextStackPostgresStore"]
         ),
         .testTarget(
             name: "ContextStackMacrosTests",

@@ -37,6 +37,7 @@ import Testing
         "_ContextStackSQLite": ["CSQLite", "_ContextStackCore"],
         "_ContextStackModel": ["_ContextStackCore"],
         "_ContextStackPostgres": ["CLibpq", "_ContextStackCore"],
+        "_ContextStackPostgresStore": ["_ContextStackCore", "_ContextStackModel", "_ContextStackPostgres"],
         "_ContextStackSQLiteStore": ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite"],
         "ContextStack": ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite", "_ContextStackSQLiteStore"],
         "ContextStackMacros": [],

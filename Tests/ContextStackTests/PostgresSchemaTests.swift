@@ -1,0 +1,121 @@
+import ContextStack
+import _ContextStackCore
+@testable import _ContextStackModel
+@testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
+import Foundation
+import Testing
+
+/// The PostgreSQL store's tables and keys: the same storage classes, byte order for text,
+/// unique indexes and a row version, and keys that no two connections ever share.
+@Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
+struct PostgresSchemaTests {
+    let database: TestDatabase
+    let connection: PostgresConnection
+    let schema: StoreSchema
+
+    init() throws {
+        database = try TestDatabase()
+        connection = try PostgresConnection(PostgresSettings(url: database.url))
+        let model = try Model(Person.self, Pet.self, Article.self, Tag.self, Sample.self, Staff.self, Engineer.self, Manager.self, Team.self)
+        schema = StoreSchema(graph: model.graph, configuration: nil)
+        try connection.execute("BEGIN")
+        for statement in schema.postgresCreationStatements { try connection.execute(statement) }
+        try connection.execute("COMMIT")
+    }
+
+    /// `information_schema.columns` of one table: name → (type, collation).
+    func columns(of table: String) throws -> [String: (type: String, collation: String?)] {
+        var result: [String: (String, String?)] = [:]
+        try connection.query("SELECT column_name, data_type, collation_name FROM information_schema.columns WHERE table_name = ?", [.text(table)]) { row in
+            result[row.value(0).stringValue!] = (row.value(1).stringValue!, row.value(2).stringValue)
+        }
+        return result
+    }
+
+    @Test func columnsHoldWhatSQLiteColumnsHold() throws {
+        let sample = try columns(of: "Sample")
+        #expect(sample["Z_PK"]?.type == "bigint")
+        #expect(sample["Z_VERSION"]?.type == "bigint")
+        #expect(sample["flag"]?.type == "bigint", "booleans are 1 and 0, as on SQLite")
+        #expect(sample["int16"]?.type == "bigint")
+        #expect(sample["double"]?.type == "double precision")
+        #expect(sample["date"]?.type == "double precision")
+        #expect(sample["string"]?.type == "text")
+        #expect(sample["string"]?.collation == "C")
+        #expect(sample["decimal"]?.collation == "C")
+        #expect(sample["data"]?.type == "bytea")
+        #expect(sample["uuid"]?.type == "bytea")
+        let staff = try columns(of: "Staff")
+        #expect(staff["Z_ENT"]?.type == "bigint", "a table shared by sub-entities says which entity each row is")
+        #expect(try columns(of: "Person")["Z_ENT"] == nil)
+    }
+
+    @Test func theDescriptionAndHashAreKept() throws {
+        var stored: [String: String] = [:]
+        try connection.query("SELECT key, value FROM \"Z_METADATA\"") { stored[$0.value(0).stringValue!] = $0.value(1).stringValue }
+        #expect(stored["hash"] == schema.hash)
+        #expect(stored["schema"] == schema.description)
+        // Writing it again replaces it rather than failing on the key.
+        try connection.execute(schema.postgresMetadataStatement)
+        var count = Value.null
+        try connection.query("SELECT count(*) FROM \"Z_METADATA\"") { count = $0.value(0) }
+        #expect(count == .integer(3))
+    }
+
+    @Test func textOrdersByBytesAsOnSQLite() throws {
+        let names = ["é", "a", "B", "Z", "ä", "b", ""]
+        for (index, name) in names.enumerated() {
+            try connection.run("INSERT INTO \"Person\" (\"Z_PK\", name, age) VALUES (?, ?, 0)", [.integer(Int64(index + 1)), .text(name)])
+        }
+        var ordered: [String] = []
+        try connection.query("SELECT name FROM \"Person\" ORDER BY name") { ordered.append($0.value(0).stringValue!) }
+        #expect(ordered == names.sorted { Value.compare(.text($0), .text($1)) < 0 })
+        #expect(ordered == ["", "B", "Z", "a", "b", "ä", "é"])
+        var below = Value.null
+        try connection.query("SELECT count(*) FROM \"Person\" WHERE name < ?", [.text("a")]) { below = $0.value(0) }
+        #expect(below == .integer(3), "'', 'B' and 'Z' sort before 'a' by bytes")
+    }
+
+    @Test func uniqueAttributesHaveAUniqueIndexThatAllowsManyNulls() throws {
+        try connection.run("INSERT INTO \"Person\" (\"Z_PK\", name, age, email) VALUES (1, 'Monk', 1, 'monk@example.org'), (2, 'A', 1, NULL), (3, 'B', 1, NULL)")
+        let error = try #require(throws: PostgresError.self) {
+            try connection.run("INSERT INTO \"Person\" (\"Z_PK\", name, age, email) VALUES (4, 'Copy', 1, ?)", [.text("monk@example.org")])
+        }
+        #expect(error.code == .uniqueViolation)
+        #expect(error.constraint == schema.tables.first { $0.name == "Person" }?.uniqueConstraints.first?.indexName)
+    }
+
+    @Test func everyIndexOfTheModelExists() throws {
+        var existing: Set<String> = []
+        try connection.query("SELECT indexname FROM pg_indexes WHERE schemaname = 'public'") { existing.insert($0.value(0).stringValue!) }
+        #expect(!schema.indexes.isEmpty)
+        for index in schema.indexes { #expect(existing.contains(index.name), "missing \(index.name)") }
+        #expect(schema.postgresIdentifiersTooLong.isEmpty)
+    }
+
+    @Test func keysFromManyConnectionsNeverCollide() async throws {
+        let person = try #require(schema.tables.first { $0.name == "Person" })
+        let url = database.url
+        // Four "processes": a connection and a key reserver each, reserving at once.
+        let results = Locked<[[Int64]]>([])
+        let errors = Locked<[any Error]>([])
+        await onThreads(4) { _ in
+            do {
+                let connection = try PostgresConnection(PostgresSettings(url: url))
+                let keys = PostgresKeys()
+                var mine: [Int64] = []
+                for _ in 0..<3000 { mine.append(try keys.reserveKey(for: person) { connection }) }
+                results.withLock { $0.append(mine) }
+            } catch {
+                errors.withLock { $0.append(error) }
+            }
+        }
+        #expect(errors.withLock { $0.isEmpty }, "\(errors.withLock { $0 })")
+        let all = results.withLock { $0.flatMap { $0 } }
+        #expect(all.count == 12000)
+        #expect(Set(all).count == all.count, "a key was handed out twice")
+        #expect(all.allSatisfy { $0 > 0 })
+        for list in results.withLock({ $0 }) { #expect(list == list.sorted(), "one reserver's keys grow") }
+    }
+}
