@@ -363,25 +363,37 @@ import Testing
         #expect(try world.fetchCount(Person.self) == 1)
     }
 
-    @Test @MainActor func aFailedBackgroundSaveGoesToOnErrorAndTheNextFlush() async throws {
-        let store = try TestStore(.file)
+    /// A save that fails reaches someone on every topology: with a root writing in the
+    /// background, `onError` and the next `flush` (once); without one, the `commit()` that
+    /// wrote it, and nobody else. Either way the commit fails as a whole.
+    @Test(arguments: Setup.all) @MainActor
+    func aFailedSaveReachesSomeoneOnce(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
         let recorder = ErrorRecorder()
-        store.stack.onError = { recorder.record($0) }
-        let world = try MainContext(stack: store.stack)
-        try store.refuseWrites(ofName: "refused")
-        try world.beginUpdateAndWait { update in
+        harness.stack.onError = { recorder.record($0) }
+        try harness.store.refuseWrites(ofName: "refused")
+        try await harness.write { update in
             try update.create(Person.self).name = "a"
             try update.commit()
         }
-        try world.beginUpdateAndWait { update in
+        let failingCommit: (Update) throws -> Void = { update in
             try update.create(Person.self).name = "refused"
             try update.create(Pet.self).name = "lost with its commit"
             try update.commit()
         }
-        await #expect(throws: SQLiteError.self) { try await store.stack.flush() }
-        try await store.stack.flush()  // reported once
-        #expect(recorder.all.count == 1)
-        #expect(try world.fetchCount(Person.self) == 1)
-        #expect(try world.fetchCount(Pet.self) == 0)  // the commit failed as a whole
+        switch setup.topology {
+        case .threeTier, .twoTierAutoMerge, .twoTierWithoutMerge:
+            try harness.update(failingCommit)
+            await #expect(throws: SQLiteError.self) { try await harness.stack.flush() }
+            try await harness.stack.flush()  // reported once
+            #expect(recorder.all.count == 1)
+        case .threeTierWithoutRoot, .perConsumer:
+            #expect(throws: SQLiteError.self) { try harness.update(failingCommit) }
+            try await harness.stack.flush()
+            #expect(recorder.all.isEmpty, "the caller caught it; it is not reported again")
+        }
+        try await harness.settle()
+        #expect(try harness.world.fetchCount(Person.self) == 1)
+        #expect(try harness.world.fetchCount(Pet.self) == 0)  // the commit failed as a whole
     }
 }
