@@ -117,16 +117,25 @@ import Testing
         // A kill lands inside the migration when the old version is still current but the
         // write-ahead log holds pages (the file was closed cleanly, so the log starts empty
         // each round, and nothing but the migration writes).
+        // The window moves with the machine's speed, so the delay before each kill narrows
+        // onto it: a kill that came after the migration finished lowers the upper bound, one
+        // that came before it wrote anything raises the lower bound.
         var inFlightKills = 0
         var rounds = 0
+        var earliest: UInt32 = 0
+        var latest: UInt32 = 400_000
         while inFlightKills < 3 && rounds < 40 {
             rounds += 1
             let child = try StressWriterProcess(["migrate", url.path])
-            usleep(UInt32.random(in: 0...400_000, using: &generator))
+            let delay = UInt32.random(in: earliest...max(earliest, latest), using: &generator)
+            usleep(delay)
             _ = child.killAndCollect()
             let walSize = (try? FileManager.default.attributesOfItem(atPath: url.path + "-wal")[.size] as? Int) ?? 0
             let version = try checkMigratedStore(url, rows: rows, oldHash: oldHash, newHash: newHash)
             if child.wasKilled && version == oldHash && walSize > 0 { inFlightKills += 1 }
+            if version == oldHash && walSize == 0 { earliest = min(delay, latest) }
+            if version == newHash { latest = max(delay, earliest) }
+            if earliest >= latest { (earliest, latest) = (0, max(latest, 50_000)) }
             if version == newHash {
                 // Finished before the kill: start again from the old version.
                 // (No connection is open on the file here, so removing it is safe.)
