@@ -271,7 +271,9 @@ func storeBytes(_ url: URL) -> [Data?] {
             try openStore([GadgetV1.self], at: url)
         } throws: { error in
             guard let error = error as? StoreError else { return false }
+            // The database's own error rides along, matched by its type.
             return error.code == .cannotMigrate && error.message.contains("Gadget.serial")
+                && (error.underlying as? SQLiteError)?.code.primary == .constraint
         }
         #expect(storeBytes(url) == before)
         // Still readable by the model that wrote it.

@@ -1,9 +1,7 @@
-import Foundation
 import _ContextStackCore
-import _ContextStackModel
-import _ContextStackSQLite
 
-/// A store that cannot be opened or used: thrown by `addDatabaseStore` and friends.
+/// A store that cannot be opened or used: thrown by `addDatabaseStore` and friends, on every
+/// kind of store.
 public struct StoreError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
@@ -41,10 +39,11 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
 
     public let code: Code
     public let message: String
-    /// The SQLite error underneath, when there is one.
-    public let underlying: SQLiteError?
+    /// The database's error underneath, when there is one: a `SQLiteError`, or a
+    /// `PostgresError` for a PostgreSQL store.
+    public let underlying: (any Error)?
 
-    package init(_ code: Code, _ message: String, underlying: SQLiteError? = nil) {
+    package init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
         self.code = code
         self.message = message
         self.underlying = underlying
