@@ -119,3 +119,87 @@ struct PostgresSchemaTests {
         for list in results.withLock({ $0 }) { #expect(list == list.sorted(), "one reserver's keys grow") }
     }
 }
+
+/// Opening a PostgreSQL store installs its schema once, however many servers open it at once,
+/// and never changes a database that another model or another program wrote.
+@Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
+struct PostgresSchemaInstallerTests {
+    let database = try! TestDatabase()
+
+    func connect() throws -> PostgresConnection { try PostgresConnection(PostgresSettings(url: database.url)) }
+
+    static func schema(_ types: ManagedObject.Type...) throws -> StoreSchema {
+        StoreSchema(graph: try Model(types).graph, configuration: nil)
+    }
+
+    func tableNames() throws -> Set<String> {
+        var names: Set<String> = []
+        try connect().query("SELECT tablename FROM pg_tables WHERE schemaname = 'public'") { names.insert($0.value(0).stringValue!) }
+        return names
+    }
+
+    @Test func serversOpeningAtOnceInstallOnce() async throws {
+        let schema = try Self.schema(Person.self, Pet.self)
+        let url = database.url
+        let outcomes = Locked<[PostgresSchemaInstaller.Outcome]>([])
+        let errors = Locked<[String]>([])
+        await onThreads(6) { _ in
+            do {
+                let connection = try PostgresConnection(PostgresSettings(url: url))
+                let outcome = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: true)
+                outcomes.withLock { $0.append(outcome) }
+            } catch {
+                errors.withLock { $0.append("\(error)") }
+            }
+        }
+        #expect(errors.withLock { $0 }.isEmpty, "\(errors.withLock { $0 })")
+        #expect(outcomes.withLock { $0.filter { $0 == .created }.count } == 1)
+        #expect(outcomes.withLock { $0.filter { $0 == .unchanged }.count } == 5)
+        #expect(try tableNames() == ["Z_METADATA", "Person", "Pet"])
+        #expect(try PostgresSchemaInstaller.install(schema, on: connect(), autoMigrating: false) == .unchanged)
+    }
+
+    @Test func anotherModelsDatabaseIsLeftAsItWas() throws {
+        let written = try Self.schema(Person.self, Pet.self)
+        _ = try PostgresSchemaInstaller.install(written, on: connect(), autoMigrating: true)
+        try connect().run("INSERT INTO \"Pet\" (\"Z_PK\", name, age) VALUES (1, 'Rex', 3)")
+        let other = try Self.schema(Person.self, Pet.self, Article.self, Tag.self)
+        let strict = try #require(throws: StoreError.self) {
+            try PostgresSchemaInstaller.install(other, on: connect(), autoMigrating: false)
+        }
+        #expect(strict.code == .modelMismatch)
+        #expect(strict.message.contains("autoMigrating: true"))
+        let migrating = try #require(throws: StoreError.self) {
+            try PostgresSchemaInstaller.install(other, on: connect(), autoMigrating: true)
+        }
+        #expect(migrating.code == .cannotMigrate)
+        #expect(migrating.message.contains("left as it was"))
+        #expect(try tableNames() == ["Z_METADATA", "Person", "Pet"])
+        #expect(try connect().scalar("SELECT value FROM \"Z_METADATA\" WHERE key = 'hash'") == .text(written.hash))
+        #expect(try connect().scalar("SELECT name FROM \"Pet\"") == .text("Rex"))
+    }
+
+    @Test func tablesContextStackDidNotCreateAreNeverTouched() throws {
+        try connect().execute("CREATE TABLE \"Pet\" (id serial PRIMARY KEY, species text); INSERT INTO \"Pet\" (species) VALUES ('cat')")
+        let error = try #require(throws: StoreError.self) {
+            try PostgresSchemaInstaller.install(Self.schema(Person.self, Pet.self), on: connect(), autoMigrating: true)
+        }
+        #expect(error.code == .foreignDatabase)
+        #expect(error.message.contains("Pet"))
+        #expect(try tableNames() == ["Pet"], "nothing was created beside it")
+        #expect(try connect().scalar("SELECT species FROM \"Pet\"") == .text("cat"))
+    }
+
+    @Test func messagesNameTheServerWithoutItsPassword() throws {
+        var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
+        parts.password = "hunter2"  // trust authentication ignores it
+        let connection = try PostgresConnection(PostgresSettings(url: parts.url!))
+        _ = try PostgresSchemaInstaller.install(Self.schema(Article.self, Tag.self), on: connection, autoMigrating: true)
+        let error = try #require(throws: StoreError.self) {
+            try PostgresSchemaInstaller.install(Self.schema(Citizen.self, Passport.self), on: connection, autoMigrating: false)
+        }
+        #expect(error.message.contains("127.0.0.1"))
+        #expect(!error.description.contains("hunter2"))
+        #expect(!connection.isInTransaction, "the failed install rolled back")
+    }
+}

@@ -1,0 +1,67 @@
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackPostgres
+
+/// Creates a store's part of the model in a PostgreSQL database, or checks that the database
+/// already holds it — once, however many app servers open the store at the same moment.
+///
+/// Everything happens in one transaction (PostgreSQL's DDL is transactional) under a
+/// transaction-scoped advisory lock, so the first server to arrive creates the tables and the
+/// others wait for it and then find them. A database is never dropped or changed behind the
+/// user's back: a database written by another model, or holding tables of the same names that
+/// ContextStack did not create, is left exactly as it was and a `StoreError` says what to do.
+package enum PostgresSchemaInstaller {
+    /// The advisory lock every ContextStack schema change in a database takes ("CSTK" and 1).
+    package static let lockKey: Int64 = 0x4353_544B_0000_0001
+
+    package enum Outcome: Equatable, Sendable {
+        /// The database was empty of this part: its tables were created.
+        case created
+        /// The database already held this part, written by the same model.
+        case unchanged
+    }
+
+    /// Installs `schema` with `connection`, which must not be inside a transaction.
+    /// - Throws: `StoreError` with `.modelMismatch` (another model wrote the database and
+    ///   `autoMigrating` is false), `.cannotMigrate` (another model wrote it: migrating a
+    ///   PostgreSQL store is not built yet), or `.foreignDatabase` (tables of these names exist
+    ///   that ContextStack did not create); `PostgresError` when the server fails.
+    package static func install(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool) throws -> Outcome {
+        precondition(!connection.isInTransaction, "Install the schema on a connection outside any transaction: it runs in one of its own.")
+        try connection.execute("BEGIN")
+        do {
+            try connection.run("SELECT pg_advisory_xact_lock(?)", [.integer(lockKey)])
+            let outcome = try installLocked(schema, on: connection, autoMigrating: autoMigrating)
+            try connection.execute("COMMIT")
+            return outcome
+        } catch {
+            if connection.isInTransaction && !connection.isBroken { try? connection.execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    private static func installLocked(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool) throws -> Outcome {
+        let server = connection.settings.redactedURL
+        guard try exists("Z_METADATA", on: connection) else {
+            let ours = schema.tables.map(\.name) + schema.joinTables.map(\.name)
+            let present = try ours.filter { try exists($0, on: connection) }
+            if !present.isEmpty {
+                throw StoreError(.foreignDatabase, "The PostgreSQL database \(server) already has tables named \(present.sorted().joined(separator: ", ")) that ContextStack did not create: they were left untouched. Use a database (or schema, with ?options=-csearch_path=…) of its own for the store.")
+            }
+            for statement in schema.postgresCreationStatements { try connection.execute(statement) }
+            return .created
+        }
+        var stored: String?
+        try connection.query("SELECT value FROM \"Z_METADATA\" WHERE key = 'hash'") { stored = $0.value(0).stringValue }
+        if stored == schema.hash { return .unchanged }
+        if !autoMigrating {
+            throw StoreError(.modelMismatch, "The PostgreSQL database \(server) was written by a different model, and autoMigrating is false: open it with the model that wrote it, or with autoMigrating: true.")
+        }
+        throw StoreError(.cannotMigrate, "The PostgreSQL database \(server) was written by a different model, and migrating a PostgreSQL store is not built yet: the database was left as it was. Open it with the model that wrote it.")
+    }
+
+    /// Whether a table of that name exists in the connection's current schema.
+    private static func exists(_ table: String, on connection: PostgresConnection) throws -> Bool {
+        try connection.scalar("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = ?", [.text(table)]) != .integer(0)
+    }
+}
