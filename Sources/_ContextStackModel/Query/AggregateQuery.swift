@@ -120,8 +120,10 @@ struct AggregateQuery {
             return "\(left) IN (\(items.joined(separator: ", ")))"
         case .text(let key, let op, let pattern, let options):
             let left = try named(key)
-            arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue)), .text(pattern)]
-            return dialect.textMatch(left)
+            guard dialect.canMatchText(op, options) else {
+                throw QueryError(.unsupported, "having: \(key) \(op.rawValue)\(options.formatSuffix) cannot run in this store's SQL yet: only the SQLite store evaluates MATCHES and the [c] and [d] options of the string operators.", key: key)
+            }
+            return dialect.textMatch(left, op, options, pattern, arguments: &arguments)
         case .quantified(let quantifier, let key, _):
             throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) is not allowed in having:.", key: key)
         case .invalid(let error):

@@ -92,6 +92,9 @@ package struct CompiledQuery: Sendable {
         var node: Node?
         if let condition {
             node = try Self.resolve(condition.node, in: entity, note: note, quantify: quantify)
+            if let node, let (path, op, options) = Self.textMatchOutside(dialect, in: node) {
+                throw QueryError(.unsupported, "\(entity.name).\(path.key) \(op.rawValue)\(options.formatSuffix) cannot run in this store's SQL yet: only the SQLite store evaluates MATCHES and the [c] and [d] options of the string operators.", key: path.key, entity: entity.name)
+            }
         }
         var order: [SortTerm] = []
         for term in orderBy?.terms ?? [] {
@@ -166,6 +169,21 @@ package struct CompiledQuery: Sendable {
             current = destination
         }
         throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)'.", key: key, entity: entity.name)
+    }
+
+    /// The first string operator in `node` that `dialect` cannot express (quantified inner
+    /// queries checked themselves when they were compiled).
+    private static func textMatchOutside(_ dialect: any SQLDialect, in node: Node) -> (ResolvedPath, TextOperator, MatchOptions)? {
+        switch node {
+        case .text(let path, let op, _, let options):
+            return dialect.canMatchText(op, options) ? nil : (path, op, options)
+        case .and(let a, let b), .or(let a, let b):
+            return textMatchOutside(dialect, in: a) ?? textMatchOutside(dialect, in: b)
+        case .not(let a):
+            return textMatchOutside(dialect, in: a)
+        case .constant, .compare, .quantified, .oneOf, .between:
+            return nil
+        }
     }
 
     private static func resolve(_ node: Condition.Node, in entity: ResolvedEntity, note: (ResolvedPath) -> Void,
@@ -566,9 +584,7 @@ package struct CompiledQuery: Sendable {
             let exists = "EXISTS (SELECT 1 \(inner.fromClause()) WHERE \(terms.joined(separator: " AND ")))"
             return quantifier == .any ? exists : "(NOT \(exists))"
         case .text(let path, let op, let pattern, let options):
-            arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue))]
-            arguments.append(.text(pattern))
-            return dialect.textMatch(column(path, aliases))
+            return dialect.textMatch(column(path, aliases), op, options, pattern, arguments: &arguments)
         case .oneOf(let path, let list):
             arguments += list
             return "\(column(path, aliases)) IN (\(Array(repeating: dialect.placeholder, count: list.count).joined(separator: ", ")))"

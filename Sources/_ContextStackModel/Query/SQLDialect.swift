@@ -25,9 +25,12 @@ package protocol SQLDialect: Sendable {
     func isNotSame(_ left: String, _ right: String) -> String
     /// `condition` is false or NULL: how ALL tests each member.
     func isNotTrue(_ condition: String) -> String
-    /// A string operator on `column`; binds, in order, the operator code
-    /// (`TextMatch.code(of:)`), the options' raw value and the pattern.
-    func textMatch(_ column: String) -> String
+    /// Whether `textMatch` expresses `op` with `options` exactly as `TextMatch` evaluates it.
+    /// Compiling a query that uses one it cannot throws `QueryError.unsupported`.
+    func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool
+    /// A string operator on the text `column` (NULL when the column is NULL), appending the
+    /// values it binds to `arguments` in the order of its placeholders.
+    func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String
     /// One `ORDER BY` term: NULL first ascending and last descending, text in binary order.
     func orderTerm(_ column: String, ascending: Bool) -> String
     /// `function` over `column` (median and population standard deviation included; a
@@ -47,7 +50,11 @@ struct SQLiteDialect: SQLDialect {
     func isSame(_ left: String, _ right: String) -> String { "\(left) IS \(right)" }
     func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS NOT \(right)" }
     func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT 1" }
-    func textMatch(_ column: String) -> String { "cs_text(?, ?, \(column), ?)" }
+    func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool { true }
+    func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String {
+        arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue)), .text(pattern)]
+        return "cs_text(?, ?, \(column), ?)"
+    }
     func orderTerm(_ column: String, ascending: Bool) -> String { "\(column) \(ascending ? "ASC" : "DESC")" }
     func aggregate(_ function: Select.Function, of column: String) -> String {
         let name = switch function {
