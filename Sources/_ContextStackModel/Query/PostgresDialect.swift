@@ -1,0 +1,81 @@
+import _ContextStackCore
+
+/// PostgreSQL's dialect, written so that every predicate keeps the meaning it has on SQLite
+/// (`Docs/Predicates.md`), on the tables the PostgreSQL store creates (text columns in the
+/// "C" collation, so comparisons and `ORDER BY` go by bytes):
+///
+/// - `==` and `!=` are null-safe: `IS NOT DISTINCT FROM`, `IS DISTINCT FROM`;
+/// - ascending order puts NULL first and descending last, as SQLite does (`NULLS FIRST`,
+///   `NULLS LAST`; PostgreSQL's own default is the reverse);
+/// - the median is `percentile_cont(0.5)`, the standard deviation `stddev_pop`, and a sum is a
+///   double that is 0 over no rows, like SQLite's `total`;
+/// - the string operators without options translate exactly: CONTAINS is `strpos`,
+///   BEGINSWITH `starts_with`, ENDSWITH compares the text's end, and LIKE's `*` and `?` become
+///   `%` and `_` with PostgreSQL's own wildcards escaped. MATCHES (ICU regular expressions) and
+///   the `[c]`/`[d]` folding have no exact PostgreSQL equivalent, so `canMatchText` refuses
+///   them and compiling such a query throws; evaluating them in memory is the plan
+///   (issue 13).
+struct PostgresDialect: SQLDialect {
+    var placeholder: String { "?" }
+    var trueCondition: String { "TRUE" }
+    var falseCondition: String { "FALSE" }
+    func isSame(_ left: String, _ right: String) -> String { "\(left) IS NOT DISTINCT FROM \(right)" }
+    func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS DISTINCT FROM \(right)" }
+    func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT TRUE" }
+
+    func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool {
+        op != .matches && options.isEmpty
+    }
+
+    func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String {
+        precondition(canMatchText(op, options), "PostgresDialect cannot express \(op.rawValue)\(options.formatSuffix): CompiledQuery checks canMatchText before it writes SQL.")
+        switch op {
+        case .contains:
+            arguments.append(.text(pattern))
+            return "(strpos(\(column), ?) > 0)"
+        case .beginsWith:
+            arguments.append(.text(pattern))
+            return "starts_with(\(column), ?)"
+        case .endsWith:
+            arguments += [.text(pattern), .text(pattern)]
+            return "(right(\(column), char_length(?::text)) = ?)"
+        case .like:
+            arguments.append(.text(Self.likePattern(pattern)))
+            return "(\(column) LIKE ?)"
+        case .matches:
+            preconditionFailure("unreachable: canMatchText refuses MATCHES")
+        }
+    }
+
+    /// A ContextStack LIKE pattern (`*` any run, `?` one character, everything else itself)
+    /// as a PostgreSQL LIKE pattern with `\` as its escape.
+    static func likePattern(_ pattern: String) -> String {
+        var result = ""
+        result.unicodeScalars.reserveCapacity(pattern.unicodeScalars.count)
+        for scalar in pattern.unicodeScalars {
+            switch scalar {
+            case "*": result += "%"
+            case "?": result += "_"
+            case "%", "_", "\\": result += "\\" + String(scalar)
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
+    func orderTerm(_ column: String, ascending: Bool) -> String {
+        ascending ? "\(column) ASC NULLS FIRST" : "\(column) DESC NULLS LAST"
+    }
+
+    func aggregate(_ function: Select.Function, of column: String) -> String {
+        switch function {
+        case .average: "avg(\(column))"
+        case .sum: "coalesce(sum(\(column)), 0)::float8"
+        case .stdDev: "stddev_pop(\(column))"
+        case .min: "min(\(column))"
+        case .max: "max(\(column))"
+        case .median: "percentile_cont(0.5) WITHIN GROUP (ORDER BY \(column))"
+        case .count: "count(\(column))"
+        }
+    }
+}

@@ -1,0 +1,165 @@
+import _ContextStackCore
+@testable import _ContextStackModel
+@testable import _ContextStackPostgres
+import _ContextStackSQLite
+import Foundation
+import Testing
+
+/// PostgreSQL's dialect means what SQLite's means: the string operators it translates agree
+/// with the independent reference on Unicode-, case- and NULL-heavy text; null-safe equality,
+/// NULL ordering, byte order of text and the aggregates agree with SQLite on the same rows.
+@Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
+struct PostgresDialectTests {
+    let database: TestDatabase
+    let postgres: PostgresConnection
+    let sqlite: Connection
+
+    /// The reference corpus, less the text PostgreSQL cannot hold at all (a NUL character).
+    static let corpus = TextOperatorReferenceTests.corpus.filter { !($0?.unicodeScalars.contains("\u{0}") ?? false) }
+
+    init() throws {
+        database = try TestDatabase()
+        postgres = try PostgresConnection(PostgresSettings(url: database.url))
+        sqlite = try Connection(path: ":memory:")
+        try postgres.execute("CREATE TABLE t (id bigint PRIMARY KEY, s text COLLATE \"C\", i bigint, d double precision)")
+        try sqlite.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, s TEXT, i INTEGER, d REAL)")
+        for (index, text) in Self.corpus.enumerated() {
+            let number: Value = index % 5 == 0 ? .null : .integer(Int64((index * 7) % 11) - 5)
+            let double: Value = index % 4 == 0 ? .null : .double(Double(index) / 3 - 4)
+            let row: [Value] = [.integer(Int64(index)), text.map(Value.text) ?? .null, number, double]
+            try postgres.run("INSERT INTO t VALUES (?, ?, ?, ?)", row)
+            try sqlite.select("INSERT INTO t VALUES (?, ?, ?, ?)", row) { _ in }
+        }
+    }
+
+    /// The ids of the rows where `condition(dialect)` holds, in the order the statement gives.
+    func ids(_ connection: any QueryConnection, _ dialect: any SQLDialect, where condition: (any SQLDialect, inout [Value]) -> String,
+             orderBy: String = "id") throws -> [Int64] {
+        var arguments: [Value] = []
+        let sql = "SELECT id FROM t WHERE \(condition(dialect, &arguments)) ORDER BY \(orderBy)"
+        var result: [Int64] = []
+        try connection.select(sql, arguments) { result.append($0.int64(0)) }
+        return result
+    }
+
+    @Test(arguments: [TextOperator.contains, .beginsWith, .endsWith, .like])
+    func stringOperatorsAgreeWithTheReference(op: TextOperator) throws {
+        let reference: ReferenceText.Operator = switch op {
+        case .contains: .contains
+        case .beginsWith: .beginsWith
+        case .endsWith: .endsWith
+        case .like: .like
+        case .matches: .matches
+        }
+        var patterns = Self.corpus.compactMap { $0 } + ["%", "_", "\\", "a%", "_a", "\\%", "e\u{301}*"]
+        if op == .like { patterns += TextOperatorReferenceTests.likePatterns }
+        let dialect = PostgresDialect()
+        #expect(dialect.canMatchText(op, []))
+        for pattern in patterns {
+            let matching = try ids(postgres, dialect) { dialect, arguments in
+                dialect.textMatch("s", op, [], pattern, arguments: &arguments)
+            }
+            let failing = try ids(postgres, dialect) { dialect, arguments in
+                "NOT " + dialect.textMatch("s", op, [], pattern, arguments: &arguments)
+            }
+            var expectedMatching: [Int64] = []
+            var expectedFailing: [Int64] = []
+            for (index, text) in Self.corpus.enumerated() {
+                switch ReferenceText.evaluate(reference, text, pattern, caseInsensitive: false, diacriticInsensitive: false) {
+                case true?: expectedMatching.append(Int64(index))
+                case false?: expectedFailing.append(Int64(index))
+                case nil: break  // NULL: neither the condition nor its negation holds
+                }
+            }
+            #expect(matching == expectedMatching, "\(op.rawValue) \(String(reflecting: pattern))")
+            #expect(failing == expectedFailing, "NOT \(op.rawValue) \(String(reflecting: pattern))")
+        }
+    }
+
+    @Test func whatItCannotTranslateExactlyIsRefusedWhenTheQueryIsCompiled() throws {
+        let dialect = PostgresDialect()
+        #expect(!dialect.canMatchText(.matches, []))
+        #expect(!dialect.canMatchText(.contains, .caseInsensitive))
+        #expect(!dialect.canMatchText(.like, .diacriticInsensitive))
+        let graph = try Model(Person.self, Pet.self).graph
+        let entity = graph.entity(for: Person.self)
+        let error = try #require(throws: QueryError.self) {
+            _ = try CompiledQuery(entity: entity, condition: Key("name").contains("monk", options: .caseInsensitive) && Key("age") > 3,
+                                  orderBy: nil, dialect: dialect)
+        }
+        #expect(error.code == .unsupported)
+        #expect(error.message.contains("name CONTAINS[c]"))
+        // Through a quantifier too, and not on SQLite, which evaluates every operator.
+        #expect(throws: QueryError.self) {
+            _ = try CompiledQuery(entity: entity, condition: .where("ANY pets.name MATCHES %@", "R.*"), orderBy: nil, dialect: dialect)
+        }
+        _ = try CompiledQuery(entity: entity, condition: Key("name").contains("monk", options: .caseInsensitive), orderBy: nil, dialect: SQLiteDialect())
+        _ = try CompiledQuery(entity: entity, condition: Key("name").contains("monk"), orderBy: nil, dialect: dialect)
+    }
+
+    @Test func equalityOrderAndNullsAgreeWithSQLite() throws {
+        let dialects: [(any QueryConnection, any SQLDialect)] = [(sqlite, SQLiteDialect()), (postgres, PostgresDialect())]
+        var results: [[[Int64]]] = []
+        for (connection, dialect) in dialects {
+            var forThisStore: [[Int64]] = []
+            for value: Value in [.null, .integer(-2), .integer(3)] {
+                forThisStore.append(try ids(connection, dialect) { dialect, arguments in
+                    arguments.append(value)
+                    return dialect.isSame("i", dialect.placeholder)
+                })
+                forThisStore.append(try ids(connection, dialect) { dialect, arguments in
+                    arguments.append(value)
+                    return dialect.isNotSame("i", dialect.placeholder)
+                })
+            }
+            forThisStore.append(try ids(connection, dialect) { dialect, _ in dialect.isNotTrue("i > 0") })
+            forThisStore.append(try ids(connection, dialect) { dialect, _ in dialect.trueCondition })
+            forThisStore.append(try ids(connection, dialect) { dialect, _ in dialect.falseCondition })
+            for column in ["s", "i", "d"] {
+                for ascending in [true, false] {
+                    forThisStore.append(try ids(connection, dialect, where: { dialect, _ in dialect.trueCondition },
+                                                orderBy: dialect.orderTerm(column, ascending: ascending) + ", id"))
+                }
+            }
+            results.append(forThisStore)
+        }
+        #expect(results[0] == results[1])
+        #expect(results[0].count == 15)
+        #expect(results[0].allSatisfy { !$0.isEmpty } == false, "falseCondition selects nothing")
+        #expect(results[0].filter(\.isEmpty).count == 1, "every other statement selects rows")
+    }
+
+    @Test func aggregatesAgreeWithSQLite() throws {
+        for function: Select.Function in [.average, .sum, .stdDev, .min, .max, .median, .count] {
+            for (column, condition) in [("i", "TRUE"), ("d", "TRUE"), ("i", "id < 0"), ("d", "id = 1")] {
+                var values: [Value] = []
+                for (connection, dialect) in [(sqlite as any QueryConnection, SQLiteDialect() as any SQLDialect), (postgres, PostgresDialect())] {
+                    let sqliteCondition = condition == "TRUE" ? dialect.trueCondition : condition
+                    values.append(try connection.scalar("SELECT \(dialect.aggregate(function, of: column)) FROM t WHERE \(sqliteCondition)"))
+                }
+                let label = "\(function) of \(column) where \(condition): SQLite \(values[0]), PostgreSQL \(values[1])"
+                switch (values[0], values[1]) {
+                case (.null, .null): break
+                case let (a, b) where a.doubleValue != nil && b.doubleValue != nil:
+                    #expect(abs(a.doubleValue! - b.doubleValue!) <= 1e-9 * max(1, abs(a.doubleValue!)), "\(label)")
+                default:
+                    Issue.record("\(label)")
+                }
+            }
+        }
+    }
+
+    @Test func textMinAndMaxGoByBytes() throws {
+        var values: [Value] = []
+        for (connection, dialect) in [(sqlite as any QueryConnection, SQLiteDialect() as any SQLDialect), (postgres, PostgresDialect())] {
+            values.append(try connection.scalar("SELECT \(dialect.aggregate(.min, of: "s")) || '|' || \(dialect.aggregate(.max, of: "s")) FROM t"))
+        }
+        #expect(values[0] == values[1], "\(values)")
+    }
+
+    @Test func likePatternsEscapePostgresWildcards() {
+        #expect(PostgresDialect.likePattern("a*b?c") == "a%b_c")
+        #expect(PostgresDialect.likePattern("100%_\\") == "100\\%\\_\\\\")
+        #expect(PostgresDialect.likePattern("") == "")
+    }
+}
