@@ -103,7 +103,12 @@ package final class PostgresConnection {
 
     /// Prepares `sql` for these argument types on first use, then executes it.
     private func executePrepared(_ sql: String, _ arguments: [Value]) throws(PostgresError) -> OpaquePointer {
-        let parameters = PostgresParameters(arguments)
+        let parameters: PostgresParameters
+        do {
+            parameters = try PostgresParameters(arguments)
+        } catch {
+            throw PostgresError(code: error.code, message: error.message, sql: sql)
+        }
         let key = StatementKey(sql: sql, types: parameters.types)
         let name: String
         if let cached = statements[key] {

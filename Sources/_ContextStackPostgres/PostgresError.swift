@@ -35,6 +35,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let serializationFailure = Code(rawValue: "40001")
         public static let deadlockDetected = Code(rawValue: "40P01")
         public static let syntaxError = Code(rawValue: "42601")
+        /// A value the server's encoding cannot hold, such as U+0000 in text.
+        public static let characterNotInRepertoire = Code(rawValue: "22021")
         public static let undefinedTable = Code(rawValue: "42P01")
         public static let undefinedColumn = Code(rawValue: "42703")
         public static let queryCanceled = Code(rawValue: "57014")

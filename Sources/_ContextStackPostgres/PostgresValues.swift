@@ -31,7 +31,9 @@ struct PostgresParameters {
     private var lengths: [Int32] = []
     private var formats: [Int32] = []
 
-    init(_ values: [Value]) {
+    /// - Throws: `PostgresError` with `.characterNotInRepertoire` for text holding U+0000,
+    ///   which PostgreSQL's text cannot store (libpq would cut it off there, silently).
+    init(_ values: [Value]) throws(PostgresError) {
         types.reserveCapacity(values.count)
         for value in values {
             switch value {
@@ -47,6 +49,9 @@ struct PostgresParameters {
                 types.append(PostgresType.float8)
                 appendText(Self.text(of: double))
             case .text(let text):
+                if text.utf8.contains(0) {
+                    throw PostgresError(code: .characterNotInRepertoire, message: "a text value holds the NUL character (U+0000), which PostgreSQL cannot store in text: remove it, or keep such values as Data")
+                }
                 types.append(PostgresType.text)
                 appendText(text)
             case .blob(let data):

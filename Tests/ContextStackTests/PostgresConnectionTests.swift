@@ -102,6 +102,21 @@ struct PostgresConnectionTests {
         }
     }
 
+    @Test func textWithANulIsRefusedRatherThanCutShort() throws {
+        try connection.execute("CREATE TABLE t (s text)")
+        let error = try #require(throws: PostgresError.self) {
+            try connection.run("INSERT INTO t VALUES (?)", [.text("a\u{0}b")])
+        }
+        #expect(error.code == .characterNotInRepertoire)
+        #expect(error.message.contains("U+0000"))
+        #expect(error.sql == "INSERT INTO t VALUES (?)")
+        var count = Value.null
+        try connection.query("SELECT count(*) FROM t") { count = $0.value(0) }
+        #expect(count == .integer(0), "nothing was stored, not even the part before the NUL")
+        // As bytes it is fine.
+        try connection.run("INSERT INTO t VALUES (convert_from(?, 'UTF8'))", [.blob(Data("ab".utf8))])
+    }
+
     @Test func columnTypesReadAsTheValuesSQLiteWouldHold() throws {
         var row: [Value] = []
         try connection.query("SELECT 7::int2, 8::int4, true, false, 1.5::real, 2.25::numeric, avg(x), sum(x), count(*), 'x'::varchar, NULL::int8 FROM (VALUES (1::int8), (2::int8)) AS v(x)") { result in
