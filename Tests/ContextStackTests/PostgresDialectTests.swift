@@ -1,6 +1,7 @@
 import _ContextStackCore
 @testable import _ContextStackModel
 @testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
 import _ContextStackSQLite
 import Foundation
 import Testing
@@ -161,5 +162,50 @@ struct PostgresDialectTests {
         #expect(PostgresDialect.likePattern("a*b?c") == "a%b_c")
         #expect(PostgresDialect.likePattern("100%_\\") == "100\\%\\_\\\\")
         #expect(PostgresDialect.likePattern("") == "")
+    }
+}
+
+/// The readers above the store seam are the same on every store: `RowReader` decodes rows,
+/// follows to-one joins and reads to-many members through a PostgreSQL connection, with SQL
+/// compiled in PostgreSQL's dialect, windows included.
+@Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
+struct PostgresReadingTests {
+    @Test func theRowReaderRunsOnPostgreSQLUnchanged() throws {
+        let database = try TestDatabase()
+        let connection = try PostgresConnection(PostgresSettings(url: database.url))
+        let graph = try Model(Person.self, Pet.self).graph
+        _ = try PostgresSchemaInstaller.install(StoreSchema(graph: graph, configuration: nil), on: connection, autoMigrating: true)
+        let people: [(Int64, String, Int64, String?)] = [(1, "Monk", 61, "Sea"), (2, "Knight", 35, nil), (3, "Farmer", 40, "Field"),
+                                                         (4, "Warrior", 28, "Sea"), (5, "Zoë", 35, nil)]
+        for (key, name, age, location) in people {
+            try connection.run("INSERT INTO \"Person\" (\"Z_PK\", name, age, location) VALUES (?, ?, ?, ?)",
+                               [.integer(key), .text(name), .integer(age), location.map(Value.text) ?? .null])
+        }
+        try connection.run("UPDATE \"Person\" SET friend = 1 WHERE \"Z_PK\" IN (2, 3)")
+        try connection.run("INSERT INTO \"Pet\" (\"Z_PK\", name, age, owner) VALUES (1, 'Rex', 3, 1), (2, 'Tom', 5, 1), (3, 'Kit', 1, 4)")
+
+        let person = graph.entity(for: Person.self)
+        var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: Overlay()), context: nil)
+        func names(_ condition: Condition?, _ orderBy: OrderBy?, limit: Int?, offset: Int) throws -> [String] {
+            let query = try CompiledQuery(entity: person, condition: condition, orderBy: orderBy, dialect: PostgresDialect())
+            var sql = query.fromWhere()
+            sql.text = "SELECT \(reader.selectColumns(person.table, alias: "t0")) \(sql.text) \(query.orderBySQL()) "
+                + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
+            let slot = person.properties.firstIndex { $0.name == "name" }!
+            return try reader.rows(sql, table: person.table).map { $0.row.values[slot].stringValue ?? "?" }
+        }
+        #expect(try names(Key("age") > 30, .ascending("name"), limit: nil, offset: 0) == ["Farmer", "Knight", "Monk", "Zoë"])
+        #expect(try names(Key("age") > 30, .ascending("name"), limit: 2, offset: 1) == ["Knight", "Monk"])
+        #expect(try names(nil, .ascending("location") | .descending("age"), limit: nil, offset: 2) == ["Farmer", "Monk", "Warrior"],
+                "NULL locations first, then by bytes; an offset without a limit")
+        #expect(try names(Key("friend.name") == "Monk" && Key("location") == nil, nil, limit: nil, offset: 0) == ["Knight"])
+        #expect(try names(.where("ANY pets.age >= 3"), .descending("name"), limit: nil, offset: 0) == ["Monk"])
+        #expect(try names(.where("pets.@count == 0 AND name BEGINSWITH 'K'"), nil, limit: nil, offset: 0) == ["Knight"])
+
+        let monk = ObjectID(rootEntity: person.rootDescription, primaryKey: 1)
+        let row = try #require(try reader.row(monk))
+        #expect(row.values[person.properties.firstIndex { $0.name == "age" }!] == .integer(61))
+        let pets = person.properties.first { $0.name == "pets" }!
+        #expect(try reader.members(of: monk, pets).map(\.primaryKey).sorted() == [1, 2])
     }
 }

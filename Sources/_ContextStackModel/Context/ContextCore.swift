@@ -290,8 +290,7 @@ package final class ContextCore: @unchecked Sendable {
             // Nothing pending: SQL's window is the answer.
             sql.text = "SELECT \(reader.selectColumns(table, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
             if limit != nil || offset > 0 {
-                sql.text += " LIMIT ? OFFSET ?"
-                sql.arguments += [.integer(Int64(limit ?? -1)), .integer(Int64(offset))]
+                sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
             }
             return (try reader.rows(sql, table: table, columns: columns), columns == nil)
         }
@@ -299,8 +298,7 @@ package final class ContextCore: @unchecked Sendable {
         // Each pending object can push at most one stored row out of the window, so the
         // first offset + limit + pending stored rows hold every row the window can need.
         if let limit {
-            sql.text += " LIMIT ?"
-            sql.arguments.append(.integer(Int64(offset + limit + recheck.count)))
+            sql.text += " " + query.dialect.window(limit: offset + limit + recheck.count, offset: 0, arguments: &sql.arguments)
         }
         var rows = try reader.rows(sql, table: table).filter { !recheck.contains($0.id) }
         for id in recheck {

@@ -66,8 +66,7 @@ struct AggregateQuery {
             text += " ORDER BY " + order.joined(separator: ", ")
         }
         if request.limit != nil || request.offset > 0 {
-            text += " LIMIT \(dialect.placeholder) OFFSET \(dialect.placeholder)"
-            from.arguments += [.integer(Int64(request.limit ?? -1)), .integer(Int64(request.offset))]
+            text += " " + dialect.window(limit: request.limit, offset: request.offset, arguments: &from.arguments)
         }
         sql = CompiledQuery.SQL(text: text, arguments: from.arguments)
     }

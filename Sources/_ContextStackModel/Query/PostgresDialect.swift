@@ -67,6 +67,12 @@ struct PostgresDialect: SQLDialect {
         ascending ? "\(column) ASC NULLS FIRST" : "\(column) DESC NULLS LAST"
     }
 
+    /// PostgreSQL refuses a negative limit; `LIMIT NULL` is no limit.
+    func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String {
+        arguments += [limit.map { .integer(Int64($0)) } ?? .null, .integer(Int64(offset))]
+        return "LIMIT ? OFFSET ?"
+    }
+
     func aggregate(_ function: Select.Function, of column: String) -> String {
         switch function {
         case .average: "avg(\(column))"

@@ -33,6 +33,8 @@ package protocol SQLDialect: Sendable {
     func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String
     /// One `ORDER BY` term: NULL first ascending and last descending, text in binary order.
     func orderTerm(_ column: String, ascending: Bool) -> String
+    /// `LIMIT`/`OFFSET` for a window, appending the values it binds to `arguments`.
+    func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String
     /// `function` over `column` (median and population standard deviation included; a
     /// database may need more than a function call, as PostgreSQL's
     /// `percentile_cont(0.5) WITHIN GROUP (ORDER BY …)` for the median).
@@ -56,6 +58,11 @@ struct SQLiteDialect: SQLDialect {
         return "cs_text(?, ?, \(column), ?)"
     }
     func orderTerm(_ column: String, ascending: Bool) -> String { "\(column) \(ascending ? "ASC" : "DESC")" }
+    /// SQLite's "no limit" is a negative one.
+    func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String {
+        arguments += [.integer(Int64(limit ?? -1)), .integer(Int64(offset))]
+        return "LIMIT ? OFFSET ?"
+    }
     func aggregate(_ function: Select.Function, of column: String) -> String {
         let name = switch function {
         case .average: "avg"
