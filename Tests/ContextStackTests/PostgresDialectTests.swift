@@ -171,10 +171,8 @@ struct PostgresDialectTests {
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
 struct PostgresReadingTests {
     @Test func theRowReaderRunsOnPostgreSQLUnchanged() throws {
-        let database = try TestDatabase()
-        let connection = try PostgresConnection(PostgresSettings(url: database.url))
-        let graph = try Model(Person.self, Pet.self).graph
-        _ = try PostgresSchemaInstaller.install(StoreSchema(graph: graph, configuration: nil), on: connection, autoMigrating: true)
+        let tables = try PostgresTables([Person.self, Pet.self])
+        let (connection, graph) = (tables.connection, tables.graph)
         let people: [(Int64, String, Int64, String?)] = [(1, "Monk", 61, "Sea"), (2, "Knight", 35, nil), (3, "Farmer", 40, "Field"),
                                                          (4, "Warrior", 28, "Sea"), (5, "Zoë", 35, nil)]
         for (key, name, age, location) in people {

@@ -10,19 +10,12 @@ import Testing
 /// unique indexes and a row version, and keys that no two connections ever share.
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
 struct PostgresSchemaTests {
-    let database: TestDatabase
-    let connection: PostgresConnection
-    let schema: StoreSchema
+    let tables: PostgresTables
+    var database: TestDatabase { tables.database }
+    var connection: PostgresConnection { tables.connection }
+    var schema: StoreSchema { tables.schema }
 
-    init() throws {
-        database = try TestDatabase()
-        connection = try PostgresConnection(PostgresSettings(url: database.url))
-        let model = try Model(Person.self, Pet.self, Article.self, Tag.self, Sample.self, Staff.self, Engineer.self, Manager.self, Team.self)
-        schema = StoreSchema(graph: model.graph, configuration: nil)
-        try connection.execute("BEGIN")
-        for statement in schema.postgresCreationStatements { try connection.execute(statement) }
-        try connection.execute("COMMIT")
-    }
+    init() throws { tables = try PostgresTables([Person.self, Pet.self, Article.self, Tag.self, Sample.self, Staff.self, Engineer.self, Manager.self, Team.self]) }
 
     /// `information_schema.columns` of one table: name → (type, collation).
     func columns(of table: String) throws -> [String: (type: String, collation: String?)] {
@@ -124,7 +117,9 @@ struct PostgresSchemaTests {
 /// and never changes a database that another model or another program wrote.
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
 struct PostgresSchemaInstallerTests {
-    let database = try! TestDatabase()
+    let database: TestDatabase
+
+    init() throws { database = try TestDatabase() }
 
     func connect() throws -> PostgresConnection { try PostgresConnection(PostgresSettings(url: database.url)) }
 

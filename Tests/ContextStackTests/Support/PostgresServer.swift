@@ -1,5 +1,8 @@
+import ContextStack
 import _ContextStackCore
+@testable import _ContextStackModel
 @testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -249,4 +252,21 @@ final class TestDatabase: Sendable {
     }
 
     deinit { drop() }
+}
+
+/// A test database of its own holding a model's tables, as the PostgreSQL store installs them,
+/// and a connection to it.
+struct PostgresTables {
+    let database: TestDatabase
+    let connection: PostgresConnection
+    let graph: ModelGraph
+    let schema: StoreSchema
+
+    init(_ types: [ManagedObject.Type]) throws {
+        database = try TestDatabase()
+        connection = try PostgresConnection(PostgresSettings(url: database.url))
+        graph = try Model(types).graph
+        schema = StoreSchema(graph: graph, configuration: nil)
+        _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: true)
+    }
 }
