@@ -57,14 +57,35 @@ enum PostgresServer {
         let port: Int
         /// The data folder, for `pg_ctl`.
         var data: URL? { folder?.appendingPathComponent("data") }
+
+        /// Starts the server on its port and waits until it accepts connections.
+        func start() throws {
+            guard let folder, let data, let binaries else { throw Unavailable(description: "the server at CONTEXTSTACK_POSTGRES_URL is not ours to start") }
+            let options = "-p \(port) -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=300"
+            try PostgresServer.run(binaries.appendingPathComponent("pg_ctl"),
+                                   ["-D", data.path, "-l", folder.appendingPathComponent("server.log").path, "-w", "-t", "60", "-o", options, "start"])
+        }
+
+        /// Stops the server at once, as a crash would (`pg_ctl stop -m immediate`): every
+        /// connection breaks; committed transactions survive, uncommitted ones are gone.
+        func crash() throws {
+            guard let data, let binaries else { throw Unavailable(description: "the server at CONTEXTSTACK_POSTGRES_URL is not ours to stop") }
+            try PostgresServer.run(binaries.appendingPathComponent("pg_ctl"), ["-D", data.path, "-m", "immediate", "-w", "stop"])
+        }
+
+        /// Stops the server if it runs and deletes its folder.
+        func stopAndDelete() {
+            guard let folder else { return }
+            _ = try? crash()
+            try? FileManager.default.removeItem(at: folder)
+        }
     }
 
     static let shared: Result<Cluster, Unavailable> = {
         if let url = ProcessInfo.processInfo.environment["CONTEXTSTACK_POSTGRES_URL"], let adminURL = URL(string: url) {
             return .success(Cluster(adminURL: adminURL, folder: nil, binaries: nil, port: adminURL.port ?? 5432))
         }
-        guard let binaries = findBinaries(installed: URL(fileURLWithPath: "/usr/lib/postgresql"),
-                                          path: ProcessInfo.processInfo.environment["PATH"] ?? "") else {
+        guard let binaries else {
             return .failure(Unavailable(description: "no PostgreSQL server binaries (initdb, pg_ctl) were found"))
         }
         removeAbandonedClusters(binaries: binaries)
@@ -77,6 +98,10 @@ enum PostgresServer {
             return .failure(Unavailable(description: "could not start a throwaway cluster: \(error)"))
         }
     }()
+
+    /// The installed server binaries, if any.
+    static let binaries = findBinaries(installed: URL(fileURLWithPath: "/usr/lib/postgresql"),
+                                       path: ProcessInfo.processInfo.environment["PATH"] ?? "")
 
     /// The cluster this process started, for the exit handler (which cannot capture).
     nonisolated(unsafe) private static var ownCluster: Cluster?
@@ -106,7 +131,7 @@ enum PostgresServer {
     /// The user the server runs as: `nobody` when we are root, else ourselves.
     private static var runsAsNobody: Bool { getuid() == 0 }
 
-    private static func startCluster(binaries: URL) throws -> Cluster {
+    static func startCluster(binaries: URL) throws -> Cluster {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(folderPrefix + UUID().uuidString.prefix(8))
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
         try String(getpid()).write(to: folder.appendingPathComponent("owner.pid"), atomically: true, encoding: .utf8)
@@ -118,12 +143,10 @@ enum PostgresServer {
         var lastError: (any Error)?
         for _ in 0..<5 {
             let port = try freePort()
-            let options = "-p \(port) -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=300"
+            let cluster = Cluster(adminURL: URL(string: "postgres://postgres@127.0.0.1:\(port)/postgres")!, folder: folder, binaries: binaries, port: port)
             do {
-                try run(binaries.appendingPathComponent("pg_ctl"),
-                        ["-D", data.path, "-l", folder.appendingPathComponent("server.log").path, "-w", "-t", "60", "-o", options, "start"])
-                let url = URL(string: "postgres://postgres@127.0.0.1:\(port)/postgres")!
-                return Cluster(adminURL: url, folder: folder, binaries: binaries, port: port)
+                try cluster.start()
+                return cluster
             } catch {
                 lastError = error
             }
@@ -132,9 +155,7 @@ enum PostgresServer {
     }
 
     static func stopOwnCluster() {
-        guard let cluster = ownCluster, let folder = cluster.folder, let binaries = cluster.binaries else { return }
-        _ = try? run(binaries.appendingPathComponent("pg_ctl"), ["-D", folder.appendingPathComponent("data").path, "-m", "immediate", "-w", "stop"])
-        try? FileManager.default.removeItem(at: folder)
+        ownCluster?.stopAndDelete()
     }
 
     /// Stops and deletes clusters whose test process no longer runs (it was killed before its
@@ -151,27 +172,6 @@ enum PostgresServer {
         }
     }
 
-    /// Stops the server at once, as a crash would (`pg_ctl stop -m immediate`): every connection
-    /// breaks; committed transactions survive, uncommitted ones are gone.
-    static func crash() throws {
-        let cluster = try shared.get()
-        guard let data = cluster.data, let binaries = cluster.binaries else {
-            throw Unavailable(description: "the server at CONTEXTSTACK_POSTGRES_URL is not ours to stop")
-        }
-        try run(binaries.appendingPathComponent("pg_ctl"), ["-D", data.path, "-m", "immediate", "-w", "stop"])
-    }
-
-    /// Starts the server again after `crash()`, on the same port.
-    static func restart() throws {
-        let cluster = try shared.get()
-        guard let folder = cluster.folder, let data = cluster.data, let binaries = cluster.binaries else {
-            throw Unavailable(description: "the server at CONTEXTSTACK_POSTGRES_URL is not ours to start")
-        }
-        let options = "-p \(cluster.port) -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=300"
-        try run(binaries.appendingPathComponent("pg_ctl"),
-                ["-D", data.path, "-l", folder.appendingPathComponent("server.log").path, "-w", "-t", "60", "-o", options, "start"])
-    }
-
     /// Runs a server binary to completion (as `nobody` when we are root), throwing its output
     /// when it fails.
     ///
@@ -179,7 +179,7 @@ enum PostgresServer {
     /// server behind that inherits its output, and `Process.waitUntilExit` was seen never to
     /// return for it here. Output goes to a file, not a pipe, for the same reason.
     @discardableResult
-    private static func run(_ executable: URL, _ arguments: [String]) throws -> String {
+    fileprivate static func run(_ executable: URL, _ arguments: [String]) throws -> String {
         let command = runsAsNobody
             ? ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", executable.path] + arguments
             : [executable.path] + arguments
@@ -269,4 +269,24 @@ struct PostgresTables {
         schema = StoreSchema(graph: graph, configuration: nil)
         _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: true)
     }
+}
+
+/// A cluster of its own, for the tests that stop the server: the shared one serves every
+/// other test running at the same time. Stopped and deleted when released (or, if the test
+/// process is killed first, by the next test process).
+final class DedicatedPostgresServer: Sendable {
+    let cluster: PostgresServer.Cluster
+
+    /// Whether this machine can start clusters (it has the server binaries).
+    static var isAvailable: Bool { PostgresServer.binaries != nil }
+
+    init() throws {
+        guard let binaries = PostgresServer.binaries else { throw PostgresServer.Unavailable(description: "no PostgreSQL server binaries") }
+        cluster = try PostgresServer.startCluster(binaries: binaries)
+    }
+
+    /// A database of the cluster's own (`postgres`) as a URL.
+    var url: URL { cluster.adminURL }
+
+    deinit { cluster.stopAndDelete() }
 }
