@@ -27,45 +27,18 @@ package enum PostgresWriter {
 
     /// Writes one change set inside the caller's transaction.
     package static func apply(_ changes: ChangeSet, on connection: PostgresConnection) throws {
+        // Deletes first, so a value they free can be reused; PostgreSQL checks unique indexes
+        // row by row, as SQLite does.
         for delete in changes.deletes {
-            let table = delete.entity.table!
-            try connection.run("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?", [.integer(delete.id.primaryKey)])
-            for property in delete.entity.properties where property.storage == .joinTable {
-                guard let join = property.joinTable else { continue }
-                try connection.run("DELETE FROM \(join.quotedName) WHERE \(property.joinColumns.mine) = ?", [.integer(delete.id.primaryKey)])
-            }
+            for (sql, arguments) in WriteSQL.deletes(delete.id, delete.entity) { try connection.run(sql, arguments) }
         }
-        // Unique indexes are checked row by row, as on SQLite: rows of the commit that trade
-        // unique values let go of theirs first.
-        let trading = changes.updates.filter { $0.slots.contains(where: $0.entity.uniqueSlots.contains) }
-        if trading.count > 1 {
-            for update in trading {
-                let columns = update.slots.filter(update.entity.uniqueSlots.contains).map { "\(update.entity.properties[$0].name.quotedIdentifier) = NULL" }
-                try connection.run("UPDATE \(update.entity.table.quotedName) SET \(columns.joined(separator: ", ")) WHERE \"Z_PK\" = ?",
-                                   [.integer(update.id.primaryKey)])
-            }
-        }
+        for (sql, arguments) in WriteSQL.uniqueReleases(changes.updates) { try connection.run(sql, arguments) }
         for update in changes.updates where !update.slots.isEmpty {
-            let entity = update.entity
-            let assignments = update.slots.map { "\(entity.properties[$0].name.quotedIdentifier) = ?" } + ["\"Z_VERSION\" = \"Z_VERSION\" + 1"]
-            try connection.run("UPDATE \(entity.table.quotedName) SET \(assignments.joined(separator: ", ")) WHERE \"Z_PK\" = ?",
+            try connection.run(WriteSQL.update(update.entity, slots: update.slots, alsoSet: ["\"Z_VERSION\" = \"Z_VERSION\" + 1"]),
                                update.values + [.integer(update.id.primaryKey)])
         }
         for insert in changes.inserts {
-            let entity = insert.row.entity
-            let table = entity.table!
-            var columns = ["\"Z_PK\""]
-            var values: [Value] = [.integer(insert.id.primaryKey)]
-            if table.hasEntityColumn {
-                columns.append("\"Z_ENT\"")
-                values.append(.integer(entity.entityCode))
-            }
-            for slot in entity.storedSlots {
-                columns.append(entity.properties[slot].name.quotedIdentifier)
-                values.append(insert.row.values[slot])
-            }
-            let placeholders = Array(repeating: "?", count: columns.count).joined(separator: ", ")
-            try connection.run("INSERT INTO \(table.quotedName) (\(columns.joined(separator: ", "))) VALUES (\(placeholders))", values)
+            try connection.run(WriteSQL.insert(insert.row.entity), WriteSQL.insertArguments(insert.id, insert.row))
         }
         for link in changes.links {
             let join = link.key.table.quotedIdentifier

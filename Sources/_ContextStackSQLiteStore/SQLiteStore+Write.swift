@@ -369,23 +369,15 @@ extension SQLiteStore {
         // only binds and steps: hashing the SQL text for every row cost more than the row.
         var insertStatements: [ObjectIdentifier: Statement] = [:]
         var updateStatements: [UpdateShape: Statement] = [:]
+        // Deletes first, so a value they free can be reused (SQLite checks unique indexes row
+        // by row), then rows that trade unique values let go of theirs.
         for delete in changes.deletes {
-            let table = delete.entity.table!
-            try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" = ?").bindAndExecute([.integer(delete.id.primaryKey)])
-            for property in delete.entity.properties where property.storage == .joinTable {
-                guard let join = property.joinTable else { continue }
-                try db.cachedStatement("DELETE FROM \(join.quotedName) WHERE \(property.joinColumns.mine) = ?").bindAndExecute([.integer(delete.id.primaryKey)])
+            for (sql, arguments) in WriteSQL.deletes(delete.id, delete.entity) {
+                try db.cachedStatement(sql).bindAndExecute(arguments)
             }
         }
-        // SQLite checks unique indexes row by row: deletes go first, so a value they free can be
-        // reused, and rows of the commit that trade unique values let go of theirs first.
-        let trading = changes.updates.filter { $0.slots.contains(where: $0.entity.uniqueSlots.contains) }
-        if trading.count > 1 {
-            for update in trading {
-                let columns = update.slots.filter(update.entity.uniqueSlots.contains).map { "\(update.entity.properties[$0].name.quotedIdentifier) = NULL" }
-                try db.cachedStatement("UPDATE \(update.entity.table.quotedName) SET \(columns.joined(separator: ", ")) WHERE \"Z_PK\" = ?")
-                    .bindAndExecute([.integer(update.id.primaryKey)])
-            }
+        for (sql, arguments) in WriteSQL.uniqueReleases(changes.updates) {
+            try db.cachedStatement(sql).bindAndExecute(arguments)
         }
         for update in changes.updates where !update.slots.isEmpty {
             let entity = update.entity
@@ -397,8 +389,7 @@ extension SQLiteStore {
                 let names = update.slots.map { entity.properties[$0].name }
                 let cacheKey = entity.table.name + "\u{0}" + names.joined(separator: "\u{0}")
                 let sql = writer.updateSQL[cacheKey] ?? {
-                    let assignments = names.map { "\($0.quotedIdentifier) = ?" }.joined(separator: ", ")
-                    let sql = "UPDATE \(entity.table.quotedName) SET \(assignments) WHERE \"Z_PK\" = ?"
+                    let sql = WriteSQL.update(entity, slots: update.slots)
                     writer.updateSQL[cacheKey] = sql
                     return sql
                 }()
@@ -416,17 +407,15 @@ extension SQLiteStore {
                 statement = known
             } else {
                 let sql = writer.insertSQL[ObjectIdentifier(entity)] ?? {
-                    let table = entity.table!
-                    var columns = ["\"Z_PK\""]
-                    if table.hasEntityColumn { columns.append("\"Z_ENT\"") }
-                    columns += entity.storedSlots.map { entity.properties[$0].name.quotedIdentifier }
-                    let sql = "INSERT INTO \(table.quotedName) (\(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
+                    let sql = WriteSQL.insert(entity)
                     writer.insertSQL[ObjectIdentifier(entity)] = sql
                     return sql
                 }()
                 statement = try db.cachedStatement(sql)
                 insertStatements[ObjectIdentifier(entity)] = statement
             }
+            // Bound in place, in `WriteSQL.insertArguments`'s order, without building its
+            // array: this loop runs once per inserted row.
             var index = 1
             try statement.bind(.integer(insert.id.primaryKey), at: index)
             index += 1
