@@ -208,12 +208,13 @@ extension SQLiteStore {
     /// amounted to.
     private struct BatchOutcome {
         var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
-        var failed = Set<UInt64>()
         var batchResults: [UInt64: BatchResult] = [:]
+
+        /// The sequences of the commits that failed.
+        var failed: Set<UInt64> { Set(failures.map(\.sequence)) }
 
         mutating func fail(_ item: QueueItem, _ error: any Error) {
             failures.append((item.sequence, error, item.claimed))
-            failed.insert(item.sequence)
             batchResults[item.sequence] = nil
         }
     }
@@ -278,7 +279,6 @@ extension SQLiteStore {
             // The whole transaction failed: nothing of the batch is stored.
             state.withLock { $0.overlay.removeWritten(upTo: last) }
             outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
-            outcome.failed = Set(batch.map(\.sequence))
         }
         return outcome
     }
@@ -294,7 +294,8 @@ extension SQLiteStore {
     /// overlay no longer holds them (the transaction's end removed them), so what undoes each
     /// is read from what is committed now.
     private func undoAnnounced(_ batch: [QueueItem], _ outcome: BatchOutcome) {
-        let announced = batch.filter { outcome.failed.contains($0.sequence) && $0.afterFailure != nil && $0.batch == nil }
+        let failed = outcome.failed
+        let announced = batch.filter { failed.contains($0.sequence) && $0.afterFailure != nil && $0.batch == nil }
         guard !announced.isEmpty else { return }
         do {
             try withCommittedView { _, reader, _ in
@@ -315,7 +316,8 @@ extension SQLiteStore {
         state.withLock { state -> [FlushWaiter] in
             state.writtenSequence = last
             state.transactionCount += 1
-            for item in batch where !outcome.failed.contains(item.sequence) {
+            let failed = outcome.failed
+            for item in batch where !failed.contains(item.sequence) {
                 if let result = outcome.batchResults[item.sequence] {
                     Self.releaseClaims(of: result.changes, in: &state)
                     state.batchResults[item.sequence] = result
