@@ -24,8 +24,9 @@ package enum PostgresSchemaInstaller {
     /// Installs `schema` with `connection`, which must not be inside a transaction.
     /// - Throws: `StoreError` with `.modelMismatch` (another model wrote the database and
     ///   `autoMigrating` is false), `.cannotMigrate` (another model wrote it: migrating a
-    ///   PostgreSQL store is not built yet), or `.foreignDatabase` (tables of these names exist
-    ///   that ContextStack did not create); `PostgresError` when the server fails.
+    ///   PostgreSQL store is not built yet), `.foreignDatabase` (tables of these names exist
+    ///   that ContextStack did not create), or `.cannotOpen` (a name longer than PostgreSQL
+    ///   keeps); `PostgresError` when the server fails.
     package static func install(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool) throws -> Outcome {
         precondition(!connection.isInTransaction, "Install the schema on a connection outside any transaction: it runs in one of its own.")
         try connection.execute("BEGIN")
@@ -42,6 +43,10 @@ package enum PostgresSchemaInstaller {
 
     private static func installLocked(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool) throws -> Outcome {
         let server = connection.settings.redactedURL
+        let tooLong = schema.postgresIdentifiersTooLong
+        guard tooLong.isEmpty else {
+            throw StoreError(.cannotOpen, "PostgreSQL keeps identifiers of at most \(StoreSchema.postgresIdentifierLimit) bytes and would shorten \(tooLong.joined(separator: ", ")) without a word, so two names could become one: rename them (with originalName: on SQLite stores, to keep their data).")
+        }
         guard try exists("Z_METADATA", on: connection) else {
             let ours = schema.tables.map(\.name) + schema.joinTables.map(\.name)
             let present = try ours.filter { try exists($0, on: connection) }

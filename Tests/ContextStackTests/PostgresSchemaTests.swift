@@ -113,6 +113,11 @@ struct PostgresSchemaTests {
     }
 }
 
+/// An entity with a property name longer than PostgreSQL keeps (63 bytes).
+@Entity final class LongNamed: ManagedObject {
+    var aPropertyWhoseNameIsLongerThanTheSixtyThreeBytesPostgreSQLKeepsOnly: Int = 0
+}
+
 /// Opening a PostgreSQL store installs its schema once, however many servers open it at once,
 /// and never changes a database that another model or another program wrote.
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
@@ -183,6 +188,15 @@ struct PostgresSchemaInstallerTests {
         #expect(error.message.contains("Pet"))
         #expect(try tableNames() == ["Pet"], "nothing was created beside it")
         #expect(try connect().scalar("SELECT species FROM \"Pet\"") == .text("cat"))
+    }
+
+    @Test func namesPostgreSQLWouldShortenAreRefusedBeforeAnythingIsCreated() throws {
+        let error = try #require(throws: StoreError.self) {
+            try PostgresSchemaInstaller.install(Self.schema(LongNamed.self), on: connect(), autoMigrating: true)
+        }
+        #expect(error.code == .cannotOpen)
+        #expect(error.message.contains("aPropertyWhoseNameIsLongerThanTheSixtyThreeBytesPostgreSQLKeepsOnly"))
+        #expect(try tableNames().isEmpty)
     }
 
     @Test func messagesNameTheServerWithoutItsPassword() throws {
