@@ -1,15 +1,11 @@
 import Dispatch
 import Foundation
-
 #if canImport(Glibc)
 import Glibc
-
 #elseif canImport(Musl)
 import Musl
-
 #elseif canImport(Darwin)
 import Darwin
-
 #endif
 import _ContextStackCore
 import _ContextStackModel
