@@ -30,7 +30,26 @@ package protocol QueryRow {
     /// Column `column` as an integer; what a non-integer becomes is the client's conversion.
     func int64(_ column: Int) -> Int64
     func isNull(_ column: Int) -> Bool
+    /// The number of columns.
+    var columnCount: Int { get }
     /// Reads column `positions[i]` into `values[slots[i]]` for every `i`: a whole object's
     /// values in one call, so decoding a row costs one dynamic call rather than one a column.
     func read(_ positions: [Int], into values: inout ContiguousArray<Value>, slots: [Int])
+}
+
+extension QueryConnection {
+    /// Every row of `sql`, each as its values.
+    package func allRows(_ sql: String, _ arguments: [Value] = []) throws -> [[Value]] {
+        var rows: [[Value]] = []
+        try select(sql, arguments) { row in
+            rows.append((0..<row.columnCount).map(row.value))
+        }
+        return rows
+    }
+}
+
+/// A connection a store's writer also changes rows through: batch operations run on it.
+package protocol StoreConnection: QueryConnection {
+    /// Runs a statement that returns no rows, with `arguments` bound to its placeholders.
+    func execute(_ sql: String, _ arguments: [Value]) throws
 }

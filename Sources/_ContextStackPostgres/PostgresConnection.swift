@@ -177,7 +177,11 @@ package final class PostgresConnection {
     }
 }
 
-extension PostgresConnection: QueryConnection {
+extension PostgresConnection: StoreConnection {
+    package func execute(_ sql: String, _ arguments: [Value]) throws {
+        try run(sql, arguments)
+    }
+
     package func select(_ sql: String, _ arguments: [Value], _ body: (any QueryRow) throws -> Void) throws {
         try query(sql, arguments) { row in try body(row) }
     }

@@ -126,7 +126,7 @@ package struct PostgresRow: QueryRow {
     }
 
     /// The number of columns.
-    package var count: Int { kinds.count }
+    package var columnCount: Int { kinds.count }
 
     package func isNull(_ column: Int) -> Bool {
         PQgetisnull(result, index, Int32(column)) == 1

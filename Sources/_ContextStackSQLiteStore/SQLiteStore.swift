@@ -12,7 +12,9 @@ import _ContextStackSQLite
 /// which every read merges in, so a commit is visible to all contexts as soon as it is handed
 /// over. File stores read through a small pool of reader connections (WAL: readers never wait
 /// for the writer); in-memory stores share one connection.
-package final class SQLiteStore: ObjectStore {
+package final class SQLiteStore: QueuedStore {
+    package typealias Writer = WriterState
+
     package let graph: ModelGraph
     /// The databases the writer connection holds: the first store added is SQLite's `main`,
     /// later ones (other configurations) are attached to it.
@@ -21,45 +23,22 @@ package final class SQLiteStore: ObjectStore {
     let tracer: StatementTracer
     let writer: Locked<WriterState>
     private let readers: Locked<[Reader]>
-    let state = Locked(State())
+    package let state = Locked(QueueState())
+    package var dialect: any SQLDialect { SQLiteDialect() }
     private let keys = Locked<[String: KeyBlock]>([:])
-    let writeQueue = DispatchQueue(label: "ContextStack.SQLiteStore.writer", qos: .utility)
+    package let writeQueue = DispatchQueue(label: "ContextStack.SQLiteStore.writer", qos: .utility)
     /// Whether commits are written by the background writer (a stack with a root) or on the
     /// committing thread (a stack without one).
-    let writesInBackground: Bool
+    package let writesInBackground: Bool
     /// Receives errors of background saves (set by the stack to forward to `onError`).
-    let reportError: @Sendable (any Error) -> Void
+    package let reportError: @Sendable (any Error) -> Void
 
     static let maximumIdleReaders = 4
 
-    struct WriterState {
+    package struct WriterState {
         let connection: Connection
         var insertSQL: [ObjectIdentifier: String] = [:]
         var updateSQL: [String: String] = [:]
-    }
-
-    struct State: Sendable {
-        var overlay = Overlay()
-        /// Views pinned by main contexts that do not merge, with their before-images.
-        var pins: [UInt64: PinnedImages] = [:]
-        var nextPin: UInt64 = 1
-        /// Commits waiting for the writer; `claimed` ones have a caller waiting for their outcome.
-        var queue: [QueueItem] = []
-        var lastSequence: UInt64 = 0
-        var writtenSequence: UInt64 = 0
-        var isDraining = false
-        var errors: [any Error] = []
-        /// Why a commit failed, by sequence number, for `waitUntilWritten`.
-        var failures: [UInt64: any Error] = [:]
-        var waiters: [(sequence: UInt64, waiter: FlushWaiter)] = []
-        /// How many SQLite transactions the writer has committed (group commit makes it fewer
-        /// than the commits it wrote).
-        var transactionCount = 0
-        /// Unique values claimed by `fetchOrCreate`, with the ID of the object made for them.
-        var claims: [UniqueClaim: ObjectID] = [:]
-        var claimOrder: [UniqueClaim] = []
-        /// What batch operations did, by sequence number, until their caller takes it.
-        var batchResults: [UInt64: BatchResult] = [:]
     }
 
     /// One store of the stack: one configuration in one SQLite database.
@@ -249,13 +228,13 @@ package final class SQLiteStore: ObjectStore {
     /// be written or queued meanwhile, so a commit checked in `body` can be queued in it too.
     /// A file store's writer is not taken, so this never waits for a transaction the writer
     /// is running; an in-memory store reads through the writer (lock order: writer, state).
-    func withCommittedView<T>(_ body: (inout State, inout RowReader, Connection) throws -> T) throws -> T {
+    package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
         if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
                 try state.withLock { state in
                     let db = writerState.connection
                     var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
-                    return try body(&state, &reader, db)
+                    return try body(&state, &reader)
                 }
             }
         }
@@ -266,26 +245,8 @@ package final class SQLiteStore: ObjectStore {
             try db.execute("BEGIN DEFERRED")
             _ = try db.scalar(connection.snapshotSQL)
             var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
-            return try body(&state, &reader, db)
+            return try body(&state, &reader)
         }
-    }
-
-    /// Pins a view of the store as it is now: reads with the returned ID see every row as it
-    /// was at this moment, whatever is committed later, until `unpin`.
-    package func pin() -> UInt64 {
-        state.withLock { state in
-            let id = state.nextPin
-            state.nextPin += 1
-            state.pins[id] = PinnedImages()
-            return id
-        }
-    }
-
-    /// How many write transactions the writer has run so far.
-    var transactionCount: Int { state.withLock { $0.transactionCount } }
-
-    package func unpin(_ id: UInt64) {
-        _ = state.withLock { $0.pins.removeValue(forKey: id) }
     }
 
     private func takeReader() throws -> Reader {
@@ -335,110 +296,6 @@ package final class SQLiteStore: ObjectStore {
         guard reader.generation == current else { return }
         readers.withLock { idle in
             if idle.count < Self.maximumIdleReaders { idle.append(reader) }
-        }
-    }
-
-    // MARK: - Flushing
-
-    /// Waits until every commit handed over before the call is in SQLite, then throws the
-    /// first error of a failed background save since the last flush, if any.
-    package func flush() async throws {
-        let waiter = FlushWaiter()
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            waiter.setContinuation(continuation)
-            register(waiter, upTo: nil)
-        }
-    }
-
-    /// Blocks until every commit handed over before the call is written (or failed), without
-    /// taking background errors from `flush()`.
-    package func waitUntilQueuedWritten() throws {
-        let last = state.withLock { $0.lastSequence }
-        let waiter = FlushWaiter(reporting: .nothing)
-        register(waiter, upTo: last)
-        try waiter.wait()
-    }
-
-    /// Blocks until every commit handed over before the call is in SQLite; see `flush()`.
-    package func flushAndWait() throws {
-        let waiter = FlushWaiter()
-        register(waiter, upTo: nil)
-        try waiter.wait()
-    }
-
-    /// Waits until the commit with `sequence` is in SQLite; throws if saving it failed.
-    package func waitUntilWritten(_ sequence: UInt64) async throws {
-        let waiter = FlushWaiter(sequence: sequence)
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            waiter.setContinuation(continuation)
-            register(waiter, upTo: sequence)
-        }
-    }
-
-    func register(_ waiter: FlushWaiter, upTo sequence: UInt64?) {
-        let ready = state.withLock { state -> Bool in
-            let target = sequence ?? state.lastSequence
-            if state.writtenSequence >= target { return true }
-            state.waiters.append((target, waiter))
-            return false
-        }
-        if ready { waiter.resume(store: self) }
-    }
-
-    /// Takes the errors of failed background saves, oldest first.
-    fileprivate func takeErrors() -> [any Error] {
-        state.withLock { state in
-            defer { state.errors.removeAll() }
-            return state.errors
-        }
-    }
-
-    /// Why the commit with `sequence` failed to save, if it did.
-    fileprivate func takeFailure(_ sequence: UInt64) -> (any Error)? {
-        state.withLock { $0.failures.removeValue(forKey: sequence) }
-    }
-
-    /// A waiter for `flush`, resumed by the writer once its sequence is written.
-    final class FlushWaiter: Sendable {
-        private let continuation = Locked<CheckedContinuation<Void, any Error>?>(nil)
-        private let semaphore = DispatchSemaphore(value: 0)
-        private let outcome = Locked<(any Error)?>(nil)
-        /// What the waiter throws once resumed.
-        enum Reporting: Sendable {
-            /// The first background error since the last flush (`flush()`).
-            case backgroundErrors
-            /// The failure of this commit, if it failed (a caller waiting for its own commit).
-            case failure(of: UInt64)
-            /// Nothing: the caller only waits.
-            case nothing
-        }
-
-        private let reporting: Reporting
-
-        init(sequence: UInt64) { self.reporting = .failure(of: sequence) }
-        init(reporting: Reporting = .backgroundErrors) { self.reporting = reporting }
-
-        func setContinuation(_ continuation: CheckedContinuation<Void, any Error>) {
-            self.continuation.withLock { $0 = continuation }
-        }
-
-        func resume(store: SQLiteStore) {
-            let error: (any Error)?
-            switch reporting {
-            case .failure(let sequence): error = store.takeFailure(sequence)
-            case .backgroundErrors: error = store.takeErrors().first
-            case .nothing: error = nil
-            }
-            outcome.withLock { $0 = error }
-            if let continuation = continuation.withLock({ $0.take() }) {
-                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
-            }
-            semaphore.signal()
-        }
-
-        func wait() throws {
-            semaphore.wait()
-            if let error = outcome.withLock({ $0 }) { throw error }
         }
     }
 }

@@ -120,7 +120,7 @@ struct PostgresConnectionTests {
     @Test func columnTypesReadAsTheValuesSQLiteWouldHold() throws {
         var row: [Value] = []
         try connection.query("SELECT 7::int2, 8::int4, true, false, 1.5::real, 2.25::numeric, avg(x), sum(x), count(*), 'x'::varchar, NULL::int8 FROM (VALUES (1::int8), (2::int8)) AS v(x)") { result in
-            row = (0..<result.count).map { result.value($0) }
+            row = (0..<result.columnCount).map { result.value($0) }
         }
         let expected: [Value] = [.integer(7), .integer(8), .integer(1), .integer(0), .double(1.5), .double(2.25),
                                  .double(1.5), .double(3), .integer(2), .text("x"), .null]

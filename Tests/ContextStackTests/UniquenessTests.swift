@@ -275,7 +275,7 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
             try db.execute("INSERT INTO Person (Z_PK, name, age, email) VALUES (1001, 'b', 0, 'x')")
             Issue.record("SQLite should refuse the duplicate")
         } catch {
-            let mapped = SQLiteStore.saveError(error, graph: store.stack.graph)
+            let mapped = store.stack.sqliteStore.saveError(error)
             let saveError = try #require(mapped as? SaveError)
             #expect(saveError.code == .uniquenessViolated)
             #expect(saveError.entityName == "Person")

@@ -133,7 +133,7 @@ public final class FetchedResults<T: ManagedObject> {
             sectionsAscend = true
         }
         query = try CompiledQuery(entity: entity, condition: request.condition, orderBy: OrderBy(terms: terms),
-                                  includesSubEntities: request.includesSubEntities)
+                                  includesSubEntities: request.includesSubEntities, dialect: context.core.store.dialect)
         offset = request.offset
         limit = request.limit
         self.objectFilter = objectFilter

@@ -5,7 +5,7 @@ extension ContextCore {
     func compile<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, _ orderBy: OrderBy?,
                                    includesSubEntities: Bool = true) throws -> CompiledQuery {
         try CompiledQuery(entity: graph.entity(for: type), condition: condition, orderBy: orderBy,
-                          includesSubEntities: includesSubEntities)
+                          includesSubEntities: includesSubEntities, dialect: store.dialect)
     }
 
     package func fetchAll<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions) throws -> [T] {

@@ -7,7 +7,7 @@ struct AggregateQuery {
     let sql: CompiledQuery.SQL
 
     init(entity: ResolvedEntity, select: Select, condition: Condition?, orderBy: OrderBy?, groupBy: KeyList?,
-         having: Condition?, options: FetchOptions) throws(QueryError) {
+         having: Condition?, options: FetchOptions, dialect: any SQLDialect = SQLiteDialect()) throws(QueryError) {
         guard !select.terms.isEmpty else {
             throw QueryError(.unsupported, "A query of \(entity.name) needs something to select: .select(\"key\") or an aggregate.", entity: entity.name)
         }
@@ -19,8 +19,7 @@ struct AggregateQuery {
         }
         let base = try CompiledQuery(entity: entity, condition: request.condition, orderBy: nil,
                                      extraKeys: select.terms.map(\.key) + groupKeys,
-                                     includesSubEntities: request.includesSubEntities)
-        let dialect = base.dialect
+                                     includesSubEntities: request.includesSubEntities, dialect: dialect)
         var paths: [String: ResolvedPath] = [:]
         for path in base.extraPaths { paths[path.key] = path }
         var columns: [String] = []
@@ -138,7 +137,7 @@ extension ContextCore {
                                  groupBy: KeyList?, having: Condition?, options: FetchOptions) throws -> [Row] {
         checkExecution("query(\(T.self).self, …)")
         let query = try AggregateQuery(entity: graph.entity(for: type), select: select, condition: condition, orderBy: orderBy,
-                                       groupBy: groupBy, having: having, options: options)
+                                       groupBy: groupBy, having: having, options: options, dialect: store.dialect)
         try store.waitUntilQueuedWritten()
         let columns = select.terms.map(\.alias)
         return try store.read { session in

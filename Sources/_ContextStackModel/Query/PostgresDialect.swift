@@ -15,19 +15,23 @@ import _ContextStackCore
 ///   the `[c]`/`[d]` folding have no exact PostgreSQL equivalent, so `canMatchText` refuses
 ///   them and compiling such a query throws; evaluating them in memory is the plan
 ///   (issue 13).
-struct PostgresDialect: SQLDialect {
-    var placeholder: String { "?" }
-    var trueCondition: String { "TRUE" }
-    var falseCondition: String { "FALSE" }
-    func isSame(_ left: String, _ right: String) -> String { "\(left) IS NOT DISTINCT FROM \(right)" }
-    func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS DISTINCT FROM \(right)" }
-    func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT TRUE" }
+package struct PostgresDialect: SQLDialect {
+    package init() {}
 
-    func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool {
+    package var placeholder: String { "?" }
+    /// Every update adds one to the row's version (see `PostgresWriter`).
+    package var rowVersionAssignments: [String] { ["\"Z_VERSION\" = \"Z_VERSION\" + 1"] }
+    package var trueCondition: String { "TRUE" }
+    package var falseCondition: String { "FALSE" }
+    package func isSame(_ left: String, _ right: String) -> String { "\(left) IS NOT DISTINCT FROM \(right)" }
+    package func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS DISTINCT FROM \(right)" }
+    package func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT TRUE" }
+
+    package func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool {
         op != .matches && options.isEmpty
     }
 
-    func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String {
+    package func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String {
         precondition(canMatchText(op, options), "PostgresDialect cannot express \(op.rawValue)\(options.formatSuffix): CompiledQuery checks canMatchText before it writes SQL.")
         switch op {
         case .contains:
@@ -63,17 +67,17 @@ struct PostgresDialect: SQLDialect {
         return result
     }
 
-    func orderTerm(_ column: String, ascending: Bool) -> String {
+    package func orderTerm(_ column: String, ascending: Bool) -> String {
         ascending ? "\(column) ASC NULLS FIRST" : "\(column) DESC NULLS LAST"
     }
 
     /// PostgreSQL refuses a negative limit; `LIMIT NULL` is no limit.
-    func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String {
+    package func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String {
         arguments += [limit.map { .integer(Int64($0)) } ?? .null, .integer(Int64(offset))]
         return "LIMIT ? OFFSET ?"
     }
 
-    func aggregate(_ function: Select.Function, of column: String) -> String {
+    package func aggregate(_ function: Select.Function, of column: String) -> String {
         switch function {
         case .average: "avg(\(column))"
         case .sum: "coalesce(sum(\(column)), 0)::float8"

@@ -39,31 +39,37 @@ package protocol SQLDialect: Sendable {
     /// database may need more than a function call, as PostgreSQL's
     /// `percentile_cont(0.5) WITHIN GROUP (ORDER BY …)` for the median).
     func aggregate(_ function: Select.Function, of column: String) -> String
+    /// What every `UPDATE` of an entity row also sets: a store that keeps a row version for
+    /// other processes and machines bumps it here; SQLite keeps none.
+    var rowVersionAssignments: [String] { get }
 }
 
 /// SQLite's dialect: `?` placeholders, `IS` for null-safe equality, booleans as 1 and 0, the
 /// string operators, median and standard deviation as functions ContextStack registers on
 /// every connection (`cs_text`, `cs_median`, `cs_stddev`). SQLite already orders NULL first
 /// ascending and compares text with the binary collation.
-struct SQLiteDialect: SQLDialect {
-    var placeholder: String { "?" }
-    var trueCondition: String { "1" }
-    var falseCondition: String { "0" }
-    func isSame(_ left: String, _ right: String) -> String { "\(left) IS \(right)" }
-    func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS NOT \(right)" }
-    func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT 1" }
-    func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool { true }
-    func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String {
+package struct SQLiteDialect: SQLDialect {
+    package init() {}
+
+    package var placeholder: String { "?" }
+    package var rowVersionAssignments: [String] { [] }
+    package var trueCondition: String { "1" }
+    package var falseCondition: String { "0" }
+    package func isSame(_ left: String, _ right: String) -> String { "\(left) IS \(right)" }
+    package func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS NOT \(right)" }
+    package func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT 1" }
+    package func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool { true }
+    package func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String {
         arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue)), .text(pattern)]
         return "cs_text(?, ?, \(column), ?)"
     }
-    func orderTerm(_ column: String, ascending: Bool) -> String { "\(column) \(ascending ? "ASC" : "DESC")" }
+    package func orderTerm(_ column: String, ascending: Bool) -> String { "\(column) \(ascending ? "ASC" : "DESC")" }
     /// SQLite's "no limit" is a negative one.
-    func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String {
+    package func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String {
         arguments += [.integer(Int64(limit ?? -1)), .integer(Int64(offset))]
         return "LIMIT ? OFFSET ?"
     }
-    func aggregate(_ function: Select.Function, of column: String) -> String {
+    package func aggregate(_ function: Select.Function, of column: String) -> String {
         let name = switch function {
         case .average: "avg"
         case .sum: "total"

@@ -13,6 +13,8 @@ import _ContextStackCore
 package protocol ObjectStore: AnyObject, Sendable {
     /// The resolved model the store holds.
     var graph: ModelGraph { get }
+    /// How the store's database spells what differs between databases in a query.
+    var dialect: any SQLDialect { get }
 
     /// A new primary key for an object of the family rooted at `root`, without a round trip
     /// per object (stores hand them out from reserved blocks).

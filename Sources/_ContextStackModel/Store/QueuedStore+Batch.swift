@@ -1,15 +1,12 @@
-import Foundation
 import _ContextStackCore
-import _ContextStackModel
-import _ContextStackSQLite
 
-extension SQLiteStore {
-    /// Runs a batch operation in the writer's order and waits until it is in SQLite.
+extension QueuedStore {
+    /// Runs a batch operation in the writer's order and waits until it is written.
     ///
     /// - Parameter onVisible: runs under the store's lock once the operation is written, with
     ///   the commit it amounts to (for main contexts and commit observers).
     /// - Throws: what the operation threw (`SaveError` for a `.deny` rule or a uniqueness
-    ///   constraint, `SQLiteError`); nothing of it is stored then.
+    ///   constraint, the database's error); nothing of it is stored then.
     package func runBatch(_ operation: BatchOperation, onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> BatchResult {
         let item = QueueItem(changes: ChangeSet(), claimed: true, afterWrite: onVisible, batch: operation)
         let (submission, start) = state.withLock { state in Self.append(item, to: &state, announce: { _ in }) }
@@ -21,7 +18,7 @@ extension SQLiteStore {
     }
 
     /// Runs a batch operation with the writer connection, inside the writer's transaction.
-    func execute(_ operation: BatchOperation, db: Connection) throws -> BatchResult {
+    package func execute(_ operation: BatchOperation, db: some StoreConnection) throws -> BatchResult {
         switch operation {
         case .update(let entity, let condition, let assignments):
             return try executeUpdate(entity, condition, assignments, db: db)
@@ -33,8 +30,8 @@ extension SQLiteStore {
     // MARK: - Update
 
     private func executeUpdate(_ entity: ResolvedEntity, _ condition: Condition?, _ assignments: [(slot: Int, value: Value)],
-                               db: Connection) throws -> BatchResult {
-        let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
+                               db: some StoreConnection) throws -> BatchResult {
+        let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: dialect)
         let alias = query.tableAliases[""]!
         let matching = query.fromWhere()
         let rows = try typedRows(db, "SELECT \(alias).\"Z_PK\"\(entity.table.hasEntityColumn ? ", \(alias).\"Z_ENT\"" : "") \(matching.text)",
@@ -45,16 +42,16 @@ extension SQLiteStore {
         let values = assignments.map(\.value)
         result.changes.updates = rows.map { .init(id: $0.id, entity: $0.entity, slots: slots, values: values) }
         try captureBeforeImages(result.changes, db: db)
-        let set = assignments.map { "\(entity.properties[$0.slot].name.quotedIdentifier) = ?" }.joined(separator: ", ")
-        try db.cachedStatement("UPDATE \(entity.table.quotedName) SET \(set) WHERE \"Z_PK\" IN (SELECT \(alias).\"Z_PK\" \(matching.text))")
-            .bindAndExecute(values + matching.arguments)
+        let set = (assignments.map { "\(entity.properties[$0.slot].name.quotedIdentifier) = ?" } + dialect.rowVersionAssignments)
+            .joined(separator: ", ")
+        try db.execute("UPDATE \(entity.table.quotedName) SET \(set) WHERE \"Z_PK\" IN (SELECT \(alias).\"Z_PK\" \(matching.text))", values + matching.arguments)
         return result
     }
 
     // MARK: - Delete
 
-    private func executeDelete(_ entity: ResolvedEntity, _ condition: Condition?, db: Connection) throws -> BatchResult {
-        let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
+    private func executeDelete(_ entity: ResolvedEntity, _ condition: Condition?, db: some StoreConnection) throws -> BatchResult {
+        let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: dialect)
         let alias = query.tableAliases[""]!
         let matching = query.fromWhere()
         let matched = try typedRows(db, "SELECT \(alias).\"Z_PK\"\(entity.table.hasEntityColumn ? ", \(alias).\"Z_ENT\"" : "") \(matching.text)",
@@ -131,21 +128,19 @@ extension SQLiteStore {
 
         for (table, column, keys) in nulled {
             try InLists.each(keys) { placeholders, arguments in
-                try db.cachedStatement("UPDATE \(table.quotedName) SET \(column.quotedIdentifier) = NULL WHERE \"Z_PK\" IN (\(placeholders))")
-                    .bindAndExecute(arguments)
+                try db.execute("UPDATE \(table.quotedName) SET \(([column.quotedIdentifier + " = NULL"] + dialect.rowVersionAssignments).joined(separator: ", ")) WHERE \"Z_PK\" IN (\(placeholders))", arguments)
             }
         }
         for join in Set(changes.links.map(\.key.table)) {
             for key in changes.links.map(\.key) where key.table == join {
-                try db.cachedStatement("DELETE FROM \(join.quotedIdentifier) WHERE source = ? AND target = ?")
-                    .bindAndExecute([.integer(key.source), .integer(key.target)])
+                try db.execute("DELETE FROM \(join.quotedIdentifier) WHERE source = ? AND target = ?", [.integer(key.source), .integer(key.target)])
             }
         }
         let byTable = Dictionary(grouping: order, by: { ObjectIdentifier($0.id.rootEntity) })
         for rows in byTable.values {
             let table = rows[0].entity.table!
             try InLists.each(rows.map(\.id.primaryKey)) { placeholders, arguments in
-                try db.cachedStatement("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders))").bindAndExecute(arguments)
+                try db.execute("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders))", arguments)
             }
         }
         result.changes = changes
@@ -153,7 +148,7 @@ extension SQLiteStore {
     }
 
     /// The objects `property` of the objects with `keys` relates to, with their entities.
-    private func related(_ property: Property, of keys: [Int64], in owner: Table, db: Connection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
+    private func related(_ property: Property, of keys: [Int64], in owner: Table, db: some StoreConnection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
         guard let destination = property.destination else { return [] }
         var targets: [Int64] = []
         switch property.storage {
@@ -182,7 +177,7 @@ extension SQLiteStore {
 
     /// Which of `keys` relates to `target` through `property` (for the `.deny` message).
     private func ownerKey(of target: ObjectID, through property: Property, among keys: [Int64], in owner: Table,
-                          db: Connection) throws -> Int64? {
+                          db: some StoreConnection) throws -> Int64? {
         for key in keys where try related(property, of: [key], in: owner, db: db).contains(where: { $0.id == target }) { return key }
         return nil
     }
@@ -191,19 +186,19 @@ extension SQLiteStore {
 
     /// Records the rows a batch operation is about to change for every pinned view, as a
     /// commit does when it is submitted (the batch learns its rows only now).
-    private func captureBeforeImages(_ changes: ChangeSet, db: Connection) throws {
+    private func captureBeforeImages(_ changes: ChangeSet, db: some StoreConnection) throws {
         guard state.withLock({ !$0.pins.isEmpty }) else { return }
         try state.withLock { state in
             var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: Overlay()), context: nil)
-            try Self.capture(changes, into: &state.pins, reader: &reader, db: db)
+            try Self.capture(changes, into: &state.pins, reader: &reader)
         }
     }
 
     // MARK: - SQL helpers
 
     /// Rows of `SELECT "Z_PK"[, "Z_ENT"] …` as IDs with their entities.
-    private func typedRows(_ db: Connection, _ sql: String, _ arguments: [Value], root: ResolvedEntity) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
-        decode(try db.rows(sql, arguments), root: root)
+    private func typedRows(_ db: some StoreConnection, _ sql: String, _ arguments: [Value], root: ResolvedEntity) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
+        decode(try db.allRows(sql, arguments), root: root)
     }
 
     private func decode(_ rows: [[Value]], root: ResolvedEntity) -> [(id: ObjectID, entity: ResolvedEntity)] {
@@ -231,9 +226,9 @@ extension SQLiteStore {
     }
 
     /// Every row of `sql(placeholders)` over `keys`, in `IN` lists (`InLists.each`).
-    private func chunkedRows(_ db: Connection, _ keys: [Int64], _ sql: (String) -> String) throws -> [[Value]] {
+    private func chunkedRows(_ db: some StoreConnection, _ keys: [Int64], _ sql: (String) -> String) throws -> [[Value]] {
         var rows: [[Value]] = []
-        try InLists.each(keys) { placeholders, arguments in rows += try db.rows(sql(placeholders), arguments) }
+        try InLists.each(keys) { placeholders, arguments in rows += try db.allRows(sql(placeholders), arguments) }
         return rows
     }
 }

@@ -1,12 +1,10 @@
-import Foundation
+import Dispatch
 import _ContextStackCore
-import _ContextStackModel
-import _ContextStackSQLite
 
-extension SQLiteStore {
+extension QueuedStore {
     /// Claimed keys kept at most; past that the oldest are forgotten (a race on a forgotten
     /// key ends in `SaveError.Code.uniquenessViolated`, never in a duplicate).
-    static let maximumClaims = 50_000
+    static var maximumClaims: Int { 50_000 }
 
     /// The ID a `fetchOrCreate` that found nothing gives the object it creates for `claims`.
     ///
@@ -32,7 +30,7 @@ extension SQLiteStore {
 
     /// Forgets the claims of objects whose keys this commit deletes or changes: the values
     /// are free again, and must not bring the old ID back. Runs under the state lock.
-    static func releaseClaims(of changes: ChangeSet, in state: inout State) {
+    static func releaseClaims(of changes: ChangeSet, in state: inout QueueState) {
         guard !state.claims.isEmpty else { return }
         var released = Set<ObjectID>()
         for delete in changes.deletes where !delete.entity.uniqueConstraints.isEmpty { released.insert(delete.id) }
@@ -168,21 +166,6 @@ extension SQLiteStore {
             result[key, default: []].append(id)
         }
         return result
-    }
-
-    /// A unique index that SQLite found violated while writing — by a row another process
-    /// saved after this commit was checked — as the `SaveError` the check would have thrown.
-    static func saveError(_ error: any Error, graph: ModelGraph) -> any Error {
-        guard let error = error as? SQLiteError, error.code.primary == .constraint,
-              let range = error.message.range(of: "UNIQUE constraint failed: ") else { return error }
-        // "UNIQUE constraint failed: Person.first, Person.last"
-        let columns = error.message[range.upperBound...].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-        let table = columns.first?.split(separator: ".").first.map(String.init)
-        let keys = columns.compactMap { $0.split(separator: ".").last.map(String.init) }
-        let constraint = graph.tables.first { $0.name == table }?.uniqueConstraints.first { $0.keys == keys }
-        return SaveError(.uniquenessViolated,
-                         "Cannot save a commit: \(constraint?.label ?? error.message) is unique, and another writer of the store saved the same values first. Nothing of this commit was saved.",
-                         entityName: constraint?.entity.name ?? table, keys: keys)
     }
 
     /// The error for `id` taking `key` from `other`. The values are in `values`, never in the

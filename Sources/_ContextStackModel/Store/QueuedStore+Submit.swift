@@ -1,0 +1,174 @@
+import Dispatch
+import _ContextStackCore
+
+extension QueuedStore {
+    /// Hands a commit to the writer. It is visible to every read at once (through the
+    /// overlay), and written to SQLite by the background writer — or, with `wait` or on a
+    /// store without a background writer, before this returns.
+    ///
+    /// - Parameters:
+    ///   - changes: the commit.
+    ///   - policy: how to resolve changes made in the store since the context read its objects.
+    ///   - claimed: a caller waits for the outcome (`transaction`, `wait`): a failed save is
+    ///     reported to it alone, not to `onError` or the next flush.
+    ///   - wait: write before returning, and throw if the write fails.
+    ///   - onVisible: runs under the store's lock once the commit is visible at its target —
+    ///     when it is queued, or, for a commit that waits, once it is written (and never if
+    ///     that fails) — so receivers get commits in the order they became visible.
+    /// - Throws: `MergeConflictError` under `.error`; with `wait`, the save's error.
+    package func submit(_ changes: ChangeSet, policy: MergePolicy, claimed: Bool, wait: Bool,
+                onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> Submission {
+        let mustWait = wait || !writesInBackground
+        let item = QueueItem(changes: changes, policy: policy, claimed: claimed || mustWait,
+                             afterWrite: mustWait ? onVisible : nil, afterFailure: mustWait ? nil : onVisible)
+        // A commit that waits becomes visible at its target once written; others now.
+        let announce: (ChangeSet) -> Void
+        if mustWait {
+            announce = { _ in }
+        } else {
+            announce = onVisible
+        }
+        var appended: (Submission, Bool)?
+        if !(policy.checksStore && !changes.updates.isEmpty) && !changes.touchesUniqueKeys {
+            // The fast path, unless a pinned view needs before-images (checked under the lock,
+            // so a view pinned concurrently cannot miss this commit).
+            appended = state.withLock { state in
+                state.pins.isEmpty ? Self.append(item, to: &state, announce: announce) : nil
+            }
+        }
+        if appended == nil {
+            // Checked against what is committed now, and queued before anything else can be.
+            appended = try withCommittedView { state, reader in
+                var resolved = item
+                resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
+                resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
+                try Self.checkUniqueness(resolved.changes, reader: &reader)
+                try Self.capture(resolved.changes, into: &state.pins, reader: &reader)
+                return Self.append(resolved, to: &state, announce: announce)
+            }
+        }
+        let (submission, start) = appended!
+        if mustWait {
+            if start { drain(until: submission.sequence) }
+            let waiter = FlushWaiter(sequence: submission.sequence)
+            register(waiter, upTo: submission.sequence)
+            try waiter.wait()
+        } else if start {
+            writeQueue.async { self.drain() }
+        }
+        return submission
+    }
+
+    /// Appends a resolved commit to the queue and the overlay; says whether a drain must start.
+    static func append(_ item: QueueItem, to state: inout QueueState, announce: (ChangeSet) -> Void) -> (Submission, Bool) {
+        state.lastSequence += 1
+        var item = item
+        item.sequence = state.lastSequence
+        state.overlay.apply(item.changes, sequence: item.sequence)
+        releaseClaims(of: item.changes, in: &state)
+        state.queue.append(item)
+        announce(item.changes)
+        let start = !state.isDraining
+        state.isDraining = true
+        return (Submission(sequence: item.sequence, changes: item.changes), start)
+    }
+
+    // MARK: - Merge policies
+
+    /// The commit as the merge policy says it should be saved, given what is stored now.
+    package static func resolve(_ changes: ChangeSet, policy: MergePolicy, reader: inout RowReader) throws -> ChangeSet {
+        guard policy.checksStore, !changes.updates.isEmpty else { return changes }
+        var resolved = changes
+        var updates: [ChangeSet.RowUpdate] = []
+        var conflicts: [MergeConflictError.Conflict] = []
+        for update in changes.updates {
+            let stored = try reader.row(update.id)
+            let entity = update.entity
+            let changedInStore = entity.storedSlots.filter { slot in
+                guard let stored else { return true }
+                return !stored.values[slot].isIdentical(to: update.snapshot[slot])
+            }
+            if changedInStore.isEmpty {
+                updates.append(update)
+                continue
+            }
+            switch policy {
+            case .objectTrump:
+                updates.append(update)
+            case .storeTrump:
+                guard stored != nil else { continue }
+                var kept = update
+                kept.slots = []
+                kept.values = []
+                for (slot, value) in zip(update.slots, update.values) where !changedInStore.contains(slot) {
+                    kept.slots.append(slot)
+                    kept.values.append(value)
+                }
+                if !kept.slots.isEmpty { updates.append(kept) }
+            case .overwrite:
+                guard stored != nil else { continue }
+                var whole = update
+                whole.slots = entity.storedSlots
+                whole.values = entity.storedSlots.map { update.current[$0] }
+                updates.append(whole)
+            case .rollback:
+                continue
+            case .error:
+                guard let stored else {
+                    conflicts.append(.init(objectID: update.id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null))
+                    continue
+                }
+                for slot in changedInStore {
+                    conflicts.append(.init(objectID: update.id, key: entity.properties[slot].name,
+                                           snapshot: update.snapshot[slot], stored: stored.values[slot], ours: update.current[slot]))
+                }
+            }
+        }
+        if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
+        resolved.updates = updates
+        return resolved
+    }
+
+    // MARK: - Pinned views
+
+    /// Records, for every pinned view, how the rows this commit changes were before it (the
+    /// first change after a pin wins: that is the row as it was when the view was pinned).
+    static func capture(_ changes: ChangeSet, into pins: inout [UInt64: PinnedImages],
+                                reader: inout RowReader) throws {
+        guard !pins.isEmpty else { return }
+        var images: [ObjectID: BeforeImage] = [:]
+        for insert in changes.inserts { images[insert.id] = .absent }
+        for update in changes.updates {
+            guard let row = try reader.row(update.id) else { continue }
+            var slots: [Int: Value] = [:]
+            for slot in update.slots { slots[slot] = row.values[slot] }
+            images[update.id] = .slots(update.entity, slots)
+        }
+        for delete in changes.deletes {
+            guard let row = try reader.row(delete.id) else { continue }
+            images[delete.id] = .row(row)
+        }
+        var links: [LinkKey: Bool] = [:]
+        for link in changes.links {
+            links[link.key] = try reader.linkExists(link.key)
+        }
+        for id in pins.keys {
+            for (objectID, image) in images {
+                switch (pins[id]!.rows[objectID], image) {
+                case (nil, _):
+                    pins[id]!.rows[objectID] = image
+                case (.slots(let entity, var earlier)?, .slots(_, let later)):
+                    // Slots first changed now keep their value from before this commit.
+                    for (slot, value) in later where earlier[slot] == nil { earlier[slot] = value }
+                    pins[id]!.rows[objectID] = .slots(entity, earlier)
+                default:
+                    break
+                }
+            }
+            for (key, existed) in links where pins[id]!.links[key] == nil {
+                pins[id]!.links[key] = existed
+            }
+        }
+    }
+
+}

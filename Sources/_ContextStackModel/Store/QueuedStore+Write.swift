@@ -1,0 +1,168 @@
+import Dispatch
+import _ContextStackCore
+
+extension QueuedStore {
+    /// Writes queued commits until none is left, each batch in one transaction, each commit
+    /// in its own savepoint. With `until`, it stops once that commit is written and leaves
+    /// the rest to the background queue, so a committer waiting for its own write is not
+    /// kept writing everyone else's.
+    func drain(until: UInt64? = nil) {
+        while let batch = takeBatch(until: until), let last = batch.last?.sequence {
+            let outcome = write(batch, upTo: last)
+            undoAnnounced(batch, outcome)
+            for failure in outcome.failures where !failure.claimed { reportError(failure.error) }
+            for waiter in finish(batch, outcome, upTo: last) { waiter.resume(state: state) }
+        }
+    }
+
+    /// Takes every commit queued so far off the queue; `nil` when this turn has nothing (more)
+    /// to write, after handing the rest to the background queue if `until` stopped early.
+    private func takeBatch(until: UInt64?) -> [QueueItem]? {
+        let batch = state.withLock { state -> [QueueItem] in
+            if let until, state.writtenSequence >= until, !state.queue.isEmpty {
+                return []
+            }
+            let batch = state.queue
+            state.queue.removeAll()
+            if batch.isEmpty { state.isDraining = false }
+            return batch
+        }
+        guard batch.isEmpty else { return batch }
+        if until != nil && state.withLock({ $0.isDraining }) { writeQueue.async { self.drain() } }
+        return nil
+    }
+
+    /// Writes a batch in one transaction (group commit). A commit alone needs no savepoint: if
+    /// it fails, the transaction rolls back whole, as its savepoint would, with the same error
+    /// — two statements fewer for every commit that does not share the writer's turn. Together,
+    /// each commit gets a savepoint, so that one failing commit fails alone. `COMMIT` runs under
+    /// the state lock and the written commits leave the overlay in the same breath, so no read
+    /// sees the database ahead of the overlay or behind it.
+    private func write(_ batch: [QueueItem], upTo last: UInt64) -> BatchOutcome {
+        var outcome = BatchOutcome()
+        do {
+            try writeTransaction({ writer in
+                if batch.count == 1 {
+                    do {
+                        outcome.batchResults[batch[0].sequence] = try writeItem(batch[0], writer: &writer)
+                    } catch {
+                        throw saveError(error)
+                    }
+                    return
+                }
+                for (index, item) in batch.enumerated() {
+                    let savepoint = "commit\(index)"
+                    try execute("SAVEPOINT \(savepoint)", writer: &writer)
+                    do {
+                        outcome.batchResults[item.sequence] = try writeItem(item, writer: &writer)
+                        try execute("RELEASE \(savepoint)", writer: &writer)
+                    } catch {
+                        try execute("ROLLBACK TO \(savepoint)", writer: &writer)
+                        try execute("RELEASE \(savepoint)", writer: &writer)
+                        outcome.fail(item, saveError(error))
+                    }
+                }
+            }, commit: { commit in
+                try self.state.withLock { state in
+                    try commit()
+                    state.overlay.removeWritten(upTo: last)
+                }
+            })
+        } catch {
+            // The whole transaction failed: nothing of the batch is stored.
+            state.withLock { $0.overlay.removeWritten(upTo: last) }
+            outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
+        }
+        return outcome
+    }
+
+    /// Undoes, in the receivers that were told of them, the failed commits of a batch: the
+    /// overlay no longer holds them (the transaction's end removed them), so what undoes each
+    /// is read from what is committed now.
+    private func undoAnnounced(_ batch: [QueueItem], _ outcome: BatchOutcome) {
+        let failed = outcome.failed
+        let announced = batch.filter { failed.contains($0.sequence) && $0.afterFailure != nil && $0.batch == nil }
+        guard !announced.isEmpty else { return }
+        do {
+            try withCommittedView { _, reader in
+                for item in announced {
+                    let undo = try Self.undo(item.changes, reader: &reader)
+                    if !undo.isEmpty { item.afterFailure?(undo) }
+                }
+            }
+        } catch {
+            reportError(error)
+        }
+    }
+
+    /// Records a written batch: the written sequence, what each stored commit's receivers are
+    /// told, the errors for `flush` and for waiting committers. Returns the flush waiters the
+    /// batch satisfied, to resume outside the lock.
+    private func finish(_ batch: [QueueItem], _ outcome: BatchOutcome, upTo last: UInt64) -> [FlushWaiter] {
+        state.withLock { state -> [FlushWaiter] in
+            state.writtenSequence = last
+            state.transactionCount += 1
+            let failed = outcome.failed
+            for item in batch where !failed.contains(item.sequence) {
+                if let result = outcome.batchResults[item.sequence] {
+                    Self.releaseClaims(of: result.changes, in: &state)
+                    state.batchResults[item.sequence] = result
+                    item.afterWrite?(result.changes)
+                } else {
+                    item.afterWrite?(item.changes)
+                }
+            }
+            state.errors += outcome.failures.filter { !$0.claimed }.map(\.error)
+            for failure in outcome.failures where failure.claimed { state.failures[failure.sequence] = failure.error }
+            if state.failures.count > 1024 {
+                state.failures = state.failures.filter { $0.key > last - min(last, 1024) }
+            }
+            let ready = state.waiters.filter { $0.sequence <= last }.map(\.waiter)
+            state.waiters.removeAll { $0.sequence <= last }
+            return ready
+        }
+    }
+
+    /// What undoes a commit that was announced but not stored: its inserts deleted, its
+    /// changed slots back to their committed values, its deletes restored, its links as they are.
+    static func undo(_ changes: ChangeSet, reader: inout RowReader) throws -> ChangeSet {
+        var undo = ChangeSet()
+        for insert in changes.inserts where try reader.row(insert.id) == nil {
+            undo.deletes.append((insert.id, insert.row.entity))
+        }
+        for update in changes.updates {
+            guard let row = try reader.row(update.id) else {
+                undo.deletes.append((update.id, update.entity))
+                continue
+            }
+            undo.updates.append(.init(id: update.id, entity: row.entity, slots: update.slots,
+                                      values: update.slots.map { row.values[$0] }))
+        }
+        for delete in changes.deletes {
+            if let row = try reader.row(delete.id) { undo.inserts.append((delete.id, row)) }
+        }
+        for link in changes.links {
+            let present = try reader.linkExists(link.key)
+            guard present != link.present else { continue }
+            undo.links.append((link.key, present))
+            undo.linkEnds[link.key] = changes.linkEnds[link.key]
+        }
+        return undo
+    }
+
+}
+
+/// What writing one batch did: the commits that failed, and what its batch operations
+/// amounted to.
+private struct BatchOutcome {
+    var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
+    var batchResults: [UInt64: BatchResult] = [:]
+
+    /// The sequences of the commits that failed.
+    var failed: Set<UInt64> { Set(failures.map(\.sequence)) }
+
+    mutating func fail(_ item: QueueItem, _ error: any Error) {
+        failures.append((item.sequence, error, item.claimed))
+        batchResults[item.sequence] = nil
+    }
+}

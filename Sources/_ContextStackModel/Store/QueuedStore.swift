@@ -1,0 +1,211 @@
+import Dispatch
+import _ContextStackCore
+
+/// The part of a store that is the same whatever database sits below it: the queue of commits
+/// handed over and not yet written, the overlay that makes them visible at once, group commit,
+/// pinned views, `fetchOrCreate` claims, and the waiters of `flush`.
+///
+/// `SQLiteStore` and `PostgresStore` conform and supply what only they know: how a read
+/// fixes its snapshot (`withCommittedView`, `read`), how a write transaction runs
+/// (`writeTransaction`, `execute(_:writer:)`), how one commit or batch operation is written
+/// (`writeItem`) and what a database's constraint error means (`saveError`). The rules every
+/// store keeps — a commit is seen wholly or not at all, commits are written in the order they
+/// became visible, one failing commit of a group fails alone — live here once.
+package protocol QueuedStore: ObjectStore {
+    /// What the store's writer holds during a write transaction (its connection and caches).
+    associatedtype Writer
+
+    /// The queue, the overlay, pins, claims and waiters, under one lock. A store's writer
+    /// commits under this lock, and a read fixes its snapshot under it.
+    var state: Locked<QueueState> { get }
+    /// Whether commits are written by the background writer (a stack with a root) or on the
+    /// committing thread (a stack without one).
+    var writesInBackground: Bool { get }
+    /// Receives errors of background saves (set by the stack to forward to `onError`).
+    var reportError: @Sendable (any Error) -> Void { get }
+    /// The serial queue the background writer drains on.
+    var writeQueue: DispatchQueue { get }
+
+    /// Runs `body` under the state lock with a reader that sees exactly what is committed now
+    /// (a snapshot fixed under that lock, plus the overlay). Nothing can be written or queued
+    /// meanwhile, so a commit checked in `body` can be queued in it too.
+    func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T
+
+    /// Runs `body` inside one write transaction. `commit` receives the function that commits
+    /// it, and runs it under the state lock (so no read sees the database ahead of the
+    /// overlay); if anything throws, the transaction is rolled back and the error rethrown.
+    func writeTransaction(_ body: (inout Writer) throws -> Void, commit: (() throws -> Void) throws -> Void) throws
+
+    /// Runs a statement without arguments with the writer (`SAVEPOINT`, `RELEASE`, `ROLLBACK TO`).
+    func execute(_ sql: String, writer: inout Writer) throws
+
+    /// Writes one queued commit inside the writer's transaction, or runs one batch operation
+    /// and returns what it did.
+    func writeItem(_ item: QueueItem, writer: inout Writer) throws -> BatchResult?
+
+    /// The error a failed write becomes for its caller: a database's unique-index violation as
+    /// the `SaveError` the store's own check would have thrown, anything else as it is.
+    func saveError(_ error: any Error) -> any Error
+}
+
+/// The state every `QueuedStore` keeps under its lock.
+package struct QueueState: Sendable {
+    package var overlay = Overlay()
+    /// Views pinned by main contexts that do not merge, with their before-images.
+    package var pins: [UInt64: PinnedImages] = [:]
+    var nextPin: UInt64 = 1
+    /// Commits waiting for the writer; `claimed` ones have a caller waiting for their outcome.
+    var queue: [QueueItem] = []
+    package var lastSequence: UInt64 = 0
+    package var writtenSequence: UInt64 = 0
+    var isDraining = false
+    var errors: [any Error] = []
+    /// Why a commit failed, by sequence number, for `waitUntilWritten`.
+    var failures: [UInt64: any Error] = [:]
+    var waiters: [(sequence: UInt64, waiter: FlushWaiter)] = []
+    /// How many write transactions the writer has committed (group commit makes it fewer
+    /// than the commits it wrote).
+    package var transactionCount = 0
+    /// Unique values claimed by `fetchOrCreate`, with the ID of the object made for them.
+    var claims: [UniqueClaim: ObjectID] = [:]
+    var claimOrder: [UniqueClaim] = []
+    /// What batch operations did, by sequence number, until their caller takes it.
+    var batchResults: [UInt64: BatchResult] = [:]
+
+    package init() {}
+}
+
+/// A commit waiting for the writer.
+package struct QueueItem: Sendable {
+    package var changes: ChangeSet
+    /// The merge policy it was resolved under; a store whose rows other processes change
+    /// between the check and the write resolves it again under the same policy.
+    package var policy: MergePolicy = .objectTrump
+    /// A caller waits for the outcome; a failure goes to it alone.
+    let claimed: Bool
+    /// Runs under the lock once the commit is written (for commits visible only then).
+    let afterWrite: (@Sendable (ChangeSet) -> Void)?
+    /// For a commit announced before it was written: told what undoes it if writing fails,
+    /// so the main contexts that took it (and observers) come back to what is stored.
+    var afterFailure: (@Sendable (ChangeSet) -> Void)? = nil
+    /// A batch operation, which learns its changes only when the writer runs it.
+    package var batch: BatchOperation? = nil
+    package var sequence: UInt64 = 0
+}
+
+// MARK: - Pins, claims, flushing
+
+extension QueuedStore {
+    /// Pins a view of the store as it is now: reads with the returned ID see every row as it
+    /// was at this moment, whatever is committed later, until `unpin`.
+    package func pin() -> UInt64 {
+        state.withLock { state in
+            let id = state.nextPin
+            state.nextPin += 1
+            state.pins[id] = PinnedImages()
+            return id
+        }
+    }
+
+    package func unpin(_ id: UInt64) {
+        _ = state.withLock { $0.pins.removeValue(forKey: id) }
+    }
+
+    /// How many write transactions the writer has run so far.
+    package var transactionCount: Int { state.withLock { $0.transactionCount } }
+
+    /// Waits until every commit handed over before the call is written, then throws the
+    /// first error of a failed background save since the last flush, if any.
+    package func flush() async throws {
+        let waiter = FlushWaiter()
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            waiter.setContinuation(continuation)
+            register(waiter, upTo: nil)
+        }
+    }
+
+    /// Blocks until every commit handed over before the call is written (or failed), without
+    /// taking background errors from `flush()`.
+    package func waitUntilQueuedWritten() throws {
+        let last = state.withLock { $0.lastSequence }
+        let waiter = FlushWaiter(reporting: .nothing)
+        register(waiter, upTo: last)
+        try waiter.wait()
+    }
+
+    /// Blocks until every commit handed over before the call is written; see `flush()`.
+    package func flushAndWait() throws {
+        let waiter = FlushWaiter()
+        register(waiter, upTo: nil)
+        try waiter.wait()
+    }
+
+    /// Waits until the commit with `sequence` is written; throws if saving it failed.
+    package func waitUntilWritten(_ sequence: UInt64) async throws {
+        let waiter = FlushWaiter(sequence: sequence)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            waiter.setContinuation(continuation)
+            register(waiter, upTo: sequence)
+        }
+    }
+
+    func register(_ waiter: FlushWaiter, upTo sequence: UInt64?) {
+        let ready = state.withLock { state -> Bool in
+            let target = sequence ?? state.lastSequence
+            if state.writtenSequence >= target { return true }
+            state.waiters.append((target, waiter))
+            return false
+        }
+        if ready { waiter.resume(state: state) }
+    }
+}
+
+/// A waiter for `flush`, resumed by the writer once its sequence is written.
+final class FlushWaiter: Sendable {
+    private let continuation = Locked<CheckedContinuation<Void, any Error>?>(nil)
+    private let semaphore = DispatchSemaphore(value: 0)
+    private let outcome = Locked<(any Error)?>(nil)
+    /// What the waiter throws once resumed.
+    enum Reporting: Sendable {
+        /// The first background error since the last flush (`flush()`).
+        case backgroundErrors
+        /// The failure of this commit, if it failed (a caller waiting for its own commit).
+        case failure(of: UInt64)
+        /// Nothing: the caller only waits.
+        case nothing
+    }
+
+    private let reporting: Reporting
+
+    init(sequence: UInt64) { self.reporting = .failure(of: sequence) }
+    init(reporting: Reporting = .backgroundErrors) { self.reporting = reporting }
+
+    func setContinuation(_ continuation: CheckedContinuation<Void, any Error>) {
+        self.continuation.withLock { $0 = continuation }
+    }
+
+    /// Takes what the waiter reports from the store's state, then wakes its caller.
+    func resume(state: Locked<QueueState>) {
+        let error: (any Error)? = state.withLock { state in
+            switch reporting {
+            case .failure(let sequence):
+                return state.failures.removeValue(forKey: sequence)
+            case .backgroundErrors:
+                defer { state.errors.removeAll() }
+                return state.errors.first
+            case .nothing:
+                return nil
+            }
+        }
+        outcome.withLock { $0 = error }
+        if let continuation = continuation.withLock({ $0.take() }) {
+            if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+        }
+        semaphore.signal()
+    }
+
+    func wait() throws {
+        semaphore.wait()
+        if let error = outcome.withLock({ $0 }) { throw error }
+    }
+}
