@@ -9,6 +9,9 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "ContextStack", targets: ["ContextStack"]),
+        // The PostgreSQL store: `import ContextStackPostgres`, then `stack.addPostgresStore(url:)`.
+        // A separate product, so SQLite-only apps neither build nor link libpq.
+        .library(name: "ContextStackPostgres", targets: ["ContextStackPostgres"]),
         .executable(name: "demo", targets: ["demo"]),
     ],
     dependencies: [
@@ -54,8 +57,7 @@ let package = Package(
         // The PostgreSQL client layer: connections, prepared statements, values both ways,
         // errors. The only importer of CLibpq; the PostgreSQL store will be built on it.
         .target(name: "_ContextStackPostgres", dependencies: ["CLibpq", "_ContextStackCore"]),
-        // The PostgreSQL store, being built (issue 13): its schema and key reservation so far.
-        // No product exposes it yet.
+        // The PostgreSQL store: the second implementation of the store seam.
         .target(name: "_ContextStackPostgresStore", dependencies: ["_ContextStackCore", "_ContextStackModel", "_ContextStackPostgres"]),
         // The SQLite store: the first implementation of the store seam.
         .target(name: "_ContextStackSQLiteStore", dependencies: ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite"]),
@@ -63,6 +65,11 @@ let package = Package(
         .target(
             name: "ContextStack",
             dependencies: ["_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore", "ContextStackMacros"]
+        ),
+        // `Stack.addPostgresStore`: the product's only public API.
+        .target(
+            name: "ContextStackPostgres",
+            dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackModel", "_ContextStackPostgres", "_ContextStackPostgresStore"]
         ),
         .executableTarget(name: "demo", dependencies: ["ContextStack"]),
         // The child process that the crash-safety tests kill with SIGKILL. Not a product: a
@@ -72,7 +79,7 @@ let package = Package(
         .testTarget(
             name: "ContextStackTests",
             dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore",
-                           "_ContextStackPostgres", "_ContextStackPostgresStore"]
+                           "_ContextStackPostgres", "_ContextStackPostgresStore", "ContextStackPostgres"]
         ),
         .testTarget(
             name: "ContextStackMacrosTests",

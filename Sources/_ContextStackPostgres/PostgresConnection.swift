@@ -18,6 +18,8 @@ package final class PostgresConnection {
     /// Prepared statements by SQL and argument types: their server-side names.
     private var statements: [StatementKey: String] = [:]
     private var statementCount = 0
+    /// Receives the SQL of every statement the connection runs (`Stack.trace`), values never.
+    package var tracer: StatementTracer?
     /// Past this many prepared statements the cache starts over (`DEALLOCATE ALL`), as
     /// SQLite's does: generated SQL varies and must not grow the server's memory without bound.
     package static let statementCacheLimit = 512
@@ -43,6 +45,9 @@ package final class PostgresConnection {
             PQfinish(handle)
             throw PostgresError(code: .cannotConnect, message: "could not connect to \(settings.redactedURL): \(message)")
         }
+        // Notices ("drop cascades to …", "… does not exist, skipping") are the server talking
+        // to a person at a console; libpq would print them on standard error.
+        PQsetNoticeProcessor(handle, { _, _ in }, nil)
         self.handle = handle
         self.settings = settings
     }
@@ -66,6 +71,7 @@ package final class PostgresConnection {
     /// Runs one or more statements without parameters, through the simple query protocol
     /// (`BEGIN`, `COMMIT`, DDL, several statements separated by `;`).
     package func execute(_ sql: String) throws(PostgresError) {
+        tracer?.emit(sql)
         let result = PQexec(handle, sql)
         defer { PQclear(result) }
         try check(result, sql: sql)
@@ -103,6 +109,7 @@ package final class PostgresConnection {
 
     /// Prepares `sql` for these argument types on first use, then executes it.
     private func executePrepared(_ sql: String, _ arguments: [Value]) throws(PostgresError) -> OpaquePointer {
+        tracer?.emit(sql)
         let parameters: PostgresParameters
         do {
             parameters = try PostgresParameters(arguments)

@@ -47,17 +47,24 @@ package enum PostgresSchemaInstaller {
         guard tooLong.isEmpty else {
             throw StoreError(.cannotOpen, "PostgreSQL keeps identifiers of at most \(StoreSchema.postgresIdentifierLimit) bytes and would shorten \(tooLong.joined(separator: ", ")) without a word, so two names could become one: rename them (with originalName: on SQLite stores, to keep their data).")
         }
-        guard try exists("Z_METADATA", on: connection) else {
+        let hasMetadata = try exists("Z_METADATA", on: connection)
+        var stored: String?
+        if hasMetadata {
+            try connection.query("SELECT value FROM \"Z_METADATA\" WHERE key = ?", [.text(schema.postgresHashKey)]) { stored = $0.value(0).stringValue }
+        }
+        guard let stored else {
+            // This part is not in the database yet (another configuration's may be).
             let ours = schema.tables.map(\.name) + schema.joinTables.map(\.name)
             let present = try ours.filter { try exists($0, on: connection) }
             if !present.isEmpty {
-                throw StoreError(.foreignDatabase, "The PostgreSQL database \(server) already has tables named \(present.sorted().joined(separator: ", ")) that ContextStack did not create: they were left untouched. Use a database (or schema, with ?options=-csearch_path=…) of its own for the store.")
+                let owner = hasMetadata ? "that this part of the model did not create (another configuration's, or someone else's)" : "that ContextStack did not create"
+                throw StoreError(.foreignDatabase, "The PostgreSQL database \(server) already has tables named \(present.sorted().joined(separator: ", ")) \(owner): they were left untouched. Use a database (or schema, with ?options=-csearch_path=…) of its own for the store.")
             }
-            for statement in schema.postgresCreationStatements { try connection.execute(statement) }
+            if !hasMetadata { try connection.execute(StoreSchema.postgresMetadataTable) }
+            for statement in schema.postgresPartStatements { try connection.execute(statement) }
+            try connection.execute(schema.postgresMetadataStatement)
             return .created
         }
-        var stored: String?
-        try connection.query("SELECT value FROM \"Z_METADATA\" WHERE key = 'hash'") { stored = $0.value(0).stringValue }
         if stored == schema.hash { return .unchanged }
         if !autoMigrating {
             throw StoreError(.modelMismatch, "The PostgreSQL database \(server) was written by a different model, and autoMigrating is false: open it with the model that wrote it, or with autoMigrating: true.")

@@ -33,9 +33,23 @@ extension StoreSchema {
     /// The sequence that hands out `table`'s primary keys.
     package static func sequenceName(of table: Table) -> String { "Z_KEYS_\(table.name)" }
 
+    /// The table every part in a database keeps its description and hash in.
+    package static let postgresMetadataTable = "CREATE TABLE \"Z_METADATA\" (key text COLLATE \"C\" PRIMARY KEY, value text)"
+
+    /// The key of this part's hash in `Z_METADATA`: `hash` for a whole model, `hash:Name` for
+    /// configuration "Name", so that several configurations can share one database.
+    package var postgresHashKey: String { configuration.map { "hash:\($0)" } ?? "hash" }
+    /// The key of this part's description in `Z_METADATA`.
+    package var postgresSchemaKey: String { configuration.map { "schema:\($0)" } ?? "schema" }
+
     /// Every statement that creates this part in an empty database, in order.
     package var postgresCreationStatements: [String] {
-        var statements = ["CREATE TABLE \"Z_METADATA\" (key text COLLATE \"C\" PRIMARY KEY, value text)"]
+        [Self.postgresMetadataTable] + postgresPartStatements + [postgresMetadataStatement]
+    }
+
+    /// The statements that create this part's tables, sequences and indexes.
+    package var postgresPartStatements: [String] {
+        var statements: [String] = []
         for table in tables {
             statements.append(postgresCreateTable(table))
             statements.append("CREATE SEQUENCE \(Self.sequenceName(of: table).quotedIdentifier) AS bigint")
@@ -44,7 +58,6 @@ extension StoreSchema {
             statements.append("CREATE TABLE \(join.quotedName) (source bigint NOT NULL, target bigint NOT NULL, PRIMARY KEY (source, target))")
         }
         statements += indexes.map(\.sql)
-        statements.append(postgresMetadataStatement)
         return statements
     }
 
@@ -72,7 +85,7 @@ extension StoreSchema {
 
     /// Records this part's description and hash, replacing what was there.
     package var postgresMetadataStatement: String {
-        "INSERT INTO \"Z_METADATA\" (key, value) VALUES ('hash', \(hash.quotedLiteral)), ('schema', \(description.quotedLiteral)), ('format', '1') "
+        "INSERT INTO \"Z_METADATA\" (key, value) VALUES (\(postgresHashKey.quotedLiteral), \(hash.quotedLiteral)), (\(postgresSchemaKey.quotedLiteral), \(description.quotedLiteral)), ('format', '1') "
             + "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
     }
 }

@@ -47,7 +47,7 @@ import Testing
             try update.commit()
         }
         #expect(errors.all.count == 1)
-        #expect(try store.scalar("SELECT name FROM main.Pet") == .text("Rex II"))
+        #expect(try store.scalar("SELECT name FROM main.\"Pet\"") == .text("Rex II"))
     }
 
     /// Unlinking one side of a one-to-one must clear the partner too; when the partner cannot
@@ -64,7 +64,7 @@ import Testing
             citizen.passport = passport
             try update.commit()
         }
-        let holder = try store.scalar("SELECT holder FROM main.Passport")
+        let holder = try store.scalar("SELECT holder FROM main.\"Passport\"")
         #expect(holder != .null)
         let updater = context.beginUpdateContext()
         try updater.performAndWait { update in
@@ -73,6 +73,6 @@ import Testing
             passport.holder = nil
             #expect(throws: SQLiteError.self) { try update.commit() }
         }
-        #expect(try store.scalar("SELECT holder FROM main.Passport") == holder)
+        #expect(try store.scalar("SELECT holder FROM main.\"Passport\"") == holder)
     }
 }

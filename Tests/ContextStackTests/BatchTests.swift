@@ -45,7 +45,7 @@ import Testing
         }
         #expect(count == 3)
         // In SQLite when it returns, whatever the setup.topology.
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(3))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(3))
         try await harness.settle()
         let people = try harness.world.fetchAll(Person.self, orderBy: .ascending("name"))
         #expect(people.map(\.name) == ["", "Farmer", "Knight"])
@@ -70,7 +70,7 @@ import Testing
             try update.batchUpdate(Person.self, %"age" >= 18, set: ["location": "Taipei", "age": 30])
         }
         #expect(matched == 2)
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person WHERE location = 'Taipei' AND age = 30") == .integer(2))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Person\" WHERE location = 'Taipei' AND age = 30") == .integer(2))
         if setup.topology == .twoTierWithoutMerge {
             // A main context that does not merge keeps its view until it resets.
             #expect(try harness.world.fetch(Person.self, %"name" == "Knight")?.location == nil)
@@ -103,10 +103,10 @@ import Testing
         let knightID = try #require(try harness.world.fetch(Person.self, %"name" == "Knight")).objectID
         let matched = try harness.update { update in try update.batchDelete(Person.self, %"name" == "Farmer") }
         #expect(matched == 1)
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(2))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(2))
         // `.cascade` took the pets; `.nullify` cleared the knight's friend.
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Pet") == .integer(0))
-        #expect(try harness.store.writtenScalar("SELECT friend FROM Person WHERE name = 'Knight'") == .null)
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Pet\"") == .integer(0))
+        #expect(try harness.store.writtenScalar("SELECT friend FROM \"Person\" WHERE name = 'Knight'") == .null)
         try await harness.settle()
         await mainQueueTurn()
         #expect(try harness.world.fetchCount(Pet.self) == 0)
@@ -120,7 +120,7 @@ import Testing
 
         // Many-to-many: the join rows go, and the other side is told.
         _ = try harness.update { update in try update.batchDelete(Tag.self) }
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Z_Article_tags_Tag_articles") == .integer(0))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Z_Article_tags_Tag_articles\"") == .integer(0))
         try await harness.settle()
         #expect(try harness.world.fetch(Article.self)?.tags.isEmpty == true)
         token.cancel()
@@ -162,7 +162,7 @@ import Testing
         // A vault without coins goes.
         #expect(try harness.update { update in try update.batchDelete(Vault.self, %"label" == "empty") } == 1)
         try await harness.stack.flush()
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Vault") == .integer(1))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Vault\"") == .integer(1))
     }
 
     @Test @MainActor func theUpdateItselfStaysCoherent() async throws {
@@ -185,7 +185,7 @@ import Testing
             try update.commit()
         }
         try await harness.stack.flush()
-        let rows = try harness.store.writtenRows("SELECT name, age, location FROM Person ORDER BY name")
+        let rows = try harness.store.writtenRows("SELECT name, age, location FROM \"Person\" ORDER BY name")
         #expect(rows == [["Farmer", 40, "Hsinchu"], ["Sir Knight", 19, "Hsinchu"]])
     }
 
@@ -223,7 +223,7 @@ import Testing
         #expect(update?.code == .uniquenessViolated)
         #expect(update?.keys == ["email"])
         try await harness.stack.flush()
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person WHERE email IS NOT NULL") == .integer(0))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Person\" WHERE email IS NOT NULL") == .integer(0))
         #expect(try harness.world.fetchCount(Person.self) == 3)
     }
 
@@ -261,6 +261,6 @@ import Testing
         try await harness.stack.flush()
         #expect(failures.withLock { $0 } == 8)
         #expect(recorder.all.isEmpty)
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Pet") == .integer(32))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Pet\"") == .integer(32))
     }
 }

@@ -103,7 +103,7 @@ import Testing
         // beginUpdate is asynchronous: wait until each block has committed, then flush.
         while try world.fetchCount(Pet.self) < 20 { await Task.yield() }
         try await store.stack.flush()
-        #expect(try store.scalar("SELECT count(*) FROM Pet") == .integer(20))
+        #expect(try store.scalar("SELECT count(*) FROM \"Pet\"") == .integer(20))
     }
 
     @Test(arguments: Setup.files) @MainActor
@@ -293,7 +293,7 @@ import Testing
         }
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
+    @Test(arguments: StoreKind.available) @MainActor
     func aStackWithoutARootWritesOnCommit(kind: StoreKind) throws {
         let store = try TestStore(kind, rootContext: .none)
         let world = try MainContext(stack: store.stack)
@@ -302,7 +302,7 @@ import Testing
             try update.commit()
         }
         #expect(try store.overlayIsEmpty)
-        #expect(try store.scalar("SELECT name FROM Pet") == .text("Rex"))
+        #expect(try store.scalar("SELECT name FROM \"Pet\"") == .text("Rex"))
         #expect(try world.fetch(Pet.self)?.name == "Rex")
     }
 
@@ -384,11 +384,11 @@ import Testing
         switch setup.topology {
         case .threeTier, .twoTierAutoMerge, .twoTierWithoutMerge:
             try harness.update(failingCommit)
-            await #expect(throws: SQLiteError.self) { try await harness.stack.flush() }
+            await #expect { try await harness.stack.flush() } throws: { isRefusal($0) }
             try await harness.stack.flush()  // reported once
             #expect(recorder.all.count == 1)
         case .threeTierWithoutRoot, .perConsumer:
-            #expect(throws: SQLiteError.self) { try harness.update(failingCommit) }
+            #expect { try harness.update(failingCommit) } throws: { isRefusal($0) }
             try await harness.stack.flush()
             #expect(recorder.all.isEmpty, "the caller caught it; it is not reported again")
         }

@@ -11,7 +11,14 @@ import Testing
 @Suite struct DifferentialTests {
     static let strings = ["", "a", "A", "b", "é", "e\u{301}", "É", "Monk", "monk", "MONK", "ñ", "z", "Ω", "a\u{0}", "10", "9", " "]
 
-    static func randomString(_ rng: inout SeededGenerator) -> String { strings.randomElement(using: &rng)! }
+    /// PostgreSQL cannot hold U+0000 in text (it refuses such a value whole, Docs/Postgres.md),
+    /// so runs on it draw from the strings without one.
+    @TaskLocal static var refusesNUL = false
+    static let stringsWithoutNUL = strings.filter { !$0.contains("\u{0}") }
+
+    static func randomString(_ rng: inout SeededGenerator) -> String {
+        (refusesNUL ? stringsWithoutNUL : strings).randomElement(using: &rng)!
+    }
     static func randomOptionalString(_ rng: inout SeededGenerator) -> String? {
         Bool.random(using: &rng) && Bool.random(using: &rng) ? nil : randomString(&rng)
     }
@@ -87,6 +94,12 @@ import Testing
 
     @Test(arguments: differentialRuns) @MainActor
     func sqlAndMemoryAgreeOnPredicatesAndOrder(setup: Setup, seed: UInt64) async throws {
+        try await Self.$refusesNUL.withValue(setup.kind == .postgres) {
+            try await compareSQLAndMemory(setup: setup, seed: seed)
+        }
+    }
+
+    @MainActor private func compareSQLAndMemory(setup: Setup, seed: UInt64) async throws {
         var rng = SeededGenerator(seed: seed)
         let harness = try TopologyHarness(setup)
         let world = harness.world

@@ -40,7 +40,7 @@ import Testing
         #expect(monk.objectID == first)
         // Merged property by property: the later commit wins what it set, the rest stays.
         #expect(monk.name == "B" && monk.age == 63 && monk.location == "Taipei")
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(1))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(1))
         await mainQueueTurn()
         let seen = commits.withLock { $0 }
         #expect(seen.map(\.inserted) == [[first], []])
@@ -119,6 +119,6 @@ import Testing
         let people = try harness.world.fetchAll(Person.self)
         #expect(people.count == 7)
         #expect(Set(people.compactMap(\.email)).count == 7)
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(7))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(7))
     }
 }

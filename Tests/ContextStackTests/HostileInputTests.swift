@@ -26,7 +26,7 @@ import Testing
         #expect {
             try world.fetchAll(Person.self, %key == "x")
         } throws: { $0 is QueryError }
-        #expect(try store.scalar("SELECT count(*) FROM Person") == .integer(1))
+        #expect(try store.scalar("SELECT count(*) FROM \"Person\"") == .integer(1))
     }
 
     @Test(arguments: ["'; DROP TABLE Person; --", "\" OR \"1\"=\"1", "%", "\0", "long"])
@@ -35,7 +35,7 @@ import Testing
         let (store, world) = try world()
         #expect(try world.fetchCount(Person.self, %"name" == value) == 0)
         #expect(try world.fetchCount(Person.self, .where("name == %@ OR name LIKE %@", value, value)) == 0)
-        #expect(try store.scalar("SELECT count(*) FROM Person") == .integer(1))
+        #expect(try store.scalar("SELECT count(*) FROM \"Person\"") == .integer(1))
     }
 
     /// Key paths that are valid against the model but reach through more tables than SQLite

@@ -40,6 +40,7 @@ import Testing
         "_ContextStackPostgresStore": ["_ContextStackCore", "_ContextStackModel", "_ContextStackPostgres"],
         "_ContextStackSQLiteStore": ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite"],
         "ContextStack": ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite", "_ContextStackSQLiteStore"],
+        "ContextStackPostgres": ["ContextStack", "_ContextStackCore", "_ContextStackModel", "_ContextStackPostgres", "_ContextStackPostgresStore"],
         "ContextStackMacros": [],
         "demo": ["ContextStack"],
     ]

@@ -20,7 +20,7 @@ import Testing
         "nul\0inside", "\0", "%", "_", "*", "?", "\\", String(repeating: "v", count: 1 << 20), "é\u{301}", "",
     ]
 
-    @Test(arguments: StoreKind.allCases) @MainActor
+    @Test(arguments: StoreKind.available) @MainActor
     func hostileKeysAreRejectedWithQueryErrors(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)
@@ -42,12 +42,15 @@ import Testing
         #expect(try world.fetchCount(Person.self) == 6)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
+    @Test(arguments: StoreKind.available) @MainActor
     func hostileValuesAreStoredAndMatchedLiterally(kind: StoreKind) throws {
         let store = try TestStore(kind)
+        // PostgreSQL cannot hold U+0000 in text: such values are refused whole there (the
+        // PostgreSQL client's tests check the error), so they are left out on it.
+        let hostileValues = kind == .postgres ? Self.hostileValues.filter { !$0.contains("\0") } : Self.hostileValues
         let world = try MainContext(stack: store.stack)
         try world.beginUpdateAndWait { update in
-            for value in Self.hostileValues {
+            for value in hostileValues {
                 let person = try update.create(Person.self)
                 person.name = value
                 person.location = value
@@ -55,9 +58,9 @@ import Testing
             try update.commit()
         }
         try store.stack.flushAndWait()
-        let reopened = kind == .file ? try store.reopen() : store.stack
+        let reopened = kind == .memory ? store.stack : try store.reopen()
         let other = try MainContext(stack: reopened)
-        for value in Self.hostileValues {
+        for value in hostileValues {
             let found = try other.fetchAll(Person.self, %"name" == value)
             #expect(found.count == 1 && found.first?.location == value, "\(value.prefix(40).debugDescription)")
             #expect(try other.fetchCount(Person.self, .where("location == %@", value)) == 1)
@@ -66,10 +69,10 @@ import Testing
             let containing = try other.fetchAll(Person.self, %"name"%.contains(value)).map(\.name)
             #expect(containing.allSatisfy { $0.contains(value) || value.isEmpty })
         }
-        #expect(try other.fetchCount(Person.self) == Self.hostileValues.count)
+        #expect(try other.fetchCount(Person.self) == hostileValues.count)
         // The NUL byte is kept: the two strings that differ after it are two people.
-        #expect(try other.fetchCount(Person.self, %"name"%.beginsWith("nul")) == 1)
-        #expect(try other.queryValue(Person.self, .count("name")).int64Value == Int64(Self.hostileValues.count))
+        #expect(try other.fetchCount(Person.self, %"name"%.beginsWith("nul")) == (kind == .postgres ? 0 : 1))
+        #expect(try other.queryValue(Person.self, .count("name")).int64Value == Int64(hostileValues.count))
     }
 
     @Test @MainActor func representativeQueriesProduceTheirSQL() throws {

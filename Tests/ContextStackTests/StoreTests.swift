@@ -106,7 +106,7 @@ import Testing
         #expect(try reopened.fetch(Person.self, %"name" == "Monk")?.scratch == 0)
     }
 
-    @Test(arguments: StoreKind.allCases) @MainActor
+    @Test(arguments: StoreKind.available) @MainActor
     func objectIDsArePermanentFromCreate(kind: StoreKind) async throws {
         let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)

@@ -38,7 +38,7 @@ import Testing
             }
         }
         try await harness.stack.flush()
-        let stored = try harness.store.writtenScalar("SELECT age FROM Pet")
+        let stored = try harness.store.writtenScalar("SELECT age FROM \"Pet\"")
         #expect(stored == .integer(400))
     }
 
@@ -70,7 +70,7 @@ import Testing
             }
         }
         try await harness.stack.flush()
-        let row = try harness.store.writtenRows("SELECT int, int16, int32, int64, double, float, optionalInt, optionalDouble FROM Sample")
+        let row = try harness.store.writtenRows("SELECT int, int16, int32, int64, double, float, \"optionalInt\", \"optionalDouble\" FROM \"Sample\"")
         #expect(row.first?.compactMap(\.doubleValue) == Array(repeating: 25, count: 8))
     }
 

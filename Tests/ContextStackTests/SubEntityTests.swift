@@ -38,7 +38,7 @@ import Testing
         #expect(Set(team.members.map(\.name)) == ["Ada", "Grace"])
         #expect(staff[0].team === team)
         try await harness.stack.flush()
-        #expect(try harness.store.scalar("SELECT count(*) FROM Staff") == .integer(3))
+        #expect(try harness.store.scalar("SELECT count(*) FROM \"Staff\"") == .integer(3))
         if setup.kind == .file {
             let reopened = try MainContext(stack: harness.store.reopen())
             let engineer = try #require(try reopened.fetch(Staff.self, %"name" == "Ada") as? Engineer)

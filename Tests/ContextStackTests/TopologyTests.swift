@@ -30,7 +30,7 @@ import Testing
         #expect(try harness.world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["Farmer", "Monk"])
         #expect(try harness.world.fetch(Person.self, %"name" == "Monk")?.age == 64)
         try await harness.stack.flush()
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(2))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(2))
     }
 
     @Test(arguments: Setup.all) @MainActor
@@ -109,7 +109,7 @@ import Testing
     func transactionIsDurableWhenItReturns(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)
         _ = try await harness.transaction { update in try update.create(Pet.self).name = "Rex" }
-        #expect(try harness.store.writtenScalar("SELECT name FROM Pet") == .text("Rex"))
+        #expect(try harness.store.writtenScalar("SELECT name FROM \"Pet\"") == .text("Rex"))
         try await harness.settle()
         #expect(try harness.world.fetch(Pet.self)?.name == "Rex")
     }

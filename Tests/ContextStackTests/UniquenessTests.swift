@@ -109,14 +109,14 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         try await harness.settle()
         #expect(try harness.world.fetchAll(Person.self).map(\.name) == ["Monk"])
         #expect(try harness.world.fetchCount(Pet.self) == 0)
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Pet") == .integer(0))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Pet\"") == .integer(0))
         // The store takes later commits as usual.
         try harness.update { update in
             try update.create(Person.self).email = "knight@example.com"
             try update.commit()
         }
         try await harness.stack.flush()
-        #expect(try harness.store.writtenScalar("SELECT count(*) FROM Person") == .integer(2))
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(2))
     }
 
     @Test(arguments: Setup.all) @MainActor

@@ -72,7 +72,7 @@ extension Update {
     public func batchUpdate<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil, set values: [String: Value]) throws -> Int {
         core.checkExecution("update.batchUpdate(\(T.self).self, …)")
         let entity = core.graph.entity(for: type)
-        _ = try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: core.store.dialect)
+        try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: core.store.dialect).requireSQLOnly(for: "a batch operation")
         var assignments: [(slot: Int, value: Value)] = []
         for (key, value) in values.sorted(by: { $0.key < $1.key }) {
             let property = try BatchValues.attribute(key, of: entity)
@@ -108,7 +108,7 @@ extension Update {
     public func batchDelete<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil) throws -> Int {
         core.checkExecution("update.batchDelete(\(T.self).self, …)")
         let entity = core.graph.entity(for: type)
-        _ = try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: core.store.dialect)
+        try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: core.store.dialect).requireSQLOnly(for: "a batch operation")
         let result = try core.store.runBatch(.delete(entity, condition), onVisible: context.starter.receivers)
         core.absorb(result.changes)
         return result.matched

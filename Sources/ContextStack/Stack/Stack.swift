@@ -34,7 +34,7 @@ public final class Stack: Sendable {
     /// Delivers commits to observers on the main actor.
     let commits = CommitHub()
     /// Shared by the stack's stores: `trace(_:)` sets what it calls.
-    let tracer = StatementTracer()
+    package let tracer = StatementTracer()
 
     /// Hands the SQL of every statement the stack's stores run to `body`, on the thread that
     /// runs it; `nil` stops tracing. Bound values appear as `?` and never reach the trace.
@@ -61,10 +61,15 @@ public final class Stack: Sendable {
     }
 
     private struct StoreSettings: Equatable, Sendable {
-        let path: String?
+        /// What makes two stores the same store (a file's path, a server's URL); `nil` in memory.
+        let identity: String?
+        /// How messages name the store: the path, or the server without its password.
+        let label: String?
         let configuration: String?
         let autoMigrating: Bool
         let resetOnFailure: Bool
+        /// An SQLite file holds one configuration; a server database may hold several.
+        var holdsOneConfiguration = true
     }
 
     /// A stack for `model`.
@@ -112,8 +117,9 @@ public final class Stack: Sendable {
     public func addDatabaseStore(at url: URL, configuration: String? = nil, autoMigrating: Bool = true, resetOnFailure: Bool = false) throws {
         // One file, however it is spelled (`a/../store.sqlite`, a symbolic link to it).
         let file = url.standardizedFileURL.resolvingSymlinksInPath()
-        try addStore(StoreSettings(path: file.path, configuration: configuration,
-                                   autoMigrating: autoMigrating, resetOnFailure: resetOnFailure), url: file)
+        let settings = StoreSettings(identity: file.path, label: "the file \(file.path)", configuration: configuration,
+                                     autoMigrating: autoMigrating, resetOnFailure: resetOnFailure)
+        try addSQLiteStore(settings, url: file)
     }
 
     /// Adds an in-memory store: fast, private to this stack, gone when the stack is.
@@ -121,19 +127,52 @@ public final class Stack: Sendable {
     /// - Parameter configuration: the model configuration whose entities it holds; `nil` for
     ///   every entity of the model (then it is the stack's only store).
     public func addInMemoryStore(configuration: String? = nil) throws {
-        try addStore(StoreSettings(path: nil, configuration: configuration, autoMigrating: true, resetOnFailure: false), url: nil)
+        try addSQLiteStore(StoreSettings(identity: nil, label: nil, configuration: configuration, autoMigrating: true, resetOnFailure: false),
+                           url: nil)
     }
 
-    private func addStore(_ settings: StoreSettings, url: URL?) throws {
+    private func addSQLiteStore(_ settings: StoreSettings, url: URL?) throws {
+        let options = SQLiteStore.OpenOptions(autoMigrating: settings.autoMigrating, resetOnFailure: settings.resetOnFailure)
+        try addStore(settings) { schema, existing in
+            if let existing {
+                guard let store = existing as? SQLiteStore else {
+                    throw StoreError(.alreadyAdded, "The stack already has a store of another kind; SQLite stores can only be added beside SQLite stores.")
+                }
+                try store.attach(schema: schema, url: url, options: options)
+                return nil
+            }
+            return try SQLiteStore(graph: graph, schema: schema, url: url, options: options,
+                                   writesInBackground: rootContext == .shared, tracer: tracer) { [weak self] error in
+                self?.report(error)
+            }
+        }
+    }
+
+    /// Adds a store of another kind (the PostgreSQL store's `addPostgresStore`), with the
+    /// checks every store shares: a known configuration, one store per entity, the same store
+    /// not added twice with other settings.
+    ///
+    /// - Parameters:
+    ///   - identity: what makes two stores the same (a server URL); `label` names it in messages.
+    ///   - open: makes the store for `schema`, or — when the stack already has one (`existing`) —
+    ///     adds `schema` to it and returns `nil`.
+    package func addStore(identity: String, label: String, configuration: String?, autoMigrating: Bool,
+                          open: (_ schema: StoreSchema, _ existing: (any ObjectStore)?) throws -> (any ObjectStore)?) throws {
+        try addStore(StoreSettings(identity: identity, label: label, configuration: configuration, autoMigrating: autoMigrating,
+                                   resetOnFailure: false, holdsOneConfiguration: false), open: open)
+    }
+
+    private func addStore(_ settings: StoreSettings, open: (StoreSchema, (any ObjectStore)?) throws -> (any ObjectStore)?) throws {
         if let configuration = settings.configuration, graph.configurations[configuration] == nil {
             throw StoreError(.unknownConfiguration, "The model has no configuration named '\(configuration)'; it has \(graph.configurations.keys.sorted()).")
         }
         // Adding stores is setup: one at a time, so two adds cannot both pass the checks below.
         try addingStore.withLock { _ in
             let existing = state.withLock { $0.storeSettings }
-            if let path = settings.path, let same = existing.first(where: { $0.path == path }) {
+            let sameLocation = existing.filter { settings.identity != nil && $0.identity == settings.identity }
+            if let same = sameLocation.first(where: { $0.configuration == settings.configuration || settings.holdsOneConfiguration }) {
                 if same == settings { return }
-                throw StoreError(.alreadyAdded, "The file \(path) is already a store of this stack, with other settings (configuration \(same.configuration ?? "nil"), autoMigrating \(same.autoMigrating), resetOnFailure \(same.resetOnFailure)).")
+                throw StoreError(.alreadyAdded, "This stack already has \(same.label ?? "that store") as a store, with other settings (configuration \(same.configuration ?? "nil"), autoMigrating \(same.autoMigrating), resetOnFailure \(same.resetOnFailure)).")
             }
             let schema = StoreSchema(graph: graph, configuration: settings.configuration)
             for other in existing {
@@ -142,20 +181,10 @@ public final class Stack: Sendable {
                 }
                 let otherEntities = StoreSchema(graph: graph, configuration: other.configuration).entityNames
                 if let shared = schema.entityNames.intersection(otherEntities).sorted().first {
-                    throw StoreError(.alreadyAdded, "\(shared) is already held by the store for configuration '\(other.configuration ?? "")' (\(other.path ?? "in memory")); an entity lives in one store of a stack.")
+                    throw StoreError(.alreadyAdded, "\(shared) is already held by the store for configuration '\(other.configuration ?? "")' (\(other.label ?? "in memory")); an entity lives in one store of a stack.")
                 }
             }
-            let options = SQLiteStore.OpenOptions(autoMigrating: settings.autoMigrating, resetOnFailure: settings.resetOnFailure)
-            if let existing = state.withLock({ $0.store }) {
-                guard let store = existing as? SQLiteStore else {
-                    throw StoreError(.alreadyAdded, "The stack already has a store of another kind; SQLite stores can only be added beside SQLite stores.")
-                }
-                try store.attach(schema: schema, url: url, options: options)
-            } else {
-                let store = try SQLiteStore(graph: graph, schema: schema, url: url, options: options,
-                                      writesInBackground: rootContext == .shared, tracer: tracer) { [weak self] error in
-                    self?.report(error)
-                }
+            if let store = try open(schema, state.withLock({ $0.store })) {
                 state.withLock { $0.store = store }
             }
             state.withLock { $0.storeSettings.append(settings) }

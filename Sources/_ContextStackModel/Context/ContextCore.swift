@@ -286,7 +286,7 @@ package final class ContextCore: @unchecked Sendable {
         recheck.formUnion(try reader.ownersToRecheck(query))
         var sql = query.fromWhere()
         let table = query.entity.table!
-        if recheck.isEmpty {
+        if recheck.isEmpty && !query.filtersInMemory {
             // Nothing pending: SQL's window is the answer.
             sql.text = "SELECT \(reader.selectColumns(table, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
             if limit != nil || offset > 0 {
@@ -296,11 +296,15 @@ package final class ContextCore: @unchecked Sendable {
         }
         sql.text = "SELECT \(reader.selectColumns(table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
         // Each pending object can push at most one stored row out of the window, so the
-        // first offset + limit + pending stored rows hold every row the window can need.
-        if let limit {
+        // first offset + limit + pending stored rows hold every row the window can need —
+        // unless SQL selects a superset that memory filters, when any row may drop out.
+        if let limit, !query.filtersInMemory {
             sql.text += " " + query.dialect.window(limit: offset + limit + recheck.count, offset: 0, arguments: &sql.arguments)
         }
         var rows = try reader.rows(sql, table: table).filter { !recheck.contains($0.id) }
+        if query.filtersInMemory {
+            rows = try rows.filter { try query.matches($0.id, $0.row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) }
+        }
         for id in recheck {
             guard let row = try reader.row(id), query.accepts(row.entity) else { continue }
             if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {
@@ -335,7 +339,7 @@ package final class ContextCore: @unchecked Sendable {
     func fetchCount(_ query: CompiledQuery) throws -> Int {
         // Any pending change may matter (through a key path, a quantifier, a count): only a
         // context and store with nothing pending can trust count(*) alone.
-        if changed.isEmpty && links.isEmpty, let count = try read({ session -> Int? in
+        if changed.isEmpty && links.isEmpty && !query.filtersInMemory, let count = try read({ session -> Int? in
             guard session.overlay.isEmpty, session.pinned?.isEmpty ?? true else { return nil }
             let sql = query.fromWhere()
             return Int(try session.connection.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)

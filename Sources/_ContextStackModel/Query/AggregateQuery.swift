@@ -20,9 +20,12 @@ struct AggregateQuery {
         let base = try CompiledQuery(entity: entity, condition: request.condition, orderBy: nil,
                                      extraKeys: select.terms.map(\.key) + groupKeys,
                                      includesSubEntities: request.includesSubEntities, dialect: dialect)
+        try base.requireSQLOnly(for: "an aggregate query")
         var paths: [String: ResolvedPath] = [:]
         for path in base.extraPaths { paths[path.key] = path }
         var columns: [String] = []
+        /// Each alias's expression, for a HAVING that cannot name aliases.
+        var expressions: [String: String] = [:]
         for term in select.terms {
             let path = paths[term.key]!
             if let function = term.function {
@@ -35,10 +38,11 @@ struct AggregateQuery {
                 if function != .count && function != .min && function != .max, let kind = path.kind, !kind.isNumeric && kind != .date {
                     throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a \(kind.rawValue) attribute, not a number.", key: term.key, entity: entity.name)
                 }
-                columns.append("\(dialect.aggregate(function, of: base.columnSQL(path))) AS \(term.alias.quotedIdentifier)")
+                expressions[term.alias] = dialect.aggregate(function, of: base.columnSQL(path))
             } else {
-                columns.append("\(base.columnSQL(path)) AS \(term.alias.quotedIdentifier)")
+                expressions[term.alias] = base.columnSQL(path)
             }
+            columns.append("\(expressions[term.alias]!) AS \(term.alias.quotedIdentifier)")
         }
         var from = base.fromWhere()
         var text = "SELECT \(request.distinct ? "DISTINCT " : "")\(columns.joined(separator: ", ")) \(from.text)"
@@ -54,7 +58,11 @@ struct AggregateQuery {
             throw QueryError(.unknownKey, "'\(key)' is neither an alias of the query's selection (\(aliases.sorted().joined(separator: ", "))) nor a grouped key of \(entity.name).", key: key, entity: entity.name)
         }
         if let having {
-            text += " HAVING " + (try Self.sql(having.node, named: named, dialect: dialect, arguments: &from.arguments))
+            let havingNamed = { (key: String) throws(QueryError) -> String in
+                if !dialect.havingNamesAliases, let expression = expressions[key] { return expression }
+                return try named(key)
+            }
+            text += " HAVING " + (try Self.sql(having.node, named: havingNamed, dialect: dialect, arguments: &from.arguments))
         }
         if let terms = request.orderBy?.terms, !terms.isEmpty {
             var order: [String] = []

@@ -58,6 +58,12 @@ package struct CompiledQuery: Sendable {
     package let toManyUses: [(property: Property, inner: CompiledQuery?)]
     /// Prefixes this query's table aliases, so a nested query (a quantifier) does not clash.
     let aliasPrefix: String
+    /// Whether the condition holds a string operator the dialect cannot write exactly (on
+    /// PostgreSQL: MATCHES, and the `[c]`/`[d]` options). Its SQL then selects a superset of
+    /// the matching rows — each such operator replaced by TRUE, or FALSE under a negation — and
+    /// the rows are filtered in memory with `matches`, which evaluates it exactly. Windows and
+    /// counts are then taken in memory too; aggregates and batch operations refuse.
+    package let filtersInMemory: Bool
 
     /// Whether objects of the entity's sub-entities match too (not with `.noSubEntities`).
     let includesSubEntities: Bool
@@ -92,10 +98,8 @@ package struct CompiledQuery: Sendable {
         var node: Node?
         if let condition {
             node = try Self.resolve(condition.node, in: entity, note: note, quantify: quantify)
-            if let node, let (path, op, options) = Self.textMatchOutside(dialect, in: node) {
-                throw QueryError(.unsupported, "\(entity.name).\(path.key) \(op.rawValue)\(options.formatSuffix) cannot run in this store's SQL yet: only the SQLite store evaluates MATCHES and the [c] and [d] options of the string operators.", key: path.key, entity: entity.name)
-            }
         }
+        filtersInMemory = node.map { Self.textMatchOutside(dialect, in: $0) != nil } ?? false
         var order: [SortTerm] = []
         for term in orderBy?.terms ?? [] {
             if let error = term.invalid { throw error }
@@ -171,8 +175,8 @@ package struct CompiledQuery: Sendable {
         throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)'.", key: key, entity: entity.name)
     }
 
-    /// The first string operator in `node` that `dialect` cannot express (quantified inner
-    /// queries checked themselves when they were compiled).
+    /// The first string operator in `node` that `dialect` cannot express, quantified
+    /// conditions included.
     private static func textMatchOutside(_ dialect: any SQLDialect, in node: Node) -> (ResolvedPath, TextOperator, MatchOptions)? {
         switch node {
         case .text(let path, let op, _, let options):
@@ -181,9 +185,19 @@ package struct CompiledQuery: Sendable {
             return textMatchOutside(dialect, in: a) ?? textMatchOutside(dialect, in: b)
         case .not(let a):
             return textMatchOutside(dialect, in: a)
-        case .constant, .compare, .quantified, .oneOf, .between:
+        case .quantified(_, _, let inner):
+            return inner.node.flatMap { textMatchOutside(dialect, in: $0) }
+        case .constant, .compare, .oneOf, .between:
             return nil
         }
+    }
+
+    /// Throws when the condition must be filtered in memory (`filtersInMemory`), for what runs
+    /// wholly in SQL: aggregate queries and batch operations.
+    /// - Parameter what: the operation, for the message (`"an aggregate query"`).
+    package func requireSQLOnly(for what: String) throws(QueryError) {
+        guard let node, let (path, op, options) = Self.textMatchOutside(dialect, in: node) else { return }
+        throw QueryError(.unsupported, "\(entity.name).\(path.key) \(op.rawValue)\(options.formatSuffix) cannot run in \(what) on this store: its SQL has no exact equivalent of MATCHES and the [c] and [d] options, so fetches filter them in memory, and \(what) runs wholly in SQL. Fetch the objects and aggregate or change them, or drop the option.", key: path.key, entity: entity.name)
     }
 
     private static func resolve(_ node: Condition.Node, in entity: ResolvedEntity, note: (ResolvedPath) -> Void,
@@ -503,14 +517,16 @@ package struct CompiledQuery: Sendable {
     }
 
     /// The WHERE terms: the entity's family (in a shared table), then the condition.
-    func whereTerms(arguments: inout [Value]) -> [String] {
+    /// With `positive` false, the condition stands under a negation: a string operator the
+    /// dialect cannot write becomes FALSE rather than TRUE, so the SQL still selects a superset.
+    func whereTerms(arguments: inout [Value], positive: Bool = true) -> [String] {
         var conditions: [String] = []
         let members = includesSubEntities ? entity.family : [entity]
         if entity.table.hasEntityColumn && members.count < entity.table.familyCount {
             conditions.append("\(tableAliases[""]!).\"Z_ENT\" IN (\(members.map { String($0.entityCode) }.joined(separator: ", ")))")
         }
         if let node {
-            conditions.append(Self.sql(node, aliases: tableAliases, dialect: dialect, arguments: &arguments))
+            conditions.append(Self.sql(node, aliases: tableAliases, dialect: dialect, positive: positive, arguments: &arguments))
         }
         return conditions
     }
@@ -526,7 +542,7 @@ package struct CompiledQuery: Sendable {
 
     /// The SQL of a condition node resolved against this query's entity (for HAVING).
     func conditionSQL(_ node: Node, arguments: inout [Value]) -> String {
-        Self.sql(node, aliases: tableAliases, dialect: dialect, arguments: &arguments)
+        Self.sql(node, aliases: tableAliases, dialect: dialect, positive: true, arguments: &arguments)
     }
 
     private static func column(_ path: ResolvedPath, _ aliases: [String: String]) -> String {
@@ -560,18 +576,24 @@ package struct CompiledQuery: Sendable {
         }
     }
 
-    private static func sql(_ node: Node, aliases: [String: String], dialect: any SQLDialect, arguments: inout [Value]) -> String {
-        func sql(_ node: Node) -> String { Self.sql(node, aliases: aliases, dialect: dialect, arguments: &arguments) }
+    /// `positive` is false under an odd number of negations (NOT, NONE): see `whereTerms`.
+    /// AND, OR and ALL only grow when an operand grows, so TRUE in a positive place and FALSE
+    /// in a negated one can only add rows, in SQL's three-valued logic too.
+    private static func sql(_ node: Node, aliases: [String: String], dialect: any SQLDialect, positive: Bool,
+                            arguments: inout [Value]) -> String {
+        func sql(_ node: Node, flip: Bool = false) -> String {
+            Self.sql(node, aliases: aliases, dialect: dialect, positive: positive != flip, arguments: &arguments)
+        }
         switch node {
         case .constant(let value): return value ? dialect.trueCondition : dialect.falseCondition
         case .and(let a, let b): return "(\(sql(a)) AND \(sql(b)))"
         case .or(let a, let b): return "(\(sql(a)) OR \(sql(b)))"
-        case .not(let a): return "(NOT \(sql(a)))"
+        case .not(let a): return "(NOT \(sql(a, flip: true)))"
         case .quantified(let quantifier, let property, let inner):
             // ANY: some member matches; NONE: none does; ALL: none fails to match (NULL fails).
             var terms = [linkSQL(property, member: inner.tableAliases[""]!, owner: aliases[""]!)]
             var innerArguments: [Value] = []
-            let innerTerms = inner.whereTerms(arguments: &innerArguments)
+            let innerTerms = inner.whereTerms(arguments: &innerArguments, positive: quantifier == .none ? !positive : positive)
             arguments += innerArguments
             let family = inner.node == nil ? innerTerms : Array(innerTerms.dropLast())
             terms += family
@@ -584,8 +606,12 @@ package struct CompiledQuery: Sendable {
             let exists = "EXISTS (SELECT 1 \(inner.fromClause()) WHERE \(terms.joined(separator: " AND ")))"
             return quantifier == .any ? exists : "(NOT \(exists))"
         case .text(let path, let op, let pattern, let options):
+            guard dialect.canMatchText(op, options) else { return positive ? dialect.trueCondition : dialect.falseCondition }
             return dialect.textMatch(column(path, aliases), op, options, pattern, arguments: &arguments)
         case .oneOf(let path, let list):
+            // Nothing is in an empty list, NULL included (SQLite's `IN ()`, which PostgreSQL
+            // does not parse).
+            if list.isEmpty { return dialect.falseCondition }
             arguments += list
             return "\(column(path, aliases)) IN (\(Array(repeating: dialect.placeholder, count: list.count).joined(separator: ", ")))"
         case .between(let path, let low, let high):

@@ -21,6 +21,7 @@ package struct PostgresDialect: SQLDialect {
     package var placeholder: String { "?" }
     /// Every update adds one to the row's version (see `PostgresWriter`).
     package var rowVersionAssignments: [String] { ["\"Z_VERSION\" = \"Z_VERSION\" + 1"] }
+    package var havingNamesAliases: Bool { false }
     package var trueCondition: String { "TRUE" }
     package var falseCondition: String { "FALSE" }
     package func isSame(_ left: String, _ right: String) -> String { "\(left) IS NOT DISTINCT FROM \(right)" }

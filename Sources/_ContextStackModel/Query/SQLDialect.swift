@@ -42,6 +42,9 @@ package protocol SQLDialect: Sendable {
     /// What every `UPDATE` of an entity row also sets: a store that keeps a row version for
     /// other processes and machines bumps it here; SQLite keeps none.
     var rowVersionAssignments: [String] { get }
+    /// Whether `HAVING` may name the selection's aliases (SQLite); otherwise it repeats their
+    /// expressions (PostgreSQL, which knows output names only in `ORDER BY`).
+    var havingNamesAliases: Bool { get }
 }
 
 /// SQLite's dialect: `?` placeholders, `IS` for null-safe equality, booleans as 1 and 0, the
@@ -53,6 +56,7 @@ package struct SQLiteDialect: SQLDialect {
 
     package var placeholder: String { "?" }
     package var rowVersionAssignments: [String] { [] }
+    package var havingNamesAliases: Bool { true }
     package var trueCondition: String { "1" }
     package var falseCondition: String { "0" }
     package func isSame(_ left: String, _ right: String) -> String { "\(left) IS \(right)" }

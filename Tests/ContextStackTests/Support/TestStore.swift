@@ -3,13 +3,26 @@ import _ContextStackCore
 @testable import _ContextStackModel
 import _ContextStackSQLite
 @testable import _ContextStackSQLiteStore
+@testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
+import ContextStackPostgres
 import Synchronization
 import Foundation
 
 /// Where a test's store lives.
 enum StoreKind: String, CaseIterable, CustomStringConvertible, Sendable {
-    case file, memory
+    /// An SQLite file in a temporary folder.
+    case file
+    /// An SQLite database in memory.
+    case memory
+    /// A database of its own on the test PostgreSQL server (`PostgresServer`).
+    case postgres
+
     var description: String { rawValue }
+
+    /// The kinds this machine can run: PostgreSQL only when a server is available (otherwise
+    /// its suites are skipped with the one line `PostgresServer` prints).
+    static let available: [StoreKind] = allCases.filter { $0 != .postgres || PostgresServer.isAvailable }
 }
 
 /// A fresh store for one test: a temporary file (removed afterwards) or memory.
@@ -17,6 +30,8 @@ final class TestStore: Sendable {
     let stack: Stack
     let directory: URL?
     let url: URL?
+    /// The test's own PostgreSQL database, dropped with the store.
+    let database: TestSchema?
 
     init(_ kind: StoreKind, rootContext: Stack.RootContext = .shared, types: [ManagedObject.Type] = fullModelTypes) throws {
         // Every context of the tests checks its object graph after each commit it makes or takes.
@@ -29,12 +44,22 @@ final class TestStore: Sendable {
             try stack.addDatabaseStore(at: url)
             self.directory = directory
             self.url = url
+            database = nil
         case .memory:
             try stack.addInMemoryStore()
             directory = nil
             url = nil
+            database = nil
+        case .postgres:
+            let database = try TestSchema()
+            try stack.addPostgresStore(url: database.url)
+            directory = nil
+            url = nil
+            self.database = database
         }
     }
+
+    var kind: StoreKind { database != nil ? .postgres : url != nil ? .file : .memory }
 
     /// A stack whose stores `setup` adds (several stores, configurations), given a fresh
     /// temporary directory for their files (removed afterwards).
@@ -43,15 +68,20 @@ final class TestStore: Sendable {
         let directory = try makeTemporaryDirectory()
         self.directory = directory
         url = nil
+        database = nil
         try setup(stack, directory)
     }
 
     /// A second stack on the same file, as a later run of the program would open it.
     func reopen(types: [ManagedObject.Type] = fullModelTypes) throws -> Stack {
-        guard let url else { preconditionFailure("only file stores reopen") }
         try stack.flushAndWait()
         let stack = try Stack(model: Model(types))
-        try stack.addDatabaseStore(at: url)
+        if let database {
+            try stack.addPostgresStore(url: database.url)
+        } else {
+            guard let url else { preconditionFailure("only file and PostgreSQL stores reopen") }
+            try stack.addDatabaseStore(at: url)
+        }
         return stack
     }
 
@@ -69,21 +99,36 @@ final class TestStore: Sendable {
         return try stack.sqliteStore.writer.withLock { try body($0.connection) }
     }
 
-    /// The first column of the first row of `sql`, as written (see `written`).
-    func writtenScalar(_ sql: String) throws -> Value { try written { try $0.scalar(sql) } }
+    /// The first column of the first row of `sql`, as written (see `written`; on PostgreSQL,
+    /// through a connection of its own).
+    func writtenScalar(_ sql: String) throws -> Value { try writtenRows(sql).first?.first ?? .null }
 
-    /// Every row of `sql`, as written (see `written`).
-    func writtenRows(_ sql: String) throws -> [[Value]] { try written { try $0.rows(sql) } }
+    /// Every row of `sql`, as written (see `written`; on PostgreSQL, through a connection of its
+    /// own). Name tables and columns in double quotes: PostgreSQL folds bare names to lower case.
+    func writtenRows(_ sql: String) throws -> [[Value]] {
+        if let database { return try PostgresConnection(PostgresSettings(url: database.url)).allRows(sql) }
+        return try written { try $0.rows(sql) }
+    }
 
     /// The first column of the first row of `sql`, read through the store (committed data only).
     func scalar(_ sql: String) throws -> Value {
-        try stack.sqliteStore.read { session in try session.connection.scalar(sql) }
+        try stack.store.read { session in try session.connection.scalar(sql) }
     }
 
     /// Makes the writer refuse to insert a row of `table` named `name`, as a write that fails in
     /// SQLite would (`SQLiteError.Code.constraint`). The trigger lives on the writer's connection
     /// only: the file's schema is untouched, and every check before the write passes.
     func refuseWrites(ofName name: String, in table: String = "Person") throws {
+        if let database {
+            // PostgreSQL has no temporary triggers: the test's own database gets a real one.
+            try PostgresConnection(PostgresSettings(url: database.url)).execute("""
+                CREATE FUNCTION "refuse_\(table)"() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'check_violation'; END $$;
+                CREATE TRIGGER "refuse_\(table)" BEFORE INSERT ON "\(table)" FOR EACH ROW WHEN (NEW.name = '\(name)')
+                EXECUTE FUNCTION "refuse_\(table)"()
+                """)
+            return
+        }
         try stack.sqliteStore.writer.withLock { writer in
             try writer.connection.execute("""
                 CREATE TEMP TRIGGER "refuse_\(table)" BEFORE INSERT ON main."\(table)" WHEN NEW.name = '\(name)'
@@ -92,13 +137,21 @@ final class TestStore: Sendable {
         }
     }
 
+    /// Whether `error` is the database refusing a write `refuseWrites` set up: `SQLiteError` on
+    /// SQLite, `PostgresError` on PostgreSQL.
+    static func isRefusal(_ error: any Error) -> Bool {
+        (error is SQLiteError || error is PostgresError) && "\(error)".contains("refused by the test")
+    }
+
     /// True when the writer has nothing left to write.
     var overlayIsEmpty: Bool {
-        get throws { try stack.sqliteStore.read { $0.overlay.isEmpty } }
+        get throws { try stack.store.read { $0.overlay.isEmpty } }
     }
 
     deinit {
         if let directory { try? FileManager.default.removeItem(at: directory) }
+        // The stack's connections are closed by `drop`'s FORCE.
+        database?.drop()
     }
 }
 
@@ -120,6 +173,9 @@ func makeTemporaryDirectory() throws -> URL {
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     return directory
 }
+
+/// Whether `error` is the database refusing a write `TestStore.refuseWrites` set up.
+func isRefusal(_ error: any Error) -> Bool { TestStore.isRefusal(error) }
 
 /// Records errors reported to `stack.onError`.
 final class ErrorRecorder: Sendable {

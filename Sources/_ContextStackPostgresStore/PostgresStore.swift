@@ -1,0 +1,236 @@
+import Dispatch
+import Foundation
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackPostgres
+
+/// A model's tables in a PostgreSQL database, behind the same seam as `SQLiteStore`: every
+/// context, topology, predicate and live result works on it unchanged.
+///
+/// The queue, the overlay, group commit, pinned views and claims are `QueuedStore`'s, as on
+/// SQLite. What is PostgreSQL's own:
+/// - **Reads** go through a small pool of connections. Each read is one `REPEATABLE READ READ
+///   ONLY` transaction whose snapshot is taken under the state lock — the lock the writer
+///   commits under — so the snapshot and the overlay together show every commit of this
+///   process wholly or not at all; commits of other processes and machines are in the
+///   snapshot or not, whole, as PostgreSQL guarantees.
+/// - **Writes** go through one writer connection, one transaction per batch of commits. Rows
+///   another process or machine may have changed since the context read them are locked
+///   (`SELECT … FOR UPDATE`) and the commit's merge policy is applied again to what is stored
+///   now, inside the transaction that writes it: no lost update, whoever the other writer is.
+/// - **Keys** come from one sequence per table in blocks (`PostgresKeys`), on a connection of
+///   their own so that `create` never waits for the writer's transaction.
+/// - **Connections** that break (a restart, a failover, a dropped network) are replaced on
+///   their next use; the commit that was being written fails whole, with a `PostgresError`.
+package final class PostgresStore: QueuedStore {
+    package typealias Writer = PostgresConnection
+
+    package let graph: ModelGraph
+    package var dialect: any SQLDialect { PostgresDialect() }
+    package let state = Locked(QueueState())
+    package let writeQueue = DispatchQueue(label: "ContextStack.PostgresStore.writer", qos: .utility)
+    package let writesInBackground: Bool
+    package let reportError: @Sendable (any Error) -> Void
+    package let settings: PostgresSettings
+    let tracer: StatementTracer
+
+    /// The writer's connection; `nil` until the first write after it broke.
+    private let writer: Locked<PostgresConnection?>
+    /// Idle reader connections.
+    private let readers = Locked<[PostgresConnection]>([])
+    /// The connection key blocks are reserved on; `nil` after it broke.
+    private let keyConnection = Locked<PostgresConnection?>(nil)
+    private let keys = PostgresKeys()
+    /// The tables of every part added, by the name of their root entity.
+    private let tables: Locked<[String: Table]>
+
+    static let maximumIdleReaders = 4
+    /// Starts a read: its snapshot is taken by the `SELECT`, in the same round trip.
+    static let beginRead = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+
+    /// Connects to the server, then creates `schema`'s tables in the database or checks that
+    /// it holds them (`PostgresSchemaInstaller`).
+    /// - Throws: `StoreError` when the database holds another model or foreign tables;
+    ///   `PostgresError` when the server cannot be reached or refuses.
+    package init(graph: ModelGraph, schema: StoreSchema, settings: PostgresSettings, autoMigrating: Bool, writesInBackground: Bool,
+                 tracer: StatementTracer = StatementTracer(), reportError: @escaping @Sendable (any Error) -> Void) throws {
+        self.graph = graph
+        self.settings = settings
+        self.tracer = tracer
+        self.writesInBackground = writesInBackground
+        self.reportError = reportError
+        let connection = try Self.connect(settings, tracer: tracer)
+        _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: autoMigrating)
+        writer = Locked(connection)
+        tables = Locked(Dictionary(uniqueKeysWithValues: schema.tables.map { ($0.name, $0) }))
+    }
+
+    /// Adds another configuration's part of the model, in the same database.
+    package func attach(schema: StoreSchema, autoMigrating: Bool) throws {
+        try writer.withLock { slot in
+            let connection = try Self.usable(&slot, settings: settings, tracer: tracer)
+            _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: autoMigrating)
+        }
+        tables.withLock { tables in
+            for table in schema.tables { tables[table.name] = table }
+        }
+    }
+
+    private static func connect(_ settings: PostgresSettings, tracer: StatementTracer) throws -> PostgresConnection {
+        let connection = try PostgresConnection(settings)
+        connection.tracer = tracer
+        return connection
+    }
+
+    /// The connection in `slot`, or a new one when there is none or it broke.
+    private static func usable(_ slot: inout PostgresConnection?, settings: PostgresSettings, tracer: StatementTracer) throws -> PostgresConnection {
+        if let connection = slot, !connection.isBroken { return connection }
+        slot = nil
+        let connection = try connect(settings, tracer: tracer)
+        slot = connection
+        return connection
+    }
+
+    // MARK: - Keys
+
+    /// A primary key for a new row of `root`'s table, never handed out before by any process
+    /// or machine (see `PostgresKeys`).
+    package func reserveKey(for root: EntityDescription) throws -> Int64 {
+        guard let table = tables.withLock({ $0[root.name] }) else {
+            preconditionFailure("\(root.name) is in no store of this stack: add a store for a configuration that holds it (addPostgresStore(url:configuration:)) before creating its objects.")
+        }
+        return try keyConnection.withLock { slot in
+            try keys.reserveKey(for: table) { try Self.usable(&slot, settings: settings, tracer: tracer) }
+        }
+    }
+
+    // MARK: - Reading
+
+    /// Runs `body` with a reader connection inside a read-only transaction and the overlay,
+    /// taken so that the overlay holds exactly what the transaction's snapshot lacks.
+    package func read<T>(pin: UInt64?, whileLocked: () -> Void, _ body: (ReadSession) throws -> T) throws -> T {
+        let connection = try takeReader()
+        let result: T
+        do {
+            let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
+                try connection.execute(Self.beginRead)
+                whileLocked()
+                return (state.overlay, pin.flatMap { state.pins[$0] })
+            }
+            result = try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
+        } catch {
+            finishReading(connection)
+            throw error
+        }
+        finishReading(connection)
+        return result
+    }
+
+    package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
+        let connection = try takeReader()
+        defer { finishReading(connection) }
+        return try state.withLock { state in
+            try connection.execute(Self.beginRead)
+            var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
+            return try body(&state, &reader)
+        }
+    }
+
+    private func takeReader() throws -> PostgresConnection {
+        while let idle = readers.withLock({ $0.popLast() }) {
+            if !idle.isBroken { return idle }
+        }
+        return try Self.connect(settings, tracer: tracer)
+    }
+
+    /// Ends a reader's transaction and puts it back in the pool, unless it broke or cannot
+    /// end its transaction (then it is closed, so no later read sees an old snapshot).
+    private func finishReading(_ connection: PostgresConnection) {
+        if connection.isBroken { return }
+        if connection.isInTransaction {
+            do {
+                try connection.execute("COMMIT")
+            } catch {
+                reportError(error)
+                return
+            }
+        }
+        readers.withLock { idle in
+            if idle.count < Self.maximumIdleReaders { idle.append(connection) }
+        }
+    }
+
+    // MARK: - Writing
+
+    /// Runs `body` in one transaction on the writer connection, connecting first when it has
+    /// none or it broke. A connection that breaks during the transaction is dropped: nothing
+    /// of the transaction is stored (or, when it broke during `COMMIT` itself, the server
+    /// decided; see Docs/Postgres.md), and the next write connects again.
+    package func writeTransaction(_ body: (inout PostgresConnection) throws -> Void, commit: (() throws -> Void) throws -> Void) throws {
+        try writer.withLock { slot in
+            var connection = try Self.usable(&slot, settings: settings, tracer: tracer)
+            try connection.execute("BEGIN")
+            do {
+                try body(&connection)
+                try commit { try connection.execute("COMMIT") }
+            } catch {
+                if connection.isBroken {
+                    slot = nil
+                } else if connection.isInTransaction {
+                    do {
+                        try connection.execute("ROLLBACK")
+                    } catch {
+                        slot = nil
+                    }
+                }
+                throw error
+            }
+        }
+    }
+
+    package func execute(_ sql: String, writer: inout PostgresConnection) throws {
+        try writer.execute(sql)
+    }
+
+    /// Writes one commit, after locking the rows it changes and applying its merge policy
+    /// again to what is stored now; or runs one batch operation.
+    package func writeItem(_ item: QueueItem, writer: inout PostgresConnection) throws -> BatchResult? {
+        if let operation = item.batch { return try execute(operation, db: writer) }
+        var changes = item.changes
+        try lock(changes, on: writer)
+        if item.policy.checksStore && !changes.updates.isEmpty {
+            var reader = RowReader(session: ReadSession(graph: graph, connection: writer, overlay: Overlay()), context: nil)
+            changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
+        }
+        try PostgresWriter.apply(changes, on: writer)
+        return nil
+    }
+
+    /// Locks the rows `changes` updates or deletes, table by table in key order (so that two
+    /// writers locking the same rows never wait for each other in a circle), until the
+    /// transaction ends. Another process's commit to them waits for this one, and this one's
+    /// reads of them see the latest committed values.
+    private func lock(_ changes: ChangeSet, on connection: PostgresConnection) throws {
+        var keys: [String: (table: Table, keys: Set<Int64>)] = [:]
+        for update in changes.updates { keys[update.entity.table.name, default: (update.entity.table, [])].keys.insert(update.id.primaryKey) }
+        for delete in changes.deletes { keys[delete.entity.table.name, default: (delete.entity.table, [])].keys.insert(delete.id.primaryKey) }
+        for name in keys.keys.sorted() {
+            let (table, set) = keys[name]!
+            try InLists.each(set.sorted()) { placeholders, arguments in
+                try connection.run("SELECT 1 FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders)) ORDER BY \"Z_PK\" FOR UPDATE", arguments)
+            }
+        }
+    }
+
+    /// A unique index PostgreSQL found violated while writing — by a row another process or
+    /// machine saved after this commit was checked — as the `SaveError` the check would have
+    /// thrown.
+    package func saveError(_ error: any Error) -> any Error {
+        guard let error = error as? PostgresError, error.code == .uniqueViolation, let index = error.constraint,
+              let constraint = graph.tables.lazy.flatMap(\.uniqueConstraints).first(where: { $0.indexName == index })
+        else { return error }
+        return SaveError(.uniquenessViolated,
+                         "Cannot save a commit: \(constraint.label) is unique, and another writer of the store saved the same values first. Nothing of this commit was saved.",
+                         entityName: constraint.entity.name, keys: constraint.keys)
+    }
+}
