@@ -60,9 +60,9 @@ package enum PostgresSchemaInstaller {
                 let owner = hasMetadata ? "that this part of the model did not create (another configuration's, or someone else's)" : "that ContextStack did not create"
                 throw StoreError(.foreignDatabase, "The PostgreSQL database \(server) already has tables named \(present.sorted().joined(separator: ", ")) \(owner): they were left untouched. Use a database (or schema, with ?options=-csearch_path=…) of its own for the store.")
             }
-            if !hasMetadata { try connection.execute(StoreSchema.postgresMetadataTable) }
-            for statement in schema.postgresPartStatements { try connection.execute(statement) }
-            try connection.execute(schema.postgresMetadataStatement)
+            // One round trip: the statements travel together, in the transaction.
+            let statements = (hasMetadata ? [] : [StoreSchema.postgresMetadataTable]) + schema.postgresPartStatements + [schema.postgresMetadataStatement]
+            try connection.execute(statements.joined(separator: ";\n"))
             return .created
         }
         if stored == schema.hash { return .unchanged }

@@ -8,7 +8,7 @@ import Foundation
 import Testing
 
 /// `batchInsert`, `batchUpdate` and `batchDelete`: straight to SQLite, and every context told.
-@Suite(.timeLimit(.minutes(2))) struct BatchTests {
+@Suite(.timeLimit(.minutes(5))) struct BatchTests {
     @MainActor static func seed(_ harness: TopologyHarness) throws {
         try harness.update { update in
             let farmer = try update.create(Person.self)

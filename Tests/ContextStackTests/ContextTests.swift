@@ -6,7 +6,7 @@ import _ContextStackSQLite
 import Foundation
 import Testing
 
-@Suite(.timeLimit(.minutes(2))) struct ContextTests {
+@Suite(.timeLimit(.minutes(5))) struct ContextTests {
     /// A transaction whose body commits by itself too waits for, and reports, every commit.
     @Test(arguments: Setup.files) @MainActor
     func aTransactionReportsTheFailureOfAnEarlierCommitInItsBody(setup: Setup) async throws {
@@ -321,7 +321,7 @@ import Testing
     }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct ContextLifetimeTests {
+@Suite(.timeLimit(.minutes(5))) struct ContextLifetimeTests {
     @Test @MainActor func updatePerformFromALaterCallbackKeepsTheUpdate() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)

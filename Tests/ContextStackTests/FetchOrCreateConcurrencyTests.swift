@@ -8,7 +8,7 @@ import Foundation
 import Testing
 
 /// `fetchOrCreate` on unique values, from update contexts that run at the same time.
-@Suite(.timeLimit(.minutes(2))) struct FetchOrCreateConcurrencyTests {
+@Suite(.timeLimit(.minutes(5))) struct FetchOrCreateConcurrencyTests {
     @Test(arguments: Setup.all) @MainActor
     func twoContextsThatBothCreateEndUpWithOneObject(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

@@ -9,7 +9,7 @@ import Testing
 /// Live results against refetching: after every random commit, the batch a `FetchedResults`
 /// emitted, applied to the snapshot before it the way a table view applies a batch update,
 /// must give exactly what a fresh fetch gives — in every topology.
-@Suite(.timeLimit(.minutes(2))) struct LiveResultsDifferentialTests {
+@Suite(.timeLimit(.minutes(5))) struct LiveResultsDifferentialTests {
     /// One section of a snapshot: its name and its objects.
     struct SnapSection: Equatable, CustomStringConvertible {
         var name: String?

@@ -7,7 +7,7 @@ import Foundation
 import Testing
 
 /// `FetchedResults`, object observation and fetch streams, one behaviour at a time.
-@Suite(.timeLimit(.minutes(1))) struct ObservationTests {
+@Suite(.timeLimit(.minutes(5))) struct ObservationTests {
     /// A commit that changes only a many-to-many relationship reports both objects as
     /// updated, under their relationships' names.
     @Test(arguments: Setup.all) @MainActor func aManyToManyChangeIsReportedOnBothSides(setup: Setup) async throws {

@@ -155,7 +155,7 @@ import Testing
     }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct GroupCommitTests {
+@Suite(.timeLimit(.minutes(5))) struct GroupCommitTests {
     /// Commits that reach the writer while it is busy share one transaction; one that fails
     /// (a write SQLite refuses) fails alone, and observers hear of every commit.
     @Test @MainActor func commitsQueuedTogetherShareATransactionAndFailAlone() async throws {

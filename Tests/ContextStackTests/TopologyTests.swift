@@ -7,7 +7,7 @@ import Foundation
 import Testing
 
 /// One set of behaviours, run on every topology.
-@Suite(.timeLimit(.minutes(2))) struct TopologyBehaviourTests {
+@Suite(.timeLimit(.minutes(5))) struct TopologyBehaviourTests {
     @Test(arguments: Setup.all) @MainActor
     func createUpdateAndDeleteReachTheReader(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)
@@ -126,7 +126,7 @@ import Testing
     }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct TopologyTests {
+@Suite(.timeLimit(.minutes(5))) struct TopologyTests {
     @Test @MainActor func autoMergeRefreshesObjectsShowsInsertsAndFlagsDeletions() async throws {
         let harness = try TopologyHarness(.twoTierAutoMerge)
         try harness.update { update in

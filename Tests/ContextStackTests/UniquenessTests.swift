@@ -42,7 +42,7 @@ import Testing
 
 let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Device.self, Phone.self, Tablet.self]
 
-@Suite(.timeLimit(.minutes(2))) struct UniquenessTests {
+@Suite(.timeLimit(.minutes(5))) struct UniquenessTests {
     // MARK: The model and the schema
 
     @Test func uniqueKeysMustNameStoredProperties() throws {

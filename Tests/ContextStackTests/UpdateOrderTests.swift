@@ -7,7 +7,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@Suite(.timeLimit(.minutes(2))) struct UpdateOrderTests {
+@Suite(.timeLimit(.minutes(5))) struct UpdateOrderTests {
     /// Blocks performed on a long-lived serial context while it waits for its turn run after
     /// the turn comes, in order, and never alongside another update of the same context.
     @Test @MainActor func aSerialContextWaitingForItsTurnKeepsItsBlocksInOrder() async throws {

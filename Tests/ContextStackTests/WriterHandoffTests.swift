@@ -10,7 +10,7 @@ import Testing
 /// inline, but only up to its own commit: what queued behind it is handed to the background
 /// writer, not left waiting for the next commit.
 @Suite struct WriterHandoffTests {
-    @Test(.timeLimit(.minutes(1))) @MainActor
+    @Test(.timeLimit(.minutes(5))) @MainActor
     func commitsQueuedBehindAnInlineWriterAreStillWritten() async throws {
         let store = try TestStore(.file)
         let world = try MainContext(stack: store.stack)
