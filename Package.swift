@@ -75,7 +75,7 @@ let package = Package(
         // The child process that the crash-safety tests kill with SIGKILL. Not a product: a
         // plain `swift build` or `swift test` builds it next to the test bundle, where the
         // tests look for it.
-        .executableTarget(name: "stress-writer", dependencies: ["ContextStack"], path: "Tests/StressWriter"),
+        .executableTarget(name: "stress-writer", dependencies: ["ContextStack", "ContextStackPostgres"], path: "Tests/StressWriter"),
         .testTarget(
             name: "ContextStackTests",
             dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore",

@@ -14,10 +14,17 @@
 //     stress-writer open-close <store>          opens, reads and closes the store in a loop
 //     stress-writer permissions <store>         adds the store, then commits one row; says
 //                                               what each step did
+//     stress-writer contend <postgres-url> <writer> <count> <policy>
+//                                               says "ready", waits for a line, then makes
+//                                               <count> commits that each add one to its own
+//                                               property of a shared counter and to its total,
+//                                               under <policy>;
+//                                               prints "saved S conflicts C"
 //
 // A writer prints "begin N" before it commits batch N and "N" once that commit returned, so
 // a test that kills it knows whether the kill landed while a commit was in flight.
 import ContextStack
+import ContextStackPostgres
 import Foundation
 
 @Entity(name: "Entry") final class Entry: ManagedObject {
@@ -36,6 +43,19 @@ import Foundation
 
 @Entity(name: "Tally") final class Tally: ManagedObject {
     var entries: Int = 0
+}
+
+/// A counter the `contend` writers share: writer N adds to `wN` only, so under a policy that
+/// keeps concurrent changes to different properties (`.objectTrump`, `.storeTrump`) no
+/// addition may ever be lost, whoever wrote the counter in between.
+@Entity(name: "Counter", unique: [["name"]]) final class Counter: ManagedObject {
+    var name: String = ""
+    var w0: Int = 0
+    var w1: Int = 0
+    var w2: Int = 0
+    var w3: Int = 0
+    /// What every writer adds to: only `.error` may keep every addition here.
+    var total: Int = 0
 }
 
 /// The entries of one batch, all in one commit.
@@ -185,6 +205,42 @@ do {
             let count = try reader.beginUpdateAndWait { try $0.fetchCount(Entry.self) }
             say("read \(count)")
         }
+
+    case "contend":
+        guard arguments.count == 6, let server = URL(string: arguments[2]), let writer = Int(arguments[3]), (0..<4).contains(writer),
+              let count = Int(arguments[4]) else {
+            fail("usage: stress-writer contend <postgres-url> <writer 0-3> <count> <policy>")
+        }
+        let policies: [String: MergePolicy] = ["objectTrump": .objectTrump, "storeTrump": .storeTrump, "overwrite": .overwrite,
+                                               "rollback": .rollback, "error": .error]
+        guard let policy = policies[arguments[5]] else { fail("unknown policy \(arguments[5])") }
+        let stack = try Stack(model: Model(Entry.self, Tally.self, Counter.self), rootContext: .none)
+        try stack.addPostgresStore(url: server)
+        let updater = try Context(stack: stack, updateTarget: .persistentStore, updateOrder: .serial, mergePolicy: policy)
+        let keys: [ReferenceWritableKeyPath<Counter, Int>] = [\.w0, \.w1, \.w2, \.w3]
+        say("ready")
+        _ = readLine()
+        var saved = 0
+        var conflicts = 0
+        var random = SystemRandomNumberGenerator()
+        for index in 0..<count {
+            let name = "c\(Int.random(in: 0..<4, using: &random))"
+            do {
+                try updater.beginUpdateAndWait { update in
+                    guard let counter = try update.fetch(Counter.self, %"name" == name) else { fail("no counter \(name)") }
+                    counter[keyPath: keys[writer]] += 1
+                    counter.total += 1
+                    let entry = try update.create(Entry.self)
+                    entry.writer = writer
+                    entry.index = index
+                    try update.commit()
+                }
+                saved += 1
+            } catch is MergeConflictError {
+                conflicts += 1
+            }
+        }
+        say("saved \(saved) conflicts \(conflicts)")
 
     case "permissions":
         // Run as an unprivileged user by PermissionTests: what adding the store, and then
