@@ -100,7 +100,14 @@ package final class PostgresStore: QueuedStore {
             preconditionFailure("\(root.name) is in no store of this stack: add a store for a configuration that holds it (addPostgresStore(url:configuration:)) before creating its objects.")
         }
         return try keyConnection.withLock { slot in
-            try keys.reserveKey(for: table) { try Self.usable(&slot, settings: settings, tracer: tracer) }
+            do {
+                return try keys.reserveKey(for: table) { try Self.usable(&slot, settings: settings, tracer: tracer) }
+            } catch let error as PostgresError where error.code.isConnectionFailure {
+                // The server closed the key connection since its last use: once more on a new
+                // one (a `nextval` that may have run is harmless: its keys are never reused).
+                slot = nil
+                return try keys.reserveKey(for: table) { try Self.usable(&slot, settings: settings, tracer: tracer) }
+            }
         }
     }
 
@@ -109,30 +116,50 @@ package final class PostgresStore: QueuedStore {
     /// Runs `body` with a reader connection inside a read-only transaction and the overlay,
     /// taken so that the overlay holds exactly what the transaction's snapshot lacks.
     package func read<T>(pin: UInt64?, whileLocked: () -> Void, _ body: (ReadSession) throws -> T) throws -> T {
-        let connection = try takeReader()
-        let result: T
-        do {
-            let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
-                try connection.execute(Self.beginRead)
-                whileLocked()
-                return (state.overlay, pin.flatMap { state.pins[$0] })
-            }
-            result = try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
-        } catch {
-            finishReading(connection)
-            throw error
+        let (connection, (overlay, pinned)) = try withReadTransaction { state, _ in
+            whileLocked()
+            return (state.overlay, pin.flatMap { state.pins[$0] })
+        }
+        defer { finishReading(connection) }
+        return try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
+    }
+
+    package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
+        let (connection, result) = try withReadTransaction { state, connection in
+            var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
+            return try body(&state, &reader)
         }
         finishReading(connection)
         return result
     }
 
-    package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
-        let connection = try takeReader()
-        defer { finishReading(connection) }
-        return try state.withLock { state in
-            try connection.execute(Self.beginRead)
-            var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
-            return try body(&state, &reader)
+    /// Begins a read transaction on a reader connection under the state lock and runs `body`
+    /// there; returns the connection, still inside its transaction, for `finishReading`.
+    ///
+    /// A pooled connection that the server closed since its last use (a restart, a failover)
+    /// fails at `BEGIN`, before `body` ran: it is replaced by a new connection, once, so the
+    /// first read after a restart does not fail for a connection nobody used meanwhile.
+    private func withReadTransaction<T>(_ body: (inout QueueState, PostgresConnection) throws -> T) throws -> (PostgresConnection, T) {
+        var connection = try takeReader()
+        var retried = false
+        while true {
+            var began = false
+            do {
+                let result = try state.withLock { state -> T in
+                    try connection.execute(Self.beginRead)
+                    began = true
+                    return try body(&state, connection)
+                }
+                return (connection, result)
+            } catch {
+                if !began && !retried && connection.isBroken {
+                    retried = true
+                    connection = try Self.connect(settings, tracer: tracer)
+                    continue
+                }
+                finishReading(connection)
+                throw error
+            }
         }
     }
 
@@ -169,7 +196,15 @@ package final class PostgresStore: QueuedStore {
     package func writeTransaction(_ body: (inout PostgresConnection) throws -> Void, commit: (() throws -> Void) throws -> Void) throws {
         try writer.withLock { slot in
             var connection = try Self.usable(&slot, settings: settings, tracer: tracer)
-            try connection.execute("BEGIN")
+            do {
+                try connection.execute("BEGIN")
+            } catch where connection.isBroken {
+                // Closed by the server since the last write (a restart, a failover): nothing
+                // was sent yet, so the transaction starts again on a new connection, once.
+                slot = nil
+                connection = try Self.usable(&slot, settings: settings, tracer: tracer)
+                try connection.execute("BEGIN")
+            }
             do {
                 try body(&connection)
                 try commit { try connection.execute("COMMIT") }

@@ -1,4 +1,5 @@
-import ContextStack
+@testable import ContextStack
+import ContextStackPostgres
 import _ContextStackCore
 @testable import _ContextStackModel
 @testable import _ContextStackPostgres
@@ -45,5 +46,54 @@ struct PostgresFaultTests {
         #expect(names == ["committed"], "the committed save survived; the one in flight is gone whole")
         try PostgresWriter.save([insert(2, "again")], on: fresh)
         #expect(try fresh.scalar("SELECT count(*) FROM \"Person\"") == .integer(2))
+    }
+
+    /// The same through a stack: a commit made while the server is down fails whole, its error
+    /// reaches `flush` (typed, without the password), the main context forgets it, and once the
+    /// server is back the next commit and the next read reconnect by themselves.
+    @Test @MainActor func aStackRidesOutARestart() async throws {
+        let server = try DedicatedPostgresServer()
+        var parts = URLComponents(url: server.url, resolvingAgainstBaseURL: false)!
+        parts.password = "not-a-secret-to-print"
+        let url = parts.url!
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        let recorder = ErrorRecorder()
+        stack.onError = { recorder.record($0) }
+        try stack.addPostgresStore(url: url)
+        let world = try MainContext(stack: stack)
+        func commit(_ names: [String]) throws {
+            try world.beginUpdateAndWait { update in
+                for name in names { try update.create(Person.self).name = name }
+                try update.create(Pet.self).name = "pet of \(names[0])"
+                try update.commit()
+            }
+        }
+        try commit(["a1", "a2"])
+        try await stack.flush()
+        #expect(try world.fetchCount(Person.self) == 2)
+
+        try server.cluster.crash()
+        let commits = Locked<[Commit]>([])
+        let observation = stack.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        try commit(["b1", "b2"])
+        let error = await #expect(throws: PostgresError.self) { try await stack.flush() }
+        #expect(error?.code.isConnectionFailure == true, "\(String(describing: error))")
+        #expect(!"\(String(describing: error))".contains("not-a-secret-to-print"))
+        #expect(recorder.all.count == 1)
+        // Announced when committed, taken back when it failed: its inserts come back deleted,
+        // though nothing could be read from the server to undo them.
+        await mainQueueTurn()
+        let seen = commits.withLock { $0 }
+        observation.cancel()
+        let announced = try #require(seen.first { $0.inserted.count == 3 })
+        #expect(seen.contains { Set($0.deleted) == Set(announced.inserted) }, "the failed commit is undone in the main context")
+
+        try server.cluster.start()
+        try commit(["c1"])
+        try await stack.flush()
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["a1", "a2", "c1"])
+        let fresh = try PostgresConnection(PostgresSettings(url: server.url))
+        #expect(try fresh.allRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("a1")], [.text("a2")], [.text("c1")]])
+        #expect(try fresh.allRows("SELECT name FROM \"Pet\" ORDER BY name") == [[.text("pet of a1")], [.text("pet of c1")]], "the failed commit is gone whole")
     }
 }

@@ -79,6 +79,12 @@ extension QueuedStore {
     /// Undoes, in the receivers that were told of them, the failed commits of a batch: the
     /// overlay no longer holds them (the transaction's end removed them), so what undoes each
     /// is read from what is committed now.
+    ///
+    /// When that cannot be read either (a server that went away fails the commit and the read
+    /// alike), each commit is undone from what it carries: its inserts removed, its changed
+    /// values back to those its context started from, its links as they were. Only deletes need
+    /// the stored rows back; when a commit has some, the read's error goes to `onError` too, so
+    /// the app knows to reset the contexts that took it.
     private func undoAnnounced(_ batch: [QueueItem], _ outcome: BatchOutcome) {
         let failed = outcome.failed
         let announced = batch.filter { failed.contains($0.sequence) && $0.afterFailure != nil && $0.batch == nil }
@@ -91,8 +97,27 @@ extension QueuedStore {
                 }
             }
         } catch {
-            reportError(error)
+            for item in announced {
+                let undo = Self.undoFromSnapshots(item.changes)
+                if !undo.isEmpty { item.afterFailure?(undo) }
+            }
+            if announced.contains(where: { !$0.changes.deletes.isEmpty }) { reportError(error) }
         }
+    }
+
+    /// What undoes a commit without reading the store: see `undoAnnounced`.
+    static func undoFromSnapshots(_ changes: ChangeSet) -> ChangeSet {
+        var undo = ChangeSet()
+        undo.deletes = changes.inserts.map { ($0.id, $0.row.entity) }
+        for update in changes.updates where update.slots.allSatisfy({ $0 < update.snapshot.count }) {
+            undo.updates.append(.init(id: update.id, entity: update.entity, slots: update.slots,
+                                      values: update.slots.map { update.snapshot[$0] }))
+        }
+        for link in changes.links {
+            undo.links.append((link.key, !link.present))
+            undo.linkEnds[link.key] = changes.linkEnds[link.key]
+        }
+        return undo
     }
 
     /// Records a written batch: the written sequence, what each stored commit's receivers are
