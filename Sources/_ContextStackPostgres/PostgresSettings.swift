@@ -11,12 +11,17 @@ package struct PostgresSettings: Sendable {
     package let url: URL
     /// Seconds libpq waits for a connection before failing (libpq's `connect_timeout`).
     package var connectTimeout: Int
+    /// Milliseconds the server lets one statement run before cancelling it (PostgreSQL's
+    /// `statement_timeout`, sent as libpq's `options`); 0 for no limit. A cancelled statement
+    /// fails its commit or read with `PostgresError` code 57014 (`queryCanceled`).
+    package var statementTimeout: Int
     /// The name the server shows for these connections in `pg_stat_activity`.
     package var applicationName: String
 
-    package init(url: URL, connectTimeout: Int = 10, applicationName: String = "ContextStack") {
+    package init(url: URL, connectTimeout: Int = 10, statementTimeout: Int = 60_000, applicationName: String = "ContextStack") {
         self.url = url
         self.connectTimeout = connectTimeout
+        self.statementTimeout = statementTimeout
         self.applicationName = applicationName
     }
 
@@ -42,6 +47,7 @@ package struct PostgresSettings: Sendable {
     /// defaults first, then the URL (`dbname` expands it), whose own parameters override them.
     var keywordsAndValues: [(String, String)] {
         [("connect_timeout", String(connectTimeout)),
+         ("options", "-c statement_timeout=\(statementTimeout)"),
          ("application_name", applicationName),
          ("client_encoding", "UTF8"),
          ("dbname", url.absoluteString)]

@@ -187,6 +187,18 @@ struct PostgresConnectionTests {
         #expect(prepared.code == .undefinedTable)
     }
 
+    /// Statements run at most a minute by default; the URL's own `options` replace that, and a
+    /// statement past its limit is cancelled with `queryCanceled`.
+    @Test func statementsHaveATimeLimit() throws {
+        #expect(try connection.scalar("SHOW statement_timeout") == .text("1min"))
+        let short = try PostgresConnection(PostgresSettings(url: database.url, statementTimeout: 50))
+        let error = try #require(throws: PostgresError.self) { try short.execute("SELECT pg_sleep(5)") }
+        #expect(error.code == .queryCanceled)
+        var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
+        parts.queryItems = [URLQueryItem(name: "options", value: "-c statement_timeout=2s")]
+        #expect(try PostgresConnection(PostgresSettings(url: parts.url!)).scalar("SHOW statement_timeout") == .text("2s"))
+    }
+
     @Test func transactionsAreTracked() throws {
         #expect(!connection.isInTransaction)
         try connection.execute("BEGIN")
