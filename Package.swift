@@ -71,7 +71,7 @@ let package = Package(
             name: "ContextStackPostgres",
             dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackModel", "_ContextStackPostgres", "_ContextStackPostgresStore"]
         ),
-        .executableTarget(name: "demo", dependencies: ["ContextStack"]),
+        .executableTarget(name: "demo", dependencies: ["ContextStack", "ContextStackPostgres"]),
         // The child process that the crash-safety tests kill with SIGKILL. Not a product: a
         // plain `swift build` or `swift test` builds it next to the test bundle, where the
         // tests look for it.

@@ -1,8 +1,10 @@
 // The CoreDataMonk README story, on Linux: a farmer, a knight, a monk and a warrior.
 //
-//     swift run demo                 # a store in a temporary directory
-//     swift run demo people.sqlite   # or a file you name (run twice: it is still there)
+//     swift run demo                                  # a store in a temporary directory
+//     swift run demo people.sqlite                    # or a file you name (run twice: it is still there)
+//     swift run demo --store postgres://user@host/db  # or a PostgreSQL database
 import ContextStack
+import ContextStackPostgres
 import Foundation
 
 @Entity final class Person: ManagedObject {
@@ -35,21 +37,47 @@ func describe(_ person: Person) -> String {
     }
 }
 
-let url: URL
-if CommandLine.arguments.count > 1 {
-    url = URL(fileURLWithPath: CommandLine.arguments[1])
-} else {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("contextstack-demo-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    url = directory.appendingPathComponent("world.sqlite")
+/// Where the demo keeps its people: an SQLite file, or a PostgreSQL database.
+enum Place {
+    case file(URL)
+    case postgres(URL)
+
+    /// What the demo's messages call the store.
+    var name: String {
+        switch self {
+        case .file: "SQLite"
+        case .postgres: "PostgreSQL"
+        }
+    }
+
+    /// Adds the store to `stack`.
+    func add(to stack: Stack) throws {
+        switch self {
+        case .file(let url): try stack.addDatabaseStore(at: url)
+        case .postgres(let url): try stack.addPostgresStore(url: url)
+        }
+    }
 }
-print("ContextStack demo — store at \(url.path)")
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "--store" { arguments.removeFirst() }
+let place: Place
+let directory = FileManager.default.temporaryDirectory.appendingPathComponent("contextstack-demo-\(UUID().uuidString)")
+try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+if let argument = arguments.first, argument.hasPrefix("postgres://") || argument.hasPrefix("postgresql://"), let url = URL(string: argument) {
+    place = .postgres(url)
+    print("ContextStack demo — store in PostgreSQL")
+} else {
+    let url = arguments.first.map { URL(fileURLWithPath: $0) } ?? directory.appendingPathComponent("world.sqlite")
+    place = .file(url)
+    print("ContextStack demo — store at \(url.path)")
+}
 
 let stack = try Stack(model: Model(Person.self, Pet.self))
 stack.onError = { error in print("background error: \(error)") }
-try stack.addDatabaseStore(at: url)
+try place.add(to: stack)
 let world = try MainContext(stack: stack)
-print("— Three-tier (the default): update → main → root → SQLite —")
+print("— Three-tier (the default): update → main → root → \(place.name) —")
 let before = try world.fetchCount(Person.self)
 if before > 0 { print("The store already holds \(before) people from an earlier run.") }
 
@@ -71,7 +99,7 @@ try world.beginUpdateAndWait { update in
 let knight = try world.fetch(Person.self, %"name" == "Knight")
 print("Main context: the knight's friend is \(knight?.friend?.name ?? "nobody"); the farmer has \(knight?.friend?.friendOf.count ?? 0) friend(s).")
 try await stack.flush()
-print("flush(): everything committed is now in SQLite.")
+print("flush(): everything committed is now in \(place.name).")
 
 // A monk and a warrior, in a background update; we wait for durability with transaction.
 let created = try await world.transaction { update in
@@ -117,7 +145,7 @@ let described = withFriends.map { "\($0.name) (friend: \($0.friend?.name ?? "—
 print("Prefetched: \(described.joined(separator: "; ")) — \(statements.value - statementsBefore) statements to follow them")
 stack.trace(nil)
 try await stack.flush()
-try show("Finally, in SQLite and the main context:", world)
+try show("Finally, in \(place.name) and the main context:", world)
 
 // MARK: - The topologies
 
@@ -145,9 +173,13 @@ quiet.reset()
 print("then \(try quiet.fetch(Person.self, %"name" == "Farmer")!.age).")
 
 // Per-consumer contexts: a stack without root, one shared writer, a screen reset on its commits.
-let consumerURL = url.deletingLastPathComponent().appendingPathComponent("consumers-\(UUID().uuidString).sqlite")
+// (On SQLite a file of its own; on PostgreSQL the same database: a second stack on it, as a
+// second app server would be, so the screen counts everyone.)
 let consumerStack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
-try consumerStack.addDatabaseStore(at: consumerURL)
+switch place {
+case .file: try consumerStack.addDatabaseStore(at: directory.appendingPathComponent("consumers-\(UUID().uuidString).sqlite"))
+case .postgres: try place.add(to: consumerStack)
+}
 let updater = try Context(stack: consumerStack, updateTarget: .persistentStore, updateOrder: .serial)
 let screen = try MainContext(stack: consumerStack, updateTarget: .persistentStore, resetOnCommitOf: updater)
 let token = updater.observeCommit { commit in
@@ -157,7 +189,7 @@ let token = updater.observeCommit { commit in
 }
 try updater.beginUpdateAndWait { update in
     for name in ["Ann", "Bob"] { try update.create(Person.self).name = name }
-    try update.commit()  // in SQLite when this returns
+    try update.commit()  // in the store when this returns
 }
 await mainTurn()
 try updater.beginUpdateAndWait { update in

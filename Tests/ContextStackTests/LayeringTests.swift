@@ -42,7 +42,7 @@ import Testing
         "ContextStack": ["_ContextStackCore", "_ContextStackModel", "_ContextStackSQLite", "_ContextStackSQLiteStore"],
         "ContextStackPostgres": ["ContextStack", "_ContextStackCore", "_ContextStackModel", "_ContextStackPostgres", "_ContextStackPostgresStore"],
         "ContextStackMacros": [],
-        "demo": ["ContextStack"],
+        "demo": ["ContextStack", "ContextStackPostgres"],
     ]
 
     /// The modules a file imports, however the import is decorated (`@_exported`, `@testable`,
