@@ -3,6 +3,7 @@ import _ContextStackCore
 @testable import _ContextStackModel
 import _ContextStackSQLite
 @testable import _ContextStackSQLiteStore
+import ContextStackPostgres
 import Foundation
 import Testing
 
@@ -30,10 +31,16 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
     case memoryThenFile
     /// Each configuration in a file of its own.
     case twoFiles
+    /// Both configurations in one PostgreSQL database.
+    case onePostgresDatabase
     var description: String { rawValue }
 
+    /// The splits this machine can run.
+    static let available = allCases.filter { $0 != .onePostgresDatabase || PostgresServer.isAvailable }
+
     func makeStore(_ rootContext: Stack.RootContext) throws -> TestStore {
-        try TestStore(rootContext: rootContext, model: splitModel()) { stack, directory in
+        let schema = self == .onePostgresDatabase ? try TestSchema() : nil
+        return try TestStore(rootContext: rootContext, model: splitModel(), schema: schema) { stack, directory in
             switch self {
             case .fileAndMemory:
                 try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
@@ -44,13 +51,16 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
             case .twoFiles:
                 try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
                 try stack.addDatabaseStore(at: directory.appendingPathComponent("sessions.sqlite"), configuration: "InMemory")
+            case .onePostgresDatabase:
+                try stack.addPostgresStore(url: schema!.url, configuration: "Database")
+                try stack.addPostgresStore(url: schema!.url, configuration: "InMemory")
             }
         }
     }
 }
 
 @Suite struct MultiStoreTests {
-    @Test(arguments: Topology.allCases, Split.allCases) @MainActor
+    @Test(arguments: Topology.allCases, Split.available) @MainActor
     func fetchesAndSavesReachEveryStore(topology: Topology, split: Split) async throws {
         let harness = try TopologyHarness(topology, makeStore: split.makeStore)
         try harness.update { update in
@@ -80,7 +90,8 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try harness.world.fetchCount(Person.self) == 1)
     }
 
-    @Test(arguments: Split.allCases) @MainActor
+    /// (SQLite's files; one PostgreSQL database's parts are PostgresStoreTests' business.)
+    @Test(arguments: Split.available.filter { $0 != .onePostgresDatabase }) @MainActor
     func eachConfigurationIsWrittenToItsOwnStore(split: Split) async throws {
         let store = try split.makeStore(.shared)
         let world = try MainContext(stack: store.stack)

@@ -63,12 +63,13 @@ final class TestStore: Sendable {
 
     /// A stack whose stores `setup` adds (several stores, configurations), given a fresh
     /// temporary directory for their files (removed afterwards).
-    init(rootContext: Stack.RootContext = .shared, model: Model, setup: (Stack, URL) throws -> Void) throws {
+    /// `schema`, if given, is dropped with the store.
+    init(rootContext: Stack.RootContext = .shared, model: Model, schema: TestSchema? = nil, setup: (Stack, URL) throws -> Void) throws {
         stack = try Stack(model: model, rootContext: rootContext)
         let directory = try makeTemporaryDirectory()
         self.directory = directory
         url = nil
-        database = nil
+        database = schema
         try setup(stack, directory)
     }
 
