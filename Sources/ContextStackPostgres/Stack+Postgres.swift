@@ -18,9 +18,10 @@ extension Stack {
     /// try stack.addPostgresStore(url: URL(string: "postgres://app:secret@db.internal:5432/app")!)
     /// ```
     ///
-    /// The first process to open an empty database creates the tables, in one transaction
-    /// under an advisory lock, so app servers starting together create them once. A database
-    /// is never dropped or reset for you.
+    /// The first process to open an empty database creates the tables (or migrates them), in
+    /// one transaction under an advisory lock, so app servers starting together do it once. A
+    /// database is never dropped or reset for you; whenever this throws, the database is as
+    /// it was.
     ///
     /// - Parameters:
     ///   - url: the server, as libpq takes it: `postgres://user:password@host:port/database`,
@@ -29,9 +30,9 @@ extension Stack {
     ///   - configuration: the model configuration whose entities the store holds; `nil` for
     ///     every entity. Several configurations may share one database (each keeps its own
     ///     description in `Z_METADATA`); all PostgreSQL stores of a stack are in one database.
-    ///   - autoMigrating: `false` throws `StoreError.Code.modelMismatch` for a database
-    ///     written by another version of the model. Migrating a PostgreSQL store is not built
-    ///     yet: with `true` such a database throws `.cannotMigrate`, and is left as it was.
+    ///   - autoMigrating: migrate a database written by an earlier model version, in one
+    ///     transaction (Docs/Postgres.md, "Migration"); `false` throws
+    ///     `StoreError.Code.modelMismatch` for such a database instead.
     /// - Throws: `StoreError` (`.modelMismatch`, `.cannotMigrate`, `.foreignDatabase`,
     ///   `.alreadyAdded`, `.unknownConfiguration`); `PostgresError` when the server cannot be
     ///   reached or refuses (see Docs/Postgres.md).

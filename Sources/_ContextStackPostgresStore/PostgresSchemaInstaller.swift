@@ -19,12 +19,14 @@ package enum PostgresSchemaInstaller {
         case created
         /// The database already held this part, written by the same model.
         case unchanged
+        /// The database held this part as an earlier model wrote it: it was migrated.
+        case migrated
     }
 
     /// Installs `schema` with `connection`, which must not be inside a transaction.
     /// - Throws: `StoreError` with `.modelMismatch` (another model wrote the database and
-    ///   `autoMigrating` is false), `.cannotMigrate` (another model wrote it: migrating a
-    ///   PostgreSQL store is not built yet), `.foreignDatabase` (tables of these names exist
+    ///   `autoMigrating` is false), `.cannotMigrate` (what changed cannot be inferred; see
+    ///   `PostgresMigration`), `.foreignDatabase` (tables of these names exist
     ///   that ContextStack did not create), or `.cannotOpen` (a name longer than PostgreSQL
     ///   keeps); `PostgresError` when the server fails.
     package static func install(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool) throws -> Outcome {
@@ -69,7 +71,14 @@ package enum PostgresSchemaInstaller {
         if !autoMigrating {
             throw StoreError(.modelMismatch, "The PostgreSQL database \(server) was written by a different model, and autoMigrating is false: open it with the model that wrote it, or with autoMigrating: true.")
         }
-        throw StoreError(.cannotMigrate, "The PostgreSQL database \(server) was written by a different model, and migrating a PostgreSQL store is not built yet: the database was left as it was. Open it with the model that wrote it.")
+        var description: String?
+        try connection.query("SELECT value FROM \"Z_METADATA\" WHERE key = ?", [.text(schema.postgresSchemaKey)]) { description = $0.value(0).stringValue }
+        guard let description else {
+            throw StoreError(.cannotMigrate, "The PostgreSQL database \(server) was written by a different model and does not record it, so what changed cannot be inferred: the database was left as it was. Open it with the model that wrote it.")
+        }
+        var migration = try PostgresMigration(connection: connection, schema: schema, oldDescription: description)
+        try migration.run()
+        return .migrated
     }
 
     /// Whether a table of that name exists in the connection's current schema.

@@ -31,7 +31,8 @@ extension StoreSchema {
     }
 
     /// The sequence that hands out `table`'s primary keys.
-    package static func sequenceName(of table: Table) -> String { "Z_KEYS_\(table.name)" }
+    package static func sequenceName(of table: Table) -> String { sequenceName(ofTableNamed: table.name) }
+    static func sequenceName(ofTableNamed name: String) -> String { "Z_KEYS_\(name)" }
 
     /// The table every part in a database keeps its description and hash in.
     package static let postgresMetadataTable = "CREATE TABLE \"Z_METADATA\" (key text COLLATE \"C\" PRIMARY KEY, value text)"
@@ -54,9 +55,7 @@ extension StoreSchema {
             statements.append(postgresCreateTable(table))
             statements.append("CREATE SEQUENCE \(Self.sequenceName(of: table).quotedIdentifier) AS bigint")
         }
-        for join in joinTables {
-            statements.append("CREATE TABLE \(join.quotedName) (source bigint NOT NULL, target bigint NOT NULL, PRIMARY KEY (source, target))")
-        }
+        for join in joinTables { statements.append(Self.postgresCreateJoinTable(join)) }
         statements += indexes.map(\.sql)
         return statements
     }
@@ -70,6 +69,21 @@ extension StoreSchema {
             columns.append("\(column.name.quotedIdentifier) \(Self.postgresType(of: column))")
         }
         return "CREATE TABLE \(table.quotedName) (\(columns.joined(separator: ", ")))"
+    }
+
+    /// `CREATE TABLE` for a join table: one row per related pair.
+    static func postgresCreateJoinTable(_ join: JoinTable) -> String {
+        "CREATE TABLE \(join.quotedName) (source bigint NOT NULL, target bigint NOT NULL, PRIMARY KEY (source, target))"
+    }
+
+    /// How `information_schema.columns.data_type` names `postgresType(of: column)`.
+    static func postgresDataType(of column: Table.Column) -> String {
+        switch column.type {
+        case "INTEGER": "bigint"
+        case "REAL": "double precision"
+        case "TEXT": "text"
+        default: "bytea"
+        }
     }
 
     /// The PostgreSQL type holding what SQLite's column type holds.

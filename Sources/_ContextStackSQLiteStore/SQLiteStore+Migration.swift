@@ -46,7 +46,7 @@ struct Migration {
         for join in schema.joinTables {
             if existingTables[join.name] != nil {
                 claimed.insert(join.name)
-            } else if let (previous, swapped) = previousName(of: join), existingTables[previous] != nil, !claimed.contains(previous) {
+            } else if let (previous, swapped) = old.previousName(of: join, in: schema), existingTables[previous] != nil, !claimed.contains(previous) {
                 if swapped {
                     // The renamed side now sorts on the other side of the name: it owns the
                     // other column, so the pairs turn around.
@@ -175,24 +175,6 @@ struct Migration {
         return result
     }
 
-    /// The name `join` had under the previous model, from its entities' original names, and
-    /// whether its `source` and `target` columns have changed places since.
-    ///
-    /// Follows the naming of `ModelGraph.buildSchema`: `Z_<root>_<property>`, or both sides
-    /// sorted and joined for a many-to-many, the side that sorts first owning `source`.
-    private func previousName(of join: JoinTable) -> (name: String, swapped: Bool)? {
-        for entity in schema.entities {
-            for property in entity.properties where property.joinTable === join {
-                let ownSide = "\(old.previousRootName(of: entity))_\(property.name)"
-                guard let inverse = property.inverse, let destination = property.destination else { return ("Z_" + ownSide, false) }
-                let otherSide = "\(old.previousRootName(of: destination))_\(inverse.name)"
-                let wasSource = ownSide <= otherSide
-                return ("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), wasSource != property.isJoinSource)
-            }
-        }
-        return nil
-    }
-
     // MARK: - Indexes and defaults
 
     /// Drops indexes the model no longer wants (or wants differently) and creates missing ones.
@@ -241,47 +223,4 @@ struct Migration {
             }
         }
     }
-}
-
-/// What the description in an old store's `Z_METADATA` says about the model that wrote it.
-///
-/// The description (see `ModelGraph.describe`) has one line per table (`table Name [+entity]
-/// columns`), per join table (`join Name`) and per entity (`entity Name code properties`).
-struct OldSchema {
-    private(set) var tableNames: Set<String> = []
-    private(set) var joinNames: Set<String> = []
-    /// ResolvedEntity name → its code in its table's `Z_ENT` column.
-    private(set) var entityCodes: [String: Int64] = [:]
-
-    init(parsing description: String) {
-        for line in description.split(separator: "\n") {
-            let words = line.split(separator: " ", omittingEmptySubsequences: false)
-            guard words.count >= 2 else { continue }
-            switch words[0] {
-            case "table": tableNames.insert(String(words[1]))
-            case "join": joinNames.insert(String(words[1]))
-            case "entity":
-                if words.count >= 3, let code = Int64(words[2]) { entityCodes[String(words[1])] = code }
-            default: continue
-            }
-        }
-    }
-
-    /// The name `entity` had in the old model: its own, or its `originalName`.
-    func name(of entity: ResolvedEntity) -> String? {
-        if entityCodes[entity.name] != nil { return entity.name }
-        if let original = entity.description_.originalName, entityCodes[original] != nil { return original }
-        return nil
-    }
-
-    /// The old `Z_ENT` code of the entity that became `entity`.
-    func entityCode(of entity: ResolvedEntity) -> Int64? { name(of: entity).flatMap { entityCodes[$0] } }
-
-    /// The old name of the table of `entity`'s hierarchy.
-    func previousRootName(of entity: ResolvedEntity) -> String {
-        let root = entity.rootDescription
-        if tableNames.contains(root.name) { return root.name }
-        return root.originalName ?? root.name
-    }
-
 }

@@ -1,0 +1,220 @@
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackPostgres
+
+/// Lightweight migration of a PostgreSQL store: the same changes SQLite's migration infers
+/// (entities and attributes added, removed or renamed with `originalName:`, optionality,
+/// indexes and unique constraints, join tables, sub-entities added or removed), made in place
+/// with `ALTER TABLE` rather than by copying tables, inside the installer's transaction.
+///
+/// PostgreSQL's DDL is transactional, so a migration that fails part-way — a column whose type
+/// changed, a new unique constraint the stored rows violate — leaves the database exactly as it
+/// was when the installer rolls back. Keys continue from each table's sequence, which follows a
+/// renamed table.
+struct PostgresMigration {
+    let connection: PostgresConnection
+    let schema: StoreSchema
+    let old: OldSchema
+
+    /// The tables in the store's schema now.
+    private var existingTables: Set<String> = []
+
+    init(connection: PostgresConnection, schema: StoreSchema, oldDescription: String) throws {
+        self.connection = connection
+        self.schema = schema
+        self.old = OldSchema(parsing: oldDescription)
+        try connection.query("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") { row in
+            if let name = row.value(0).stringValue { existingTables.insert(name) }
+        }
+    }
+
+    /// Runs the migration; the caller holds the transaction and the advisory lock.
+    mutating func run() throws {
+        var claimed: Set<String> = ["Z_METADATA"]
+        try dropIndexes()
+        for table in schema.tables {
+            if let source = try migrate(table) { claimed.insert(source) }
+            claimed.insert(table.name)
+        }
+        for join in schema.joinTables {
+            claimed.insert(join.name)
+            if existingTables.contains(join.name) { continue }
+            if let (previous, swapped) = old.previousName(of: join, in: schema), existingTables.contains(previous), !claimed.contains(previous) {
+                claimed.insert(previous)
+                try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
+                if swapped {
+                    // The renamed side now sorts on the other side of the name: it owns the
+                    // other column, so the pairs turn around.
+                    try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN source TO z_swapping")
+                    try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN target TO source")
+                    try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN z_swapping TO target")
+                }
+            } else {
+                try execute(StoreSchema.postgresCreateJoinTable(join))
+            }
+        }
+        // Tables of the old model that nothing claims belonged to removed entities or
+        // relationships. Only tables the old model described are dropped: never anyone else's.
+        for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables.contains(name) {
+            try execute("DROP TABLE \(name.quotedIdentifier)")
+            try execute("DROP SEQUENCE IF EXISTS \(StoreSchema.sequenceName(ofTableNamed: name).quotedIdentifier)")
+        }
+        try createIndexes()
+        try fillDefaults()
+        try execute(schema.postgresMetadataStatement)
+    }
+
+    private func execute(_ sql: String) throws {
+        try connection.execute(sql)
+    }
+
+    // MARK: - Tables
+
+    /// Creates or alters `table`; returns the name of the old table it came from.
+    private mutating func migrate(_ table: Table) throws -> String? {
+        let family = schema.entities.filter { $0.table === table }
+        guard let root = family.first(where: { $0.superentity == nil }) else { return nil }
+        let sourceName: String? = if old.tableNames.contains(table.name) && existingTables.contains(table.name) {
+            table.name
+        } else if let original = root.description_.originalName, old.tableNames.contains(original), existingTables.contains(original) {
+            original
+        } else {
+            nil
+        }
+        guard let sourceName else {
+            try execute(schema.postgresCreateTable(table))
+            try execute("CREATE SEQUENCE \(StoreSchema.sequenceName(of: table).quotedIdentifier) AS bigint")
+            return nil
+        }
+        if sourceName != table.name {
+            try execute("ALTER TABLE \(sourceName.quotedIdentifier) RENAME TO \(table.quotedName)")
+            try execute("ALTER SEQUENCE \(StoreSchema.sequenceName(ofTableNamed: sourceName).quotedIdentifier) RENAME TO \(StoreSchema.sequenceName(of: table).quotedIdentifier)")
+        }
+        var oldColumns = try columns(of: table.name)
+
+        // Columns: kept, renamed, added; then what is left of the old ones goes.
+        var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
+        for column in table.columns {
+            let property = family.lazy.compactMap { $0.property(named: column.name) }.first
+            let source: String? = if oldColumns[column.name] != nil {
+                column.name
+            } else if let original = property?.declared.originalName, oldColumns[original] != nil, !kept.contains(original) {
+                original
+            } else {
+                nil
+            }
+            guard let source else {
+                try execute("ALTER TABLE \(table.quotedName) ADD COLUMN \(column.name.quotedIdentifier) \(StoreSchema.postgresType(of: column))")
+                kept.insert(column.name)
+                continue
+            }
+            let wanted = StoreSchema.postgresDataType(of: column)
+            if let stored = oldColumns[source], stored != wanted {
+                let owner = family.first { $0.property(named: column.name) != nil }?.name ?? table.name
+                throw StoreError(.cannotMigrate, "\(owner).\(column.name) changed type (stored as \(stored), now \(wanted)): lightweight migration cannot convert it. Keep the old type, or add a new attribute and copy the values yourself. The database was left as it was.")
+            }
+            if source != column.name {
+                try execute("ALTER TABLE \(table.quotedName) RENAME COLUMN \(source.quotedIdentifier) TO \(column.name.quotedIdentifier)")
+                oldColumns[column.name] = oldColumns.removeValue(forKey: source)
+            }
+            kept.insert(column.name)
+        }
+        for name in oldColumns.keys.sorted() where !kept.contains(name) {
+            try execute("ALTER TABLE \(table.quotedName) DROP COLUMN \(name.quotedIdentifier)")
+        }
+
+        // The entity column: old codes to new ones; rows of removed entities go.
+        if table.hasEntityColumn {
+            if oldColumns["Z_ENT"] != nil {
+                var cases: [String] = []
+                var remaining: [Int64] = []
+                for entity in family {
+                    guard let code = old.entityCode(of: entity) else { continue }
+                    remaining.append(code)
+                    if code != entity.entityCode { cases.append("WHEN \(code) THEN \(entity.entityCode)") }
+                }
+                try execute("DELETE FROM \(table.quotedName)" + (remaining.isEmpty ? "" : " WHERE \"Z_ENT\" NOT IN (\(remaining.map(String.init).joined(separator: ", ")))"))
+                if !cases.isEmpty {
+                    try execute("UPDATE \(table.quotedName) SET \"Z_ENT\" = CASE \"Z_ENT\" \(cases.joined(separator: " ")) ELSE \"Z_ENT\" END")
+                }
+            } else {
+                // The table gains its first sub-entity: every old row is of the entity it held.
+                let owner = family.first { old.name(of: $0) == sourceName } ?? root
+                try execute("ALTER TABLE \(table.quotedName) ADD COLUMN \"Z_ENT\" bigint NOT NULL DEFAULT \(owner.entityCode)")
+                try execute("ALTER TABLE \(table.quotedName) ALTER COLUMN \"Z_ENT\" DROP DEFAULT")
+            }
+        } else if oldColumns["Z_ENT"] != nil {
+            // The sub-entities went away: only the root's own rows stay.
+            if let code = old.entityCode(of: root) {
+                try execute("DELETE FROM \(table.quotedName) WHERE \"Z_ENT\" <> \(code)")
+            }
+            try execute("ALTER TABLE \(table.quotedName) DROP COLUMN \"Z_ENT\"")
+        }
+        return sourceName
+    }
+
+    /// The columns of `table`, with their types as `StoreSchema.postgresType` names them.
+    private func columns(of table: String) throws -> [String: String] {
+        var result: [String: String] = [:]
+        try connection.query("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ?",
+                             [.text(table)]) { row in
+            if let name = row.value(0).stringValue { result[name] = row.value(1).stringValue ?? "" }
+        }
+        return result
+    }
+
+    // MARK: - Indexes and defaults
+
+    /// Drops every index of the old model's tables but the primary keys: the wanted ones are
+    /// created again once the tables are migrated (`createIndexes`). PostgreSQL keeps no text
+    /// of an index to compare with what the model wants, and a migration is rare.
+    private func dropIndexes() throws {
+        let tables = old.tableNames.union(old.joinNames).filter { existingTables.contains($0) }
+        guard !tables.isEmpty else { return }
+        var names: [String] = []
+        try connection.query("""
+            SELECT i.relname FROM pg_index x
+            JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+            JOIN pg_namespace n ON n.oid = t.relnamespace
+            WHERE n.nspname = current_schema() AND NOT x.indisprimary AND t.relname = ANY(string_to_array(?, ','))
+            """, [.text(tables.sorted().joined(separator: ","))]) { row in
+            if let name = row.value(0).stringValue { names.append(name) }
+        }
+        for name in names.sorted() { try execute("DROP INDEX \(name.quotedIdentifier)") }
+    }
+
+    /// Creates every index the model wants; a unique one the stored rows violate stops the
+    /// migration.
+    private func createIndexes() throws {
+        for index in schema.indexes {
+            do {
+                try execute(index.sql)
+            } catch let error as PostgresError where error.code == .uniqueViolation {
+                let constraint = schema.tables.flatMap(\.uniqueConstraints).first { $0.indexName == index.name }
+                throw StoreError(.cannotMigrate, "Cannot add the unique constraint on \(constraint?.label ?? index.name): stored rows share a value. Remove the duplicates with the previous model first. The database was left as it was.", underlying: error)
+            }
+        }
+    }
+
+    /// Gives non-optional attributes their default where the store holds `NULL` (an attribute
+    /// that was optional, or a column added for a new attribute).
+    private func fillDefaults() throws {
+        for table in schema.tables {
+            let family = schema.entities.filter { $0.table === table }
+            for column in table.columns {
+                let holders = family.filter { entity in
+                    guard let property = entity.property(named: column.name) else { return false }
+                    return property.isAttribute && !property.isOptional
+                }
+                guard let property = holders.first?.property(named: column.name) else { continue }
+                let value = holders.first!.defaults[property.slot]
+                if value == .null { continue }
+                var sql = "UPDATE \(table.quotedName) SET \(column.name.quotedIdentifier) = ? WHERE \(column.name.quotedIdentifier) IS NULL"
+                if table.hasEntityColumn && holders.count < family.count {
+                    sql += " AND \"Z_ENT\" IN (\(holders.map { String($0.entityCode) }.joined(separator: ", ")))"
+                }
+                try connection.run(sql, [value])
+            }
+        }
+    }
+}

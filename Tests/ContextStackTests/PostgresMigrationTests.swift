@@ -1,0 +1,198 @@
+@testable import ContextStack
+import ContextStackPostgres
+import _ContextStackCore
+@testable import _ContextStackModel
+@testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
+import Foundation
+import Testing
+
+/// Lightweight migration of a PostgreSQL store: the model versions of `MigrationTests`, opened
+/// on a PostgreSQL schema instead of a file. What Docs/Postgres.md ("Migration") promises:
+/// everything SQLite's migration infers, in one transaction, once however many servers open
+/// the store, and a database left exactly as it was when the change cannot be inferred.
+@Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
+struct PostgresMigrationTests {
+    let schema: TestSchema
+
+    init() throws {
+        schema = try TestSchema()
+    }
+
+    /// A context on the store opened with `types`, writing as it commits.
+    func open(_ types: [ManagedObject.Type], autoMigrating: Bool = true) throws -> Context {
+        let stack = try Stack(model: Model(types), rootContext: .none)
+        try stack.addPostgresStore(url: schema.url, autoMigrating: autoMigrating)
+        return try Context(stack: stack, updateTarget: .persistentStore)
+    }
+
+    func write(_ types: [ManagedObject.Type], _ body: (Update) throws -> Void) throws {
+        try open(types).beginUpdateAndWait { update in
+            try body(update)
+            try update.commit()
+        }
+    }
+
+    func connection() throws -> PostgresConnection { try PostgresConnection(PostgresSettings(url: schema.url)) }
+
+    /// What the database holds, to show that a refused migration left it as it was.
+    func contents() throws -> [[Value]] {
+        let db = try connection()
+        var result = try db.allRows("SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() ORDER BY 1, 2")
+        result += try db.allRows("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() ORDER BY 1")
+        result += try db.allRows("SELECT key, value FROM \"Z_METADATA\" ORDER BY key")
+        return result
+    }
+
+    @Test func everyInferableChangeKeepsTheData() throws {
+        defer { schema.drop() }
+        try write([ItemV1.self, OwnerV1.self, GoneV1.self]) { update in
+            for index in 0..<5 {
+                let item = try update.create(ItemV1.self)
+                item.title = "item \(index)"
+                item.count = index
+                item.note = index.isMultiple(of: 2) ? nil : "note \(index)"
+                item.legacy = "old"
+                item.code = "code \(index)"
+            }
+            try update.create(OwnerV1.self).label = "Ann"
+            try update.create(GoneV1.self).value = 1
+        }
+        let context = try open([ProductV2.self, OwnerV2.self, LabelV2.self])
+        try context.beginUpdateAndWait { update in
+            let products = try update.fetchAll(ProductV2.self, orderBy: .ascending("count"))
+            #expect(products.map(\.heading) == (0..<5).map { "item \($0)" })
+            #expect(products.map(\.count) == Array(0..<5))
+            #expect(products.map(\.code) == (0..<5).map { "code \($0)" })
+            #expect(products.map(\.note) == ["none", "note 1", "none", "note 3", "none"])
+            #expect(products.allSatisfy { $0.added == 7 && $0.optionalAdded == nil && $0.owner == nil && $0.labels.isEmpty })
+            #expect(try update.fetchCount(ProductV2.self, %"added" == 7 && %"note" == "none") == 3)
+            let owner = try #require(try update.fetch(OwnerV2.self))
+            #expect(owner.label == "Ann")
+            let label = try update.create(LabelV2.self)
+            label.name = "sale"
+            for product in products.prefix(2) {
+                product.owner = owner
+                product.labels.insert(label)
+            }
+            // Keys continue after the old rows: the sequence followed its table's rename.
+            let fresh = try update.create(ProductV2.self)
+            #expect(fresh.objectID.primaryKey > products.map(\.objectID.primaryKey).max()!)
+            fresh.code = "code 0-new"
+            try update.commit()
+        }
+        try open([ProductV2.self, OwnerV2.self, LabelV2.self]).beginUpdateAndWait { (update: Update) throws in
+            #expect(try update.fetch(OwnerV2.self)?.products.count == 2)
+            #expect(try update.fetch(LabelV2.self)?.products.map(\.heading).sorted() == ["item 0", "item 1"])
+            // The unique constraint is an index now.
+            try update.create(ProductV2.self).code = "code 1"
+            #expect(throws: SaveError.self) { try update.commit() }
+        }
+        let db = try connection()
+        let tables = Set(try db.allRows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()").compactMap { $0[0].stringValue })
+        #expect(tables == ["Z_METADATA", "Product", "Owner", "Label", "Z_Label_products_Product_labels"])
+        let sequences = Set(try db.allRows("SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()").compactMap { $0[0].stringValue })
+        #expect(sequences == ["Z_KEYS_Product", "Z_KEYS_Owner", "Z_KEYS_Label"])
+        let columns = Set(try db.allRows("SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'Product'").compactMap { $0[0].stringValue })
+        #expect(columns == ["Z_PK", "Z_VERSION", "heading", "count", "note", "code", "added", "optionalAdded", "owner"])
+        #expect(try db.scalar("SELECT value FROM \"Z_METADATA\" WHERE key = 'hash'") == .text(try Model(ProductV2.self, OwnerV2.self, LabelV2.self).versionHash))
+    }
+
+    @Test func constraintsRemovedAndNonOptionalMadeOptionalKeepTheData() throws {
+        defer { schema.drop() }
+        try write([GadgetV1.self]) { update in
+            for index in 0..<3 {
+                let gadget = try update.create(GadgetV1.self)
+                gadget.serial = "S\(index)"
+                gadget.size = index
+            }
+        }
+        try open([GadgetV2.self]).beginUpdateAndWait { update in
+            let gadgets = try update.fetchAll(GadgetV2.self, orderBy: .ascending("size"))
+            #expect(gadgets.map(\.serial) == ["S0", "S1", "S2"])
+            #expect(gadgets.map(\.label) == ["plain", "plain", "plain"])
+            try update.create(GadgetV2.self).serial = "S0"
+            try update.commit()
+        }
+        #expect(try connection().scalar("SELECT count(*) FROM \"Gadget\" WHERE serial = 'S0'") == .integer(2))
+    }
+
+    /// A changed type, and a unique constraint the stored rows break, are refused; the database
+    /// keeps every table, column, index, row and its description.
+    @Test func whatCannotBeInferredLeavesTheDatabaseAsItWas() throws {
+        defer { schema.drop() }
+        try write([GadgetV2.self]) { update in
+            for serial in ["S0", "S0"] { try update.create(GadgetV2.self).serial = serial }
+        }
+        let before = try contents()
+        let retyped = try #require(throws: StoreError.self) { try open([GadgetRetyped.self]) }
+        #expect(retyped.code == .cannotMigrate)
+        #expect(retyped.message.contains("Gadget.serial changed type"))
+        let duplicated = try #require(throws: StoreError.self) { try open([GadgetV1.self]) }
+        #expect(duplicated.code == .cannotMigrate)
+        #expect(duplicated.message.contains("Gadget.serial"))
+        let strict = try #require(throws: StoreError.self) { try open([GadgetV1.self], autoMigrating: false) }
+        #expect(strict.code == .modelMismatch)
+        #expect(try contents() == before)
+        #expect(try connection().scalar("SELECT count(*) FROM \"Gadget\"") == .integer(2))
+    }
+
+    @Test func subEntitiesAddedAndCodesMovedKeepEveryRowItsEntity() throws {
+        defer { schema.drop() }
+        try write([WorkerV1.self, CrewV1.self, PilotV1.self, StewardV1.self]) { update in
+            try update.create(WorkerV1.self).name = "Ada"
+            try update.create(PilotV1.self).name = "Amelia"
+            try update.create(StewardV1.self).name = "Sam"
+        }
+        try open([WorkerV2.self, WelderV2.self, CrewV2.self, MedicV2.self, PilotV2.self, StewardV2.self]).beginUpdateAndWait { update in
+            #expect(try update.fetchAll(WorkerV2.self).map(\.name) == ["Ada"])
+            #expect(try update.fetchCount(WelderV2.self) == 0)
+            #expect(try update.fetchAll(PilotV2.self).map(\.name) == ["Amelia"])
+            #expect(try update.fetchAll(StewardV2.self).map(\.name) == ["Sam"])
+            #expect(try update.fetchCount(MedicV2.self) == 0)
+            try update.create(WelderV2.self).name = "Wes"
+            try update.commit()
+        }
+    }
+
+    /// "Volume" (once "Book") sorts after "Shelf": the join table's columns change places.
+    @Test func aRenamedManyToManyKeepsItsPairs() throws {
+        defer { schema.drop() }
+        try write([BookV1.self, ShelfV1.self]) { update in
+            let book = try update.create(BookV1.self)
+            book.title = "Dune"
+            let shelf = try update.create(ShelfV1.self)
+            shelf.name = "SF"
+            book.shelves.insert(shelf)
+        }
+        try open([VolumeV2.self, ShelfV2.self]).beginUpdateAndWait { update in
+            let volume = try #require(try update.fetch(VolumeV2.self))
+            #expect(volume.title == "Dune")
+            #expect(volume.shelves.map(\.name) == ["SF"])
+            #expect(try update.fetch(ShelfV2.self)?.books.map(\.title) == ["Dune"])
+        }
+    }
+
+    /// Six app servers starting with the new model at once: one migrates, the others find it
+    /// done.
+    @Test func serversStartingTogetherMigrateOnce() throws {
+        defer { schema.drop() }
+        try write([GadgetV1.self]) { update in try update.create(GadgetV1.self).serial = "S0" }
+        let graph = try Model(GadgetV2.self).graph
+        let part = StoreSchema(graph: graph, configuration: nil)
+        let outcomes = Locked<[PostgresSchemaInstaller.Outcome]>([])
+        let errors = Locked<[String]>([])
+        let url = schema.url
+        DispatchQueue.concurrentPerform(iterations: 6) { _ in
+            do {
+                let outcome = try PostgresSchemaInstaller.install(part, on: PostgresConnection(PostgresSettings(url: url)), autoMigrating: true)
+                outcomes.withLock { $0.append(outcome) }
+            } catch {
+                errors.withLock { $0.append("\(error)") }
+            }
+        }
+        #expect(errors.withLock { $0 }.isEmpty, "\(errors.withLock { $0 })")
+        #expect(outcomes.withLock { $0.filter { $0 == .migrated }.count } == 1)
+        #expect(outcomes.withLock { $0.filter { $0 == .unchanged }.count } == 5)
+    }
+}
