@@ -2,9 +2,10 @@
 import PackageDescription
 
 // The benchmark is its own package so that the library itself gains no dependency: GRDB and
-// the direct SQLite calls live here only.
+// the direct SQLite and libpq calls live here only.
 //
 //     swift run -c release --package-path Benchmarks bench [--n 100000] [--json out.json]
+//     swift run -c release --package-path Benchmarks bench --postgres postgres://user@host/db
 let package = Package(
     name: "Benchmarks",
     platforms: [.macOS(.v15)],
@@ -22,11 +23,19 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]
         ),
+        // libpq, called directly for the raw PostgreSQL contender (`--postgres URL`).
+        .systemLibrary(
+            name: "BenchPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"]), .brew(["libpq"])]
+        ),
         .executableTarget(
             name: "bench",
             dependencies: [
                 "BenchSQLite",
+                "BenchPQ",
                 .product(name: "ContextStack", package: "ContextStack"),
+                .product(name: "ContextStackPostgres", package: "ContextStack"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

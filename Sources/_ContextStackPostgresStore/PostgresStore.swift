@@ -14,10 +14,12 @@ import _ContextStackPostgres
 ///   commits under — so the snapshot and the overlay together show every commit of this
 ///   process wholly or not at all; commits of other processes and machines are in the
 ///   snapshot or not, whole, as PostgreSQL guarantees.
-/// - **Writes** go through one writer connection, one transaction per batch of commits. Rows
-///   another process or machine may have changed since the context read them are locked
-///   (`SELECT … FOR UPDATE`) and the commit's merge policy is applied again to what is stored
-///   now, inside the transaction that writes it: no lost update, whoever the other writer is.
+/// - **Writes** go through one writer connection, one transaction per batch of commits. Under a
+///   merge policy that compares with the store, rows another process or machine may have
+///   changed since the context read them are locked (`SELECT … FOR UPDATE`) and the policy is
+///   applied again to what is stored now, inside the transaction that writes it: no lost
+///   update, whoever the other writer is. Inserts of one entity go out up to 512 rows a
+///   statement.
 /// - **Keys** come from one sequence per table in blocks (`PostgresKeys`), on a connection of
 ///   their own so that `create` never waits for the writer's transaction.
 /// - **Connections** that break (a restart, a failover, a dropped network) are replaced on
@@ -227,13 +229,16 @@ package final class PostgresStore: QueuedStore {
         try writer.execute(sql)
     }
 
-    /// Writes one commit, after locking the rows it changes and applying its merge policy
-    /// again to what is stored now; or runs one batch operation.
+    /// Writes one commit — under a policy that compares with the store, after locking the rows
+    /// it changes and applying the policy again to what is stored now — or runs one batch
+    /// operation.
     package func writeItem(_ item: QueueItem, writer: inout PostgresConnection) throws -> BatchResult? {
         if let operation = item.batch { return try execute(operation, db: writer) }
         var changes = item.changes
-        try lock(changes, on: writer)
         if item.policy.checksStore && !changes.updates.isEmpty {
+            // Only a policy that compares with the store needs the rows still as they are when
+            // it compares (`.objectTrump` writes the changed values whatever is stored).
+            try lock(changes, on: writer)
             var reader = RowReader(session: ReadSession(graph: graph, connection: writer, overlay: Overlay()), context: nil)
             changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
         }

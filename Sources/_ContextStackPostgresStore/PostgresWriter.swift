@@ -37,15 +37,41 @@ package enum PostgresWriter {
             try connection.run(WriteSQL.update(update.entity, slots: update.slots, alsoSet: ["\"Z_VERSION\" = \"Z_VERSION\" + 1"]),
                                update.values + [.integer(update.id.primaryKey)])
         }
-        for insert in changes.inserts {
-            try connection.run(WriteSQL.insert(insert.row.entity), WriteSQL.insertArguments(insert.id, insert.row))
-        }
+        try insertRows(changes.inserts, on: connection)
         for link in changes.links {
             let join = link.key.table.quotedIdentifier
             let sql = link.present
                 ? "INSERT INTO \(join) (source, target) VALUES (?, ?) ON CONFLICT DO NOTHING"
                 : "DELETE FROM \(join) WHERE source = ? AND target = ?"
             try connection.run(sql, [.integer(link.key.source), .integer(link.key.target)])
+        }
+    }
+
+    /// How many rows one INSERT carries at most, largest first: a run of inserts of one entity
+    /// goes out in as few statements as these sizes allow (a round trip each, where one per row
+    /// made a 100,000-object commit wait on 100,000 answers), and the few sizes keep the
+    /// prepared-statement cache small. PostgreSQL binds at most 65,535 values per statement.
+    static let insertBatchSizes = [512, 64, 8, 1]
+
+    /// Inserts rows, runs of one entity together (in their order: a commit's rows keep the
+    /// order they were made in).
+    static func insertRows(_ inserts: [(id: ObjectID, row: ObjectRow)], on connection: PostgresConnection) throws {
+        var start = 0
+        while start < inserts.count {
+            let entity = inserts[start].row.entity
+            var end = start + 1
+            while end < inserts.count && inserts[end].row.entity === entity { end += 1 }
+            let width = entity.storedSlots.count + (entity.table.hasEntityColumn ? 2 : 1)
+            var next = start
+            while next < end {
+                let size = insertBatchSizes.first { $0 <= end - next && $0 * width <= 65_535 } ?? 1
+                var arguments: [Value] = []
+                arguments.reserveCapacity(size * width)
+                for insert in inserts[next..<(next + size)] { arguments += WriteSQL.insertArguments(insert.id, insert.row) }
+                try connection.run(WriteSQL.insert(entity, rows: size), arguments)
+                next += size
+            }
+            start = end
         }
     }
 }

@@ -69,6 +69,31 @@ struct PostgresWriterTests {
         #expect(try scalar("SELECT count(*) FROM \(tags.joinTable!.quotedName)") == .integer(0), "a deleted object's pairs go with it")
     }
 
+    /// Inserts go out several rows a statement (512, 64, 8, 1 at a time), runs of one entity
+    /// together: every row arrives with its own values and entity code, however the runs and
+    /// sizes fall.
+    @Test func manyRowsGoOutInFewStatementsAndArriveWhole() throws {
+        var changes = ChangeSet()
+        for key in 1...1_100 { changes.inserts.append(insert(Pet.self, Int64(key), ["name": .text("pet \(key)"), "age": .integer(Int64(key))])) }
+        for key in 1...21 {
+            changes.inserts.append(insert(key.isMultiple(of: 2) ? Engineer.self : Manager.self, Int64(key), ["name": .text("staff \(key)")]))
+        }
+        let statements = Locked<[String]>([])
+        let tracer = StatementTracer()
+        tracer.set { sql in statements.withLock { $0.append(sql) } }
+        connection.tracer = tracer
+        try PostgresWriter.save([changes], on: connection)
+        connection.tracer = nil
+        let inserts = statements.withLock { $0 }.filter { $0.hasPrefix("INSERT") }
+        // 1,100 pets: 2 × 512 + 64 + 8 + 4 × 1; the staff alternate entities: 21 runs of one.
+        #expect(inserts.count == 2 + 1 + 1 + 4 + 21)
+        #expect(try scalar("SELECT count(*) FROM \"Pet\"") == .integer(1_100))
+        #expect(try scalar("SELECT count(*) FROM \"Pet\" WHERE name = 'pet ' || age::text") == .integer(1_100))
+        let engineer = graph.entity(for: Engineer.self).entityCode
+        #expect(try scalar("SELECT count(*) FROM \"Staff\" WHERE \"Z_ENT\" = ? AND \"Z_PK\" % 2 = 0", [.integer(engineer)]) == .integer(10))
+        #expect(try scalar("SELECT count(*) FROM \"Staff\"") == .integer(21))
+    }
+
     @Test func aSaveIsWholeOrAbsent() throws {
         var setup = ChangeSet()
         setup.inserts = [insert(Person.self, 1, ["name": "Monk", "email": "monk@example.org"])]

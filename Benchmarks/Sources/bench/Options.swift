@@ -8,6 +8,8 @@ struct Options {
     var repetitions: Int?
     /// Only these contenders (for profiling one of them); all by default.
     var contenders = Contender.allCases
+    /// A PostgreSQL server to run the PostgreSQL workloads on (instead of SQLite's).
+    var postgres: String?
 
     static let usage = """
         usage: bench [--n N] [--json FILE] [--only ID,ID,...] [--reps K] [--contenders raw,grdb,cs]
@@ -17,6 +19,8 @@ struct Options {
                    save1, concurrent, merge, live, memory)
           --reps   timed repetitions per workload, after one warm-up (default: per workload)
           --contenders  run only these (for profiling one under valgrind): raw, grdb, cs
+          --postgres URL  run the PostgreSQL workloads (pg-insert, pg-fetch, pg-save1) on the
+                   database URL names, in schemas bench_raw and bench_cs it creates and drops
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -47,6 +51,8 @@ struct Options {
                     default: fail("unknown contender \(name): use raw, grdb or cs")
                     }
                 }
+            case "--postgres":
+                options.postgres = value(argument)
             case "--help", "-h":
                 print(usage)
                 exit(0)

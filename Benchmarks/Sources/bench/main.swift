@@ -12,7 +12,12 @@ let fixture = try Fixture(n: options.n)
 
 func reps(_ standard: Int) -> Int { options.repetitions ?? standard }
 
-let workloads: [any Workload] = [
+let postgres = try options.postgres.map { try PostgresFixture(url: $0, fixture: fixture) }
+let workloads: [any Workload] = postgres.map { postgres in [
+    PostgresInsertWorkload(postgres, repetitions: reps(5)),
+    PostgresFetchWorkload(postgres, repetitions: reps(9)),
+    PostgresSaveOneWorkload(postgres, repetitions: reps(9)),
+] } ?? [
     InsertWorkload(fixture, repetitions: reps(5)),
     FetchWorkload(fixture, repetitions: reps(9)),
     FilterWorkload(fixture, repetitions: reps(5)),
@@ -47,10 +52,12 @@ do {
     }
 } catch {
     fixture.removeAll()
+    postgres?.removeAll()
     FileHandle.standardError.write(Data("bench: \(error)\n".utf8))
     exit(1)
 }
 fixture.removeAll()
+postgres?.removeAll()
 
 let total = seconds(since: started)
 print("")

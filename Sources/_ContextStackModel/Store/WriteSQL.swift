@@ -37,11 +37,16 @@ package enum WriteSQL {
 
     /// `INSERT INTO … ("Z_PK"[, "Z_ENT"], columns…) VALUES (?, …)` for a row of `entity`,
     /// binding what `insertArguments` gives, in that order.
-    package static func insert(_ entity: ResolvedEntity) -> String {
+    package static func insert(_ entity: ResolvedEntity) -> String { insert(entity, rows: 1) }
+
+    /// The same for `rows` rows in one statement: `VALUES (?, …), (?, …), …`, binding each
+    /// row's `insertArguments` in turn.
+    package static func insert(_ entity: ResolvedEntity, rows: Int) -> String {
         var columns = ["\"Z_PK\""]
         if entity.table.hasEntityColumn { columns.append("\"Z_ENT\"") }
         columns += entity.storedSlots.map { entity.properties[$0].name.quotedIdentifier }
-        return "INSERT INTO \(entity.table.quotedName) (\(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: columns.count).joined(separator: ", ")))"
+        let row = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
+        return "INSERT INTO \(entity.table.quotedName) (\(columns.joined(separator: ", "))) VALUES " + Array(repeating: row, count: rows).joined(separator: ", ")
     }
 
     /// The values `insert(entity)` binds for one row: its key, its entity code when the table
