@@ -47,6 +47,15 @@ struct Verdict {
     var note: String
 }
 
+extension Verdict {
+    /// Met when ContextStack's commits cost at most `allowance` seconds each over raw's.
+    static func perCommit(_ result: WorkloadResult, commits: Int, allowance: Double) -> Verdict {
+        guard let raw = result.median(.raw), let cs = result.median(.contextStack) else { return Verdict(met: nil, note: "missing samples") }
+        let extra = (cs - raw) / Double(commits)
+        return Verdict(met: extra <= allowance, note: String(format: "%+.1f µs per commit over raw (raw %.1f µs)", extra * 1e6, raw / Double(commits) * 1e6))
+    }
+}
+
 /// All samples of one workload.
 struct WorkloadResult {
     var samples: [Contender: [Sample]] = [:]

@@ -342,16 +342,11 @@ final class PostgresSaveOneWorkload: WorkloadBase, Workload {
         case .grdb:
             return nil
         case .contextStack:
-            let updater = updater!
-            return Sample(seconds: try measure {
-                for id in ids { try CSWrites.readModifyWrite(updater, id: id) }
-            })
+            return Sample(seconds: try CSWrites.timedReadModifyWrites(updater, ids: ids))
         }
     }
 
     func verdict(_ result: WorkloadResult) -> Verdict {
-        guard let raw = result.median(.raw), let cs = result.median(.contextStack) else { return Verdict(met: nil, note: "missing samples") }
-        let extra = (cs - raw) / Double(commits)
-        return Verdict(met: extra <= 100e-6, note: String(format: "%+.1f µs per commit over raw (raw %.1f µs)", extra * 1e6, raw / Double(commits) * 1e6))
+        Verdict.perCommit(result, commits: commits, allowance: 100e-6)
     }
 }
