@@ -232,8 +232,8 @@ package final class PostgresStore: QueuedStore {
     /// Writes one commit — under a policy that compares with the store, after locking the rows
     /// it changes and applying the policy again to what is stored now — or runs one batch
     /// operation.
-    package func writeItem(_ item: QueueItem, writer: inout PostgresConnection) throws -> BatchResult? {
-        if let operation = item.batch { return try execute(operation, db: writer) }
+    package func writeItem(_ item: QueueItem, writer: inout PostgresConnection) throws -> WrittenItem {
+        if let operation = item.batch { return .batch(try execute(operation, db: writer)) }
         var changes = item.changes
         if item.policy.checksStore && !changes.updates.isEmpty {
             // Only a policy that compares with the store needs the rows still as they are when
@@ -242,8 +242,7 @@ package final class PostgresStore: QueuedStore {
             var reader = RowReader(session: ReadSession(graph: graph, connection: writer, overlay: Overlay()), context: nil)
             changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
         }
-        try PostgresWriter.apply(changes, on: writer)
-        return nil
+        return try writeClaiming(changes, on: writer)
     }
 
     /// Locks the rows `changes` updates or deletes, table by table in key order (so that two

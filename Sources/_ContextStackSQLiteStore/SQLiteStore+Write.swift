@@ -22,10 +22,10 @@ extension SQLiteStore {
     }
 
     /// Writes one queued commit, or runs one batch operation and returns what it did.
-    package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> BatchResult? {
-        if let operation = item.batch { return try execute(operation, db: writer.connection) }
+    package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
+        if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
         try apply(item.changes, writer: &writer)
-        return nil
+        return .asQueued
     }
 
     /// Applies one commit with the writer connection, inside the caller's transaction.

@@ -16,6 +16,12 @@ package struct LinkKey: Hashable, Sendable {
     package let table: String
     package let source: Int64
     package let target: Int64
+
+    package init(table: String, source: Int64, target: Int64) {
+        self.table = table
+        self.source = source
+        self.target = target
+    }
 }
 
 extension Property {
@@ -44,6 +50,13 @@ package struct LinkEnds: Sendable {
     package let sourceKey: String?
     package let target: ObjectID
     package let targetKey: String?
+
+    package init(source: ObjectID, sourceKey: String?, target: ObjectID, targetKey: String?) {
+        self.source = source
+        self.sourceKey = sourceKey
+        self.target = target
+        self.targetKey = targetKey
+    }
 }
 
 /// Everything one commit changes, as it travels from a context down to the store.

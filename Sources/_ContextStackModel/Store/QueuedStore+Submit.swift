@@ -20,7 +20,7 @@ extension QueuedStore {
                 onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> Submission {
         let mustWait = wait || !writesInBackground
         let item = QueueItem(changes: changes, policy: policy, claimed: claimed || mustWait,
-                             afterWrite: mustWait ? onVisible : nil, afterFailure: mustWait ? nil : onVisible)
+                             afterWrite: mustWait ? onVisible : nil, correct: mustWait ? nil : onVisible)
         // A commit that waits becomes visible at its target once written; others now.
         let announce: (ChangeSet) -> Void
         if mustWait {

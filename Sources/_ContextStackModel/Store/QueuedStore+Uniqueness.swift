@@ -75,7 +75,113 @@ extension QueuedStore {
             result.updates.append(.init(id: insert.id, entity: entity, slots: slots, values: values,
                                         snapshot: existing.values, current: current))
         }
-        result.upserts = [:]
+        // The claims of objects still inserted stay: a store shared with other processes looks
+        // for their values again when it writes them (`PostgresStore.writeClaiming`).
+        let inserted = Set(result.inserts.map(\.id))
+        result.upserts = changes.upserts.filter { inserted.contains($0.key) }
+        return try adoptSavedRows(result, reader: &reader)?.saved ?? result
+    }
+
+    // MARK: - fetchOrCreate across processes
+
+    /// The commit with each claimed insert whose unique values a saved row already holds
+    /// turned into an update of that row, or `nil` when there is none.
+    ///
+    /// Within one process, `fetchOrCreate`s that found nothing agree on one ID (`claim`).
+    /// Another process cannot take part in that: when it saved an object for the same unique
+    /// values between this `fetchOrCreate` and this commit, the object made here is not
+    /// inserted, its values are merged into the saved row (property by property, this commit
+    /// winning, as the second of two `fetchOrCreate`s in one process merges), and references
+    /// to it in the same commit point at that row. `reader` decides what is saved (a store
+    /// may read with rows locked).
+    package static func adoptSavedRows(_ changes: ChangeSet, reader: inout RowReader) throws -> (saved: ChangeSet, correction: ChangeSet)? {
+        var adopted: [ObjectID: ObjectID] = [:]
+        for insert in changes.inserts where changes.upserts[insert.id] != nil {
+            for constraint in insert.row.entity.uniqueConstraints {
+                guard let key = constraint.key(in: insert.row.values) else { continue }
+                let saved = try storedRows(constraint, key, reader: reader).first { other in
+                    other != insert.id && (try? reader.row(other))??.entity === insert.row.entity
+                }
+                if let saved {
+                    adopted[insert.id] = saved
+                    break
+                }
+            }
+        }
+        guard !adopted.isEmpty else { return nil }
+        return try adopt(changes, adopted, reader: &reader)
+    }
+
+    /// `changes` with the inserts of `adopted`'s keys merged into the rows of its values, and
+    /// what tells receivers that were shown the inserts what became of them (the new objects
+    /// deleted, the saved ones as they are now); `nil` when a join pair of the commit cannot
+    /// be pointed at the saved row (its ends are unknown).
+    package static func adopt(_ changes: ChangeSet, _ adopted: [ObjectID: ObjectID],
+                              reader: inout RowReader) throws -> (saved: ChangeSet, correction: ChangeSet)? {
+        if changes.links.contains(where: { changes.linkEnds[$0.key] == nil }) { return nil }
+        var saved = changes
+        var correction = ChangeSet()
+        saved.inserts = []
+        for insert in changes.inserts {
+            let values = pointed(insert.row.values, slots: Array(insert.row.values.indices), of: insert.row.entity, at: adopted)
+            guard let target = adopted[insert.id] else {
+                saved.inserts.append((insert.id, ObjectRow(entity: insert.row.entity, values: values)))
+                continue
+            }
+            guard let stored = try reader.row(target), stored.entity === insert.row.entity else { return nil }
+            let entity = stored.entity
+            let assigned = changes.upserts[insert.id] ?? []
+            var slots: [Int] = []
+            var given: [Value] = []
+            for slot in entity.storedSlots where assigned.contains(slot) || !values[slot].isIdentical(to: entity.defaults[slot]) {
+                if !values[slot].isIdentical(to: stored.values[slot]) {
+                    slots.append(slot)
+                    given.append(values[slot])
+                }
+            }
+            var current = stored.values
+            for (slot, value) in zip(slots, given) { current[slot] = value }
+            saved.updates.append(.init(id: target, entity: entity, slots: slots, values: given, snapshot: stored.values, current: current))
+            correction.deletes.append((insert.id, entity))
+            correction.updates.append(.init(id: target, entity: entity, slots: entity.storedSlots, values: entity.storedSlots.map { current[$0] }))
+        }
+        for index in saved.updates.indices {
+            let update = saved.updates[index]
+            saved.updates[index].values = Array(pointed(ContiguousArray(update.values), slots: update.slots, of: update.entity, at: adopted))
+        }
+        saved.links = []
+        saved.linkEnds = [:]
+        for link in changes.links {
+            let ends = changes.linkEnds[link.key]!
+            let source = adopted[ends.source] ?? ends.source
+            let target = adopted[ends.target] ?? ends.target
+            let key = LinkKey(table: link.key.table, source: source.primaryKey, target: target.primaryKey)
+            let pointedEnds = LinkEnds(source: source, sourceKey: ends.sourceKey, target: target, targetKey: ends.targetKey)
+            saved.links.append((key, link.present))
+            saved.linkEnds[key] = pointedEnds
+            if key != link.key {
+                correction.links += [(link.key, false), (key, link.present)]
+                correction.linkEnds[link.key] = ends
+                correction.linkEnds[key] = pointedEnds
+            }
+        }
+        saved.upserts = changes.upserts.filter { adopted[$0.key] == nil }
+        return (saved, correction)
+    }
+
+    /// `values` (of `slots` of `entity`, in order) with every to-one reference to an adopted
+    /// object pointed at the saved row.
+    private static func pointed(_ values: ContiguousArray<Value>, slots: [Int], of entity: ResolvedEntity,
+                                at adopted: [ObjectID: ObjectID]) -> ContiguousArray<Value> {
+        var result = values
+        for (index, slot) in slots.enumerated() {
+            let property = entity.properties[slot]
+            guard property.isToOne, property.storage == .column, let destination = property.destination,
+                  case .integer(let key) = values[index] else { continue }
+            if let target = adopted[ObjectID(rootEntity: destination.rootDescription, primaryKey: key)] {
+                result[index] = .integer(target.primaryKey)
+            }
+        }
         return result
     }
 

@@ -44,7 +44,7 @@ extension QueuedStore {
             try writeTransaction({ writer in
                 if batch.count == 1 {
                     do {
-                        outcome.batchResults[batch[0].sequence] = try writeItem(batch[0], writer: &writer)
+                        outcome.record(batch[0], try writeItem(batch[0], writer: &writer))
                     } catch {
                         throw saveError(error)
                     }
@@ -54,7 +54,7 @@ extension QueuedStore {
                     let savepoint = "commit\(index)"
                     try execute("SAVEPOINT \(savepoint)", writer: &writer)
                     do {
-                        outcome.batchResults[item.sequence] = try writeItem(item, writer: &writer)
+                        outcome.record(item, try writeItem(item, writer: &writer))
                         try execute("RELEASE \(savepoint)", writer: &writer)
                     } catch {
                         try execute("ROLLBACK TO \(savepoint)", writer: &writer)
@@ -87,19 +87,19 @@ extension QueuedStore {
     /// the app knows to reset the contexts that took it.
     private func undoAnnounced(_ batch: [QueueItem], _ outcome: BatchOutcome) {
         let failed = outcome.failed
-        let announced = batch.filter { failed.contains($0.sequence) && $0.afterFailure != nil && $0.batch == nil }
+        let announced = batch.filter { failed.contains($0.sequence) && $0.correct != nil && $0.batch == nil }
         guard !announced.isEmpty else { return }
         do {
             try withCommittedView { _, reader in
                 for item in announced {
                     let undo = try Self.undo(item.changes, reader: &reader)
-                    if !undo.isEmpty { item.afterFailure?(undo) }
+                    if !undo.isEmpty { item.correct?(undo) }
                 }
             }
         } catch {
             for item in announced {
                 let undo = Self.undoFromSnapshots(item.changes)
-                if !undo.isEmpty { item.afterFailure?(undo) }
+                if !undo.isEmpty { item.correct?(undo) }
             }
             if announced.contains(where: { !$0.changes.deletes.isEmpty }) { reportError(error) }
         }
@@ -133,6 +133,10 @@ extension QueuedStore {
                     Self.releaseClaims(of: result.changes, in: &state)
                     state.batchResults[item.sequence] = result
                     item.afterWrite?(result.changes)
+                } else if let (saved, correction) = outcome.rewritten[item.sequence] {
+                    Self.releaseClaims(of: correction, in: &state)
+                    item.afterWrite?(saved)
+                    if !correction.isEmpty { item.correct?(correction) }
                 } else {
                     item.afterWrite?(item.changes)
                 }
@@ -177,11 +181,20 @@ extension QueuedStore {
 
 }
 
-/// What writing one batch did: the commits that failed, and what its batch operations
-/// amounted to.
+/// What writing one batch did: the commits that failed, what its batch operations amounted
+/// to, and the commits the writer wrote otherwise than queued.
 private struct BatchOutcome {
     var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
     var batchResults: [UInt64: BatchResult] = [:]
+    var rewritten: [UInt64: (saved: ChangeSet, correction: ChangeSet)] = [:]
+
+    mutating func record(_ item: QueueItem, _ written: WrittenItem) {
+        switch written {
+        case .asQueued: break
+        case .batch(let result): batchResults[item.sequence] = result
+        case .rewritten(let saved, let correction): rewritten[item.sequence] = (saved, correction)
+        }
+    }
 
     /// The sequences of the commits that failed.
     var failed: Set<UInt64> { Set(failures.map(\.sequence)) }
@@ -189,5 +202,6 @@ private struct BatchOutcome {
     mutating func fail(_ item: QueueItem, _ error: any Error) {
         failures.append((item.sequence, error, item.claimed))
         batchResults[item.sequence] = nil
+        rewritten[item.sequence] = nil
     }
 }

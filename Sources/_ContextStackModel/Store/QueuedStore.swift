@@ -39,9 +39,9 @@ package protocol QueuedStore: ObjectStore {
     /// Runs a statement without arguments with the writer (`SAVEPOINT`, `RELEASE`, `ROLLBACK TO`).
     func execute(_ sql: String, writer: inout Writer) throws
 
-    /// Writes one queued commit inside the writer's transaction, or runs one batch operation
-    /// and returns what it did.
-    func writeItem(_ item: QueueItem, writer: inout Writer) throws -> BatchResult?
+    /// Writes one queued commit inside the writer's transaction, or runs one batch operation;
+    /// says what it did when that is not simply the commit as queued.
+    func writeItem(_ item: QueueItem, writer: inout Writer) throws -> WrittenItem
 
     /// The error a failed write becomes for its caller: a database's unique-index violation as
     /// the `SaveError` the store's own check would have thrown, anything else as it is.
@@ -75,6 +75,19 @@ package struct QueueState: Sendable {
     package init() {}
 }
 
+/// What the writer did with one queued item.
+package enum WrittenItem: Sendable {
+    /// The commit, as it was queued.
+    case asQueued
+    /// A batch operation, and what it amounted to.
+    case batch(BatchResult)
+    /// The commit, changed by what the writer found stored: `saved` is what was written, and
+    /// `correction` what brings receivers that were told the queued commit to it (a
+    /// `fetchOrCreate` whose values another process saved first: its object is replaced by
+    /// the saved one).
+    case rewritten(saved: ChangeSet, correction: ChangeSet)
+}
+
 /// A commit waiting for the writer.
 package struct QueueItem: Sendable {
     package var changes: ChangeSet
@@ -85,9 +98,10 @@ package struct QueueItem: Sendable {
     let claimed: Bool
     /// Runs under the lock once the commit is written (for commits visible only then).
     let afterWrite: (@Sendable (ChangeSet) -> Void)?
-    /// For a commit announced before it was written: told what undoes it if writing fails,
-    /// so the main contexts that took it (and observers) come back to what is stored.
-    var afterFailure: (@Sendable (ChangeSet) -> Void)? = nil
+    /// For a commit announced before it was written: told what brings the receivers back to
+    /// what is stored when that differs from what they were told — what undoes the commit if
+    /// writing it fails, or a `WrittenItem.rewritten` correction.
+    var correct: (@Sendable (ChangeSet) -> Void)? = nil
     /// A batch operation, which learns its changes only when the writer runs it.
     package var batch: BatchOperation? = nil
     package var sequence: UInt64 = 0

@@ -1,0 +1,62 @@
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackPostgres
+
+// `fetchOrCreate` across processes and machines, at the moment of writing.
+//
+// When a commit is handed over, an object a `fetchOrCreate` made whose unique values another
+// process already saved is merged into the saved row (`QueuedStore.adoptSavedRows`). Another
+// process may still save them between that check and this writer's turn, so the writer looks
+// again, with the rows locked, just before it inserts such objects; and a row the other process
+// is inserting at the same moment is found by waiting for it: the insert fails on the unique
+// index once the other transaction commits, and the commit is tried again from a savepoint,
+// when that row is visible. The receivers that were told of the new object learn that it is
+// gone and the saved one changed (`WrittenItem.rewritten`).
+
+extension PostgresStore {
+    /// Writes `changes`, adopting rows other processes saved with the unique values of the
+    /// objects `fetchOrCreate` made; says how it was written.
+    func writeClaiming(_ changes: ChangeSet, on connection: PostgresConnection) throws -> WrittenItem {
+        guard changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }) else {
+            try PostgresWriter.apply(changes, on: connection)
+            return .asQueued
+        }
+        try connection.execute("SAVEPOINT claimed")
+        var attempt = 0
+        while true {
+            do {
+                var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: Overlay()), context: nil)
+                try lockClaimedValues(changes, on: connection)
+                let written: WrittenItem
+                if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader) {
+                    try PostgresWriter.apply(saved, on: connection)
+                    written = .rewritten(saved: saved, correction: correction)
+                } else {
+                    try PostgresWriter.apply(changes, on: connection)
+                    written = .asQueued
+                }
+                try connection.execute("RELEASE SAVEPOINT claimed")
+                return written
+            } catch let error as PostgresError where error.code == .uniqueViolation && attempt < 2 {
+                // Another transaction saved the values between the look and the insert: its
+                // row is visible now.
+                attempt += 1
+                try connection.execute("ROLLBACK TO SAVEPOINT claimed")
+            }
+        }
+    }
+
+    /// Locks the saved rows holding the unique values of the claimed inserts, so that they
+    /// stay as read until this transaction ends.
+    private func lockClaimedValues(_ changes: ChangeSet, on connection: PostgresConnection) throws {
+        for insert in changes.inserts where changes.upserts[insert.id] != nil {
+            for constraint in insert.row.entity.uniqueConstraints {
+                guard let key = constraint.key(in: insert.row.values) else { continue }
+                var sql = "SELECT 1 FROM \(constraint.entity.table!.quotedName) WHERE "
+                    + constraint.keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
+                if let codes = constraint.entityCodes { sql += " AND \"Z_ENT\" IN (\(codes.map(String.init).joined(separator: ", ")))" }
+                try connection.run(sql + " FOR UPDATE", key)
+            }
+        }
+    }
+}

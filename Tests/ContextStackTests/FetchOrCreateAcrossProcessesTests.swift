@@ -1,0 +1,91 @@
+@testable import ContextStack
+import ContextStackPostgres
+import _ContextStackCore
+@testable import _ContextStackModel
+@testable import _ContextStackPostgres
+import Foundation
+import Testing
+
+/// `fetchOrCreate` when another process saves the same unique values first: two stacks on one
+/// store stand for two processes (they share nothing but the database). No duplicate, no error:
+/// the object the second `fetchOrCreate` made is merged into the saved row, this commit winning
+/// on the values it gave, as the second of two `fetchOrCreate`s in one process merges
+/// (Docs/Writing.md, Docs/Postgres.md).
+@Suite struct FetchOrCreateAcrossProcessesTests {
+    /// The other process saves between this `fetchOrCreate` and this commit.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func theSecondCommitMergesIntoTheSavedRow(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let other = try store.reopen()
+        let otherUpdater = try Context(stack: other, updateTarget: .persistentStore)
+        let world = try MainContext(stack: store.stack)
+        let pets = try world.beginUpdateAndWait { update -> Int in
+            let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+            monk.name = "Monk"
+            let rex = try update.create(Pet.self)
+            rex.name = "Rex"
+            rex.owner = monk
+            // Meanwhile, in the other process:
+            try otherUpdater.beginUpdateAndWait { update in
+                let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+                monk.age = 63
+                monk.location = "Kyoto"
+                try update.commit()
+            }
+            try update.commit()
+            return 1
+        }
+        try await store.stack.flush()
+        #expect(pets == 1)
+        let people = try world.fetchAll(Person.self, %"email" == "monk@example.org")
+        #expect(people.count == 1)
+        #expect(people.first.map { [$0.name, String($0.age), $0.location ?? "-"] } == ["Monk", "63", "Kyoto"])
+        #expect(people.first?.pets.map(\.name) == ["Rex"], "the pet points at the saved row")
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(1))
+        let otherWorld = try MainContext(stack: other)
+        #expect(try otherWorld.fetch(Person.self, %"email" == "monk@example.org")?.name == "Monk")
+    }
+
+    /// The other process saves while this commit is already on its way to PostgreSQL: the
+    /// writer finds the row when its insert meets the other's on the unique index, tries
+    /// again from a savepoint, merges, and tells the main context that the object it was
+    /// shown is gone and the saved one changed.
+    @Test(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server")) @MainActor
+    func theWriterMergesWhatAnotherProcessSavesWhileItWrites() async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let world = try MainContext(stack: store.stack)
+        let commits = Locked<[Commit]>([])
+        let observation = store.stack.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        defer { observation.cancel() }
+
+        // Another process has inserted the values and not committed yet.
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.execute("INSERT INTO \"Person\" (\"Z_PK\", name, age, email) VALUES (1000000, 'Saved', 40, 'monk@example.org')")
+
+        let made = try world.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+            monk.age = 63
+            try update.commit()
+            return monk.objectID
+        }
+        // The writer's insert now waits for the other transaction on the unique index.
+        let watcher = try PostgresConnection(PostgresSettings(url: url))
+        var waiting = false
+        for _ in 0..<500 where !waiting {
+            waiting = try watcher.scalar("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()") != .integer(0)
+            if !waiting { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(waiting, "the writer never waited for the other transaction")
+        try otherProcess.execute("COMMIT")
+        try await store.stack.flush()
+        await mainQueueTurn()
+
+        #expect(try store.writtenRows("SELECT \"Z_PK\", name, age FROM \"Person\"") == [[.integer(1_000_000), .text("Saved"), .integer(63)]])
+        #expect(try world.fetchAll(Person.self).map(\.objectID.primaryKey) == [1_000_000])
+        let seen = commits.withLock { $0 }
+        #expect(seen.contains { $0.deleted.contains(made) }, "the object the main context was shown is gone")
+        #expect(seen.contains { $0.updated.contains { $0.primaryKey == 1_000_000 } })
+    }
+}
