@@ -235,14 +235,53 @@ package final class PostgresStore: QueuedStore {
     package func writeItem(_ item: QueueItem, writer: inout PostgresConnection) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer)) }
         var changes = item.changes
+        var correction = ChangeSet()
         if item.policy.checksStore && !changes.updates.isEmpty {
             // Only a policy that compares with the store needs the rows still as they are when
             // it compares (`.objectTrump` writes the changed values whatever is stored).
             try lock(changes, on: writer)
             var reader = RowReader(session: ReadSession(graph: graph, connection: writer, overlay: Overlay()), context: nil)
             changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
+            correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
         }
-        return try writeClaiming(changes, on: writer)
+        switch try writeClaiming(changes, on: writer) {
+        case .rewritten(let saved, let adopted):
+            correction.deletes += adopted.deletes
+            correction.updates += adopted.updates
+            correction.links += adopted.links
+            correction.linkEnds.merge(adopted.linkEnds) { _, new in new }
+            return .rewritten(saved: saved, correction: correction)
+        case let written where correction.isEmpty:
+            return written
+        default:
+            return .rewritten(saved: changes, correction: correction)
+        }
+    }
+
+    /// What tells receivers of `updates` how the merge policy resolved them against another
+    /// process's changes, read from the locked rows before they are written: stored values for
+    /// the slots it kept (`.storeTrump`, `.rollback`), the context's values for the slots it
+    /// wrote besides (`.overwrite`), and the objects another process deleted.
+    private static func keptValues(_ updates: [ChangeSet.RowUpdate], resolved: [ChangeSet.RowUpdate],
+                                   reader: inout RowReader) throws -> ChangeSet {
+        var correction = ChangeSet()
+        var written: [ObjectID: [Int: Value]] = [:]
+        for update in resolved {
+            for (slot, value) in zip(update.slots, update.values) { written[update.id, default: [:]][slot] = value }
+        }
+        for update in updates {
+            guard let stored = try reader.row(update.id) else {
+                correction.deletes.append((update.id, update.entity))
+                continue
+            }
+            let told = Set(update.slots)
+            let kept = update.slots.filter { written[update.id]?[$0] == nil }
+            let added = (written[update.id] ?? [:]).keys.filter { !told.contains($0) }.sorted()
+            guard !kept.isEmpty || !added.isEmpty else { continue }
+            correction.updates.append(.init(id: update.id, entity: stored.entity, slots: kept + added,
+                                            values: kept.map { stored.values[$0] } + added.map { written[update.id]![$0]! }))
+        }
+        return correction
     }
 
     /// Locks the rows `changes` updates or deletes, table by table in key order (so that two
