@@ -14,6 +14,9 @@ let package = Package(
         .package(name: "ContextStack", path: ".."),
         // The peer a Linux user would otherwise pick: records over a database pool.
         .package(url: "https://github.com/groue/GRDB.swift", exact: "7.10.0"),
+        // The peer a Vapor user would pick on PostgreSQL: Fluent, as a Vapor app uses it.
+        .package(url: "https://github.com/vapor/fluent-kit.git", exact: "1.57.0"),
+        .package(url: "https://github.com/vapor/fluent-postgres-driver.git", exact: "2.14.0"),
     ],
     targets: [
         // The system SQLite, called directly for the "raw" contender (the root package's
@@ -37,6 +40,8 @@ let package = Package(
                 .product(name: "ContextStack", package: "ContextStack"),
                 .product(name: "ContextStackPostgres", package: "ContextStack"),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "FluentKit", package: "fluent-kit"),
+                .product(name: "FluentPostgresDriver", package: "fluent-postgres-driver"),
             ]
         ),
     ]

@@ -160,7 +160,8 @@ struct Report: Codable {
 /// The table of medians.
 enum Table {
     static func render(_ rows: [ReportRow]) -> String {
-        let header = ["id", "raw", "GRDB", "ContextStack", "CS/raw", "CS/GRDB", "target", "met", "notes"]
+        // On the PostgreSQL rows (pg-…) raw is libpq and the peer is Fluent.
+        let header = ["id", "raw", "GRDB/Fluent", "ContextStack", "CS/raw", "CS/peer", "target", "met", "notes"]
         var lines: [[String]] = [header]
         for row in rows {
             lines.append([

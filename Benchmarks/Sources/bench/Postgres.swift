@@ -3,10 +3,10 @@ import ContextStack
 import ContextStackPostgres
 import Foundation
 
-// The PostgreSQL workloads (`--postgres URL`): raw libpq, the limit, against ContextStack's
-// PostgreSQL store, on the same `Item` rows. Each contender works in a schema of its own
-// (`bench_raw`, `bench_cs`) of the database the URL names, created afresh for the run and
-// dropped after it.
+// The PostgreSQL workloads (`--postgres URL`): raw libpq, the limit, and Fluent, the peer (in
+// the column the SQLite workloads give GRDB), against ContextStack's PostgreSQL store, on the
+// same `Item` rows. Each contender works in a schema of its own (`bench_raw`, `bench_fluent`,
+// `bench_cs`) of the database the URL names, created afresh for the run and dropped after it.
 
 /// A libpq connection used the way a careful developer uses it: prepared statements, text
 /// parameters, pipelined where a loop of statements would otherwise wait for each answer.
@@ -120,17 +120,24 @@ struct BenchError: Error, CustomStringConvertible {
         self.url = url
         self.fixture = fixture
         let admin = try RawPQ(url, schema: "public")
-        for schema in ["bench_raw", "bench_cs"] {
+        for schema in Self.schemas {
             try admin.execute("DROP SCHEMA IF EXISTS \(schema) CASCADE; CREATE SCHEMA \(schema)")
         }
-        // ContextStack creates the table in its schema; the raw schema gets the same one.
+        // ContextStack creates the table in its schema; the others get the same one.
         _ = try csStack()
         try admin.execute("CREATE TABLE bench_raw.\"Item\" (LIKE bench_cs.\"Item\" INCLUDING ALL)")
+        try admin.execute("CREATE TABLE bench_fluent.\"Item\" (LIKE bench_cs.\"Item\" INCLUDING ALL)")
+        fluent = try FluentPeer(url: url)
     }
 
-    func removeAll() {
+    static let schemas = ["bench_raw", "bench_fluent", "bench_cs"]
+    private(set) var fluent: FluentPeer!
+
+    func removeAll() async {
+        await fluent?.shutdown()
+        fluent = nil
         if let admin = try? RawPQ(url, schema: "public") {
-            try? admin.execute("DROP SCHEMA IF EXISTS bench_raw CASCADE; DROP SCHEMA IF EXISTS bench_cs CASCADE")
+            try? admin.execute(Self.schemas.map { "DROP SCHEMA IF EXISTS \($0) CASCADE" }.joined(separator: "; "))
         }
     }
 
@@ -150,15 +157,15 @@ struct BenchError: Error, CustomStringConvertible {
 
     func raw() throws -> RawPQ { try RawPQ(url, schema: "bench_raw") }
 
-    /// Empties both tables.
+    /// Empties every contender's table.
     func truncate() throws {
-        try raw().execute("TRUNCATE bench_raw.\"Item\"; TRUNCATE bench_cs.\"Item\"")
+        try raw().execute(Self.schemas.map { "TRUNCATE \($0).\"Item\"" }.joined(separator: "; "))
     }
 
-    /// Fills both tables with the data set, with the same keys (raw, pipelined, one transaction).
+    /// Fills every table with the data set, with the same keys (raw, pipelined, one transaction).
     func fill() throws {
         try truncate()
-        for schema in ["bench_raw", "bench_cs"] {
+        for schema in Self.schemas {
             let db = try RawPQ(url, schema: schema)
             try PGRaw.insert(db, seeds: fixture.seeds)
         }
@@ -214,7 +221,13 @@ final class PostgresInsertWorkload: WorkloadBase, Workload {
             try postgres.check("bench_raw")
             return Sample(seconds: elapsed)
         case .grdb:
-            return nil
+            try postgres.truncate()
+            let fluent = postgres.fluent!
+            let start = now()
+            try await fluent.insert(seeds)
+            let elapsed = seconds(since: start)
+            try postgres.check("bench_fluent")
+            return Sample(seconds: elapsed)
         case .contextStack:
             try postgres.truncate()
             let (stack, world) = try postgres.csStack()
@@ -231,8 +244,10 @@ final class PostgresInsertWorkload: WorkloadBase, Workload {
     }
 
     func verdict(_ result: WorkloadResult) -> Verdict {
-        guard let raw = result.median(.raw), let cs = result.median(.contextStack) else { return Verdict(met: nil, note: "missing samples") }
-        return Verdict(met: cs <= 2 * raw, note: String(format: "%.0f k objects/s; Fluent not measured yet", Double(n) / cs / 1000))
+        guard let raw = result.median(.raw), let fluent = result.median(.grdb), let cs = result.median(.contextStack) else {
+            return Verdict(met: nil, note: "missing samples")
+        }
+        return Verdict(met: cs <= 2 * raw && cs < fluent, note: String(format: "%.0f k objects/s; Fluent %.2f × raw", Double(n) / cs / 1000, fluent / raw))
     }
 }
 
@@ -278,7 +293,13 @@ final class PostgresFetchWorkload: WorkloadBase, Workload {
             try expect(items.count == n && items.contains { $0.name == "item-\(n - 1)" && $0.rank == n - 1 })
             return Sample(seconds: elapsed)
         case .grdb:
-            return nil
+            let fluent = postgres.fluent!
+            var items: [FluentItem] = []
+            let start = now()
+            items = try await fluent.fetchAll()
+            let elapsed = seconds(since: start)
+            try expect(items.count == n && items.contains { $0.name == "item-\(n - 1)" && $0.rank == n - 1 })
+            return Sample(seconds: elapsed)
         case .contextStack:
             world.reset()
             var items: [Item] = []
@@ -289,8 +310,10 @@ final class PostgresFetchWorkload: WorkloadBase, Workload {
     }
 
     func verdict(_ result: WorkloadResult) -> Verdict {
-        guard let raw = result.median(.raw), let cs = result.median(.contextStack) else { return Verdict(met: nil, note: "missing samples") }
-        return Verdict(met: cs <= 1.5 * raw, note: "Fluent not measured yet")
+        guard let raw = result.median(.raw), let fluent = result.median(.grdb), let cs = result.median(.contextStack) else {
+            return Verdict(met: nil, note: "missing samples")
+        }
+        return Verdict(met: cs <= 1.5 * raw && cs < fluent, note: String(format: "Fluent %.2f × raw", fluent / raw))
     }
 }
 
@@ -340,7 +363,10 @@ final class PostgresSaveOneWorkload: WorkloadBase, Workload {
                 }
             })
         case .grdb:
-            return nil
+            let fluent = postgres.fluent!
+            let start = now()
+            for key in keys { try await fluent.readModifyWrite(key: key) }
+            return Sample(seconds: seconds(since: start))
         case .contextStack:
             return Sample(seconds: try CSWrites.timedReadModifyWrites(updater, ids: ids))
         }

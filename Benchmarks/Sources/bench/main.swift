@@ -52,12 +52,12 @@ do {
     }
 } catch {
     fixture.removeAll()
-    postgres?.removeAll()
+    await postgres?.removeAll()
     FileHandle.standardError.write(Data("bench: \(error)\n".utf8))
     exit(1)
 }
 fixture.removeAll()
-postgres?.removeAll()
+await postgres?.removeAll()
 
 let total = seconds(since: started)
 print("")
