@@ -45,11 +45,15 @@ package struct PostgresSettings: Sendable {
 
     /// libpq's connection keywords and values, in the order it processes them: ContextStack's
     /// defaults first, then the URL (`dbname` expands it), whose own parameters override them.
+    /// `options` comes last, ContextStack's server settings followed by the URL's own, so that
+    /// a URL naming a `search_path` keeps the statement timeout and one naming a
+    /// `statement_timeout` wins (the server applies `-c` settings in order).
     var keywordsAndValues: [(String, String)] {
-        [("connect_timeout", String(connectTimeout)),
-         ("options", "-c statement_timeout=\(statementTimeout)"),
-         ("application_name", applicationName),
-         ("client_encoding", "UTF8"),
-         ("dbname", url.absoluteString)]
+        let own = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems?.last { $0.name == "options" }?.value
+        return [("connect_timeout", String(connectTimeout)),
+                ("application_name", applicationName),
+                ("client_encoding", "UTF8"),
+                ("dbname", url.absoluteString),
+                ("options", "-c statement_timeout=\(statementTimeout)" + (own.map { " " + $0 } ?? ""))]
     }
 }

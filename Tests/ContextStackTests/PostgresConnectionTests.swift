@@ -187,8 +187,9 @@ struct PostgresConnectionTests {
         #expect(prepared.code == .undefinedTable)
     }
 
-    /// Statements run at most a minute by default; the URL's own `options` replace that, and a
-    /// statement past its limit is cancelled with `queryCanceled`.
+    /// Statements run at most a minute by default; a timeout in the URL's own `options` wins,
+    /// other settings there keep the default, and a statement past its limit is cancelled with
+    /// `queryCanceled`.
     @Test func statementsHaveATimeLimit() throws {
         #expect(try connection.scalar("SHOW statement_timeout") == .text("1min"))
         let short = try PostgresConnection(PostgresSettings(url: database.url, statementTimeout: 50))
@@ -197,6 +198,10 @@ struct PostgresConnectionTests {
         var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
         parts.queryItems = [URLQueryItem(name: "options", value: "-c statement_timeout=2s")]
         #expect(try PostgresConnection(PostgresSettings(url: parts.url!)).scalar("SHOW statement_timeout") == .text("2s"))
+        parts.queryItems = [URLQueryItem(name: "options", value: "-c search_path=public")]
+        let other = try PostgresConnection(PostgresSettings(url: parts.url!))
+        #expect(try other.scalar("SHOW statement_timeout") == .text("1min"))
+        #expect(try other.scalar("SHOW search_path") == .text("public"))
     }
 
     @Test func transactionsAreTracked() throws {

@@ -60,4 +60,58 @@ struct PostgresStoreTests {
         #expect(error.code == .cannotConnect)
         #expect(!"\(error)".contains("hunter2"))
     }
+
+    /// What Docs/Postgres.md's settings table says the store's connections carry, and how many
+    /// it keeps open: the writer, the key connection, and at most four idle readers.
+    @Test @MainActor func connectionsCarryTheDocumentedSettingsAndStayFew() async throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        #expect(PostgresSettings(url: schema.url).keywordsAndValues.first { $0.0 == "connect_timeout" }?.1 == "10")
+        let plain = try PostgresConnection(PostgresSettings(url: URL(string: schema.url.absoluteString.replacingOccurrences(of: "&application_name=\(schema.name)", with: ""))!))
+        #expect(try plain.scalar("SHOW application_name") == .text("ContextStack"))
+        #expect(try plain.scalar("SHOW client_encoding") == .text("UTF8"))
+        #expect(try plain.scalar("SHOW statement_timeout") == .text("1min"))
+
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        try stack.addPostgresStore(url: schema.url)
+        let world = try MainContext(stack: stack)
+        for round in 0..<20 {
+            try world.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "p\(round)"
+                try update.commit()
+            }
+            _ = try world.fetchAll(Person.self)
+        }
+        try await stack.flush()
+        // Reads on several threads at once, then idle again.
+        let contexts = try (0..<8).map { _ in try Context(stack: stack, updateTarget: .persistentStore) }
+        await withTaskGroup(of: Void.self) { group in
+            for context in contexts {
+                group.addTask { _ = try? await context.transaction { try $0.fetchCount(Person.self) } }
+            }
+        }
+        let open = try plain.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", [.text(schema.name)])
+        #expect((2...6).contains(open.int64Value ?? 0), "\(open) connections")
+        withExtendedLifetime(world) {}
+    }
+
+    /// The operators filtered in memory cannot run where everything runs in SQL.
+    @Test @MainActor func aggregatesAndBatchOperationsRefuseWhatIsFilteredInMemory() throws {
+        let store = try TestStore(.postgres)
+        let world = try MainContext(stack: store.stack)
+        let folded = %"name"%.contains("monk", options: .caseInsensitive)
+        let aggregate = try #require(throws: QueryError.self) { _ = try world.queryValue(Person.self, .count("name"), folded) }
+        #expect(aggregate.code == .unsupported)
+        #expect(aggregate.message.contains("name CONTAINS[c]"))
+        let batch = try #require(throws: QueryError.self) {
+            try world.beginUpdateAndWait { update in _ = try update.batchUpdate(Person.self, folded, set: ["age": .integer(1)]) }
+        }
+        #expect(batch.code == .unsupported)
+        // Fetches and counts run them, in memory.
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "MONK"
+            try update.commit()
+        }
+        #expect(try world.fetchCount(Person.self, folded) == 1)
+    }
 }
