@@ -20,6 +20,8 @@ package final class PostgresConnection {
     private var statementCount = 0
     /// Receives the SQL of every statement the connection runs (`Stack.trace`), values never.
     package var tracer: StatementTracer?
+    /// A statement sent with `send` whose answer has not been read yet.
+    private var unanswered: String?
     /// Past this many prepared statements the cache starts over (`DEALLOCATE ALL`), as
     /// SQLite's does: generated SQL varies and must not grow the server's memory without bound.
     package static let statementCacheLimit = 512
@@ -71,6 +73,7 @@ package final class PostgresConnection {
     /// Runs one or more statements without parameters, through the simple query protocol
     /// (`BEGIN`, `COMMIT`, DDL, several statements separated by `;`).
     package func execute(_ sql: String) throws(PostgresError) {
+        try settle()
         tracer?.emit(sql)
         let result = PQexec(handle, sql)
         defer { PQclear(result) }
@@ -100,6 +103,35 @@ package final class PostgresConnection {
         }
     }
 
+    /// Sends statements without parameters (the simple protocol) and returns without waiting
+    /// for the answer, which the connection's next use reads first (`settle`): its round trip
+    /// overlaps with whatever the caller does meanwhile. For statements whose answer nobody
+    /// waits for, such as the `COMMIT` that ends a read.
+    package func send(_ sql: String) throws(PostgresError) {
+        try settle()
+        tracer?.emit(sql)
+        guard PQsendQuery(handle, sql) == 1 else { throw lostConnection(sql: sql) }
+        unanswered = sql
+    }
+
+    /// Reads the answer to what `send` sent, if it is not read yet; throws its error.
+    package func settle() throws(PostgresError) {
+        guard let sql = unanswered else { return }
+        unanswered = nil
+        var failure: PostgresError?
+        while let result = PQgetResult(handle) {
+            if failure == nil {
+                do {
+                    try check(result, sql: sql)
+                } catch {
+                    failure = error
+                }
+            }
+            PQclear(result)
+        }
+        if let failure { throw failure }
+    }
+
     // MARK: - Prepared statements
 
     private struct StatementKey: Hashable {
@@ -109,6 +141,7 @@ package final class PostgresConnection {
 
     /// Prepares `sql` for these argument types on first use, then executes it.
     private func executePrepared(_ sql: String, _ arguments: [Value]) throws(PostgresError) -> OpaquePointer {
+        try settle()
         tracer?.emit(sql)
         let parameters: PostgresParameters
         do {

@@ -165,20 +165,33 @@ package final class PostgresStore: QueuedStore {
         }
     }
 
+    /// An idle reader whose last read ended well, or a new one.
     private func takeReader() throws -> PostgresConnection {
         while let idle = readers.withLock({ $0.popLast() }) {
-            if !idle.isBroken { return idle }
+            guard !idle.isBroken else { continue }
+            do {
+                try idle.settle()
+            } catch {
+                // Its read's `COMMIT` failed: it may still be inside that transaction, and a
+                // read on it would see an old snapshot. It is closed instead (and, unless the
+                // server went away, which the next read or commit reports, onError hears why).
+                if !idle.isBroken { reportError(error) }
+                continue
+            }
+            if !idle.isInTransaction { return idle }
         }
         return try Self.connect(settings, tracer: tracer)
     }
 
-    /// Ends a reader's transaction and puts it back in the pool, unless it broke or cannot
-    /// end its transaction (then it is closed, so no later read sees an old snapshot).
+    /// Ends a reader's transaction and puts it back in the pool, unless it broke. The `COMMIT`
+    /// is sent without waiting for its answer (a read-only transaction has nothing to save):
+    /// the caller goes on at once, and the next read on the connection checks the answer
+    /// first (`takeReader`).
     private func finishReading(_ connection: PostgresConnection) {
         if connection.isBroken { return }
         if connection.isInTransaction {
             do {
-                try connection.execute("COMMIT")
+                try connection.send("COMMIT")
             } catch {
                 reportError(error)
                 return

@@ -204,6 +204,19 @@ struct PostgresConnectionTests {
         #expect(try other.scalar("SHOW search_path") == .text("public"))
     }
 
+    /// A statement sent without waiting is answered before the connection's next use, and its
+    /// error is thrown there.
+    @Test func aStatementSentWithoutWaitingIsSettledByTheNextUse() throws {
+        try connection.execute("BEGIN")
+        try connection.send("COMMIT")
+        #expect(try connection.scalar("SELECT 1") == .integer(1))
+        #expect(!connection.isInTransaction)
+        try connection.send("SELECT * FROM \"NoSuchTable\"")
+        let error = try #require(throws: PostgresError.self) { try connection.execute("SELECT 1") }
+        #expect(error.code == .undefinedTable)
+        #expect(try connection.scalar("SELECT 2") == .integer(2), "the connection goes on")
+    }
+
     @Test func transactionsAreTracked() throws {
         #expect(!connection.isInTransaction)
         try connection.execute("BEGIN")
