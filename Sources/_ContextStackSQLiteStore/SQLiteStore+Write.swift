@@ -22,9 +22,22 @@ extension SQLiteStore {
     }
 
     /// Writes one queued commit, or runs one batch operation and returns what it did.
+    ///
+    /// Objects a `fetchOrCreate` made are looked for once more inside the write transaction,
+    /// which holds the file's write lock: another process (or stack) that saved their unique
+    /// values after `commit()` checked is merged with as `commit()` would have
+    /// (`QueuedStore.adoptSavedRows`), and the receivers get the correction.
     package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
-        try apply(item.changes, writer: &writer)
+        let changes = item.changes
+        if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }) {
+            var reader = RowReader(session: ReadSession(graph: graph, connection: writer.connection, overlay: Overlay()), context: nil)
+            if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader) {
+                try apply(saved, writer: &writer)
+                return .rewritten(saved: saved, correction: correction)
+            }
+        }
+        try apply(changes, writer: &writer)
         return .asQueued
     }
 

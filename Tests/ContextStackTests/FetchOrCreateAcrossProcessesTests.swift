@@ -88,4 +88,39 @@ import Testing
         #expect(seen.contains { $0.deleted.contains(made) }, "the object the main context was shown is gone")
         #expect(seen.contains { $0.updated.contains { $0.primaryKey == 1_000_000 } })
     }
+
+    /// The same on SQLite: another process holds the file's write lock and saves the values
+    /// after `commit()` checked; the writer, waiting for the lock, finds the row once it has it.
+    @Test @MainActor func theSQLiteWriterMergesWhatAnotherProcessSavedWhileItWaited() async throws {
+        let store = try TestStore(.file)
+        let world = try MainContext(stack: store.stack)
+        let commits = Locked<[Commit]>([])
+        let observation = store.stack.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        defer { observation.cancel() }
+        // A first object reserves a block of keys: the next ones need no write lock (which the
+        // other process is about to hold).
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Knight"
+            try update.commit()
+        }
+        try await store.stack.flush()
+
+        let otherProcess = try store.rawConnection()
+        try otherProcess.execute("BEGIN IMMEDIATE")
+        try otherProcess.execute("INSERT INTO \"Person\" (\"Z_PK\", name, age, email) VALUES (1000000, 'Saved', 40, 'monk@example.org')")
+        let made = try world.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+            monk.age = 63
+            try update.commit()
+            return monk.objectID
+        }
+        try otherProcess.execute("COMMIT")
+        try await store.stack.flush()
+        await mainQueueTurn()
+
+        #expect(try store.writtenRows("SELECT \"Z_PK\", name, age FROM \"Person\" WHERE email IS NOT NULL") == [[.integer(1_000_000), .text("Saved"), .integer(63)]])
+        #expect(try world.fetchAll(Person.self, %"email" != nil).map(\.objectID.primaryKey) == [1_000_000])
+        let seen = commits.withLock { $0 }
+        #expect(seen.contains { $0.deleted.contains(made) }, "the object the main context was shown is gone")
+    }
 }
