@@ -199,22 +199,6 @@ struct PostgresMigration {
     /// Gives non-optional attributes their default where the store holds `NULL` (an attribute
     /// that was optional, or a column added for a new attribute).
     private func fillDefaults() throws {
-        for table in schema.tables {
-            let family = schema.entities.filter { $0.table === table }
-            for column in table.columns {
-                let holders = family.filter { entity in
-                    guard let property = entity.property(named: column.name) else { return false }
-                    return property.isAttribute && !property.isOptional
-                }
-                guard let property = holders.first?.property(named: column.name) else { continue }
-                let value = holders.first!.defaults[property.slot]
-                if value == .null { continue }
-                var sql = "UPDATE \(table.quotedName) SET \(column.name.quotedIdentifier) = ? WHERE \(column.name.quotedIdentifier) IS NULL"
-                if table.hasEntityColumn && holders.count < family.count {
-                    sql += " AND \"Z_ENT\" IN (\(holders.map { String($0.entityCode) }.joined(separator: ", ")))"
-                }
-                try connection.run(sql, [value])
-            }
-        }
+        for (sql, value) in schema.defaultFills { try connection.run(sql, [value]) }
     }
 }
