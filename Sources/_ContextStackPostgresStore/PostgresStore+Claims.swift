@@ -25,10 +25,9 @@ extension PostgresStore {
         var attempt = 0
         while true {
             do {
-                var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: Overlay()), context: nil)
-                try lockClaimedValues(changes, on: connection)
+                var reader = RowReader(stored: connection, graph: graph)
                 let written: WrittenItem
-                if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader) {
+                if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader, locking: true) {
                     try PostgresWriter.apply(saved, on: connection)
                     written = .rewritten(saved: saved, correction: correction)
                 } else {
@@ -42,20 +41,6 @@ extension PostgresStore {
                 // row is visible now.
                 attempt += 1
                 try connection.execute("ROLLBACK TO SAVEPOINT claimed")
-            }
-        }
-    }
-
-    /// Locks the saved rows holding the unique values of the claimed inserts, so that they
-    /// stay as read until this transaction ends.
-    private func lockClaimedValues(_ changes: ChangeSet, on connection: PostgresConnection) throws {
-        for insert in changes.inserts where changes.upserts[insert.id] != nil {
-            for constraint in insert.row.entity.uniqueConstraints {
-                guard let key = constraint.key(in: insert.row.values) else { continue }
-                var sql = "SELECT 1 FROM \(constraint.entity.table!.quotedName) WHERE "
-                    + constraint.keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
-                if let codes = constraint.entityCodes { sql += " AND \"Z_ENT\" IN (\(codes.map(String.init).joined(separator: ", ")))" }
-                try connection.run(sql + " FOR UPDATE", key)
             }
         }
     }

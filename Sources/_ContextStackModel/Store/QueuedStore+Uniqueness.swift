@@ -93,13 +93,15 @@ extension QueuedStore {
     /// inserted, its values are merged into the saved row (property by property, this commit
     /// winning, as the second of two `fetchOrCreate`s in one process merges), and references
     /// to it in the same commit point at that row. `reader` decides what is saved (a store
-    /// may read with rows locked).
-    package static func adoptSavedRows(_ changes: ChangeSet, reader: inout RowReader) throws -> (saved: ChangeSet, correction: ChangeSet)? {
+    /// may read with rows locked: `locking` locks the saved rows it finds, so that they stay as
+    /// read until the reader's transaction ends).
+    package static func adoptSavedRows(_ changes: ChangeSet, reader: inout RowReader,
+                                       locking: Bool = false) throws -> (saved: ChangeSet, correction: ChangeSet)? {
         var adopted: [ObjectID: ObjectID] = [:]
         for insert in changes.inserts where changes.upserts[insert.id] != nil {
             for constraint in insert.row.entity.uniqueConstraints {
                 guard let key = constraint.key(in: insert.row.values) else { continue }
-                let saved = try storedRows(constraint, key, reader: reader).first { other in
+                let saved = try storedRows(constraint, key, reader: reader, locking: locking).first { other in
                     other != insert.id && (try? reader.row(other))??.entity === insert.row.entity
                 }
                 if let saved {
@@ -243,12 +245,14 @@ extension QueuedStore {
         }
     }
 
-    /// The stored rows holding `key` (before the overlay).
-    private static func storedRows(_ constraint: UniqueConstraint, _ key: [Value], reader: RowReader) throws -> [ObjectID] {
+    /// The stored rows holding `key` (before the overlay); with `locking`, locked until the
+    /// reader's transaction ends (`FOR UPDATE`: a writer's transaction on PostgreSQL).
+    private static func storedRows(_ constraint: UniqueConstraint, _ key: [Value], reader: RowReader, locking: Bool = false) throws -> [ObjectID] {
         let table = constraint.entity.table!
         var sql = "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE "
             + constraint.keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
         if let codes = constraint.entityCodes { sql += " AND \"Z_ENT\" IN (\(codes.map(String.init).joined(separator: ", ")))" }
+        if locking { sql += " FOR UPDATE" }
         var ids: [ObjectID] = []
         let root = constraint.entity.rootDescription
         try reader.session.connection.select(sql, key) { row in ids.append(ObjectID(rootEntity: root, primaryKey: row.int64(0))) }
