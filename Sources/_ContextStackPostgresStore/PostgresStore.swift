@@ -253,7 +253,7 @@ package final class PostgresStore: QueuedStore {
             // Only a policy that compares with the store needs the rows still as they are when
             // it compares (`.objectTrump` writes the changed values whatever is stored).
             try lock(changes, on: writer)
-            var reader = RowReader(session: ReadSession(graph: graph, connection: writer, overlay: Overlay()), context: nil)
+            var reader = RowReader(stored: writer, graph: graph)
             changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
             correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
         }

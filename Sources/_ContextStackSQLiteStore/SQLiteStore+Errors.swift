@@ -19,9 +19,3 @@ extension SQLiteStore {
                          entityName: constraint?.entity.name ?? table, keys: keys)
     }
 }
-
-extension Connection: StoreConnection {
-    package func execute(_ sql: String, _ arguments: [Value]) throws {
-        try cachedStatement(sql).bindAndExecute(arguments)
-    }
-}

@@ -31,7 +31,7 @@ extension SQLiteStore {
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
         let changes = item.changes
         if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }) {
-            var reader = RowReader(session: ReadSession(graph: graph, connection: writer.connection, overlay: Overlay()), context: nil)
+            var reader = RowReader(stored: writer.connection, graph: graph)
             if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader) {
                 try apply(saved, writer: &writer)
                 return .rewritten(saved: saved, correction: correction)
@@ -122,4 +122,11 @@ extension SQLiteStore {
 private struct UpdateShape: Hashable {
     let entity: ObjectIdentifier
     let slots: [Int]
+}
+
+/// What batch operations need of the writer's connection besides reading.
+extension Connection: StoreConnection {
+    package func execute(_ sql: String, _ arguments: [Value]) throws {
+        try cachedStatement(sql).bindAndExecute(arguments)
+    }
 }

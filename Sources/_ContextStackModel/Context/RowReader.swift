@@ -16,6 +16,12 @@ package struct RowReader {
         self.context = context
     }
 
+    /// A reader of what `connection` sees stored, with no overlay and no context: a writer
+    /// reading inside its own transaction.
+    package init(stored connection: any QueryConnection, graph: ModelGraph) {
+        self.init(session: ReadSession(graph: graph, connection: connection, overlay: Overlay()), context: nil)
+    }
+
     private var graph: ModelGraph { session.graph }
 
     /// `t0."Z_PK", [t0."Z_ENT",] t0."a", t0."b", …` for a table; with `columns`, only those of

@@ -189,7 +189,7 @@ extension QueuedStore {
     private func captureBeforeImages(_ changes: ChangeSet, db: some StoreConnection) throws {
         guard state.withLock({ !$0.pins.isEmpty }) else { return }
         try state.withLock { state in
-            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: Overlay()), context: nil)
+            var reader = RowReader(stored: db, graph: graph)
             try Self.capture(changes, into: &state.pins, reader: &reader)
         }
     }
