@@ -43,11 +43,6 @@ extension StoreSchema {
     /// The key of this part's description in `Z_METADATA`.
     package var postgresSchemaKey: String { configuration.map { "schema:\($0)" } ?? "schema" }
 
-    /// Every statement that creates this part in an empty database, in order.
-    package var postgresCreationStatements: [String] {
-        [Self.postgresMetadataTable] + postgresPartStatements + [postgresMetadataStatement]
-    }
-
     /// The statements that create this part's tables, sequences and indexes.
     package var postgresPartStatements: [String] {
         var statements: [String] = []

@@ -59,8 +59,6 @@ final class TestStore: Sendable {
         }
     }
 
-    var kind: StoreKind { database != nil ? .postgres : url != nil ? .file : .memory }
-
     /// A stack whose stores `setup` adds (several stores, configurations), given a fresh
     /// temporary directory for their files (removed afterwards).
     /// `schema`, if given, is dropped with the store.
