@@ -131,6 +131,21 @@ import Testing
 
 @Entity(name: "Steward") final class StewardV2: CrewV2 {}
 
+/// Version 1's data: five items (notes on the odd ones), an owner, and an object of the entity
+/// version 2 removes. `MigrationTests` and `PostgresMigrationTests` migrate it.
+func fillVersion1(_ update: Update) throws {
+    for index in 0..<5 {
+        let item = try update.create(ItemV1.self)
+        item.title = "item \(index)"
+        item.count = index
+        item.note = index.isMultiple(of: 2) ? nil : "note \(index)"
+        item.legacy = "old"
+        item.code = "code \(index)"
+    }
+    try update.create(OwnerV1.self).label = "Ann"
+    try update.create(GoneV1.self).value = 1
+}
+
 /// Writes a store with `types` at `url`: `body` fills it in one commit.
 func writeStore(_ types: [ManagedObject.Type], at url: URL, _ body: (Update) throws -> Void) throws {
     let stack = try Stack(model: Model(types), rootContext: .none)
@@ -174,18 +189,7 @@ func storeBytes(_ url: URL) -> [Data?] {
     func cleanUp() { try? FileManager.default.removeItem(at: directory) }
 
     func writeVersion1() throws {
-        try writeStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url) { update in
-            for index in 0..<5 {
-                let item = try update.create(ItemV1.self)
-                item.title = "item \(index)"
-                item.count = index
-                item.note = index.isMultiple(of: 2) ? nil : "note \(index)"
-                item.legacy = "old"
-                item.code = "code \(index)"
-            }
-            try update.create(OwnerV1.self).label = "Ann"
-            try update.create(GoneV1.self).value = 1
-        }
+        try writeStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url, fillVersion1)
     }
 
     @Test(arguments: Topology.allCases) @MainActor

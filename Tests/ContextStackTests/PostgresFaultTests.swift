@@ -95,5 +95,11 @@ struct PostgresFaultTests {
         let fresh = try PostgresConnection(PostgresSettings(url: server.url))
         #expect(try fresh.allRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("a1")], [.text("a2")], [.text("c1")]])
         #expect(try fresh.allRows("SELECT name FROM \"Pet\" ORDER BY name") == [[.text("pet of a1")], [.text("pet of c1")]], "the failed commit is gone whole")
+
+        // Enough new objects to need a new block of keys: the key connection, closed by the
+        // restart, is replaced too.
+        try commit((0..<40).map { "k\($0)" })
+        try await stack.flush()
+        #expect(try fresh.scalar("SELECT count(*) FROM \"Person\"") == .integer(43))
     }
 }

@@ -46,18 +46,7 @@ struct PostgresMigrationTests {
 
     @Test func everyInferableChangeKeepsTheData() throws {
         defer { schema.drop() }
-        try write([ItemV1.self, OwnerV1.self, GoneV1.self]) { update in
-            for index in 0..<5 {
-                let item = try update.create(ItemV1.self)
-                item.title = "item \(index)"
-                item.count = index
-                item.note = index.isMultiple(of: 2) ? nil : "note \(index)"
-                item.legacy = "old"
-                item.code = "code \(index)"
-            }
-            try update.create(OwnerV1.self).label = "Ann"
-            try update.create(GoneV1.self).value = 1
-        }
+        try write([ItemV1.self, OwnerV1.self, GoneV1.self], fillVersion1)
         let context = try open([ProductV2.self, OwnerV2.self, LabelV2.self])
         try context.beginUpdateAndWait { update in
             let products = try update.fetchAll(ProductV2.self, orderBy: .ascending("count"))

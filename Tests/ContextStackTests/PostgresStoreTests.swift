@@ -95,6 +95,24 @@ struct PostgresStoreTests {
         withExtendedLifetime(world) {}
     }
 
+    /// A window over a condition filtered in memory is taken after the filter: SQL's superset
+    /// holds rows that do not match, which must not use up the limit or the offset.
+    @Test @MainActor func aWindowIsTakenAfterTheFilterInMemory() throws {
+        let store = try TestStore(.postgres)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for name in ["a-no", "b-MONK", "c-no", "d-monk", "e-no", "f-Monk", "g-no", "h-mönk"] {
+                try update.create(Person.self).name = name
+            }
+            try update.commit()
+        }
+        let folded = %"name"%.contains("monk", options: [.caseInsensitive, .diacriticInsensitive])
+        #expect(try world.fetchAll(Person.self, folded, orderBy: .ascending("name"), options: .limit(2) | .offset(1)).map(\.name)
+                == ["d-monk", "f-Monk"])
+        #expect(try world.fetchIDs(Person.self, folded, orderBy: .descending("name"), options: .limit(1)).count == 1)
+        #expect(try world.fetchCount(Person.self, folded) == 4)
+    }
+
     /// The operators filtered in memory cannot run where everything runs in SQL.
     @Test @MainActor func aggregatesAndBatchOperationsRefuseWhatIsFilteredInMemory() throws {
         let store = try TestStore(.postgres)
