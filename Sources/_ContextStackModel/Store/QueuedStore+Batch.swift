@@ -27,15 +27,23 @@ extension QueuedStore {
         }
     }
 
-    // MARK: - Update
-
-    private func executeUpdate(_ entity: ResolvedEntity, _ condition: Condition?, _ assignments: [(slot: Int, value: Value)],
-                               db: some StoreConnection) throws -> BatchResult {
+    /// The rows of `entity` that `condition` matches, with their entities, and the `FROM …
+    /// WHERE …` that selects them (under `alias`) for the statement that changes them.
+    private func matchingRows(_ entity: ResolvedEntity, _ condition: Condition?, db: some StoreConnection) throws
+        -> (rows: [(id: ObjectID, entity: ResolvedEntity)], alias: String, matching: CompiledQuery.SQL) {
         let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: dialect)
         let alias = query.tableAliases[""]!
         let matching = query.fromWhere()
         let rows = try typedRows(db, "SELECT \(alias).\"Z_PK\"\(entity.table.hasEntityColumn ? ", \(alias).\"Z_ENT\"" : "") \(matching.text)",
                                  matching.arguments, root: entity)
+        return (rows, alias, matching)
+    }
+
+    // MARK: - Update
+
+    private func executeUpdate(_ entity: ResolvedEntity, _ condition: Condition?, _ assignments: [(slot: Int, value: Value)],
+                               db: some StoreConnection) throws -> BatchResult {
+        let (rows, alias, matching) = try matchingRows(entity, condition, db: db)
         var result = BatchResult(matched: rows.count)
         guard !rows.isEmpty, !assignments.isEmpty else { return result }
         let slots = assignments.map(\.slot)
@@ -51,11 +59,7 @@ extension QueuedStore {
     // MARK: - Delete
 
     private func executeDelete(_ entity: ResolvedEntity, _ condition: Condition?, db: some StoreConnection) throws -> BatchResult {
-        let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: dialect)
-        let alias = query.tableAliases[""]!
-        let matching = query.fromWhere()
-        let matched = try typedRows(db, "SELECT \(alias).\"Z_PK\"\(entity.table.hasEntityColumn ? ", \(alias).\"Z_ENT\"" : "") \(matching.text)",
-                                    matching.arguments, root: entity)
+        let matched = try matchingRows(entity, condition, db: db).rows
         var result = BatchResult(matched: matched.count)
         guard !matched.isEmpty else { return result }
 
