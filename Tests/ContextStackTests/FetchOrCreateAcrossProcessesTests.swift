@@ -46,75 +46,49 @@ import Testing
         #expect(try otherWorld.fetch(Person.self, %"email" == "monk@example.org")?.name == "Monk")
     }
 
-    /// The other process saves while this commit is already on its way to PostgreSQL: the
-    /// writer finds the row when its insert meets the other's on the unique index, tries
-    /// again from a savepoint, merges, and tells the main context that the object it was
-    /// shown is gone and the saved one changed.
-    @Test(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server")) @MainActor
-    func theWriterMergesWhatAnotherProcessSavesWhileItWrites() async throws {
-        let store = try TestStore(.postgres)
-        let url = try #require(store.database?.url)
-        let world = try MainContext(stack: store.stack)
-        let commits = Locked<[Commit]>([])
-        let observation = store.stack.observeCommit { commit in commits.withLock { $0.append(commit) } }
-        defer { observation.cancel() }
-
-        // Another process has inserted the values and not committed yet.
-        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
-        try otherProcess.execute("BEGIN")
-        try otherProcess.execute("INSERT INTO \"Person\" (\"Z_PK\", name, age, email) VALUES (1000000, 'Saved', 40, 'monk@example.org')")
-
-        let made = try world.beginUpdateAndWait { update -> ObjectID in
-            let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
-            monk.age = 63
-            try update.commit()
-            return monk.objectID
-        }
-        // The writer's insert now waits for the other transaction on the unique index.
-        let watcher = try PostgresConnection(PostgresSettings(url: url))
-        var waiting = false
-        for _ in 0..<500 where !waiting {
-            waiting = try watcher.scalar("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()") != .integer(0)
-            if !waiting { try await Task.sleep(for: .milliseconds(10)) }
-        }
-        #expect(waiting, "the writer never waited for the other transaction")
-        try otherProcess.execute("COMMIT")
-        try await store.stack.flush()
-        await mainQueueTurn()
-
-        #expect(try store.writtenRows("SELECT \"Z_PK\", name, age FROM \"Person\"") == [[.integer(1_000_000), .text("Saved"), .integer(63)]])
-        #expect(try world.fetchAll(Person.self).map(\.objectID.primaryKey) == [1_000_000])
-        let seen = commits.withLock { $0 }
-        #expect(seen.contains { $0.deleted.contains(made) }, "the object the main context was shown is gone")
-        #expect(seen.contains { $0.updated.contains { $0.primaryKey == 1_000_000 } })
-    }
-
-    /// The same on SQLite: another process holds the file's write lock and saves the values
-    /// after `commit()` checked; the writer, waiting for the lock, finds the row once it has it.
-    @Test @MainActor func theSQLiteWriterMergesWhatAnotherProcessSavedWhileItWaited() async throws {
-        let store = try TestStore(.file)
+    /// The other process saves while this commit is on its way: it has inserted the values and
+    /// not committed when `commit()` checks. The writer waits for it (for the file's write lock
+    /// on SQLite; on PostgreSQL its insert meets the other's on the unique index, and it tries
+    /// again from a savepoint), merges, and tells the main context that the object it was shown
+    /// is gone and the saved one changed.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func theWriterMergesWhatAnotherProcessSavesWhileItWrites(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)
         let commits = Locked<[Commit]>([])
         let observation = store.stack.observeCommit { commit in commits.withLock { $0.append(commit) } }
         defer { observation.cancel() }
         // A first object reserves a block of keys: the next ones need no write lock (which the
-        // other process is about to hold).
+        // other process is about to hold on SQLite).
         try world.beginUpdateAndWait { update in
             try update.create(Person.self).name = "Knight"
             try update.commit()
         }
         try await store.stack.flush()
 
-        let otherProcess = try store.rawConnection()
-        try otherProcess.execute("BEGIN IMMEDIATE")
-        try otherProcess.execute("INSERT INTO \"Person\" (\"Z_PK\", name, age, email) VALUES (1000000, 'Saved', 40, 'monk@example.org')")
+        let insert = "INSERT INTO \"Person\" (\"Z_PK\", name, age, email) VALUES (1000000, 'Saved', 40, 'monk@example.org')"
+        let commitOther: () throws -> Void
+        if let url = store.database?.url {
+            let other = try PostgresConnection(PostgresSettings(url: url))
+            try other.execute("BEGIN")
+            try other.execute(insert)
+            commitOther = { try other.execute("COMMIT") }
+        } else {
+            let other = try store.rawConnection()
+            try other.execute("BEGIN IMMEDIATE")
+            try other.execute(insert)
+            commitOther = { try other.execute("COMMIT") }
+        }
         let made = try world.beginUpdateAndWait { update -> ObjectID in
             let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
             monk.age = 63
             try update.commit()
             return monk.objectID
         }
-        try otherProcess.execute("COMMIT")
+        if let url = store.database?.url {
+            #expect(try await waitForALockWaiter(url), "the writer never waited for the other transaction")
+        }
+        try commitOther()
         try await store.stack.flush()
         await mainQueueTurn()
 
@@ -122,5 +96,6 @@ import Testing
         #expect(try world.fetchAll(Person.self, %"email" != nil).map(\.objectID.primaryKey) == [1_000_000])
         let seen = commits.withLock { $0 }
         #expect(seen.contains { $0.deleted.contains(made) }, "the object the main context was shown is gone")
+        #expect(seen.contains { $0.updated.contains { $0.primaryKey == 1_000_000 } })
     }
 }

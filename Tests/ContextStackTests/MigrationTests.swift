@@ -146,6 +146,19 @@ func fillVersion1(_ update: Update) throws {
     try update.create(GoneV1.self).value = 1
 }
 
+/// Version 1's items as version 2 reads them after a migration (`fillVersion1`), checked: titles
+/// renamed to headings, notes given the default where they were NULL, added attributes at their
+/// defaults, new relationships empty. Returns them in `count` order.
+func expectVersion1Migrated(_ update: Update, sourceLocation: SourceLocation = #_sourceLocation) throws -> [ProductV2] {
+    let products = try update.fetchAll(ProductV2.self, orderBy: .ascending("count"))
+    #expect(products.map(\.heading) == (0..<5).map { "item \($0)" }, sourceLocation: sourceLocation)
+    #expect(products.map(\.count) == Array(0..<5), sourceLocation: sourceLocation)
+    #expect(products.map(\.code) == (0..<5).map { "code \($0)" }, sourceLocation: sourceLocation)
+    #expect(products.map(\.note) == ["none", "note 1", "none", "note 3", "none"], sourceLocation: sourceLocation)
+    #expect(products.allSatisfy { $0.added == 7 && $0.optionalAdded == nil && $0.owner == nil && $0.labels.isEmpty }, sourceLocation: sourceLocation)
+    return products
+}
+
 /// Writes a store with `types` at `url`: `body` fills it in one commit.
 func writeStore(_ types: [ManagedObject.Type], at url: URL, _ body: (Update) throws -> Void) throws {
     let stack = try Stack(model: Model(types), rootContext: .none)
@@ -198,12 +211,7 @@ func storeBytes(_ url: URL) -> [Data?] {
         try writeVersion1()
         let harness = try openStore([ProductV2.self, OwnerV2.self, LabelV2.self], at: url, topology: topology)
         try harness.update { update in
-            let products = try update.fetchAll(ProductV2.self, orderBy: .ascending("count"))
-            #expect(products.map(\.heading) == (0..<5).map { "item \($0)" })
-            #expect(products.map(\.count) == Array(0..<5))
-            #expect(products.map(\.code) == (0..<5).map { "code \($0)" })
-            #expect(products.map(\.note) == ["none", "note 1", "none", "note 3", "none"])
-            #expect(products.allSatisfy { $0.added == 7 && $0.optionalAdded == nil && $0.owner == nil && $0.labels.isEmpty })
+            let products = try expectVersion1Migrated(update)
             // Filled in SQLite, not only by the accessors' fallback.
             #expect(try update.fetchCount(ProductV2.self, %"added" == 7 && %"note" == "none") == 3)
             #expect(try update.fetch(OwnerV2.self)?.label == "Ann")

@@ -12,16 +12,6 @@ import Testing
 /// "Conflicts and merge policies across machines").
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
 struct PostgresConflictTests {
-    /// Waits until some other connection waits for a lock (the writer, for the test's row).
-    static func waitForALockWaiter(_ url: URL) async throws -> Bool {
-        let watcher = try PostgresConnection(PostgresSettings(url: url))
-        for _ in 0..<500 {
-            if try watcher.scalar("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()") != .integer(0) { return true }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        return false
-    }
-
     @Test(arguments: [MergePolicy.storeTrump, .rollback, .overwrite, .error]) @MainActor
     func aLateConflictIsResolvedAndTheMainContextShowsWhatIsStored(policy: MergePolicy) async throws {
         let store = try TestStore(.postgres)
@@ -48,7 +38,7 @@ struct PostgresConflictTests {
             try update.commit()
         }
         #expect(held.age == 61, "shown at once")
-        #expect(try await Self.waitForALockWaiter(url), "the writer never waited for the other process's row")
+        #expect(try await waitForALockWaiter(url), "the writer never waited for the other process's row")
         try otherProcess.execute("COMMIT")
         if policy == .error {
             await #expect(throws: MergeConflictError.self) { try await store.stack.flush() }

@@ -343,3 +343,14 @@ final class TestSchema: Sendable {
 
     deinit { drop() }
 }
+
+/// Waits until some connection to the database at `url` waits for a lock (a writer, for a row
+/// or a key a test holds in another transaction); false after five seconds.
+func waitForALockWaiter(_ url: URL) async throws -> Bool {
+    let watcher = try PostgresConnection(PostgresSettings(url: url))
+    for _ in 0..<500 {
+        if try watcher.scalar("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()") != .integer(0) { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return false
+}
