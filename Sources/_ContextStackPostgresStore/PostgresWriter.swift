@@ -34,7 +34,7 @@ package enum PostgresWriter {
         }
         for (sql, arguments) in WriteSQL.uniqueReleases(changes.updates) { try connection.run(sql, arguments) }
         for update in changes.updates where !update.slots.isEmpty {
-            try connection.run(WriteSQL.update(update.entity, slots: update.slots, alsoSet: ["\"Z_VERSION\" = \"Z_VERSION\" + 1"]),
+            try connection.run(WriteSQL.update(update.entity, slots: update.slots, alsoSet: PostgresDialect().rowVersionAssignments),
                                update.values + [.integer(update.id.primaryKey)])
         }
         try insertRows(changes.inserts, on: connection)
