@@ -1,4 +1,12 @@
 #include <libpq-fe.h>
+#include <locale.h>
+#include <stdlib.h>
+#if defined(__APPLE__)
+#include <xlocale.h>
+#else
+// glibc declares strtod_l only under _GNU_SOURCE, which the Swift importer does not set.
+extern double strtod_l(const char *__restrict text, char **__restrict end, locale_t locale);
+#endif
 
 // libpq names the fields of an error result with character constants (`PG_DIAG_SQLSTATE` is
 // 'C'), which Swift does not import: one accessor per field we read.

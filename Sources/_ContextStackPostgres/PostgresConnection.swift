@@ -22,6 +22,8 @@ package final class PostgresConnection {
     package var tracer: StatementTracer?
     /// A statement sent with `send` whose answer has not been read yet.
     private var unanswered: String?
+    /// A `BEGIN` that goes out with the next statement, in the same round trip (`beginLater`).
+    private var pendingBegin: String?
     /// Past this many prepared statements the cache starts over (`DEALLOCATE ALL`), as
     /// SQLite's does: generated SQL varies and must not grow the server's memory without bound.
     package static let statementCacheLimit = 512
@@ -59,10 +61,14 @@ package final class PostgresConnection {
     }
 
     /// Whether libpq has found the connection broken (the server closed it, or it was reset).
-    package var isBroken: Bool { PQstatus(handle) != CONNECTION_OK }
+    package var isBroken: Bool { unusable || PQstatus(handle) != CONNECTION_OK }
+    /// Set when the connection is left in a state no statement can follow.
+    private var unusable = false
 
-    /// Whether the connection is inside a transaction block, idle or failed.
+    /// Whether the connection is inside a transaction block, idle or failed, or has one
+    /// waiting to begin with its next statement.
     package var isInTransaction: Bool {
+        if pendingBegin != nil { return true }
         let status = PQtransactionStatus(handle)
         return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
     }
@@ -74,10 +80,43 @@ package final class PostgresConnection {
     /// (`BEGIN`, `COMMIT`, DDL, several statements separated by `;`).
     package func execute(_ sql: String) throws(PostgresError) {
         try settle()
+        let text = takingPendingBegin(sql)
         tracer?.emit(sql)
-        let result = PQexec(handle, sql)
+        let result = PQexec(handle, text)
         defer { PQclear(result) }
         try check(result, sql: sql)
+    }
+
+    /// Begins a transaction with `begin` (a `BEGIN` statement) without a round trip of its own:
+    /// it goes out with the next statement — ahead of it in the same query string, or in one
+    /// pipeline with a prepared statement — and fails with it. Until then nothing is sent, and
+    /// `isInTransaction` is true; `abandonPendingBegin` forgets it.
+    package func beginLater(_ begin: String) {
+        precondition(!isInTransaction, "beginLater(_:) on a connection already inside a transaction: end that one first.")
+        pendingBegin = begin
+    }
+
+    /// Forgets a `beginLater` that no statement took yet; whether there was one. A transaction
+    /// that never began has nothing to commit or roll back.
+    package func abandonPendingBegin() -> Bool {
+        defer { pendingBegin = nil }
+        return pendingBegin != nil
+    }
+
+    /// Whether the server is still there, as far as can be told without a round trip: reads
+    /// what it sent meanwhile, which shows a connection it closed (a restart, an administrator)
+    /// as broken. A machine that vanished without a word is only found by the next statement.
+    package func isAlive() -> Bool {
+        if unanswered == nil && pendingBegin == nil && PQisBusy(handle) == 0 { _ = PQconsumeInput(handle) }
+        return !isBroken
+    }
+
+    /// `sql` preceded by the pending `BEGIN`, if there is one, which it takes.
+    private func takingPendingBegin(_ sql: String) -> String {
+        guard let begin = pendingBegin else { return sql }
+        pendingBegin = nil
+        tracer?.emit(begin)
+        return begin + "; " + sql
     }
 
     /// Runs a statement with `?` placeholders bound to `arguments`, prepared once and reused;
@@ -109,8 +148,9 @@ package final class PostgresConnection {
     /// waits for, such as the `COMMIT` that ends a read.
     package func send(_ sql: String) throws(PostgresError) {
         try settle()
+        let text = takingPendingBegin(sql)
         tracer?.emit(sql)
-        guard PQsendQuery(handle, sql) == 1 else { throw lostConnection(sql: sql) }
+        guard PQsendQuery(handle, text) == 1 else { throw lostConnection(sql: sql) }
         unanswered = sql
     }
 
@@ -150,17 +190,71 @@ package final class PostgresConnection {
             throw PostgresError(code: error.code, message: error.message, sql: sql)
         }
         let key = StatementKey(sql: sql, types: parameters.types)
+        // Taken before preparing, which may run statements of its own (outside the transaction,
+        // where prepared statements live anyway).
+        let begin = pendingBegin
+        pendingBegin = nil
         let name: String
         if let cached = statements[key] {
             name = cached
         } else {
             name = try prepare(key)
         }
+        if let begin {
+            tracer?.emit(begin)
+            return try executePipelined(begin: begin, name: name, sql: sql, parameters: parameters)
+        }
         let result = parameters.withPointers { values, lengths, formats in
-            PQexecPrepared(handle, name, Int32(arguments.count), values, lengths, formats, 0)
+            PQexecPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
         }
         guard let result else { throw lostConnection(sql: sql) }
         do {
+            try check(result, sql: sql)
+        } catch {
+            PQclear(result)
+            throw error
+        }
+        return result
+    }
+
+    /// `begin`, then the prepared statement `name`, in one pipeline: one round trip. Returns
+    /// the statement's result; throws `begin`'s error, or the statement's.
+    private func executePipelined(begin: String, name: String, sql: String, parameters: PostgresParameters) throws(PostgresError) -> OpaquePointer {
+        guard PQenterPipelineMode(handle) == 1 else { throw lostConnection(sql: begin) }
+        let sent = PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) == 1
+            && parameters.withPointers { values, lengths, formats in
+                PQsendQueryPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
+            } == 1
+            && PQpipelineSync(handle) == 1
+        // Every answer up to the pipeline's end: BEGIN's, the statement's, then the sync.
+        var answers: [OpaquePointer] = []
+        var nulls = 0
+        while sent || !isBroken {
+            guard let result = PQgetResult(handle) else {
+                // A NULL ends each statement's answers; more in a row than statements sent
+                // means the answers stopped coming (the connection broke).
+                nulls += 1
+                if nulls > 2 || isBroken { break }
+                continue
+            }
+            nulls = 0
+            if PQresultStatus(result) == PGRES_PIPELINE_SYNC {
+                PQclear(result)
+                break
+            }
+            answers.append(result)
+        }
+        // A connection that cannot leave pipeline mode cannot run anything else: it counts as
+        // broken, so its owner replaces it.
+        if PQexitPipelineMode(handle) != 1 { unusable = true }
+        guard sent, answers.count == 2 else {
+            answers.forEach { PQclear($0) }
+            throw lostConnection(sql: sql)
+        }
+        let (began, result) = (answers[0], answers[1])
+        defer { PQclear(began) }
+        do {
+            try check(began, sql: begin)
             try check(result, sql: sql)
         } catch {
             PQclear(result)

@@ -143,7 +143,7 @@ package struct PostgresRow: QueryRow {
         case .boolean:
             return .integer(bytes.first == UInt8(ascii: "t") ? 1 : 0)
         case .double:
-            return .double(Self.double(String(decoding: bytes, as: UTF8.self)))
+            return .double(Self.double(start, count: bytes.count))
         case .blob:
             return .blob(Self.bytea(bytes))
         case .text:
@@ -184,15 +184,21 @@ package struct PostgresRow: QueryRow {
         return magnitude <= UInt64(Int64.max) ? Int64(magnitude) : nil
     }
 
-    /// `float8`'s output syntax: digits, or `Infinity`, `-Infinity`, `NaN`.
-    static func double(_ text: String) -> Double {
-        switch text {
-        case "Infinity": .infinity
-        case "-Infinity": -.infinity
-        case "NaN": .nan
-        default: Double(text) ?? .nan
-        }
+    /// `float8`'s output syntax: digits, or `Infinity`, `-Infinity`, `NaN` (which `strtod`
+    /// reads as well), at `start`, NUL-terminated as libpq keeps every value. Parsed where it
+    /// lies, in the C locale whatever the process's locale is: going through `String` took a
+    /// quarter of reading a row.
+    static func double(_ start: UnsafeRawPointer, count: Int) -> Double {
+        let text = start.assumingMemoryBound(to: CChar.self)
+        var end: UnsafeMutablePointer<CChar>?
+        let double = strtod_l(text, &end, cLocale)
+        guard let end, UnsafeRawPointer(end) == start + count, count > 0 else { return .nan }
+        return double
     }
+
+    /// The C locale, for `strtod_l`. Made once and never changed or freed, and glibc's locale
+    /// objects may be read from any thread: nothing else protects it, nothing needs to.
+    nonisolated(unsafe) private static let cLocale = newlocale(LC_NUMERIC_MASK, "C", nil)
 
     /// `bytea`'s hex output format, `\x0a1b…`.
     static func bytea(_ bytes: UnsafeRawBufferPointer) -> Data {

@@ -49,6 +49,8 @@ package final class PostgresStore: QueuedStore {
     static let maximumIdleReaders = 4
     /// Starts a read: its snapshot is taken by the `SELECT`, in the same round trip.
     static let beginRead = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+    /// Starts a read whose snapshot its first statement takes (`withReadTransaction`).
+    static let beginReadLater = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
     /// Connects to the server, then creates `schema`'s tables in the database or checks that
     /// it holds them (`PostgresSchemaInstaller`).
@@ -117,9 +119,14 @@ package final class PostgresStore: QueuedStore {
 
     /// Runs `body` with a reader connection inside a read-only transaction and the overlay,
     /// taken so that the overlay holds exactly what the transaction's snapshot lacks.
-    package func read<T>(pin: UInt64?, whileLocked: () -> Void, _ body: (ReadSession) throws -> T) throws -> T {
-        let (connection, (overlay, pinned)) = try withReadTransaction { state, _ in
-            whileLocked()
+    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> T {
+        let (connection, (overlay, pinned)) = try withReadTransaction(canFixLater: { state in
+            // Nothing to keep in step with the snapshot: no overlay that it must lack exactly,
+            // no pinned view's before-images, no handed-over commits to catch up with. Any
+            // later snapshot is then as right as one taken now.
+            whileLocked == nil && pin == nil && state.overlay.isEmpty
+        }) { state, _ in
+            whileLocked?()
             return (state.overlay, pin.flatMap { state.pins[$0] })
         }
         defer { finishReading(connection) }
@@ -141,14 +148,23 @@ package final class PostgresStore: QueuedStore {
     /// A pooled connection that the server closed since its last use (a restart, a failover)
     /// fails at `BEGIN`, before `body` ran: it is replaced by a new connection, once, so the
     /// first read after a restart does not fail for a connection nobody used meanwhile.
-    private func withReadTransaction<T>(_ body: (inout QueueState, PostgresConnection) throws -> T) throws -> (PostgresConnection, T) {
+    ///
+    /// When `canFixLater` says so for the state under the lock, the snapshot is left to the
+    /// read's first statement, which takes `BEGIN` along in its own round trip: a read then
+    /// costs one round trip fewer.
+    private func withReadTransaction<T>(canFixLater: (QueueState) -> Bool = { _ in false },
+                                        _ body: (inout QueueState, PostgresConnection) throws -> T) throws -> (PostgresConnection, T) {
         var connection = try takeReader()
         var retried = false
         while true {
             var began = false
             do {
                 let result = try state.withLock { state -> T in
-                    try connection.execute(Self.beginRead)
+                    if canFixLater(state) && connection.isAlive() {
+                        connection.beginLater(Self.beginReadLater)
+                    } else {
+                        try connection.execute(Self.beginRead)
+                    }
                     began = true
                     return try body(&state, connection)
                 }
@@ -189,7 +205,9 @@ package final class PostgresStore: QueuedStore {
     /// first (`takeReader`).
     private func finishReading(_ connection: PostgresConnection) {
         if connection.isBroken { return }
-        if connection.isInTransaction {
+        if connection.abandonPendingBegin() {
+            // The read ran no statement: its transaction never began.
+        } else if connection.isInTransaction {
             do {
                 try connection.send("COMMIT")
             } catch {
@@ -211,21 +229,22 @@ package final class PostgresStore: QueuedStore {
     package func writeTransaction(_ body: (inout PostgresConnection) throws -> Void, commit: (() throws -> Void) throws -> Void) throws {
         try writer.withLock { slot in
             var connection = try Self.usable(&slot, settings: settings, tracer: tracer)
-            do {
-                try connection.execute("BEGIN")
-            } catch where connection.isBroken {
+            if !connection.isAlive() {
                 // Closed by the server since the last write (a restart, a failover): nothing
-                // was sent yet, so the transaction starts again on a new connection, once.
+                // is sent yet, so the transaction starts on a new connection.
                 slot = nil
                 connection = try Self.usable(&slot, settings: settings, tracer: tracer)
-                try connection.execute("BEGIN")
             }
+            // `BEGIN` goes out with the transaction's first statement: no round trip of its own.
+            connection.beginLater("BEGIN")
             do {
                 try body(&connection)
                 try commit { try connection.execute("COMMIT") }
             } catch {
                 if connection.isBroken {
                     slot = nil
+                } else if connection.abandonPendingBegin() {
+                    // Nothing was sent: there is no transaction to roll back.
                 } else if connection.isInTransaction {
                     do {
                         try connection.execute("ROLLBACK")

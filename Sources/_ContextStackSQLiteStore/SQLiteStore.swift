@@ -193,11 +193,11 @@ package final class SQLiteStore: QueuedStore {
     /// With `pin`, the session also carries the before-images of that pinned view.
     /// `whileLocked` runs under the lock that fixes the snapshot (main contexts take the
     /// commits handed to them there, so they apply exactly what the snapshot shows).
-    package func read<T>(pin: UInt64?, whileLocked: () -> Void, _ body: (ReadSession) throws -> T) throws -> T {
+    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> T {
         if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
                 let (overlay, pinned) = state.withLock { state in
-                    whileLocked()
+                    whileLocked?()
                     return (state.overlay, pin.flatMap { state.pins[$0] })
                 }
                 return try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
@@ -211,7 +211,7 @@ package final class SQLiteStore: QueuedStore {
                 // Start the read transaction under the same lock the writer commits under.
                 try db.execute("BEGIN DEFERRED")
                 _ = try db.scalar(reader.snapshotSQL)
-                whileLocked()
+                whileLocked?()
                 return (state.overlay, pin.flatMap { state.pins[$0] })
             }
             result = try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))

@@ -1,5 +1,6 @@
 import _ContextStackCore
 @testable import _ContextStackPostgres
+import CLibpq
 import Foundation
 import Testing
 
@@ -225,6 +226,63 @@ struct PostgresConnectionTests {
         #expect(connection.isInTransaction, "a failed transaction is still open until ROLLBACK")
         try connection.execute("ROLLBACK")
         #expect(!connection.isInTransaction)
+    }
+
+    /// A `BEGIN` left for later goes out with the next statement — prepared (in a pipeline) or
+    /// not — and opens the transaction that statement runs in; nothing is sent before.
+    @Test func aLaterBeginOpensTheTransactionOfTheNextStatement() throws {
+        try connection.execute("CREATE TABLE t (v int8)")
+        let other = try PostgresConnection(PostgresSettings(url: database.url))
+        for prepared in [true, false] {
+            let before = try other.scalar("SELECT count(*) FROM t")
+            connection.beginLater("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            #expect(connection.isInTransaction)
+            #expect(PQtransactionStatus(connection.handle) == PQTRANS_IDLE, "nothing sent yet")
+            if prepared {
+                #expect(try connection.scalar("SELECT ?", [.integer(1)]) == .integer(1))
+            } else {
+                try connection.execute("SELECT 1")
+            }
+            #expect(PQtransactionStatus(connection.handle) == PQTRANS_INTRANS)
+            try other.execute("INSERT INTO t VALUES (1)")
+            // The snapshot the first statement took holds for the next: one transaction.
+            #expect(try connection.scalar("SELECT count(*) FROM t") == before)
+            #expect(throws: PostgresError.self) { try connection.execute("INSERT INTO t VALUES (2)") }
+            try connection.execute("ROLLBACK")
+            #expect(!connection.isInTransaction)
+            #expect(try connection.scalar("SELECT count(*) FROM t") != before, "a new statement, a new snapshot")
+        }
+    }
+
+    /// The statement that carries a later `BEGIN` fails as it would alone, leaving the
+    /// transaction open and failed; a `BEGIN` that fails is thrown as such.
+    @Test func aStatementCarryingALaterBeginFailsInsideTheTransaction() throws {
+        connection.beginLater("BEGIN")
+        let error = try #require(throws: PostgresError.self) { try connection.run("SELECT 1 / ?", [.integer(0)]) }
+        #expect(error.code == PostgresError.Code(rawValue: "22012"), "division by zero")
+        #expect(connection.isInTransaction && PQtransactionStatus(connection.handle) == PQTRANS_INERROR)
+        try connection.execute("ROLLBACK")
+        connection.beginLater("BEGIN ISOLATION LEVEL NO SUCH LEVEL")
+        let refused = try #require(throws: PostgresError.self) { try connection.run("SELECT ?", [.integer(1)]) }
+        #expect(refused.code == .syntaxError)
+        #expect(!connection.isInTransaction && !connection.isBroken)
+        #expect(try connection.scalar("SELECT ?", [.integer(3)]) == .integer(3), "out of the pipeline, the connection goes on")
+        connection.beginLater("BEGIN")
+        #expect(connection.abandonPendingBegin())
+        #expect(!connection.isInTransaction && !connection.abandonPendingBegin())
+    }
+
+    /// `isAlive` notices a connection the server closed, without sending anything.
+    @Test func aConnectionTheServerClosedIsNoticedBeforeUse() throws {
+        #expect(connection.isAlive())
+        let admin = try PostgresConnection(PostgresSettings(url: database.url))
+        try admin.run("SELECT pg_terminate_backend(?::int4)", [.integer(Int64(connection.backendPID))])
+        var alive = true
+        for _ in 0..<200 where alive {
+            alive = connection.isAlive()
+            if alive { usleep(10_000) }
+        }
+        #expect(!alive && connection.isBroken)
     }
 
     @Test func aConnectionTheServerEndsIsReportedAsLost() throws {

@@ -80,7 +80,7 @@ package final class ContextCore: @unchecked Sendable {
         guard drainsOnNextRead else { return try store.read(pin: pin, body) }
         drainsOnNextRead = false
         var pending: [ChangeSet] = []
-        return try store.read(pin: pin, whileLocked: { pending = takeInbox() }) { session in
+        return try store.read(pin: pin, whileLocked: { pending = self.takeInbox() }) { session in
             apply(pending)
             return try body(session)
         }

@@ -151,7 +151,7 @@ package struct Overlay: Sendable {
 
     package init() {}
 
-    var isEmpty: Bool { rows.isEmpty && links.isEmpty }
+    package var isEmpty: Bool { rows.isEmpty && links.isEmpty }
 
     /// Pending rows of the table whose root entity is `root`.
     package func rows(of root: EntityDescription) -> [ObjectID: Entry] { rows[ObjectIdentifier(root)] ?? [:] }

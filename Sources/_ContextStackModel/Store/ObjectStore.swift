@@ -22,8 +22,10 @@ package protocol ObjectStore: AnyObject, Sendable {
 
     /// Runs `body` with a read session whose connection and overlay together show every
     /// commit wholly or not at all. With `pin`, the session also carries that pinned view's
-    /// before-images. `whileLocked` runs where the session's snapshot is fixed.
-    func read<T>(pin: UInt64?, whileLocked: () -> Void, _ body: (ReadSession) throws -> T) throws -> T
+    /// before-images. `whileLocked` runs where the session's snapshot is fixed; without it, a
+    /// store may fix the snapshot later, at the session's first statement, when nothing it
+    /// holds must match the snapshot exactly (PostgreSQL, with nothing pending or pinned).
+    func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> T
 
     /// Pins a view of the store as it is now; reads with the ID see it until `unpin`.
     func pin() -> UInt64
@@ -55,7 +57,7 @@ package protocol ObjectStore: AnyObject, Sendable {
 
 extension ObjectStore {
     func read<T>(pin: UInt64? = nil, _ body: (ReadSession) throws -> T) throws -> T {
-        try read(pin: pin, whileLocked: {}, body)
+        try read(pin: pin, whileLocked: nil, body)
     }
 }
 
