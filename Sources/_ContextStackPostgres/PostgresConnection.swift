@@ -107,7 +107,7 @@ package final class PostgresConnection {
     /// what it sent meanwhile, which shows a connection it closed (a restart, an administrator)
     /// as broken. A machine that vanished without a word is only found by the next statement.
     package func isAlive() -> Bool {
-        if unanswered == nil && pendingBegin == nil && PQisBusy(handle) == 0 { _ = PQconsumeInput(handle) }
+        if unanswered == nil && pendingBegin == nil && queued.isEmpty && PQisBusy(handle) == 0 { _ = PQconsumeInput(handle) }
         return !isBroken
     }
 
@@ -156,6 +156,7 @@ package final class PostgresConnection {
 
     /// Reads the answer to what `send` sent, if it is not read yet; throws its error.
     package func settle() throws(PostgresError) {
+        if !queued.isEmpty { _ = try finishPipeline(keepingLast: false) }
         guard let sql = unanswered else { return }
         unanswered = nil
         var failure: PostgresError?
@@ -179,31 +180,16 @@ package final class PostgresConnection {
         let types: [UInt32]
     }
 
-    /// Prepares `sql` for these argument types on first use, then executes it.
+    /// Prepares `sql` for these argument types on first use, then executes it. A pending
+    /// `BEGIN` goes out with it, in one pipeline.
     private func executePrepared(_ sql: String, _ arguments: [Value]) throws(PostgresError) -> OpaquePointer {
         try settle()
+        if pendingBegin != nil {
+            try enqueue(sql, arguments)
+            return try finishPipeline(keepingLast: true)!
+        }
+        let (name, parameters) = try prepared(sql, arguments)
         tracer?.emit(sql)
-        let parameters: PostgresParameters
-        do {
-            parameters = try PostgresParameters(arguments)
-        } catch {
-            throw PostgresError(code: error.code, message: error.message, sql: sql)
-        }
-        let key = StatementKey(sql: sql, types: parameters.types)
-        // Taken before preparing, which may run statements of its own (outside the transaction,
-        // where prepared statements live anyway).
-        let begin = pendingBegin
-        pendingBegin = nil
-        let name: String
-        if let cached = statements[key] {
-            name = cached
-        } else {
-            name = try prepare(key)
-        }
-        if let begin {
-            tracer?.emit(begin)
-            return try executePipelined(begin: begin, name: name, sql: sql, parameters: parameters)
-        }
         let result = parameters.withPointers { values, lengths, formats in
             PQexecPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
         }
@@ -217,24 +203,89 @@ package final class PostgresConnection {
         return result
     }
 
-    /// `begin`, then the prepared statement `name`, in one pipeline: one round trip. Returns
-    /// the statement's result; throws `begin`'s error, or the statement's.
-    private func executePipelined(begin: String, name: String, sql: String, parameters: PostgresParameters) throws(PostgresError) -> OpaquePointer {
-        guard PQenterPipelineMode(handle) == 1 else { throw lostConnection(sql: begin) }
-        let sent = PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) == 1
-            && parameters.withPointers { values, lengths, formats in
-                PQsendQueryPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
-            } == 1
-            && PQpipelineSync(handle) == 1
-        // Every answer up to the pipeline's end: BEGIN's, the statement's, then the sync.
-        var answers: [OpaquePointer] = []
+    /// The server-side name of `sql` prepared for the types of `arguments` (preparing it on
+    /// first use), and the arguments as libpq takes them.
+    /// With `settlingFirst`, a statement to prepare waits for what is outstanding first.
+    private func prepared(_ sql: String, _ arguments: [Value], settlingFirst: Bool = false) throws(PostgresError) -> (String, PostgresParameters) {
+        let parameters: PostgresParameters
+        do {
+            parameters = try PostgresParameters(arguments)
+        } catch {
+            throw PostgresError(code: error.code, message: error.message, sql: sql)
+        }
+        let key = StatementKey(sql: sql, types: parameters.types)
+        if let cached = statements[key] { return (cached, parameters) }
+        if settlingFirst { try settle() }
+        return (try prepare(key), parameters)
+    }
+
+    // MARK: - Pipeline
+
+    /// Sends a statement whose answer nobody needs at once (what a writer inserts, updates and
+    /// deletes) without waiting for it: statements queue up in a pipeline, with a pending
+    /// `BEGIN` ahead of them, and go out together. Their answers are read by the connection's
+    /// next other use, or by `commit()`, which sends `COMMIT` in the same pipeline — a
+    /// transaction of such statements is one round trip. The first error among them is thrown
+    /// there; those after it did not run, and the transaction is left failed, to roll back.
+    package func enqueue(_ sql: String, _ arguments: [Value] = []) throws(PostgresError) {
+        if queued.isEmpty { try settle() }
+        // Preparing waits for its answer, which pipeline mode does not allow: the queue goes
+        // first (only a statement's first use in the connection's life costs that).
+        let (name, parameters) = try prepared(sql, arguments, settlingFirst: true)
+        if queued.count >= Self.pipelineDepth { try settle() }
+        if queued.isEmpty {
+            guard PQenterPipelineMode(handle) == 1 else { throw lostConnection(sql: sql) }
+            if let begin = pendingBegin {
+                pendingBegin = nil
+                tracer?.emit(begin)
+                queued.append(begin)
+                guard PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) == 1 else { throw abandonPipeline(sql: begin) }
+            }
+        }
+        tracer?.emit(sql)
+        queued.append(sql)
+        let sent = parameters.withPointers { values, lengths, formats in
+            PQsendQueryPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
+        }
+        guard sent == 1 else { throw abandonPipeline(sql: sql) }
+    }
+
+    /// Ends the transaction with `COMMIT`: in the same round trip as the statements queued
+    /// before it, if there are any.
+    /// - Throws: the first queued statement's error (the transaction is then left failed, not
+    ///   committed), or `COMMIT`'s own.
+    package func commit() throws(PostgresError) {
+        guard !queued.isEmpty else { return try execute("COMMIT") }
+        tracer?.emit("COMMIT")
+        queued.append("COMMIT")
+        guard PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) == 1 else { throw abandonPipeline(sql: "COMMIT") }
+        _ = try finishPipeline(keepingLast: false)
+    }
+
+    /// Statements queued in the pipeline, in order, whose answers are not read yet.
+    private var queued: [String] = []
+    /// How many statements go out before their answers are read: few enough that the answers
+    /// never fill the socket's buffers while this side is still sending (with both sides
+    /// blocked on writing, neither would read).
+    static let pipelineDepth = 256
+
+    /// Sends the pipeline's end and reads every queued statement's answer; throws the first
+    /// error. With `keepingLast`, returns the last statement's result, which the caller clears.
+    private func finishPipeline(keepingLast: Bool) throws(PostgresError) -> OpaquePointer? {
+        let statements = queued
+        queued.removeAll()
+        let synced = PQpipelineSync(handle) == 1
+        var failure: PostgresError?
+        var last: OpaquePointer?
+        var answered = 0
         var nulls = 0
-        while sent || !isBroken {
+        while synced {
             guard let result = PQgetResult(handle) else {
-                // A NULL ends each statement's answers; more in a row than statements sent
-                // means the answers stopped coming (the connection broke).
+                // A NULL ends each statement's answer; more in a row means the answers stopped
+                // coming (the connection broke).
                 nulls += 1
-                if nulls > 2 || isBroken { break }
+                if nulls > 1 && isBroken { break }
+                if nulls > 2 { break }
                 continue
             }
             nulls = 0
@@ -242,25 +293,49 @@ package final class PostgresConnection {
                 PQclear(result)
                 break
             }
-            answers.append(result)
+            let sql = answered < statements.count ? statements[answered] : "?"
+            answered += 1
+            if failure == nil {
+                if PQresultStatus(result) == PGRES_PIPELINE_ABORTED {
+                    // Skipped for an error that was not reported: never expected, never ignored.
+                    failure = PostgresError(code: .init(rawValue: "XX000"), message: "the statement was skipped in a pipeline that failed", sql: sql)
+                } else {
+                    do {
+                        try check(result, sql: sql)
+                    } catch {
+                        failure = error
+                    }
+                }
+            }
+            if keepingLast && answered == statements.count && failure == nil {
+                last = result
+            } else {
+                PQclear(result)
+            }
         }
         // A connection that cannot leave pipeline mode cannot run anything else: it counts as
         // broken, so its owner replaces it.
         if PQexitPipelineMode(handle) != 1 { unusable = true }
-        guard sent, answers.count == 2 else {
-            answers.forEach { PQclear($0) }
-            throw lostConnection(sql: sql)
+        if let failure {
+            last.map { PQclear($0) }
+            throw failure
         }
-        let (began, result) = (answers[0], answers[1])
-        defer { PQclear(began) }
-        do {
-            try check(began, sql: begin)
-            try check(result, sql: sql)
-        } catch {
-            PQclear(result)
-            throw error
+        guard synced, answered == statements.count else {
+            last.map { PQclear($0) }
+            throw lostConnection(sql: statements.last ?? "?")
         }
-        return result
+        return last
+    }
+
+    /// After a statement could not be sent: reads what the pipeline answered so far and leaves
+    /// it, returning the error to throw.
+    /// The connection is left unusable: what of its transaction ran is unknown here, and its
+    /// owner replaces it, which ends the transaction on the server.
+    private func abandonPipeline(sql: String) -> PostgresError {
+        let error = lostConnection(sql: sql)
+        _ = try? finishPipeline(keepingLast: false)
+        unusable = true
+        return error
     }
 
     private func prepare(_ key: StatementKey) throws(PostgresError) -> String {

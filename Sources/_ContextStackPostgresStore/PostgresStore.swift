@@ -239,7 +239,7 @@ package final class PostgresStore: QueuedStore {
             connection.beginLater("BEGIN")
             do {
                 try body(&connection)
-                try commit { try connection.execute("COMMIT") }
+                try commit { try connection.commit() }
             } catch {
                 if connection.isBroken {
                     slot = nil

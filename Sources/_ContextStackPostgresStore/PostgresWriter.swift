@@ -18,24 +18,26 @@ package enum PostgresWriter {
         try connection.execute("BEGIN")
         do {
             for changes in changeSets { try apply(changes, on: connection) }
-            try connection.execute("COMMIT")
+            try connection.commit()
         } catch {
             if connection.isInTransaction && !connection.isBroken { try? connection.execute("ROLLBACK") }
             throw error
         }
     }
 
-    /// Writes one change set inside the caller's transaction.
+    /// Writes one change set inside the caller's transaction. Its statements are queued
+    /// (`PostgresConnection.enqueue`): their errors are thrown by the connection's next use or
+    /// by `commit()`, and a transaction of them alone is one round trip with its `COMMIT`.
     package static func apply(_ changes: ChangeSet, on connection: PostgresConnection) throws {
         // Deletes first, so a value they free can be reused; PostgreSQL checks unique indexes
         // row by row, as SQLite does.
         for delete in changes.deletes {
-            for (sql, arguments) in WriteSQL.deletes(delete.id, delete.entity) { try connection.run(sql, arguments) }
+            for (sql, arguments) in WriteSQL.deletes(delete.id, delete.entity) { try connection.enqueue(sql, arguments) }
         }
-        for (sql, arguments) in WriteSQL.uniqueReleases(changes.updates) { try connection.run(sql, arguments) }
+        for (sql, arguments) in WriteSQL.uniqueReleases(changes.updates) { try connection.enqueue(sql, arguments) }
         for update in changes.updates where !update.slots.isEmpty {
-            try connection.run(WriteSQL.update(update.entity, slots: update.slots, alsoSet: PostgresDialect().rowVersionAssignments),
-                               update.values + [.integer(update.id.primaryKey)])
+            try connection.enqueue(WriteSQL.update(update.entity, slots: update.slots, alsoSet: PostgresDialect().rowVersionAssignments),
+                                   update.values + [.integer(update.id.primaryKey)])
         }
         try insertRows(changes.inserts, on: connection)
         for link in changes.links {
@@ -43,7 +45,7 @@ package enum PostgresWriter {
             let sql = link.present
                 ? "INSERT INTO \(join) (source, target) VALUES (?, ?) ON CONFLICT DO NOTHING"
                 : "DELETE FROM \(join) WHERE source = ? AND target = ?"
-            try connection.run(sql, [.integer(link.key.source), .integer(link.key.target)])
+            try connection.enqueue(sql, [.integer(link.key.source), .integer(link.key.target)])
         }
     }
 
@@ -68,7 +70,7 @@ package enum PostgresWriter {
                 var arguments: [Value] = []
                 arguments.reserveCapacity(size * width)
                 for insert in inserts[next..<(next + size)] { arguments += WriteSQL.insertArguments(insert.id, insert.row) }
-                try connection.run(WriteSQL.insert(entity, rows: size), arguments)
+                try connection.enqueue(WriteSQL.insert(entity, rows: size), arguments)
                 next += size
             }
             start = end

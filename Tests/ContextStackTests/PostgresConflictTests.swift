@@ -57,4 +57,33 @@ struct PostgresConflictTests {
         // to what it did not touch reaches it with issue 14's history.)
         #expect(held.age == Int(stored[0][0].int64Value!), "the main context shows what is stored")
     }
+
+    /// A unique value another process saves after `commit()` checked it: the writer's insert
+    /// waits on the unique index for the other transaction, then fails, and the whole commit
+    /// fails with the `SaveError` the check would have thrown (its statements' errors arrive
+    /// with `COMMIT`, in the same round trip), nothing of it stored.
+    @Test @MainActor func aUniqueValueSavedElsewhereMeanwhileFailsTheCommitWhole() async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let world = try MainContext(stack: store.stack)
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.run("INSERT INTO \"Person\" (\"Z_PK\", \"Z_VERSION\", name, age, email) VALUES (?, 1, 'Other', 0, ?)",
+                             [.integer(1_000_000), .text("monk@example.com")])
+        try world.beginUpdateAndWait { update in
+            let pet = try update.create(Pet.self)
+            pet.name = "Rex"
+            let monk = try update.create(Person.self)
+            (monk.name, monk.email) = ("Monk", "monk@example.com")
+            try update.commit()
+        }
+        #expect(try await waitForALockWaiter(url), "the writer never waited for the other process's row")
+        try otherProcess.execute("COMMIT")
+        let error = await #expect(throws: SaveError.self) { try await store.stack.flush() }
+        #expect(error?.code == .uniquenessViolated)
+        #expect(error?.entityName == "Person")
+        #expect(error?.keys == ["email"])
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Other")]])
+        #expect(try store.writtenRows("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]])
+    }
 }

@@ -272,6 +272,41 @@ struct PostgresConnectionTests {
         #expect(!connection.isInTransaction && !connection.abandonPendingBegin())
     }
 
+    /// Queued statements go out together and commit with `COMMIT`; the connection's next use
+    /// reads their answers first, so it sees what they did. More than a pipeline's depth, and
+    /// statements prepared while others are queued, work the same.
+    @Test func queuedStatementsCommitTogether() throws {
+        try connection.execute("CREATE TABLE t (v int8 PRIMARY KEY, s text)")
+        connection.beginLater("BEGIN")
+        let count = PostgresConnection.pipelineDepth * 2 + 3
+        for value in 0..<count { try connection.enqueue("INSERT INTO t (v) VALUES (?)", [.integer(Int64(value))]) }
+        try connection.enqueue("UPDATE t SET s = ? WHERE v = ?", [.text("one"), .integer(1)])
+        #expect(try connection.scalar("SELECT count(*) FROM t") == .integer(Int64(count)), "a query reads the queue's answers first")
+        try connection.enqueue("DELETE FROM t WHERE v = ?", [.integer(0)])
+        try connection.commit()
+        #expect(!connection.isInTransaction)
+        let other = try PostgresConnection(PostgresSettings(url: database.url))
+        #expect(try other.scalar("SELECT count(*) FROM t") == .integer(Int64(count - 1)))
+        #expect(try other.scalar("SELECT s FROM t WHERE v = 1") == .text("one"))
+    }
+
+    /// A queued statement that fails is thrown, with its own SQL, by `commit()`; the statements
+    /// after it and `COMMIT` did not run, and the transaction is left to roll back whole.
+    @Test func aFailingQueuedStatementFailsTheCommitWhole() throws {
+        try connection.execute("CREATE TABLE t (v int8 PRIMARY KEY)")
+        connection.beginLater("BEGIN")
+        try connection.enqueue("INSERT INTO t (v) VALUES (?), (?)", [.integer(2), .integer(3)])
+        try connection.enqueue("INSERT INTO t (v) VALUES (?)", [.integer(1)])
+        try connection.enqueue("INSERT INTO t (v) VALUES (?)", [.integer(1)])
+        try connection.enqueue("INSERT INTO t (v) VALUES (?)", [.integer(4)])
+        let error = try #require(throws: PostgresError.self) { try connection.commit() }
+        #expect(error.code == .uniqueViolation)
+        #expect(error.sql == "INSERT INTO t (v) VALUES (?)")
+        #expect(PQtransactionStatus(connection.handle) == PQTRANS_INERROR, "not committed")
+        try connection.execute("ROLLBACK")
+        #expect(try connection.scalar("SELECT count(*) FROM t") == .integer(0))
+    }
+
     /// `isAlive` notices a connection the server closed, without sending anything.
     @Test func aConnectionTheServerClosedIsNoticedBeforeUse() throws {
         #expect(connection.isAlive())

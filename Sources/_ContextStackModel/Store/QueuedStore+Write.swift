@@ -69,8 +69,11 @@ extension QueuedStore {
                 }
             })
         } catch {
-            // The whole transaction failed: nothing of the batch is stored.
+            // The whole transaction failed: nothing of the batch is stored. A commit alone may
+            // learn of its statements' errors only at `COMMIT` (a store that sends them
+            // without waiting, as PostgreSQL's does): they are its own, and read as such.
             state.withLock { $0.overlay.removeWritten(upTo: last) }
+            let error = batch.count == 1 ? saveError(error) : error
             outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
         }
         return outcome
