@@ -66,7 +66,8 @@ package final class PostgresConnection {
     private var unusable = false
 
     /// Whether the connection is inside a transaction block, idle or failed, or has one
-    /// waiting to begin with its next statement.
+    /// waiting to begin with its next statement. Also true while answers are unread (libpq
+    /// then reports a statement in progress), in a transaction or not: `settle()` first.
     package var isInTransaction: Bool {
         if pendingBegin != nil { return true }
         let status = PQtransactionStatus(handle)
@@ -78,7 +79,14 @@ package final class PostgresConnection {
 
     /// Runs one or more statements without parameters, through the simple query protocol
     /// (`BEGIN`, `COMMIT`, DDL, several statements separated by `;`).
+    ///
+    /// A `ROLLBACK` (to a savepoint or of the whole transaction) first reads the answers of the
+    /// statements still queued and forgets their errors: it undoes whatever they did.
     package func execute(_ sql: String) throws(PostgresError) {
+        if sql.hasPrefix("ROLLBACK") {
+            try checkUsable(sql)
+            if !queued.isEmpty { _ = try? finishPipeline(keepingLast: false) }
+        }
         try settle()
         let text = takingPendingBegin(sql)
         tracer?.emit(sql)
@@ -91,10 +99,17 @@ package final class PostgresConnection {
     /// it goes out with the next statement — ahead of it in the same query string, or in one
     /// pipeline with a prepared statement — and fails with it. Until then nothing is sent, and
     /// `isInTransaction` is true; `abandonPendingBegin` forgets it.
+    ///
+    /// `begin` is one statement; when it goes out in a pipeline, `transactionPreamble` follows it.
     package func beginLater(_ begin: String) {
-        precondition(!isInTransaction, "beginLater(_:) on a connection already inside a transaction: end that one first.")
+        precondition(!isInTransaction, "beginLater(_:) on a connection already inside a transaction or with answers unread: end it, or settle(), first.")
+        precondition(!begin.contains(";"), "beginLater(_:) takes one statement: \(begin)")
         pendingBegin = begin
     }
+
+    /// Statements without parameters that follow a `beginLater` `BEGIN` when it goes out in a
+    /// pipeline (`enqueue`), such as a `SET LOCAL` for that transaction alone.
+    package var transactionPreamble: [String] = []
 
     /// Forgets a `beginLater` that no statement took yet; whether there was one. A transaction
     /// that never began has nothing to commit or roll back.
@@ -148,14 +163,22 @@ package final class PostgresConnection {
     /// waits for, such as the `COMMIT` that ends a read.
     package func send(_ sql: String) throws(PostgresError) {
         try settle()
-        let text = takingPendingBegin(sql)
-        tracer?.emit(sql)
-        guard PQsendQuery(handle, text) == 1 else { throw lostConnection(sql: sql) }
+        if pendingBegin == nil, let name = statements[StatementKey(sql: sql, types: [])] {
+            // Prepared already (a pipeline prepares `COMMIT`): the server does not parse it
+            // again. Not prepared here: in a failed transaction preparing fails too.
+            tracer?.emit(sql)
+            guard PQsendQueryPrepared(handle, name, 0, nil, nil, nil, 0) == 1 else { throw lostConnection(sql: sql) }
+        } else {
+            let text = takingPendingBegin(sql)
+            tracer?.emit(sql)
+            guard PQsendQuery(handle, text) == 1 else { throw lostConnection(sql: sql) }
+        }
         unanswered = sql
     }
 
     /// Reads the answer to what `send` sent, if it is not read yet; throws its error.
     package func settle() throws(PostgresError) {
+        try checkUsable(queued.first ?? unanswered ?? "")
         if !queued.isEmpty { _ = try finishPipeline(keepingLast: false) }
         guard let sql = unanswered else { return }
         unanswered = nil
@@ -213,10 +236,15 @@ package final class PostgresConnection {
         } catch {
             throw PostgresError(code: error.code, message: error.message, sql: sql)
         }
-        let key = StatementKey(sql: sql, types: parameters.types)
-        if let cached = statements[key] { return (cached, parameters) }
+        return (try statementName(sql, types: parameters.types, settlingFirst: settlingFirst), parameters)
+    }
+
+    /// The server-side name of `sql` prepared for `types`, preparing it on first use.
+    private func statementName(_ sql: String, types: [UInt32] = [], settlingFirst: Bool = false) throws(PostgresError) -> String {
+        let key = StatementKey(sql: sql, types: types)
+        if let cached = statements[key] { return cached }
         if settlingFirst { try settle() }
-        return (try prepare(key), parameters)
+        return try prepare(key)
     }
 
     // MARK: - Pipeline
@@ -227,46 +255,71 @@ package final class PostgresConnection {
     /// next other use, or by `commit()`, which sends `COMMIT` in the same pipeline — a
     /// transaction of such statements is one round trip. The first error among them is thrown
     /// there; those after it did not run, and the transaction is left failed, to roll back.
+    ///
+    /// Statements are enqueued inside a transaction (after `beginLater`, or once one is open):
+    /// outside one, each pipeline's end would commit what came before it.
     package func enqueue(_ sql: String, _ arguments: [Value] = []) throws(PostgresError) {
-        if queued.isEmpty { try settle() }
+        if queued.isEmpty {
+            try settle()
+            precondition(pendingBegin != nil || [PQTRANS_INTRANS, PQTRANS_INERROR].contains(PQtransactionStatus(handle)),
+                         "enqueue(_:_:) outside a transaction: call beginLater(_:) or begin one first.")
+        }
         // Preparing waits for its answer, which pipeline mode does not allow: the queue goes
         // first (only a statement's first use in the connection's life costs that).
-        let (name, parameters) = try prepared(sql, arguments, settlingFirst: true)
+        var (name, parameters) = try prepared(sql, arguments, settlingFirst: true)
         if queued.count >= Self.pipelineDepth { try settle() }
         if queued.isEmpty {
+            // `COMMIT` and the `BEGIN` go out prepared too; prepared now, while nothing is
+            // queued (and `sql` again, in case that filled the cache, which then started over).
+            // A `BEGIN` the server refuses to prepare is thrown as such; no transaction began.
+            let pending = pendingBegin
+            pendingBegin = nil
+            commitName = try statementName("COMMIT")
+            let begin = try pending.map { begin throws(PostgresError) in (begin, try statementName(begin)) }
+            let preamble = try (begin == nil ? [] : transactionPreamble).map { statement throws(PostgresError) in (statement, try statementName(statement)) }
+            name = try statementName(sql, types: parameters.types)
             guard PQenterPipelineMode(handle) == 1 else { throw lostConnection(sql: sql) }
-            if let begin = pendingBegin {
-                pendingBegin = nil
-                tracer?.emit(begin)
-                queued.append(begin)
-                guard PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) == 1 else { throw abandonPipeline(sql: begin) }
+            for (statement, name) in (begin.map { [$0] } ?? []) + preamble {
+                try sendQueued(statement, name: name)
             }
         }
+        try sendQueued(sql, name: name, parameters)
+    }
+
+    /// Sends a prepared statement into the open pipeline.
+    private func sendQueued(_ sql: String, name: String, _ parameters: PostgresParameters? = nil) throws(PostgresError) {
         tracer?.emit(sql)
         queued.append(sql)
-        let sent = parameters.withPointers { values, lengths, formats in
-            PQsendQueryPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
+        let sent = if let parameters {
+            parameters.withPointers { values, lengths, formats in
+                PQsendQueryPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
+            }
+        } else {
+            PQsendQueryPrepared(handle, name, 0, nil, nil, nil, 0)
         }
         guard sent == 1 else { throw abandonPipeline(sql: sql) }
     }
 
     /// Ends the transaction with `COMMIT`: in the same round trip as the statements queued
-    /// before it, if there are any.
+    /// before it, if there are any. A transaction whose `BEGIN` never went out has nothing to
+    /// commit.
     /// - Throws: the first queued statement's error (the transaction is then left failed, not
     ///   committed), or `COMMIT`'s own.
     package func commit() throws(PostgresError) {
-        guard !queued.isEmpty else { return try execute("COMMIT") }
-        tracer?.emit("COMMIT")
-        queued.append("COMMIT")
-        guard PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) == 1 else { throw abandonPipeline(sql: "COMMIT") }
+        if abandonPendingBegin() { return }
+        guard !queued.isEmpty, let commitName else { return try execute("COMMIT") }
+        try sendQueued("COMMIT", name: commitName)
         _ = try finishPipeline(keepingLast: false)
     }
 
     /// Statements queued in the pipeline, in order, whose answers are not read yet.
     private var queued: [String] = []
-    /// How many statements go out before their answers are read: few enough that the answers
-    /// never fill the socket's buffers while this side is still sending (with both sides
-    /// blocked on writing, neither would read).
+    /// The server-side name of `COMMIT`, prepared when the first pipeline began.
+    private var commitName: String?
+    /// How many statements go out before their answers are read. Not for fear of a deadlock
+    /// (libpq reads what the server sends while it waits to send more), but so that an error
+    /// is read, and the statements after it are no longer built and sent, soon enough, and
+    /// the list of queued statements stays small.
     static let pipelineDepth = 256
 
     /// Sends the pipeline's end and reads every queued statement's answer; throws the first
@@ -293,7 +346,13 @@ package final class PostgresConnection {
                 PQclear(result)
                 break
             }
-            let sql = answered < statements.count ? statements[answered] : "?"
+            guard answered < statements.count else {
+                // An answer beyond the last statement's: the connection broke after every
+                // statement was answered (what they did stands), and the sync never comes.
+                PQclear(result)
+                if isBroken { break } else { continue }
+            }
+            let sql = statements[answered]
             answered += 1
             if failure == nil {
                 if PQresultStatus(result) == PGRES_PIPELINE_ABORTED {
@@ -322,7 +381,7 @@ package final class PostgresConnection {
         }
         guard synced, answered == statements.count else {
             last.map { PQclear($0) }
-            throw lostConnection(sql: statements.last ?? "?")
+            throw lostConnection(sql: answered < statements.count ? statements[answered] : statements.last ?? "")
         }
         return last
     }
@@ -371,6 +430,12 @@ package final class PostgresConnection {
                                 detail: cs_pq_detail(result).map { String(cString: $0) },
                                 constraint: cs_pq_constraint(result).map { String(cString: $0) }, sql: sql)
         }
+    }
+
+    /// Throws when an earlier failure left the connection in a state no statement can follow
+    /// (its owner replaces it: `isBroken` says so).
+    private func checkUsable(_ sql: String) throws(PostgresError) {
+        if unusable { throw PostgresError(code: .connectionLost, message: "the connection to \(settings.redactedURL) was left unusable by an earlier failure", sql: sql) }
     }
 
     /// libpq returned no result at all: the connection is gone (or out of memory).

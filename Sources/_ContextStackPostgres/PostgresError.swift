@@ -40,6 +40,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let undefinedTable = Code(rawValue: "42P01")
         public static let undefinedColumn = Code(rawValue: "42703")
         public static let queryCanceled = Code(rawValue: "57014")
+        /// A lock waited for longer than `lock_timeout` allows.
+        public static let lockNotAvailable = Code(rawValue: "55P03")
         public static let adminShutdown = Code(rawValue: "57P01")
         public static let cannotConnectNow = Code(rawValue: "57P03")
         public static let insufficientPrivilege = Code(rawValue: "42501")

@@ -307,6 +307,36 @@ struct PostgresConnectionTests {
         #expect(try connection.scalar("SELECT count(*) FROM t") == .integer(0))
     }
 
+    /// A `ROLLBACK` undoes what queued statements did, and so does not throw their error: it
+    /// reads their answers and rolls back (as when a commit is cut short by an error of its own
+    /// after a queued statement failed).
+    @Test func aRollbackForgetsTheErrorsOfWhatItUndoes() throws {
+        try connection.execute("CREATE TABLE t (v int8 PRIMARY KEY)")
+        connection.beginLater("BEGIN")
+        try connection.enqueue("INSERT INTO t (v) VALUES (?)", [.integer(1)])
+        try connection.execute("SAVEPOINT s")
+        try connection.enqueue("INSERT INTO t (v) VALUES (?)", [.integer(1)])
+        try connection.execute("ROLLBACK TO SAVEPOINT s")
+        try connection.enqueue("INSERT INTO t (v) VALUES (?)", [.integer(2)])
+        try connection.commit()
+        #expect(try connection.scalar("SELECT count(*) FROM t") == .integer(2), "the first and the third")
+        connection.beginLater("BEGIN")
+        try connection.enqueue("INSERT INTO t (v) VALUES (?)", [.integer(2)])
+        try connection.execute("ROLLBACK")
+        #expect(!connection.isInTransaction)
+        #expect(try connection.scalar("SELECT count(*) FROM t") == .integer(2))
+    }
+
+    /// A transaction's preamble follows its `BEGIN` into the pipeline, and holds for that
+    /// transaction only.
+    @Test func aPreambleHoldsForItsTransactionOnly() throws {
+        connection.transactionPreamble = ["SET LOCAL lock_timeout = '1234ms'"]
+        connection.beginLater("BEGIN")
+        #expect(try connection.scalar("SELECT current_setting('lock_timeout')") == .text("1234ms"))
+        try connection.commit()
+        #expect(try connection.scalar("SELECT current_setting('lock_timeout')") == .text("0"))
+    }
+
     /// `isAlive` notices a connection the server closed, without sending anything.
     @Test func aConnectionTheServerClosedIsNoticedBeforeUse() throws {
         #expect(connection.isAlive())
