@@ -226,36 +226,57 @@ package final class PostgresStore: QueuedStore {
     /// none or it broke. A connection that breaks during the transaction is dropped: nothing
     /// of the transaction is stored (or, when it broke during `COMMIT` itself, the server
     /// decided; see Docs/Postgres.md), and the next write connects again.
+    ///
+    /// The statements `body` queues go out with `COMMIT`, in one round trip — which `commit`
+    /// runs under the state lock, where reads begin. So that no read waits long behind a row
+    /// another process or machine holds locked, the transaction waits for locks at most
+    /// `lockWaitUnderStateLock`; past that it is rolled back and written again patiently: its
+    /// statements answered before the state lock is taken, `COMMIT` alone under it.
     package func writeTransaction(_ body: (inout PostgresConnection) throws -> Void, commit: (() throws -> Void) throws -> Void) throws {
         try writer.withLock { slot in
-            var connection = try Self.usable(&slot, settings: settings, tracer: tracer)
-            if !connection.isAlive() {
-                // Closed by the server since the last write (a restart, a failover): nothing
-                // is sent yet, so the transaction starts on a new connection.
-                slot = nil
-                connection = try Self.usable(&slot, settings: settings, tracer: tracer)
-            }
-            // `BEGIN` goes out with the transaction's first statement: no round trip of its own.
-            connection.beginLater("BEGIN")
-            do {
-                try body(&connection)
-                try commit { try connection.commit() }
-            } catch {
-                if connection.isBroken {
+            var patient = false
+            while true {
+                var connection = try Self.usable(&slot, settings: settings, tracer: tracer)
+                if !connection.isAlive() {
+                    // Closed by the server since the last write (a restart, a failover): nothing
+                    // is sent yet, so the transaction starts on a new connection.
                     slot = nil
-                } else if connection.abandonPendingBegin() {
-                    // Nothing was sent: there is no transaction to roll back.
-                } else if connection.isInTransaction {
-                    do {
-                        try connection.execute("ROLLBACK")
-                    } catch {
-                        slot = nil
-                    }
+                    connection = try Self.usable(&slot, settings: settings, tracer: tracer)
                 }
-                throw error
+                // `BEGIN` goes out with the transaction's first statement: no round trip of its own.
+                connection.beginLater("BEGIN")
+                connection.transactionPreamble = patient ? [] : [Self.lockWaitUnderStateLock]
+                do {
+                    try body(&connection)
+                    if patient { try connection.settle() }
+                    try commit { try connection.commit() }
+                    return
+                } catch {
+                    if connection.isBroken {
+                        slot = nil
+                    } else if connection.abandonPendingBegin() {
+                        // Nothing was sent: there is no transaction to roll back.
+                    } else if connection.isInTransaction {
+                        do {
+                            try connection.execute("ROLLBACK")
+                        } catch {
+                            slot = nil
+                        }
+                    }
+                    if !patient, slot != nil, let error = error as? PostgresError, error.code == .lockNotAvailable {
+                        patient = true
+                        continue
+                    }
+                    throw error
+                }
             }
         }
     }
+
+    /// The longest a commit's statements wait for another transaction's locks while they may
+    /// be under the state lock: a writer of another ContextStack process holds its locks for
+    /// one round trip and a disk flush, a millisecond or so.
+    static let lockWaitUnderStateLock = "SET LOCAL lock_timeout = '50ms'"
 
     package func execute(_ sql: String, writer: inout PostgresConnection) throws {
         try writer.execute(sql)
