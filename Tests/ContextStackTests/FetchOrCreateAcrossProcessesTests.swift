@@ -68,10 +68,12 @@ import Testing
 
         let insert = "INSERT INTO \"Person\" (\"Z_PK\", name, age, email) VALUES (1000000, 'Saved', 40, 'monk@example.org')"
         let commitOther: () throws -> Void
+        var holder: Int32 = 0
         if let url = store.database?.url {
             let other = try PostgresConnection(PostgresSettings(url: url))
             try other.execute("BEGIN")
             try other.execute(insert)
+            holder = other.backendPID
             commitOther = { try other.execute("COMMIT") }
         } else {
             let other = try store.rawConnection()
@@ -86,7 +88,7 @@ import Testing
             return monk.objectID
         }
         if let url = store.database?.url {
-            #expect(try await waitForALockWaiter(url), "the writer never waited for the other transaction")
+            #expect(try await waitForALockWaiter(url, blockedBy: holder), "the writer never waited for the other transaction")
         }
         try commitOther()
         try await store.stack.flush()

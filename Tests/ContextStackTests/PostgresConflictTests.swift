@@ -38,7 +38,7 @@ struct PostgresConflictTests {
             try update.commit()
         }
         #expect(held.age == 61, "shown at once")
-        #expect(try await waitForALockWaiter(url), "the writer never waited for the other process's row")
+        #expect(try await waitForALockWaiter(url, blockedBy: otherProcess.backendPID), "the writer never waited for the other process's row")
         try otherProcess.execute("COMMIT")
         if policy == .error {
             await #expect(throws: MergeConflictError.self) { try await store.stack.flush() }

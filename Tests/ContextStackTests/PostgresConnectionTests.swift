@@ -285,6 +285,8 @@ struct PostgresConnectionTests {
         try connection.enqueue("DELETE FROM t WHERE v = ?", [.integer(0)])
         try connection.commit()
         #expect(!connection.isInTransaction)
+        #expect(try connection.scalar("SELECT count(*) FROM pg_prepared_statements WHERE statement IN ('BEGIN', 'COMMIT')") == .integer(2),
+                "BEGIN and COMMIT go out prepared, not parsed again at every transaction")
         let other = try PostgresConnection(PostgresSettings(url: database.url))
         #expect(try other.scalar("SELECT count(*) FROM t") == .integer(Int64(count - 1)))
         #expect(try other.scalar("SELECT s FROM t WHERE v = 1") == .text("one"))

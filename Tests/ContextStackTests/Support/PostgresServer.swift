@@ -346,17 +346,11 @@ final class TestSchema: Sendable {
 
 /// Waits until some connection to the database at `url` waits for a lock (a writer, for a row
 /// or a key a test holds in another transaction); false after five seconds.
-func waitForALockWaiter(_ url: URL, blockedBy holder: Int32? = nil) async throws -> Bool {
+func waitForALockWaiter(_ url: URL, blockedBy holder: Int32) async throws -> Bool {
     let watcher = try PostgresConnection(PostgresSettings(url: url))
-    // The cluster is shared by tests running at once: with `holder`, only a wait for that
-    // connection's locks counts.
-    let sql = if let holder {
-        "SELECT count(*) FROM pg_stat_activity WHERE \(holder) = ANY(pg_blocking_pids(pid))"
-    } else {
-        "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
-    }
+    // Only a wait for `holder`'s locks counts: the cluster is shared by tests running at once.
     for _ in 0..<500 {
-        if try watcher.scalar(sql) != .integer(0) { return true }
+        if try watcher.scalar("SELECT count(*) FROM pg_stat_activity WHERE \(holder) = ANY(pg_blocking_pids(pid))") != .integer(0) { return true }
         try await Task.sleep(for: .milliseconds(10))
     }
     return false
