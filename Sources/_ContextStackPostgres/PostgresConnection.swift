@@ -108,7 +108,9 @@ package final class PostgresConnection {
     }
 
     /// Statements without parameters that follow a `beginLater` `BEGIN` when it goes out in a
-    /// pipeline (`enqueue`), such as a `SET LOCAL` for that transaction alone.
+    /// pipeline (`enqueue`, a prepared statement), such as a `SET LOCAL` for that transaction
+    /// alone — and only then: a `BEGIN` that goes out ahead of a simple-protocol statement
+    /// (`execute`, `send`) goes alone. The writer relies on that (`PostgresStore.writeTransaction`).
     package var transactionPreamble: [String] = []
 
     /// Forgets a `beginLater` that no statement took yet; whether there was one. A transaction

@@ -232,6 +232,12 @@ package final class PostgresStore: QueuedStore {
     /// another process or machine holds locked, the transaction waits for locks at most
     /// `lockWaitUnderStateLock`; past that it is rolled back and written again patiently: its
     /// statements answered before the state lock is taken, `COMMIT` alone under it.
+    ///
+    /// The bound is the connection's `transactionPreamble`, which follows `BEGIN` only when it
+    /// goes out with a queued or prepared statement: a commit alone. A group commit begins with
+    /// `SAVEPOINT` (`execute`), so its `BEGIN` goes without the bound — as it must: each of its
+    /// commits has its statements answered at its `RELEASE`, outside the state lock, and a lock
+    /// timeout there would fail that commit instead of being waited out.
     package func writeTransaction(_ body: (inout PostgresConnection) throws -> Void, commit: (() throws -> Void) throws -> Void) throws {
         try writer.withLock { slot in
             var patient = false
