@@ -119,18 +119,36 @@ package final class PostgresStore: QueuedStore {
 
     /// Runs `body` with a reader connection inside a read-only transaction and the overlay,
     /// taken so that the overlay holds exactly what the transaction's snapshot lacks.
-    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> T {
+    ///
+    /// Such a read that runs one statement (`oneStatement`) needs no transaction at all: the
+    /// statement's own snapshot is the read's, and it goes out alone, in autocommit.
+    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
         let (connection, (overlay, pinned)) = try withReadTransaction(canFixLater: { state in
             // Nothing to keep in step with the snapshot: no overlay that it must lack exactly,
             // no pinned view's before-images, no handed-over commits to catch up with. Any
             // later snapshot is then as right as one taken now.
-            whileLocked == nil && pin == nil && state.overlay.isEmpty
+            guard whileLocked == nil && pin == nil && state.overlay.isEmpty else { return .now }
+            return oneStatement ? .byTheStatement : .atTheFirstStatement
         }) { state, _ in
             whileLocked?()
             return (state.overlay, pin.flatMap { state.pins[$0] })
         }
         defer { finishReading(connection) }
-        return try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
+        let before = connection.preparedStatementsRun
+        let result = try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
+        assert(!oneStatement || connection.preparedStatementsRun - before <= 1,
+               "A read said to run one statement ran \(connection.preparedStatementsRun - before): its snapshot may not have held for all of them.")
+        return result
+    }
+
+    /// When a read's snapshot is taken.
+    private enum SnapshotTime {
+        /// Now, under the state lock: `BEGIN … ; SELECT 1`.
+        case now
+        /// By the read's first statement, which carries `BEGIN` along.
+        case atTheFirstStatement
+        /// By the read's only statement, in autocommit: no transaction.
+        case byTheStatement
     }
 
     package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
@@ -152,7 +170,7 @@ package final class PostgresStore: QueuedStore {
     /// When `canFixLater` says so for the state under the lock, the snapshot is left to the
     /// read's first statement, which takes `BEGIN` along in its own round trip: a read then
     /// costs one round trip fewer.
-    private func withReadTransaction<T>(canFixLater: (QueueState) -> Bool = { _ in false },
+    private func withReadTransaction<T>(canFixLater: (QueueState) -> SnapshotTime = { _ in .now },
                                         _ body: (inout QueueState, PostgresConnection) throws -> T) throws -> (PostgresConnection, T) {
         var connection = try takeReader()
         var retried = false
@@ -160,9 +178,12 @@ package final class PostgresStore: QueuedStore {
             var began = false
             do {
                 let result = try state.withLock { state -> T in
-                    if canFixLater(state) && connection.isAlive() {
+                    switch canFixLater(state) {
+                    case .atTheFirstStatement where connection.isAlive():
                         connection.beginLater(Self.beginReadLater)
-                    } else {
+                    case .byTheStatement where connection.isAlive():
+                        break
+                    default:
                         try connection.execute(Self.beginRead)
                     }
                     began = true

@@ -193,7 +193,8 @@ package final class SQLiteStore: QueuedStore {
     /// With `pin`, the session also carries the before-images of that pinned view.
     /// `whileLocked` runs under the lock that fixes the snapshot (main contexts take the
     /// commits handed to them there, so they apply exactly what the snapshot shows).
-    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> T {
+    /// `oneStatement` changes nothing here: a read transaction costs SQLite no round trip.
+    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
         if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
                 let (overlay, pinned) = state.withLock { state in

@@ -132,4 +132,29 @@ struct PostgresStoreTests {
         }
         #expect(try world.fetchCount(Person.self, folded) == 1)
     }
+    /// A read by ID with nothing pending or pinned to keep in step is one statement in
+    /// autocommit, without `BEGIN` or `COMMIT`; a read that may run several statements keeps
+    /// its transaction, so they share one snapshot (Docs/Postgres.md, "Why libpq").
+    @Test func aLookupByIDIsOneStatementWithoutATransaction() throws {
+        let store = try TestStore(.postgres)
+        let writer = try ContextStack.Context(stack: store.stack)
+        let id = try writer.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            try update.commit()
+            return monk.objectID
+        }
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        let reader = try ContextStack.Context(stack: store.stack)
+        #expect(try reader.beginUpdateAndWait { update in try update.fetch(Person.self, id: id)?.name } == "Monk")
+        let lookup = statements.withLock { $0 }
+        #expect(lookup.count == 1 && lookup[0].hasPrefix("SELECT"), "\(lookup)")
+
+        statements.withLock { $0.removeAll() }
+        _ = try reader.beginUpdateAndWait { update in try update.fetchAll(Person.self, %"name" == "Monk") }
+        let fetch = statements.withLock { $0 }
+        #expect(fetch.first?.hasPrefix("BEGIN") == true && fetch.last == "COMMIT", "\(fetch)")
+        store.stack.trace(nil)
+    }
 }

@@ -75,12 +75,13 @@ package final class ContextCore: @unchecked Sendable {
     package var store: any ObjectStore { host.store }
 
     /// Reads the store as this context sees it (through its pinned view, if it has one).
-    package func read<T>(_ body: (ReadSession) throws -> T) throws -> T {
+    /// `oneStatement`: `body` runs at most one statement (see `ObjectStore.read`).
+    package func read<T>(oneStatement: Bool = false, _ body: (ReadSession) throws -> T) throws -> T {
         if pinsView && pin == nil { pin = store.pin() }
-        guard drainsOnNextRead else { return try store.read(pin: pin, body) }
+        guard drainsOnNextRead else { return try store.read(pin: pin, oneStatement: oneStatement, body) }
         drainsOnNextRead = false
         var pending: [ChangeSet] = []
-        return try store.read(pin: pin, whileLocked: { pending = self.takeInbox() }) { session in
+        return try store.read(pin: pin, whileLocked: { pending = self.takeInbox() }, oneStatement: oneStatement) { session in
             apply(pending)
             return try body(session)
         }
@@ -254,7 +255,9 @@ package final class ContextCore: @unchecked Sendable {
             }
         }
         if !unread.isEmpty {
-            let rows = try read { session in
+            // Rows of one family, in one IN list, are one statement (`RowReader.rows(for:)`).
+            let oneStatement = unread.count <= InLists.maximumWidth && unread.allSatisfy { $0.rootEntity === unread[0].rootEntity }
+            let rows = try read(oneStatement: oneStatement) { session in
                 var reader = RowReader(session: session, context: self)
                 return try reader.rows(for: unread)
             }

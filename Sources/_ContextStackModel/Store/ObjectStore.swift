@@ -25,7 +25,9 @@ package protocol ObjectStore: AnyObject, Sendable {
     /// before-images. `whileLocked` runs where the session's snapshot is fixed; without it, a
     /// store may fix the snapshot later, at the session's first statement, when nothing it
     /// holds must match the snapshot exactly (PostgreSQL, with nothing pending or pinned).
-    func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> T
+    /// `oneStatement` says that `body` runs at most one statement, whose own snapshot is then
+    /// all the session needs: such a store may run it outside any transaction.
+    func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T
 
     /// Pins a view of the store as it is now; reads with the ID see it until `unpin`.
     func pin() -> UInt64
@@ -56,8 +58,8 @@ package protocol ObjectStore: AnyObject, Sendable {
 }
 
 extension ObjectStore {
-    func read<T>(pin: UInt64? = nil, _ body: (ReadSession) throws -> T) throws -> T {
-        try read(pin: pin, whileLocked: nil, body)
+    func read<T>(pin: UInt64? = nil, oneStatement: Bool = false, _ body: (ReadSession) throws -> T) throws -> T {
+        try read(pin: pin, whileLocked: nil, oneStatement: oneStatement, body)
     }
 }
 
