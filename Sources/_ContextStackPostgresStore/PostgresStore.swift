@@ -123,7 +123,7 @@ package final class PostgresStore: QueuedStore {
     /// Such a read that runs one statement (`oneStatement`) needs no transaction at all: the
     /// statement's own snapshot is the read's, and it goes out alone, in autocommit.
     package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
-        let (connection, (overlay, pinned)) = try withReadTransaction(canFixLater: { state in
+        let (connection, (overlay, pinned)) = try withReadTransaction(snapshotTime: { state in
             // Nothing to keep in step with the snapshot: no overlay that it must lack exactly,
             // no pinned view's before-images, no handed-over commits to catch up with. Any
             // later snapshot is then as right as one taken now.
@@ -167,10 +167,10 @@ package final class PostgresStore: QueuedStore {
     /// fails at `BEGIN`, before `body` ran: it is replaced by a new connection, once, so the
     /// first read after a restart does not fail for a connection nobody used meanwhile.
     ///
-    /// When `canFixLater` says so for the state under the lock, the snapshot is left to the
-    /// read's first statement, which takes `BEGIN` along in its own round trip: a read then
-    /// costs one round trip fewer.
-    private func withReadTransaction<T>(canFixLater: (QueueState) -> SnapshotTime = { _ in .now },
+    /// `snapshotTime` says, for the state under the lock, when the snapshot is taken: now, or
+    /// by the read's first statement, which takes `BEGIN` along in its own round trip (a read
+    /// then costs one round trip fewer), or by its only statement, with no transaction at all.
+    private func withReadTransaction<T>(snapshotTime: (QueueState) -> SnapshotTime = { _ in .now },
                                         _ body: (inout QueueState, PostgresConnection) throws -> T) throws -> (PostgresConnection, T) {
         var connection = try takeReader()
         var retried = false
@@ -178,7 +178,7 @@ package final class PostgresStore: QueuedStore {
             var began = false
             do {
                 let result = try state.withLock { state -> T in
-                    switch canFixLater(state) {
+                    switch snapshotTime(state) {
                     case .atTheFirstStatement where connection.isAlive():
                         connection.beginLater(Self.beginReadLater)
                     case .byTheStatement where connection.isAlive():
