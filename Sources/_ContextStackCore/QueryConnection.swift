@@ -8,6 +8,16 @@ package protocol QueryConnection {
     /// Runs `sql` with `arguments` bound to its placeholders in order and hands each row to
     /// `body`. The row is valid only during that call.
     func select(_ sql: String, _ arguments: [Value], _ body: (any QueryRow) throws -> Void) throws
+    /// `select`, telling `expecting` how many rows will follow before the first of them, when
+    /// the client knows (PostgreSQL's results arrive whole; SQLite's are stepped and never
+    /// call it), so that a caller can size what it builds once.
+    func select(_ sql: String, _ arguments: [Value], expecting: (Int) -> Void, _ body: (any QueryRow) throws -> Void) throws
+}
+
+extension QueryConnection {
+    package func select(_ sql: String, _ arguments: [Value], expecting: (Int) -> Void, _ body: (any QueryRow) throws -> Void) throws {
+        try select(sql, arguments, body)
+    }
 }
 
 extension QueryConnection {

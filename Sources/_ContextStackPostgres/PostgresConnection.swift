@@ -149,11 +149,13 @@ package final class PostgresConnection {
     }
 
     /// Runs a prepared query and hands each row to `body`; the row is valid only during that call.
-    package func query(_ sql: String, _ arguments: [Value] = [], _ body: (PostgresRow) throws -> Void) throws {
+    package func query(_ sql: String, _ arguments: [Value] = [], expecting: (Int) -> Void = { _ in },
+                       _ body: (PostgresRow) throws -> Void) throws {
         let result = try executePrepared(sql, arguments)
         defer { PQclear(result) }
         var row = PostgresRow(result: result)
         let count = PQntuples(result)
+        expecting(Int(count))
         var index: Int32 = 0
         while index < count {
             row.index = index
@@ -464,5 +466,9 @@ extension PostgresConnection: StoreConnection {
 
     package func select(_ sql: String, _ arguments: [Value], _ body: (any QueryRow) throws -> Void) throws {
         try query(sql, arguments) { row in try body(row) }
+    }
+
+    package func select(_ sql: String, _ arguments: [Value], expecting: (Int) -> Void, _ body: (any QueryRow) throws -> Void) throws {
+        try query(sql, arguments, expecting: expecting) { row in try body(row) }
     }
 }

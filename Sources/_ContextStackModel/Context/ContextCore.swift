@@ -282,6 +282,19 @@ package final class ContextCore: @unchecked Sendable {
     /// hold every value anyway (pending changes make the rows come whole).
     func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?,
                     reader: inout RowReader) throws -> (rows: [(id: ObjectID, row: ObjectRow)], complete: Bool) {
+        var rows: [(id: ObjectID, row: ObjectRow)] = []
+        let complete = try selectRows(query, offset: offset, limit: limit, columns: columns, reader: &reader,
+                                      expecting: { rows.reserveCapacity($0) }) { id, row in rows.append((id, row)) }
+        return (rows, complete)
+    }
+
+    /// `selectRows`, handing the rows to `sink` in order instead of collecting them. When SQL
+    /// alone decides the answer they go to `sink` as they are read, so that a fetch can make
+    /// each row's object while the row is still in the processor's cache; `expecting` learns
+    /// their number first when the store knows it. Returns whether the rows were complete.
+    @discardableResult
+    func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, reader: inout RowReader,
+                    expecting: (Int) -> Void, _ sink: (ObjectID, ObjectRow) throws -> Void) throws -> Bool {
         var recheck = reader.pendingIDs(of: query.entity.rootDescription)
         for chain in query.hopChains {
             recheck.formUnion(try reader.referencing(chain, from: query.entity))
@@ -295,7 +308,8 @@ package final class ContextCore: @unchecked Sendable {
             if limit != nil || offset > 0 {
                 sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
             }
-            return (try reader.rows(sql, table: table, columns: columns), columns == nil)
+            try reader.eachRow(sql, table: table, columns: columns, expecting: expecting, sink)
+            return columns == nil
         }
         sql.text = "SELECT \(reader.selectColumns(table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
         // Each pending object can push at most one stored row out of the window, so the
@@ -319,7 +333,9 @@ package final class ContextCore: @unchecked Sendable {
         }
         if offset > 0 { rows.removeFirst(min(offset, rows.count)) }
         if let limit, rows.count > limit { rows.removeLast(rows.count - limit) }
-        return (rows, true)
+        expecting(rows.count)
+        for (id, row) in rows { try sink(id, row) }
+        return true
     }
 
     /// Makes room in the registry for `count` objects about to be registered: at most one

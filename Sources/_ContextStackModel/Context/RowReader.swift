@@ -40,11 +40,20 @@ package struct RowReader {
     /// With `columns`, a row's other slots are `.null`, and with `[]` its values are empty.
     func rows(_ sql: CompiledQuery.SQL, table: Table, columns: [Int]? = nil) throws -> [(id: ObjectID, row: ObjectRow)] {
         var result: [(id: ObjectID, row: ObjectRow)] = []
-        guard let root = graph.entity(named: table.name) else { return [] }
-        try session.connection.select(sql.text, sql.arguments) { row in
-            if let decoded = decode(row, root: root, columns: columns) { result.append(decoded) }
+        try eachRow(sql, table: table, columns: columns, expecting: { result.reserveCapacity($0) }) { id, row in
+            result.append((id, row))
         }
         return result
+    }
+
+    /// `rows`, handing each decoded row to `body` as it is read instead of collecting them;
+    /// `expecting` learns the number of rows first when the store knows it.
+    func eachRow(_ sql: CompiledQuery.SQL, table: Table, columns: [Int]? = nil, expecting: (Int) -> Void,
+                 _ body: (ObjectID, ObjectRow) throws -> Void) throws {
+        guard let root = graph.entity(named: table.name) else { return }
+        try session.connection.select(sql.text, sql.arguments, expecting: expecting) { row in
+            if let (id, decoded) = decode(row, root: root, columns: columns) { try body(id, decoded) }
+        }
     }
 
     private func decode(_ row: any QueryRow, root: ResolvedEntity, columns: [Int]?) -> (id: ObjectID, row: ObjectRow)? {
