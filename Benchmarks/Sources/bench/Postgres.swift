@@ -173,14 +173,19 @@ struct BenchError: Error, CustomStringConvertible {
         try RawPQ(url, schema: "bench_cs").execute("SELECT setval('\"Z_KEYS_Item\"', \(n + 1))")
     }
 
-    /// Checks that a table holds the data set: its count and a sample of rows.
+    /// Throws unless a table holds exactly the data set, every column of every row.
     func check(_ schema: String) throws {
-        let db = try RawPQ(url, schema: schema)
-        let count = try db.scalar("SELECT count(*) FROM \"Item\"")
-        guard count == String(n) else { throw BenchError("\(schema): \(count) rows, expected \(n)") }
-        for index in stride(from: 0, to: n, by: max(1, n / 7)) {
-            let name = try db.scalar("SELECT name FROM \"Item\" WHERE rank = \(index)")
-            guard name == fixture.seeds[index].name else { throw BenchError("\(schema): row \(index) holds \(name)") }
+        let seeds = fixture.seeds
+        try WrittenItems.check(WrittenItems.postgres(url, schema: schema), count: n, schema) { seeds[$0] }
+    }
+
+    /// Throws unless the rows of `keys` (seed `key - 1` each) have their score raised `runs`
+    /// times and every other row is as filled.
+    func checkReadModifyWrites(_ schema: String, keys: [Int64], runs: Int) throws {
+        let changed = Set(keys.map { Int($0) - 1 })
+        let seeds = fixture.seeds
+        try WrittenItems.check(WrittenItems.postgres(url, schema: schema), count: n, schema) { index in
+            changed.contains(index) ? WrittenItems.bumped(seeds[index], times: runs) : seeds[index]
         }
     }
 }
@@ -342,8 +347,7 @@ final class PostgresSaveOneWorkload: WorkloadBase, Workload {
         try raw.prepare("one", "SELECT \(Raw.columns) FROM \"Item\" WHERE \"Z_PK\" = $1")
         try raw.prepare("set", "UPDATE \"Item\" SET \"score\" = $1 WHERE \"Z_PK\" = $2")
         let (stack, world) = try postgres.csStack()
-        let all = try world.fetchIDs(Item.self, orderBy: .ascending("rank"))
-        ids = keys.map { all[Int($0) - 1] }
+        ids = try CSWrites.ids(world, keys: keys)
         self.stack = stack
         updater = try Context(stack: stack, updateTarget: .persistentStore)
     }
@@ -356,19 +360,25 @@ final class PostgresSaveOneWorkload: WorkloadBase, Workload {
         switch contender {
         case .raw:
             let db = raw!
-            return Sample(seconds: try measure {
+            let elapsed = try measure {
                 for key in keys {
                     let item = try db.run("one", [String(key)]) { RawPQ.item($0, 0) }
                     try db.run("set", ["\(item.score + 1)", String(key)]) { _ in }
                 }
-            })
+            }
+            try postgres.checkReadModifyWrites("bench_raw", keys: keys, runs: counted(contender))
+            return Sample(seconds: elapsed)
         case .grdb:
             let fluent = postgres.fluent!
             let start = now()
             for key in keys { try await fluent.readModifyWrite(key: key) }
-            return Sample(seconds: seconds(since: start))
+            let elapsed = seconds(since: start)
+            try postgres.checkReadModifyWrites("bench_fluent", keys: keys, runs: counted(contender))
+            return Sample(seconds: elapsed)
         case .contextStack:
-            return Sample(seconds: try CSWrites.timedReadModifyWrites(updater, ids: ids))
+            let elapsed = try CSWrites.timedReadModifyWrites(updater, ids: ids)
+            try postgres.checkReadModifyWrites("bench_cs", keys: keys, runs: counted(contender))
+            return Sample(seconds: elapsed)
         }
     }
 

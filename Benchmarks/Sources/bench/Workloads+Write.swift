@@ -21,6 +21,16 @@ import GRDB
         return (stack, try MainContext(stack: stack))
     }
 
+    /// How many times each contender has run this workload (the warm-up included): what a
+    /// write workload's result check expects to find applied.
+    private var runs: [Contender: Int] = [:]
+
+    /// Counts a run of `contender`; returns its number, from 1.
+    func counted(_ contender: Contender) -> Int {
+        runs[contender, default: 0] += 1
+        return runs[contender]!
+    }
+
     /// `count` distinct primary keys in 1...n, the same on every run.
     func randomKeys(_ count: Int, seed: UInt64) -> [Int64] {
         var generator = SplitMix(state: seed)
@@ -48,16 +58,20 @@ final class InsertWorkload: WorkloadBase, Workload {
             let url = try fixture.emptyPlainFile("insert-raw")
             defer { fixture.remove(url) }
             let db = try RawDatabase(path: url.path)
-            return Sample(seconds: try measure { try Raw.insert(db, seeds: seeds, count: count) })
+            let elapsed = try measure { try Raw.insert(db, seeds: seeds, count: count) }
+            try WrittenItems.check(WrittenItems.sqlite(url), count: count, "insert, raw") { seeds[$0] }
+            return Sample(seconds: elapsed)
         case .grdb:
             let url = try fixture.emptyPlainFile("insert-grdb")
             defer { fixture.remove(url) }
             let pool = try fixture.pool(url)
-            return Sample(seconds: try measure {
+            let elapsed = try measure {
                 try pool.write { db in
                     for seed in seeds { try GItem(seed).insert(db) }
                 }
-            })
+            }
+            try WrittenItems.check(WrittenItems.sqlite(url), count: count, "insert, GRDB") { seeds[$0] }
+            return Sample(seconds: elapsed)
         case .contextStack:
             let url = fixture.newURL("insert-cs")
             defer { fixture.remove(url) }
@@ -70,7 +84,9 @@ final class InsertWorkload: WorkloadBase, Workload {
                 try update.commit()
             }
             try await stack.flush()
-            return Sample(seconds: seconds(since: start))
+            let elapsed = seconds(since: start)
+            try WrittenItems.check(WrittenItems.sqlite(url), count: count, "insert, ContextStack") { seeds[$0] }
+            return Sample(seconds: elapsed)
         }
     }
 
@@ -91,11 +107,23 @@ final class UpdateWorkload: WorkloadBase, Workload {
     private var pool: DatabasePool!
     private var stack: Stack!
     private var world: MainContext!
+    private var files: [Contender: URL] = [:]
 
     func prepare() async throws {
-        raw = try RawDatabase(path: try fixture.filledPlainFile("update-raw").path)
-        pool = try fixture.pool(try fixture.filledPlainFile("update-grdb"))
-        (stack, world) = try threeTier(try fixture.filledStoreFile("update-cs"))
+        files = [.raw: try fixture.filledPlainFile("update-raw"), .grdb: try fixture.filledPlainFile("update-grdb"),
+                 .contextStack: try fixture.filledStoreFile("update-cs")]
+        raw = try RawDatabase(path: files[.raw]!.path)
+        pool = try fixture.pool(files[.grdb]!)
+        (stack, world) = try threeTier(files[.contextStack]!)
+    }
+
+    /// Every row with quantity < 100 has its score raised once per run so far; no other changed.
+    private func checkResult(_ contender: Contender) throws {
+        let runs = counted(contender)
+        let seeds = fixture.seeds
+        try WrittenItems.check(WrittenItems.sqlite(files[contender]!), count: n, "update, \(contender.label)") { index in
+            seeds[index].quantity < 100 ? WrittenItems.bumped(seeds[index], times: runs) : seeds[index]
+        }
     }
 
     func finish() async throws {
@@ -108,7 +136,7 @@ final class UpdateWorkload: WorkloadBase, Workload {
             let select = try raw.prepare("SELECT \"Z_PK\", \"score\" FROM \"Item\" WHERE \"quantity\" < 100")
             let update = try raw.prepare("UPDATE \"Item\" SET \"score\" = ? WHERE \"Z_PK\" = ?")
             let db = raw!
-            return Sample(seconds: try measure {
+            let elapsed = try measure {
                 try db.execute("BEGIN IMMEDIATE")
                 var rows: [(Int64, Double)] = []
                 while try select.step() { rows.append((select.int64(0), select.double(1))) }
@@ -119,17 +147,21 @@ final class UpdateWorkload: WorkloadBase, Workload {
                     try update.run()
                 }
                 try db.execute("COMMIT")
-            })
+            }
+            try checkResult(contender)
+            return Sample(seconds: elapsed)
         case .grdb:
             let pool = pool!
-            return Sample(seconds: try measure {
+            let elapsed = try measure {
                 try pool.write { db in
                     for var item in try GItem.filter(GItem.Columns.quantity < 100).fetchAll(db) {
                         item.score += 1
                         try item.update(db, columns: [GItem.Columns.score])
                     }
                 }
-            })
+            }
+            try checkResult(contender)
+            return Sample(seconds: elapsed)
         case .contextStack:
             let start = now()
             try world.beginUpdateAndWait { update in
@@ -137,7 +169,9 @@ final class UpdateWorkload: WorkloadBase, Workload {
                 try update.commit()
             }
             try await stack.flush()
-            return Sample(seconds: seconds(since: start))
+            let elapsed = seconds(since: start)
+            try checkResult(contender)
+            return Sample(seconds: elapsed)
         }
     }
 
@@ -159,14 +193,16 @@ final class SaveOneWorkload: WorkloadBase, Workload {
     private var updater: ContextStack.Context!
     private var keys: [Int64] = []
     private var ids: [ObjectID] = []
+    private var files: [Contender: URL] = [:]
 
     func prepare() async throws {
         keys = randomKeys(commits, seed: 7)
-        raw = try RawDatabase(path: try fixture.filledPlainFile("save1-raw").path)
-        pool = try fixture.pool(try fixture.filledPlainFile("save1-grdb"))
-        let (stack, world) = try threeTier(try fixture.filledStoreFile("save1-cs"))
-        let all = try world.fetchIDs(Item.self)
-        ids = keys.map { all[Int($0) - 1] }
+        files = [.raw: try fixture.filledPlainFile("save1-raw"), .grdb: try fixture.filledPlainFile("save1-grdb"),
+                 .contextStack: try fixture.filledStoreFile("save1-cs")]
+        raw = try RawDatabase(path: files[.raw]!.path)
+        pool = try fixture.pool(files[.grdb]!)
+        let (stack, world) = try threeTier(files[.contextStack]!)
+        ids = try CSWrites.ids(world, keys: keys)
         self.stack = stack
         updater = try Context(stack: stack, updateTarget: .persistentStore)
     }
@@ -181,17 +217,28 @@ final class SaveOneWorkload: WorkloadBase, Workload {
             let db = raw!
             let select = try db.prepare("SELECT \(Raw.columns) FROM \"Item\" WHERE \"Z_PK\" = ?")
             let update = try db.prepare("UPDATE \"Item\" SET \"score\" = ? WHERE \"Z_PK\" = ?")
-            return Sample(seconds: try measure {
+            let elapsed = try measure {
                 for key in keys { try Raw.readModifyWrite(db, select: select, update: update, key: key) }
-            })
+            }
+            try checkResult(contender)
+            return Sample(seconds: elapsed)
         case .grdb:
             let pool = pool!
-            return Sample(seconds: try measure {
+            let elapsed = try measure {
                 for key in keys { try GRDBWrites.readModifyWrite(pool, key: key) }
-            })
+            }
+            try checkResult(contender)
+            return Sample(seconds: elapsed)
         case .contextStack:
-            return Sample(seconds: try CSWrites.timedReadModifyWrites(updater, ids: ids))
+            let elapsed = try CSWrites.timedReadModifyWrites(updater, ids: ids)
+            try checkResult(contender)
+            return Sample(seconds: elapsed)
         }
+    }
+
+    /// The rows of `keys` have their score raised once per run so far; no other changed.
+    private func checkResult(_ contender: Contender) throws {
+        try CSWrites.checkReadModifyWrites(files[contender]!, fixture: fixture, keys: keys, runs: counted(contender), "save1, \(contender.label)")
     }
 
     func verdict(_ result: WorkloadResult) -> Verdict {
@@ -212,15 +259,23 @@ final class ConcurrentWorkload: WorkloadBase, Workload {
     private var world: MainContext!
     private var keys: [[Int64]] = []
     private var ids: [[ObjectID]] = []
+    private var files: [Contender: URL] = [:]
 
     func prepare() async throws {
         let all = randomKeys(writers * commitsPerWriter, seed: 11)
         keys = (0..<writers).map { writer in Array(all[(writer * commitsPerWriter)..<((writer + 1) * commitsPerWriter)]) }
-        raw = try RawDatabase(path: try fixture.filledPlainFile("concurrent-raw").path)
-        pool = try fixture.pool(try fixture.filledPlainFile("concurrent-grdb"))
-        (stack, world) = try threeTier(try fixture.filledStoreFile("concurrent-cs"))
-        let objectIDs = try world.fetchIDs(Item.self)
-        ids = keys.map { $0.map { objectIDs[Int($0) - 1] } }
+        files = [.raw: try fixture.filledPlainFile("concurrent-raw"), .grdb: try fixture.filledPlainFile("concurrent-grdb"),
+                 .contextStack: try fixture.filledStoreFile("concurrent-cs")]
+        raw = try RawDatabase(path: files[.raw]!.path)
+        pool = try fixture.pool(files[.grdb]!)
+        (stack, world) = try threeTier(files[.contextStack]!)
+        ids = try keys.map { try CSWrites.ids(world, keys: $0) }
+    }
+
+    /// The rows of every writer's keys have their score raised once per run so far.
+    private func checkResult(_ contender: Contender) throws {
+        try CSWrites.checkReadModifyWrites(files[contender]!, fixture: fixture, keys: keys.flatMap { $0 }, runs: counted(contender),
+                                           "concurrent, \(contender.label)")
     }
 
     func finish() async throws {
@@ -235,9 +290,11 @@ final class ConcurrentWorkload: WorkloadBase, Workload {
             let select = try db.prepare("SELECT \(Raw.columns) FROM \"Item\" WHERE \"Z_PK\" = ?")
             let update = try db.prepare("UPDATE \"Item\" SET \"score\" = ? WHERE \"Z_PK\" = ?")
             let keys = keys.flatMap { $0 }
-            return Sample(seconds: try measure {
+            let elapsed = try measure {
                 for key in keys { try Raw.readModifyWrite(db, select: select, update: update, key: key) }
-            })
+            }
+            try checkResult(contender)
+            return Sample(seconds: elapsed)
         case .grdb:
             let pool = pool!
             let keys = keys
@@ -252,6 +309,7 @@ final class ConcurrentWorkload: WorkloadBase, Workload {
                 }
             }
             try failures.check()
+            try checkResult(contender)
             return Sample(seconds: elapsed)
         case .contextStack:
             let world = world!
@@ -267,7 +325,9 @@ final class ConcurrentWorkload: WorkloadBase, Workload {
             }
             try failures.check()
             try await stack.flush()
-            return Sample(seconds: seconds(since: start))
+            let elapsed = seconds(since: start)
+            try checkResult(contender)
+            return Sample(seconds: elapsed)
         }
     }
 
@@ -319,6 +379,25 @@ enum GRDBWrites {
 
 enum CSWrites {
     struct Missing: Error {}
+
+    /// The IDs of the objects with primary keys `keys` (filled stores hold seed `i` at key
+    /// `i + 1`, as the raw and GRDB files do).
+    @MainActor static func ids(_ world: MainContext, keys: [Int64]) throws -> [ObjectID] {
+        let all = try world.fetchIDs(Item.self, orderBy: .ascending("rank"))
+        let ids = keys.map { all[Int($0) - 1] }
+        guard ids.map(\.primaryKey) == keys else { throw BenchError("ContextStack store: keys are not the filled ones") }
+        return ids
+    }
+
+    /// Throws unless the rows of `keys` in the SQLite file at `url` have their score raised
+    /// `runs` times and every other row is as filled.
+    @MainActor static func checkReadModifyWrites(_ url: URL, fixture: Fixture, keys: [Int64], runs: Int, _ label: String) throws {
+        let changed = Set(keys.map { Int($0) - 1 })
+        let seeds = fixture.seeds
+        try WrittenItems.check(WrittenItems.sqlite(url), count: fixture.n, label) { index in
+            changed.contains(index) ? WrittenItems.bumped(seeds[index], times: runs) : seeds[index]
+        }
+    }
 
     /// The seconds `readModifyWrite` takes for every ID in turn, each its own durable commit.
     static func timedReadModifyWrites(_ context: ContextStack.Context, ids: [ObjectID]) throws -> Double {
