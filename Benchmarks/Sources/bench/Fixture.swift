@@ -53,10 +53,19 @@ struct RawItem: Sendable {
     }
 }
 
-/// The GRDB contender's record, written as a performance-minded GRDB user writes one: a
-/// struct with hand-written row decoding and encoding (faster than the Codable defaults).
+/// The GRDB contender's record, written the fastest way GRDB's documentation recommends: a
+/// struct with hand-written decoding that reads columns by index (its "Row" performance
+/// advice; by name costs a lookup per column), with `databaseSelection` fixing which columns
+/// come back in which order, and hand-written encoding instead of the Codable defaults. GRDB
+/// caches the statements its query interface builds, so fetches and writes reuse prepared
+/// statements as the raw contender's do.
 struct GItem: FetchableRecord, PersistableRecord, Sendable {
     static let databaseTableName = "Item"
+    static var databaseSelection: [any SQLSelectable] {
+        [Column("Z_PK"), Column("category"), Column("quantity"), Column("rank"), Column("price"),
+         Column("score"), Column("weight"), Column("name"), Column("code"), Column("note")]
+    }
+
     enum Columns {
         static let id = Column("Z_PK")
         static let category = Column("category")
@@ -82,17 +91,18 @@ struct GItem: FetchableRecord, PersistableRecord, Sendable {
         name = seed.name; code = seed.code; note = seed.note
     }
 
+    /// Columns by index, in `databaseSelection`'s order.
     init(row: GRDB.Row) throws {
-        id = row["Z_PK"]
-        category = row["category"]
-        quantity = row["quantity"]
-        rank = row["rank"]
-        price = row["price"]
-        score = row["score"]
-        weight = row["weight"]
-        name = row["name"]
-        code = row["code"]
-        note = row["note"]
+        id = row[0]
+        category = row[1]
+        quantity = row[2]
+        rank = row[3]
+        price = row[4]
+        score = row[5]
+        weight = row[6]
+        name = row[7]
+        code = row[8]
+        note = row[9]
     }
 
     func encode(to container: inout PersistenceContainer) throws {
