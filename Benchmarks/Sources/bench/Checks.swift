@@ -8,12 +8,20 @@ import Foundation
 /// Rows are matched by name (`item-i` is seed `i`), so the check does not depend on the
 /// primary keys a contender hands out; every other column is compared exactly.
 enum WrittenItems {
-    /// Seed `index` after `times` read-modify-writes, each adding 1 to its score as every
-    /// contender does: the same additions in the same order, so the same `Double`.
-    static func bumped(_ seed: RawItem, times: Int) -> RawItem {
-        var item = seed
-        for _ in 0..<times { item.score += 1 }
-        return item
+    /// Throws unless `rows` hold the data set with the score of every seed that `changed`
+    /// selects (by index) raised `runs` times, and every other row as seeded. Every contender
+    /// adds 1 per read-modify-write: the same additions in the same order, so the same `Double`.
+    static func checkRaised(_ rows: [RawItem], seeds: [RawItem], runs: Int, _ label: String, changed: (Int) -> Bool) throws {
+        try check(rows, count: seeds.count, label) { index in
+            var item = seeds[index]
+            if changed(index) { for _ in 0..<runs { item.score += 1 } }
+            return item
+        }
+    }
+
+    /// The seeds stored at primary keys `keys`: seed `i` is at key `i + 1` in every filled table.
+    static func seedIndexes(_ keys: [Int64]) -> Set<Int> {
+        Set(keys.map { Int($0) - 1 })
     }
 
     /// Throws unless `rows` hold exactly `count` items, `item-0` to `item-(count - 1)`, each

@@ -182,11 +182,8 @@ struct BenchError: Error, CustomStringConvertible {
     /// Throws unless the rows of `keys` (seed `key - 1` each) have their score raised `runs`
     /// times and every other row is as filled.
     func checkReadModifyWrites(_ schema: String, keys: [Int64], runs: Int) throws {
-        let changed = Set(keys.map { Int($0) - 1 })
-        let seeds = fixture.seeds
-        try WrittenItems.check(WrittenItems.postgres(url, schema: schema), count: n, schema) { index in
-            changed.contains(index) ? WrittenItems.bumped(seeds[index], times: runs) : seeds[index]
-        }
+        try WrittenItems.checkRaised(WrittenItems.postgres(url, schema: schema), seeds: fixture.seeds, runs: runs, schema,
+                                     changed: WrittenItems.seedIndexes(keys).contains)
     }
 }
 
