@@ -1,6 +1,8 @@
 @testable import ContextStack
+import ContextStackPostgres
 import _ContextStackCore
 @testable import _ContextStackModel
+@testable import _ContextStackPostgres
 import _ContextStackSQLite
 @testable import _ContextStackSQLiteStore
 import Dispatch
@@ -80,6 +82,52 @@ import Testing
         #expect(third != second)
         try await store.stack.flush()
         #expect(try world.fetchAll(Person.self, orderBy: .ascending("email")).compactMap(\.email) == ["x@example.com", "y@example.com"])
+    }
+
+    /// Values that a commit still waiting for the writer took from a row are free: a
+    /// `fetchOrCreate` for them makes a new object, and does not merge into the row that held
+    /// them when it was last written. Another connection's transaction holds the writer back,
+    /// so the first commit is certainly still queued when the second checks.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func valuesAQueuedCommitTookFromARowAreFree(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let first = try world.beginUpdateAndWait { update in
+            let object = try update.fetchOrCreate(Person.self, %"email" == "x@example.com")
+            object.name = "First"
+            try update.commit()
+            return object.objectID
+        }
+        try await store.stack.flush()
+        let release: () throws -> Void
+        if let url = store.database?.url {
+            let other = try PostgresConnection(PostgresSettings(url: url))
+            try other.execute("BEGIN")
+            try other.execute("SELECT 1 FROM \"Person\" WHERE \"Z_PK\" = \(first.primaryKey) FOR UPDATE")
+            release = { try other.execute("COMMIT") }
+        } else {
+            let other = try store.rawConnection()
+            try other.execute("BEGIN IMMEDIATE")
+            release = { try other.execute("COMMIT") }
+        }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: first)).email = "y@example.com"
+            try update.commit()
+        }
+        let second = try world.beginUpdateAndWait { update in
+            let object = try update.fetchOrCreate(Person.self, %"email" == "x@example.com")
+            #expect(object.isInserted)
+            object.name = "Second"
+            try update.commit()
+            return object.objectID
+        }
+        try release()
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(second != first)
+        #expect(try store.writtenRows("SELECT name, email FROM \"Person\" ORDER BY email")
+            == [[.text("Second"), .text("x@example.com")], [.text("First"), .text("y@example.com")]])
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("email")).map(\.objectID) == [second, first])
     }
 
     /// Many updates race on a few addresses; each pair of racers is held at a barrier after

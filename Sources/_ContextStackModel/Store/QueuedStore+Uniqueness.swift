@@ -98,11 +98,21 @@ extension QueuedStore {
     package static func adoptSavedRows(_ changes: ChangeSet, reader: inout RowReader,
                                        locking: Bool = false) throws -> (saved: ChangeSet, correction: ChangeSet)? {
         var adopted: [ObjectID: ObjectID] = [:]
+        var pendingKeys: [ObjectIdentifier: [[Value]: [ObjectID]]] = [:]
         for insert in changes.inserts where changes.upserts[insert.id] != nil {
             for constraint in insert.row.entity.uniqueConstraints {
                 guard let key = constraint.key(in: insert.row.values) else { continue }
-                let saved = try storedRows(constraint, key, reader: reader, locking: locking).first { other in
-                    other != insert.id && (try? reader.row(other))??.entity === insert.row.entity
+                // A row holds the values if it does as the reader sees it: a commit queued
+                // before this one may have changed them (or deleted the row) without being
+                // written yet, and may have given them to a row the table does not hold yet.
+                if pendingKeys[ObjectIdentifier(constraint)] == nil {
+                    pendingKeys[ObjectIdentifier(constraint)] = try pendingRows(constraint, reader: &reader)
+                }
+                let candidates = try storedRows(constraint, key, reader: reader, locking: locking)
+                    + (pendingKeys[ObjectIdentifier(constraint)]?[key] ?? [])
+                let saved = try candidates.first { other in
+                    guard other != insert.id, let row = try reader.row(other) else { return false }
+                    return row.entity === insert.row.entity && constraint.key(in: row.values) == key
                 }
                 if let saved {
                     adopted[insert.id] = saved
