@@ -392,3 +392,20 @@ package final class PostgresStore: QueuedStore {
                          entityName: constraint.entity.name, keys: constraint.keys)
     }
 }
+
+// MARK: - History
+
+extension PostgresStore {
+    package var tracksHistory: Bool { false }
+
+    package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, writer: inout PostgresConnection) throws -> HistoryToken? { nil }
+
+    package func history(after token: HistoryToken?) throws -> [HistoryTransaction] { throw Self.notTracked }
+    package func deleteHistory(before token: HistoryToken) throws { throw Self.notTracked }
+    package func lastHistoryToken() throws -> HistoryToken? { throw Self.notTracked }
+    package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) {}
+
+    private static var notTracked: HistoryError {
+        HistoryError(.notTracked, "The PostgreSQL store does not track history yet.")
+    }
+}

@@ -47,6 +47,9 @@ package final class Connection {
         return SQLiteError(code: .init(rawValue: reported), message: message, sql: sql)
     }
 
+    /// The rowid of the row the last successful `INSERT` on this connection made.
+    package var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
     /// A prepared statement for `sql`, prepared on first use and reused afterwards.
     package func cachedStatement(_ sql: String) throws(SQLiteError) -> Statement {
         if let statement = statements[sql] {

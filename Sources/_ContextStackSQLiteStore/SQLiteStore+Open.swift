@@ -10,10 +10,13 @@ extension SQLiteStore {
     package struct OpenOptions: Sendable {
         var autoMigrating = true
         var resetOnFailure = false
+        /// Create the history tables (Docs/History.md); a file that has them tracks history anyway.
+        var tracksHistory = false
 
-        package init(autoMigrating: Bool = true, resetOnFailure: Bool = false) {
+        package init(autoMigrating: Bool = true, resetOnFailure: Bool = false, tracksHistory: Bool = false) {
             self.autoMigrating = autoMigrating
             self.resetOnFailure = resetOnFailure
+            self.tracksHistory = tracksHistory
         }
     }
 

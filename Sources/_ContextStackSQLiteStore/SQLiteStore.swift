@@ -35,6 +35,14 @@ package final class SQLiteStore: QueuedStore {
 
     static let maximumIdleReaders = 4
 
+    /// Whether every save writes history (`Z_HISTORY`); see `SQLiteStore+History.swift`.
+    package let tracksHistory: Bool
+    /// Names this store object in the history it writes, so its own watcher can tell its
+    /// commits from other stacks' (other processes', or another stack's on the same file).
+    let instance = UUID().uuidString
+    /// The history watchers `followHistory` started.
+    let watchers = Locked<[SQLiteHistoryWatcher]>([])
+
     package struct WriterState {
         let connection: Connection
         var insertSQL: [ObjectIdentifier: String] = [:]
@@ -113,6 +121,7 @@ package final class SQLiteStore: QueuedStore {
                 for statement in schema.creationStatements() { try connection.execute(statement) }
             }
         }
+        tracksHistory = try Self.prepareHistory(connection, enable: options.tracksHistory)
         connection.install(tracer)
         writer = Locked(WriterState(connection: connection))
         readers = Locked([])
@@ -122,10 +131,18 @@ package final class SQLiteStore: QueuedStore {
     /// Adds the store of another configuration: its file (opened, checked and migrated on its
     /// own first) or a new in-memory database, attached to the writer connection.
     package func attach(schema: StoreSchema, url: URL?, options: OpenOptions) throws {
+        if tracksHistory || options.tracksHistory {
+            // SQLite commits a transaction over attached files atomically only with a rollback
+            // journal, never in WAL mode: a crash could keep a save without its history.
+            throw StoreError(.unsupported, "History is tracked only by a stack with one SQLite store: a save over several files is not atomic in WAL mode, so a crash could separate a commit from its history. Keep the entities in one file (no configuration), or track history on none.")
+        }
         if let url {
             // Prepared on a connection of its own, so migration works on plain table names;
             // closed before the writer attaches the file.
-            _ = try Self.openFile(url, schema: schema, options: options)
+            let db = try Self.openFile(url, schema: schema, options: options)
+            if try Self.prepareHistory(db, enable: false) {
+                throw StoreError(.unsupported, "The file at \(url.path) tracks history, which only a stack with one SQLite store can do: a save over several files is not atomic in WAL mode. Add it as the stack's only store.")
+            }
         }
         try writer.withLock { state in
             let db = state.connection

@@ -36,9 +36,11 @@ public final class Context: CommitSource {
     ///   - updateTarget: `.persistentStore` (the default: SQLite is written before `commit()`
     ///     returns) or `.rootContext(autoMerge:)` (through the root writer). `.mainContext`
     ///     needs a `MainContext`.
+    ///   - author: recorded with this context's commits, in the store's history
+    ///     (`HistoryTransaction.author`) and in `Commit.author`.
     /// - Throws: `StackError` when the target does not fit.
     public init(stack: Stack, updateTarget: UpdateTarget = .persistentStore, updateOrder: UpdateOrder = .default,
-                mergePolicy: MergePolicy = .objectTrump) throws {
+                mergePolicy: MergePolicy = .objectTrump, author: String? = nil) throws {
         if updateTarget == .mainContext {
             throw StackError(.unsupportedTopology, "A Context has no main context to commit into: use a MainContext for updateTarget: .mainContext, or commit to .rootContext or .persistentStore.")
         }
@@ -47,7 +49,7 @@ public final class Context: CommitSource {
         self.updateTarget = updateTarget
         self.updateOrder = updateOrder
         self.mergePolicy = mergePolicy
-        self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: nil)
+        self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: nil, author: author)
     }
 
     /// Runs `block` in a new update context, in the background. Errors it throws roll the

@@ -64,10 +64,13 @@ public final class MainContext: CommitSource {
     ///   - updateOrder: `.default` runs updates concurrently; `.serial` one at a time.
     ///   - mergePolicy: how those commits resolve conflicts with the store.
     ///   - resetOnCommitOf: reset this context before the observers of each commit of that
-    ///     context run (the per-consumer topology).
+    ///     context run (the per-consumer topology) — and before those of every remote commit.
+    ///   - author: recorded with the commits of updates started here, in the store's history
+    ///     (`HistoryTransaction.author`) and in `Commit.author`.
     /// - Throws: `StackError` when the target does not fit the stack.
     public init(stack: Stack, updateTarget: UpdateTarget = .mainContext, updateOrder: UpdateOrder = .default,
-                mergePolicy: MergePolicy = .objectTrump, resetOnCommitOf source: (any CommitSource)? = nil) throws {
+                mergePolicy: MergePolicy = .objectTrump, resetOnCommitOf source: (any CommitSource)? = nil,
+                author: String? = nil) throws {
         try Self.validate(updateTarget, on: stack)
         self.stack = stack
         self.updateTarget = updateTarget
@@ -76,8 +79,9 @@ public final class MainContext: CommitSource {
         let merges = updateTarget == .mainContext || updateTarget == .rootContext(autoMerge: true)
         let core = ContextCore(kind: .main, host: stack, pinsView: !merges)
         self.core = core
-        self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: core)
+        self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: core, author: author)
         if updateTarget == .rootContext(autoMerge: true) { stack.addAutoMerger(core) }
+        if updateTarget == .mainContext { stack.addThreeTierMain(core) }
         if let source {
             resetRegistration = stack.commits.addResetter(origin: source.contextID) { [weak self] in self?.reset() }
         }

@@ -78,7 +78,7 @@ extension Update {
             let property = try BatchValues.attribute(key, of: entity)
             assignments.append((property.slot, try BatchValues.normalize(value, for: property, in: entity)))
         }
-        let result = try core.store.runBatch(.update(entity, condition, assignments), onVisible: context.starter.receivers)
+        let result = try core.store.runBatch(.update(entity, condition, assignments), info: context.starter.info, onVisible: context.starter.receivers)
         core.absorb(result.changes)
         return result.matched
     }
@@ -109,7 +109,7 @@ extension Update {
         core.checkExecution("update.batchDelete(\(T.self).self, …)")
         let entity = core.graph.entity(for: type)
         try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: core.store.dialect).requireSQLOnly(for: "a batch operation")
-        let result = try core.store.runBatch(.delete(entity, condition), onVisible: context.starter.receivers)
+        let result = try core.store.runBatch(.delete(entity, condition), info: context.starter.info, onVisible: context.starter.receivers)
         core.absorb(result.changes)
         return result.matched
     }

@@ -17,43 +17,70 @@ public struct Commit: Sendable, CustomStringConvertible {
     public let inserted: [ObjectID]
     /// Objects changed by the commit (relationship changes stored on the other side count
     /// for the object whose column changed).
-    public private(set) var updated: [ObjectID]
+    public let updated: [ObjectID]
     /// Objects deleted by the commit.
     public let deleted: [ObjectID]
-    /// The context the commit was started from.
+    /// The context the commit was started from; for a remote commit, `ContextID.remote`.
     public let origin: ContextID
-    /// Where the commit was saved to.
+    /// Where the commit was saved to (`.persistentStore` for a remote commit).
     public let target: UpdateTarget
+    /// Whether another process, machine or stack made the commit: it reached this stack
+    /// through the store's history (Docs/History.md).
+    public let isRemote: Bool
+    /// The `author:` of the context whose update made the commit, or `nil`.
+    public let author: String?
+    /// Where the commit sits in the store's history: set for remote commits, and for local
+    /// ones delivered once written (`.persistentStore` targets, batch operations) by a store
+    /// that tracks history; `nil` for a commit delivered before the root wrote it.
+    public let token: HistoryToken?
     private let changedKeysByID: [ObjectID: Set<String>]
     private let entities: [ObjectID: EntityDescription]
 
     init(_ changes: ChangeSet, origin: ContextID, target: UpdateTarget) {
-        inserted = changes.inserts.map(\.id)
-        updated = changes.updates.map(\.id)
-        deleted = changes.deletes.map(\.id)
+        let summary = ChangeSummary(changes)
+        inserted = summary.inserted.map(\.id)
+        updated = summary.updated.map(\.id)
+        deleted = summary.deleted.map(\.id)
         self.origin = origin
         self.target = target
+        isRemote = false
+        author = changes.info.author
+        token = changes.info.token
         var keys: [ObjectID: Set<String>] = [:]
         var entities: [ObjectID: EntityDescription] = [:]
-        for update in changes.updates {
-            keys[update.id] = Set(update.slots.map { update.entity.properties[$0].name })
-            entities[update.id] = update.entity.description_
+        for (id, entity) in summary.inserted { entities[id] = entity }
+        for (id, entity, changed) in summary.updated {
+            keys[id] = changed
+            entities[id] = entity
         }
-        for insert in changes.inserts { entities[insert.id] = insert.row.entity.description_ }
-        for delete in changes.deletes { entities[delete.id] = delete.entity.description_ }
-        // A many-to-many change updates both objects, under their relationships' names.
-        var updated = self.updated
-        let inserted = Set(self.inserted), deleted = Set(self.deleted)
-        for link in changes.links {
-            guard let ends = changes.linkEnds[link.key] else { continue }
-            for (id, key) in [(ends.source, ends.sourceKey), (ends.target, ends.targetKey)] {
-                guard let key, !inserted.contains(id), !deleted.contains(id) else { continue }
-                if keys[id] == nil && entities[id] == nil { updated.append(id) }
-                keys[id, default: []].insert(key)
-                if entities[id] == nil { entities[id] = id.rootEntity }
+        for (id, entity) in summary.deleted { entities[id] = entity }
+        changedKeysByID = keys
+        self.entities = entities
+    }
+
+    /// A commit another stack wrote, as the history recorded it.
+    init(remote transaction: HistoryTransaction, graph: ModelGraph) {
+        var inserted: [ObjectID] = [], updated: [ObjectID] = [], deleted: [ObjectID] = []
+        var keys: [ObjectID: Set<String>] = [:]
+        var entities: [ObjectID: EntityDescription] = [:]
+        for change in transaction.changes {
+            entities[change.objectID] = graph.entity(named: change.entityName)?.description_ ?? change.objectID.rootEntity
+            switch change.kind {
+            case .insert: inserted.append(change.objectID)
+            case .update:
+                updated.append(change.objectID)
+                keys[change.objectID] = change.changedKeys
+            case .delete: deleted.append(change.objectID)
             }
         }
+        self.inserted = inserted
         self.updated = updated
+        self.deleted = deleted
+        origin = .remote
+        target = .persistentStore
+        isRemote = true
+        author = transaction.author
+        token = transaction.token
         changedKeysByID = keys
         self.entities = entities
     }
@@ -87,12 +114,14 @@ public struct Commit: Sendable, CustomStringConvertible {
     }
 
     public var description: String {
-        "Commit(inserted: \(inserted.count), updated: \(updated.count), deleted: \(deleted.count))"
+        "Commit(\(isRemote ? "remote, " : "")inserted: \(inserted.count), updated: \(updated.count), deleted: \(deleted.count))"
     }
 }
 
 /// Identifies a context (`MainContext` or `Context`), as the origin of commits.
 public struct ContextID: Hashable, Sendable, CustomStringConvertible {
     let rawValue: UInt64
-    public var description: String { "context#\(rawValue)" }
+    /// The origin of remote commits: another process, machine or stack made them.
+    public static let remote = ContextID(rawValue: 0)
+    public var description: String { rawValue == 0 ? "remote" : "context#\(rawValue)" }
 }

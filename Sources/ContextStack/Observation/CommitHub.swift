@@ -4,7 +4,7 @@ import _ContextStackModel
 import _ContextStackSQLite
 
 /// Delivers commits to observers on the main actor, in commit order: first resetting the main
-/// contexts that asked to be reset on commits of that origin, then updating live results and
+/// contexts that asked to be reset on commits of that origin (or on every remote commit), then updating live results and
 /// object observations, then calling observers, then feeding `commits` streams — so a commit
 /// observer already sees every `FetchedResults` reflect the commit.
 final class CommitHub: Sendable {
@@ -37,7 +37,8 @@ final class CommitHub: Sendable {
     @MainActor private func deliver(_ commit: Commit) {
         let (resets, live, observers, streams) = state.withLock { state in
             let origin: ContextID? = commit.origin
-            return (state.resetters.values.filter { $0.origin == commit.origin }.map(\.reset),
+            // A remote commit resets every per-consumer context: its source may be anywhere.
+            return (state.resetters.values.filter { commit.isRemote || $0.origin == commit.origin }.map(\.reset),
                     state.live.sorted { $0.key < $1.key }.map(\.value),
                     state.observers.sorted { $0.key < $1.key }.map(\.value).filter { $0.origin == nil || $0.origin == origin }.map(\.block),
                     state.streams.values.filter { $0.origin == nil || $0.origin == origin }.map(\.continuation))

@@ -53,6 +53,9 @@ public final class Stack: Sendable {
         var nextContextID: UInt64 = 1
         /// Main contexts with `.rootContext(autoMerge: true)`: they merge every save of the root.
         var autoMergers: [ObjectIdentifier: WeakContext] = [:]
+        /// Main contexts with `.mainContext` (three-tier): with the auto-mergers, they merge
+        /// remote commits.
+        var threeTierMains: [ObjectIdentifier: WeakContext] = [:]
         var flushesOnTermination = false
     }
 
@@ -68,6 +71,7 @@ public final class Stack: Sendable {
         let configuration: String?
         let autoMigrating: Bool
         let resetOnFailure: Bool
+        var tracksHistory = false
         /// An SQLite file holds one configuration; a server database may hold several.
         var holdsOneConfiguration = true
     }
@@ -113,12 +117,16 @@ public final class Stack: Sendable {
     ///     a damaged SQLite database, delete it (with its `-wal`, `-shm` and `-journal` files)
     ///     and start an empty store instead of throwing. A file that is not an SQLite database,
     ///     or a database ContextStack did not create, is never deleted.
+    ///   - tracksHistory: record every save in the file's history, and follow the commits other
+    ///     processes and stacks make to it (Docs/History.md). A file whose history another
+    ///     stack turned on tracks it whatever this says. Only for a stack's only store.
     /// - Throws: `StoreError` saying what is wrong with the file (see Docs/Errors.md).
-    public func addDatabaseStore(at url: URL, configuration: String? = nil, autoMigrating: Bool = true, resetOnFailure: Bool = false) throws {
+    public func addDatabaseStore(at url: URL, configuration: String? = nil, autoMigrating: Bool = true, resetOnFailure: Bool = false,
+                                 tracksHistory: Bool = false) throws {
         // One file, however it is spelled (`a/../store.sqlite`, a symbolic link to it).
         let file = url.standardizedFileURL.resolvingSymlinksInPath()
         let settings = StoreSettings(identity: file.path, label: "the file \(file.path)", configuration: configuration,
-                                     autoMigrating: autoMigrating, resetOnFailure: resetOnFailure)
+                                     autoMigrating: autoMigrating, resetOnFailure: resetOnFailure, tracksHistory: tracksHistory)
         try addSQLiteStore(settings, url: file)
     }
 
@@ -132,7 +140,8 @@ public final class Stack: Sendable {
     }
 
     private func addSQLiteStore(_ settings: StoreSettings, url: URL?) throws {
-        let options = SQLiteStore.OpenOptions(autoMigrating: settings.autoMigrating, resetOnFailure: settings.resetOnFailure)
+        let options = SQLiteStore.OpenOptions(autoMigrating: settings.autoMigrating, resetOnFailure: settings.resetOnFailure,
+                                              tracksHistory: settings.tracksHistory)
         try addStore(settings) { schema, existing in
             if let existing {
                 guard let store = existing as? SQLiteStore else {
@@ -186,6 +195,9 @@ public final class Stack: Sendable {
             }
             if let store = try open(schema, state.withLock({ $0.store })) {
                 state.withLock { $0.store = store }
+                if store.tracksHistory {
+                    store.followHistory { [weak self] transactions in self?.receiveRemote(transactions) }
+                }
             }
             state.withLock { $0.storeSettings.append(settings) }
         }
@@ -219,6 +231,24 @@ public final class Stack: Sendable {
     /// Registers a main context that merges every save of the root.
     func addAutoMerger(_ context: ContextCore) {
         state.withLock { $0.autoMergers[ObjectIdentifier(context)] = WeakContext(context: context) }
+    }
+
+    /// Registers a three-tier main context, for remote commits.
+    func addThreeTierMain(_ context: ContextCore) {
+        state.withLock { $0.threeTierMains[ObjectIdentifier(context)] = WeakContext(context: context) }
+    }
+
+    /// Hands commits other stacks made to every main context that merges, then to observers.
+    private func receiveRemote(_ transactions: [RemoteTransaction]) {
+        let contexts = state.withLock { state in
+            state.autoMergers = state.autoMergers.filter { $0.value.context != nil }
+            state.threeTierMains = state.threeTierMains.filter { $0.value.context != nil }
+            return (state.autoMergers.values.compactMap(\.context) + state.threeTierMains.values.compactMap(\.context))
+        }
+        for remote in transactions {
+            for context in contexts { context.handOver(remote.changes) }
+            commits.publish(Commit(remote: remote.transaction, graph: graph))
+        }
     }
 
     /// Hands a root save to every auto-merging main context (but `except`, which has it).

@@ -11,16 +11,19 @@ final class UpdateStarter: Sendable {
     let order: UpdateOrder
     let policy: MergePolicy
     let id: ContextID
+    /// Recorded in the history with each commit (`author:`).
+    let author: String?
     /// The main context updates commit into (`.mainContext` target).
     let main: ContextCore?
     /// The turn `.serial` updates take; `nil` for `.default`.
     let turns: SerialGate?
 
-    init(stack: Stack, target: UpdateTarget, order: UpdateOrder, policy: MergePolicy, main: ContextCore?) {
+    init(stack: Stack, target: UpdateTarget, order: UpdateOrder, policy: MergePolicy, main: ContextCore?, author: String?) {
         self.stack = stack
         self.target = target
         self.order = order
         self.policy = policy
+        self.author = author
         self.main = main
         self.id = stack.makeContextID()
         self.turns = order == .serial ? SerialGate() : nil
@@ -36,6 +39,8 @@ final class UpdateStarter: Sendable {
     /// at the moment it becomes visible at the target — queued for the root, or written for a
     /// commit that must be in SQLite first — so both see commits in that order.
     func deliver(_ changes: ChangeSet, waitsForSaves: Bool) throws -> UInt64 {
+        var changes = changes
+        changes.info = info
         switch target {
         case .mainContext, .rootContext:
             return try stack.store.submit(changes, policy: policy, claimed: waitsForSaves, wait: false, onVisible: receivers).sequence
@@ -43,6 +48,9 @@ final class UpdateStarter: Sendable {
             return try stack.store.submit(changes, policy: policy, claimed: true, wait: true, onVisible: receivers).sequence
         }
     }
+
+    /// Who makes this starter's commits, for the history.
+    var info: CommitInfo { CommitInfo(author: author, origin: id.rawValue) }
 
     /// Hands a commit, once visible at this starter's target, to the main contexts that merge
     /// it and to commit observers.

@@ -106,7 +106,7 @@ package final class ModelGraph: Sendable {
     }
 
     package func entity(for description: EntityDescription) -> ResolvedEntity? { byDescription[ObjectIdentifier(description)] }
-    func entity(named name: String) -> ResolvedEntity? { byName[name] }
+    package func entity(named name: String) -> ResolvedEntity? { byName[name] }
 
     /// The entity for an object class, or a precondition failure naming the fix.
     package func entity(for type: ManagedObject.Type) -> ResolvedEntity {

@@ -94,6 +94,8 @@ package struct ChangeSet: Sendable {
     /// Inserted objects that `fetchOrCreate` made under a claimed unique key, with the slots it
     /// set: if the row exists by the time the commit is saved, they merge into it.
     package var upserts: [ObjectID: [Int]] = [:]
+    /// Who made the commit, and where it sits in the history once written.
+    package var info = CommitInfo()
 
     package init() {}
 

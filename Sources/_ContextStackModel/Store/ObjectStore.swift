@@ -39,8 +39,9 @@ package protocol ObjectStore: AnyObject, Sendable {
     func submit(_ changes: ChangeSet, policy: MergePolicy, claimed: Bool, wait: Bool,
                 onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> Submission
 
-    /// Runs a batch operation in the writer's order and waits until it is written.
-    func runBatch(_ operation: BatchOperation, onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> BatchResult
+    /// Runs a batch operation in the writer's order and waits until it is written; `info`
+    /// says who made it, for the history.
+    func runBatch(_ operation: BatchOperation, info: CommitInfo, onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> BatchResult
 
     /// The ID concurrent `fetchOrCreate`s that found nothing agree on for `claims`.
     func claim(_ claims: [UniqueClaim], proposed: ObjectID) -> ObjectID
@@ -55,6 +56,22 @@ package protocol ObjectStore: AnyObject, Sendable {
     /// Blocks until every commit handed over before the call is written (or failed), without
     /// taking background errors from `flush()`.
     func waitUntilQueuedWritten() throws
+
+    // MARK: History (Docs/History.md)
+
+    /// Whether every save writes history, in its own transaction.
+    var tracksHistory: Bool { get }
+    /// The transactions after `token` (from the first when `nil`), oldest first.
+    /// - Throws: `HistoryError` `.expired` when some were deleted, `.notTracked`.
+    func history(after token: HistoryToken?) throws -> [HistoryTransaction]
+    /// Deletes the transactions before `token`.
+    func deleteHistory(before token: HistoryToken) throws
+    /// The token of the newest transaction, or `nil` when there is none.
+    func lastHistoryToken() throws -> HistoryToken?
+    /// Starts following the transactions other stacks (processes, machines) write: `deliver`
+    /// receives them in history order, from a queue of the store's, from the newest
+    /// transaction at the time of the call on. Own commits are never delivered.
+    func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void)
 }
 
 extension ObjectStore {

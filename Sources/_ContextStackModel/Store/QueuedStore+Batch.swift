@@ -7,8 +7,10 @@ extension QueuedStore {
     ///   the commit it amounts to (for main contexts and commit observers).
     /// - Throws: what the operation threw (`SaveError` for a `.deny` rule or a uniqueness
     ///   constraint, the database's error); nothing of it is stored then.
-    package func runBatch(_ operation: BatchOperation, onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> BatchResult {
-        let item = QueueItem(changes: ChangeSet(), claimed: true, afterWrite: onVisible, batch: operation)
+    package func runBatch(_ operation: BatchOperation, info: CommitInfo, onVisible: @escaping @Sendable (ChangeSet) -> Void) throws -> BatchResult {
+        var carrier = ChangeSet()
+        carrier.info = info
+        let item = QueueItem(changes: carrier, claimed: true, afterWrite: onVisible, batch: operation)
         let (submission, start) = state.withLock { state in Self.append(item, to: &state, announce: { _ in }) }
         if start { drain(until: submission.sequence) }
         let waiter = FlushWaiter(sequence: submission.sequence)

@@ -44,7 +44,8 @@ extension QueuedStore {
             try writeTransaction({ writer in
                 if batch.count == 1 {
                     do {
-                        outcome.record(batch[0], try writeItem(batch[0], writer: &writer))
+                        let written = try writeItem(batch[0], writer: &writer)
+                        outcome.record(batch[0], written, token: try recordHistory(batch[0], written, writer: &writer))
                     } catch {
                         throw saveError(error)
                     }
@@ -54,7 +55,8 @@ extension QueuedStore {
                     let savepoint = "commit\(index)"
                     try execute("SAVEPOINT \(savepoint)", writer: &writer)
                     do {
-                        outcome.record(item, try writeItem(item, writer: &writer))
+                        let written = try writeItem(item, writer: &writer)
+                        outcome.record(item, written, token: try recordHistory(item, written, writer: &writer))
                         try execute("RELEASE \(savepoint)", writer: &writer)
                     } catch {
                         try execute("ROLLBACK TO \(savepoint)", writer: &writer)
@@ -77,6 +79,21 @@ extension QueuedStore {
             outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
         }
         return outcome
+    }
+
+    /// Writes the history of what the writer wrote for `item` — the commit as queued, what a
+    /// batch operation amounted to, or the commit as rewritten — in the same transaction.
+    private func recordHistory(_ item: QueueItem, _ written: WrittenItem, writer: inout Writer) throws -> HistoryToken? {
+        guard tracksHistory else { return nil }
+        let changes: ChangeSet
+        switch written {
+        case .asQueued: changes = item.changes
+        case .batch(let result): changes = result.changes
+        case .rewritten(let saved, _): changes = saved
+        }
+        let summary = ChangeSummary(changes)
+        guard !summary.isEmpty else { return nil }
+        return try writeHistory(summary.historyChanges, info: item.changes.info, writer: &writer)
     }
 
     /// Undoes, in the receivers that were told of them, the failed commits of a batch: the
@@ -132,16 +149,23 @@ extension QueuedStore {
             state.transactionCount += 1
             let failed = outcome.failed
             for item in batch where !failed.contains(item.sequence) {
+                // What receivers told only now are given: the commit as written, with its token.
+                func written(_ changes: ChangeSet) -> ChangeSet {
+                    var changes = changes
+                    changes.info = item.changes.info
+                    changes.info.token = outcome.tokens[item.sequence]
+                    return changes
+                }
                 if let result = outcome.batchResults[item.sequence] {
                     Self.releaseClaims(of: result.changes, in: &state)
                     state.batchResults[item.sequence] = result
-                    item.afterWrite?(result.changes)
+                    item.afterWrite?(written(result.changes))
                 } else if let (saved, correction) = outcome.rewritten[item.sequence] {
                     Self.releaseClaims(of: correction, in: &state)
-                    item.afterWrite?(saved)
+                    item.afterWrite?(written(saved))
                     if !correction.isEmpty { item.correct?(correction) }
-                } else {
-                    item.afterWrite?(item.changes)
+                } else if let afterWrite = item.afterWrite {
+                    afterWrite(written(item.changes))
                 }
             }
             state.errors += outcome.failures.filter { !$0.claimed }.map(\.error)
@@ -190,8 +214,11 @@ private struct BatchOutcome {
     var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
     var batchResults: [UInt64: BatchResult] = [:]
     var rewritten: [UInt64: (saved: ChangeSet, correction: ChangeSet)] = [:]
+    /// The history tokens of the commits written, when the store tracks history.
+    var tokens: [UInt64: HistoryToken] = [:]
 
-    mutating func record(_ item: QueueItem, _ written: WrittenItem) {
+    mutating func record(_ item: QueueItem, _ written: WrittenItem, token: HistoryToken?) {
+        if let token { tokens[item.sequence] = token }
         switch written {
         case .asQueued: break
         case .batch(let result): batchResults[item.sequence] = result
@@ -206,5 +233,6 @@ private struct BatchOutcome {
         failures.append((item.sequence, error, item.claimed))
         batchResults[item.sequence] = nil
         rewritten[item.sequence] = nil
+        tokens[item.sequence] = nil
     }
 }

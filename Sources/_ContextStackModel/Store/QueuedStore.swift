@@ -43,6 +43,11 @@ package protocol QueuedStore: ObjectStore {
     /// says what it did when that is not simply the commit as queued.
     func writeItem(_ item: QueueItem, writer: inout Writer) throws -> WrittenItem
 
+    /// Records one written commit in the history, inside the writer's transaction (so the
+    /// commit and its history are stored together or not at all), and returns its token;
+    /// `nil` when the store does not track history.
+    func writeHistory(_ changes: [HistoryChange], info: CommitInfo, writer: inout Writer) throws -> HistoryToken?
+
     /// The error a failed write becomes for its caller: a database's unique-index violation as
     /// the `SaveError` the store's own check would have thrown, anything else as it is.
     func saveError(_ error: any Error) -> any Error

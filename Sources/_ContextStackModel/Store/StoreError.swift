@@ -7,7 +7,7 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case modelMismatch, alreadyAdded, unknownConfiguration, cannotOpen, notADatabase, foreignDatabase
-            case cannotMigrate, corrupt, permissionDenied
+            case cannotMigrate, corrupt, permissionDenied, unsupported
         }
         private let base: Base
         /// The file was written by a different model, and `autoMigrating` is false.
@@ -32,6 +32,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// The process may not read or write the file, or may not create files in its
         /// directory (a store needs its `-wal` and `-shm` files beside it).
         public static let permissionDenied = Code(base: .permissionDenied)
+        /// The stack cannot do what its stores were asked to together (history over several
+        /// SQLite files, say); the message says what to change.
+        public static let unsupported = Code(base: .unsupported)
 
         /// The code's name, as written after the dot: `permissionDenied`.
         public var description: String { base.rawValue }

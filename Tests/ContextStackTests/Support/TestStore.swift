@@ -33,7 +33,8 @@ final class TestStore: Sendable {
     /// The test's own PostgreSQL database, dropped with the store.
     let database: TestSchema?
 
-    init(_ kind: StoreKind, rootContext: Stack.RootContext = .shared, types: [ManagedObject.Type] = fullModelTypes) throws {
+    init(_ kind: StoreKind, rootContext: Stack.RootContext = .shared, types: [ManagedObject.Type] = fullModelTypes,
+         tracksHistory: Bool = false) throws {
         // Every context of the tests checks its object graph after each commit it makes or takes.
         ContextCore.checksInvariants.store(true, ordering: .relaxed)
         stack = try Stack(model: Model(types), rootContext: rootContext)
@@ -41,7 +42,7 @@ final class TestStore: Sendable {
         case .file:
             let directory = try makeTemporaryDirectory()
             let url = directory.appendingPathComponent("store.sqlite")
-            try stack.addDatabaseStore(at: url)
+            try stack.addDatabaseStore(at: url, tracksHistory: tracksHistory)
             self.directory = directory
             self.url = url
             database = nil

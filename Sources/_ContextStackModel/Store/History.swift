@@ -1,0 +1,260 @@
+import Foundation
+import _ContextStackCore
+
+/// A position in a store's history: the point just after one transaction.
+///
+/// Tokens order transactions (`<`), survive being stored anywhere (`Codable`), and resume:
+/// `stack.history(after: token)` returns every transaction after it exactly once, oldest first.
+///
+/// ```swift
+/// let transactions = try stack.history(after: savedToken)
+/// savedToken = transactions.last?.token ?? savedToken
+/// UserDefaults.standard.set(try JSONEncoder().encode(savedToken), forKey: "token")
+/// ```
+///
+/// A token belongs to the store that made it; comparing tokens of two stores means nothing.
+public struct HistoryToken: Codable, Comparable, Hashable, Sendable, CustomStringConvertible {
+    /// SQLite: the transaction's number, in commit order. PostgreSQL: the ID of the database
+    /// transaction that wrote it (see Docs/History.md for why that order is safe to resume from).
+    package let position: Int64
+    /// Orders the commits that one database transaction wrote (group commit); 0 on SQLite.
+    package let sequence: Int64
+
+    package init(position: Int64, sequence: Int64 = 0) {
+        self.position = position
+        self.sequence = sequence
+    }
+
+    public static func < (lhs: HistoryToken, rhs: HistoryToken) -> Bool {
+        (lhs.position, lhs.sequence) < (rhs.position, rhs.sequence)
+    }
+
+    public var description: String { sequence == 0 ? "\(position)" : "\(position).\(sequence)" }
+}
+
+/// One saved commit, as the store's history recorded it.
+public struct HistoryTransaction: Sendable, CustomStringConvertible {
+    /// Where the transaction sits in the history: pass it to `history(after:)` to resume after it.
+    public let token: HistoryToken
+    /// When it was written (the writer's clock).
+    public let date: Date
+    /// The `author:` of the context whose update made the commit, or `nil`.
+    public let author: String?
+    /// What it changed, one entry per object.
+    public let changes: [HistoryChange]
+
+    package init(token: HistoryToken, date: Date, author: String?, changes: [HistoryChange]) {
+        self.token = token
+        self.date = date
+        self.author = author
+        self.changes = changes
+    }
+
+    public var description: String {
+        "HistoryTransaction(\(token), author: \(author ?? "nil"), changes: \(changes.count))"
+    }
+}
+
+/// What one transaction did to one object.
+public struct HistoryChange: Hashable, Sendable, CustomStringConvertible {
+    /// Inserted, updated or deleted.
+    public enum Kind: String, Hashable, Sendable {
+        case insert, update, delete
+    }
+
+    public let kind: Kind
+    public let objectID: ObjectID
+    /// The object's entity (a sub-entity by its own name).
+    public let entityName: String
+    /// For an update, the attributes and relationships it changed; empty otherwise.
+    public let changedKeys: Set<String>
+
+    package init(kind: Kind, objectID: ObjectID, entityName: String, changedKeys: Set<String>) {
+        self.kind = kind
+        self.objectID = objectID
+        self.entityName = entityName
+        self.changedKeys = changedKeys
+    }
+
+    public var description: String {
+        kind == .update ? "\(kind) \(objectID) \(changedKeys.sorted())" : "\(kind) \(objectID)"
+    }
+}
+
+/// Why the history cannot answer.
+public struct HistoryError: Error, CustomStringConvertible, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Base: String, Hashable, Sendable { case expired, notTracked }
+        private let base: Base
+        /// Transactions after the token were deleted (`deleteHistory(before:)`): the history
+        /// cannot say everything that happened since. Fetch the current state again, then
+        /// follow the history from `stack.lastHistoryToken()`.
+        public static let expired = Code(base: .expired)
+        /// The stack's store does not track history: add it with `tracksHistory: true`.
+        public static let notTracked = Code(base: .notTracked)
+        public var description: String { base.rawValue }
+    }
+
+    public let code: Code
+    public let message: String
+
+    package init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { message }
+}
+
+/// What travels with a commit besides its changes: who made it, and — once written with
+/// history — where it sits in the history.
+package struct CommitInfo: Sendable {
+    /// The `author:` of the context that made the commit.
+    package var author: String?
+    /// The raw `ContextID` of the context the commit was started from.
+    package var origin: UInt64 = 0
+    /// Set once the commit is written by a store that tracks history.
+    package var token: HistoryToken?
+
+    package init(author: String? = nil, origin: UInt64 = 0) {
+        self.author = author
+        self.origin = origin
+    }
+}
+
+/// A commit as objects: which were inserted, which updated (with the keys that changed, a
+/// many-to-many change counting for both objects under their relationships' names), which
+/// deleted. What `Commit` reports and what history records, computed once here.
+package struct ChangeSummary: Sendable {
+    package var inserted: [(id: ObjectID, entity: EntityDescription)] = []
+    package var updated: [(id: ObjectID, entity: EntityDescription, keys: Set<String>)] = []
+    package var deleted: [(id: ObjectID, entity: EntityDescription)] = []
+
+    package init() {}
+
+    package init(_ changes: ChangeSet) {
+        inserted = changes.inserts.map { ($0.id, $0.row.entity.description_) }
+        deleted = changes.deletes.map { ($0.id, $0.entity.description_) }
+        var position: [ObjectID: Int] = [:]
+        for update in changes.updates {
+            let keys = Set(update.slots.map { update.entity.properties[$0].name })
+            if let index = position[update.id] {
+                updated[index].keys.formUnion(keys)
+            } else {
+                position[update.id] = updated.count
+                updated.append((update.id, update.entity.description_, keys))
+            }
+        }
+        guard !changes.links.isEmpty else { return }
+        let inserted = Set(self.inserted.map(\.id)), deleted = Set(self.deleted.map(\.id))
+        for link in changes.links {
+            guard let ends = changes.linkEnds[link.key] else { continue }
+            for (id, key) in [(ends.source, ends.sourceKey), (ends.target, ends.targetKey)] {
+                guard let key, !inserted.contains(id), !deleted.contains(id) else { continue }
+                if let index = position[id] {
+                    updated[index].keys.insert(key)
+                } else {
+                    position[id] = updated.count
+                    updated.append((id, id.rootEntity, [key]))
+                }
+            }
+        }
+    }
+
+    package var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty }
+
+    /// The summary as history entries, for a store to write.
+    package var historyChanges: [HistoryChange] {
+        inserted.map { HistoryChange(kind: .insert, objectID: $0.id, entityName: $0.entity.name, changedKeys: []) }
+            + updated.map { HistoryChange(kind: .update, objectID: $0.id, entityName: $0.entity.name, changedKeys: $0.keys) }
+            + deleted.map { HistoryChange(kind: .delete, objectID: $0.id, entityName: $0.entity.name, changedKeys: []) }
+    }
+}
+
+/// A commit another process or machine made, as a store's history watcher found it: the
+/// history record, and the change set that brings a main context's objects to the values
+/// stored now (read with this process's queued commits on top).
+package struct RemoteTransaction: Sendable {
+    package let transaction: HistoryTransaction
+    package let changes: ChangeSet
+
+    package init(transaction: HistoryTransaction, changes: ChangeSet) {
+        self.transaction = transaction
+        self.changes = changes
+    }
+}
+
+// MARK: - Encoding history rows
+
+/// How history changes are stored, the same on every store: one row per transaction, entity,
+/// kind and set of changed keys, its objects' primary keys packed in one blob — a commit of
+/// 100,000 inserts writes one history row, not 100,000.
+package enum HistoryEncoding {
+    package struct Group: Hashable {
+        package let kind: HistoryChange.Kind
+        package let entity: String
+        package let keys: String
+    }
+
+    /// The rows to write for `changes`: each group with its primary keys.
+    package static func groups(_ changes: [HistoryChange]) -> [(group: Group, keys: [Int64])] {
+        var order: [Group] = []
+        var keys: [Group: [Int64]] = [:]
+        for change in changes {
+            let group = Group(kind: change.kind, entity: change.entityName, keys: change.changedKeys.sorted().joined(separator: ","))
+            if keys[group] == nil { order.append(group) }
+            keys[group, default: []].append(change.objectID.primaryKey)
+        }
+        return order.map { ($0, keys[$0]!) }
+    }
+
+    package static func code(_ kind: HistoryChange.Kind) -> Int64 {
+        switch kind {
+        case .insert: 0
+        case .update: 1
+        case .delete: 2
+        }
+    }
+
+    package static func kind(_ code: Int64) -> HistoryChange.Kind? {
+        switch code {
+        case 0: .insert
+        case 1: .update
+        case 2: .delete
+        default: nil
+        }
+    }
+
+    /// Primary keys as little-endian 8-byte integers.
+    package static func pack(_ keys: [Int64]) -> Data {
+        var bytes = Data(capacity: keys.count * 8)
+        for key in keys {
+            withUnsafeBytes(of: UInt64(bitPattern: key).littleEndian) { bytes.append(contentsOf: $0) }
+        }
+        return bytes
+    }
+
+    package static func unpack(_ bytes: Data) -> [Int64] {
+        var keys: [Int64] = []
+        keys.reserveCapacity(bytes.count / 8)
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset + 8 <= raw.count {
+                keys.append(Int64(bitPattern: UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self))))
+                offset += 8
+            }
+        }
+        return keys
+    }
+
+    /// The history changes of one stored row group; `nil` entries (an entity the model no
+    /// longer has) are left out.
+    package static func changes(kind: Int64, entity: String, keys: String?, packed: Data, graph: ModelGraph) -> [HistoryChange] {
+        guard let kind = Self.kind(kind), let resolved = graph.entity(named: entity) else { return [] }
+        let root = resolved.rootDescription
+        let changed: Set<String> = keys.map { Set($0.split(separator: ",").map(String.init)) } ?? []
+        return unpack(packed).map {
+            HistoryChange(kind: kind, objectID: ObjectID(rootEntity: root, primaryKey: $0), entityName: entity, changedKeys: changed)
+        }
+    }
+}

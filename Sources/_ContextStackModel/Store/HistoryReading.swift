@@ -1,0 +1,84 @@
+import Foundation
+import _ContextStackCore
+
+/// The two SELECTs a store reads its history with; the rest of reading is the same on every
+/// store (`HistoryReading`).
+package struct HistoryQueries: Sendable {
+    /// Transactions after a token, oldest first. Columns: position, sequence, date (seconds
+    /// since 1970), author, the writing stack's instance.
+    package let transactions: String
+    /// Their change rows, in the same order. Columns: position, sequence, kind, entity,
+    /// changed keys, packed primary keys.
+    package let changes: String
+    /// The values both SELECTs bind for "after `token`" (`nil`: from the beginning).
+    package let arguments: @Sendable (HistoryToken?) -> [Value]
+
+    package init(transactions: String, changes: String, arguments: @escaping @Sendable (HistoryToken?) -> [Value]) {
+        self.transactions = transactions
+        self.changes = changes
+        self.arguments = arguments
+    }
+}
+
+/// Reading history: what `history(after:)` returns, and what the history watcher delivers.
+package enum HistoryReading {
+    /// The transactions after `token`, oldest first, each with the stack instance that wrote it.
+    package static func transactions(after token: HistoryToken?, connection: any QueryConnection, graph: ModelGraph,
+                                     queries: HistoryQueries) throws -> [(transaction: HistoryTransaction, instance: String)] {
+        let arguments = queries.arguments(token)
+        var headers: [(token: HistoryToken, date: Date, author: String?, instance: String)] = []
+        try connection.select(queries.transactions, arguments) { row in
+            let token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
+            let seconds = row.value(2).doubleValue ?? 0
+            headers.append((token, Date(timeIntervalSince1970: seconds), row.value(3).stringValue, row.value(4).stringValue ?? ""))
+        }
+        guard !headers.isEmpty else { return [] }
+        var changes: [HistoryToken: [HistoryChange]] = [:]
+        try connection.select(queries.changes, arguments) { row in
+            let token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
+            guard let entity = row.value(3).stringValue, let packed = row.value(5).dataValue else { return }
+            changes[token, default: []] += HistoryEncoding.changes(kind: row.int64(2), entity: entity, keys: row.value(4).stringValue,
+                                                                    packed: packed, graph: graph)
+        }
+        return headers.map { header in
+            (HistoryTransaction(token: header.token, date: header.date, author: header.author, changes: changes[header.token] ?? []),
+             header.instance)
+        }
+    }
+
+    /// What brings a main context's objects to what `transactions` did: the values stored now,
+    /// read by `reader` (with this process's queued commits on top, which will be written after
+    /// them). An object inserted or updated and deleted since is a deletion; one inserted and
+    /// deleted since is nothing.
+    package static func remote(_ transactions: [HistoryTransaction], reader: inout RowReader) throws -> [RemoteTransaction] {
+        let graph = reader.session.graph
+        var wanted: [ObjectID] = []
+        for transaction in transactions {
+            for change in transaction.changes where change.kind != .delete { wanted.append(change.objectID) }
+        }
+        let rows = try reader.rows(for: wanted)
+        return transactions.map { transaction in
+            var changes = ChangeSet()
+            changes.info.author = transaction.author
+            changes.info.token = transaction.token
+            for change in transaction.changes {
+                let id = change.objectID
+                guard let entity = graph.entity(named: change.entityName) else { continue }
+                switch change.kind {
+                case .insert:
+                    if let row = rows[id] { changes.inserts.append((id, row)) }
+                case .update:
+                    guard let row = rows[id] else {
+                        changes.deletes.append((id, entity))
+                        continue
+                    }
+                    let slots = row.entity.storedSlots.filter { change.changedKeys.contains(row.entity.properties[$0].name) }
+                    changes.updates.append(.init(id: id, entity: row.entity, slots: slots, values: slots.map { row.values[$0] }))
+                case .delete:
+                    changes.deletes.append((id, entity))
+                }
+            }
+            return RemoteTransaction(transaction: transaction, changes: changes)
+        }
+    }
+}

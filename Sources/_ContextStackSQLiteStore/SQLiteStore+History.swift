@@ -1,0 +1,190 @@
+import Dispatch
+import Foundation
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackSQLite
+
+// Persistent history on SQLite (Docs/History.md): two tables written by the writer in each
+// save's transaction, read back by `history(after:)`, and followed by a watcher that polls
+// `PRAGMA data_version` on an idle connection to notice other connections' commits.
+
+extension SQLiteStore {
+    /// The history tables. `Z_TOKEN` is SQLite's `AUTOINCREMENT` rowid: with one writer at a
+    /// time per file, it grows in commit order, and a deleted number is never handed out again.
+    static let historyCreation = [
+        "CREATE TABLE IF NOT EXISTS Z_HISTORY (Z_TOKEN INTEGER PRIMARY KEY AUTOINCREMENT, Z_DATE REAL NOT NULL, Z_AUTHOR TEXT, Z_ORIGIN INTEGER NOT NULL, Z_STACK TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS Z_HISTORYCHANGE (Z_TOKEN INTEGER NOT NULL, Z_KIND INTEGER NOT NULL, Z_ENTITY TEXT NOT NULL, Z_KEYS TEXT, Z_PKS BLOB NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS Z_HISTORYCHANGE_TOKEN ON Z_HISTORYCHANGE (Z_TOKEN)",
+    ]
+
+    static let historyQueries = HistoryQueries(
+        transactions: "SELECT Z_TOKEN, 0, Z_DATE, Z_AUTHOR, Z_STACK FROM Z_HISTORY WHERE Z_TOKEN > ? ORDER BY Z_TOKEN",
+        changes: "SELECT Z_TOKEN, 0, Z_KIND, Z_ENTITY, Z_KEYS, Z_PKS FROM Z_HISTORYCHANGE WHERE Z_TOKEN > ? ORDER BY Z_TOKEN, rowid",
+        arguments: { [.integer($0?.position ?? 0)] })
+
+    /// Creates the history tables when asked to, and says whether the file tracks history:
+    /// once one stack turned it on, every stack that opens the file writes it.
+    static func prepareHistory(_ db: Connection, enable: Bool) throws -> Bool {
+        if enable {
+            try db.writeTransaction {
+                for statement in historyCreation { try db.execute(statement) }
+            }
+            return true
+        }
+        return try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'Z_HISTORY'").int64Value == 1
+    }
+
+    package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, writer: inout WriterState) throws -> HistoryToken? {
+        guard tracksHistory else { return nil }
+        let db = writer.connection
+        try db.cachedStatement("INSERT INTO Z_HISTORY (Z_DATE, Z_AUTHOR, Z_ORIGIN, Z_STACK) VALUES (?, ?, ?, ?)")
+            .bindAndExecute([.double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
+                             .integer(Int64(bitPattern: info.origin)), .text(instance)])
+        let token = db.lastInsertRowID
+        let insert = try db.cachedStatement("INSERT INTO Z_HISTORYCHANGE (Z_TOKEN, Z_KIND, Z_ENTITY, Z_KEYS, Z_PKS) VALUES (?, ?, ?, ?, ?)")
+        for (group, keys) in HistoryEncoding.groups(changes) {
+            try insert.bindAndExecute([.integer(token), .integer(HistoryEncoding.code(group.kind)), .text(group.entity),
+                                       group.keys.isEmpty ? .null : .text(group.keys), .blob(HistoryEncoding.pack(keys))])
+        }
+        return HistoryToken(position: token)
+    }
+
+    package func history(after token: HistoryToken?) throws -> [HistoryTransaction] {
+        try requireHistory()
+        return try read(pin: nil, whileLocked: nil, oneStatement: false) { session in
+            try checkNotExpired(token, connection: session.connection)
+            return try HistoryReading.transactions(after: token, connection: session.connection, graph: graph,
+                                                   queries: Self.historyQueries).map(\.transaction)
+        }
+    }
+
+    package func lastHistoryToken() throws -> HistoryToken? {
+        try requireHistory()
+        return try read(pin: nil, whileLocked: nil, oneStatement: true) { session in
+            try session.connection.scalar("SELECT max(Z_TOKEN) FROM Z_HISTORY").int64Value.map { HistoryToken(position: $0) }
+        }
+    }
+
+    package func deleteHistory(before token: HistoryToken) throws {
+        try requireHistory()
+        try writer.withLock { state in
+            let db = state.connection
+            try db.writeTransaction {
+                guard let last = try db.scalar("SELECT max(Z_TOKEN) FROM Z_HISTORY WHERE Z_TOKEN < ?", [.integer(token.position)]).int64Value else { return }
+                try db.execute("DELETE FROM Z_HISTORYCHANGE WHERE Z_TOKEN <= ?", [.integer(last)])
+                try db.execute("DELETE FROM Z_HISTORY WHERE Z_TOKEN <= ?", [.integer(last)])
+                let purged = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'historyPurged'").int64Value ?? 0
+                try db.execute("INSERT OR REPLACE INTO Z_METADATA (key, value) VALUES ('historyPurged', ?)", [.integer(max(purged, last))])
+            }
+        }
+    }
+
+    /// Throws `expired` when transactions after `token` were deleted.
+    private func checkNotExpired(_ token: HistoryToken?, connection: any QueryConnection) throws {
+        guard let purged = try connection.scalar("SELECT value FROM Z_METADATA WHERE key = 'historyPurged'").int64Value else { return }
+        if (token?.position ?? 0) < purged {
+            throw HistoryError(.expired, "The history after token \(token.map(String.init(describing:)) ?? "nil (the beginning)") was deleted (deleteHistory(before:)) up to transaction \(purged): it cannot say everything that changed since. Fetch the current state again, then follow the history from stack.lastHistoryToken().")
+        }
+    }
+
+    private func requireHistory() throws {
+        guard tracksHistory else {
+            throw HistoryError(.notTracked, "This store does not track history: add it with addDatabaseStore(at:tracksHistory: true).")
+        }
+    }
+
+    /// Reads the transactions after `token` and hands those other stacks wrote, with what they
+    /// changed as stored now, to `deliver`; returns the token to continue from (own
+    /// transactions included).
+    ///
+    /// All of it under the state lock (`withCommittedView`): no commit of this process can be
+    /// queued between the read and the hand-over, so main contexts receive the remote values
+    /// before any later local commit, as the store will hold them.
+    func deliverRemoteTransactions(after token: HistoryToken?, _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
+        try withCommittedView { _, reader in
+            let connection = reader.session.connection
+            try checkNotExpired(token, connection: connection)
+            let all = try HistoryReading.transactions(after: token, connection: connection, graph: graph, queries: Self.historyQueries)
+            let others = all.filter { $0.instance != instance }.map(\.transaction)
+            if !others.isEmpty { deliver(try HistoryReading.remote(others, reader: &reader)) }
+            return all.last?.transaction.token ?? token
+        }
+    }
+
+    package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) {
+        guard tracksHistory, let url = parts.first?.url else { return }
+        do {
+            let watcher = try SQLiteHistoryWatcher(store: self, url: url, from: lastHistoryToken(), deliver: deliver)
+            watchers.withLock { $0.append(watcher) }
+            watcher.start()
+        } catch {
+            reportError(error)
+        }
+    }
+}
+
+/// Notices commits that other connections — other processes, other stacks — make to a store
+/// file, and delivers them from the history.
+///
+/// Every `pollInterval` it reads `PRAGMA data_version` on an idle connection of its own: SQLite
+/// changes the number when another connection commits, and never for this connection's own
+/// reads, and it costs no file access while nothing changed (the number comes from the shared
+/// memory index). Outside a read transaction, as SQLite requires for the number to move. When
+/// it changed, the watcher reads the history after its last token in one read of the store
+/// (with this process's queued commits on top) and hands over what other stacks wrote.
+///
+/// `@unchecked Sendable`: `connection`, `dataVersion` and `last` are used only on `queue`;
+/// the rest is immutable.
+final class SQLiteHistoryWatcher: @unchecked Sendable {
+    /// How often the watcher looks: the latency of a remote commit is about half of it plus
+    /// the read (Docs/History.md).
+    static let pollInterval: DispatchTimeInterval = .milliseconds(10)
+
+    private weak var store: SQLiteStore?
+    private let queue = DispatchQueue(label: "ContextStack.SQLiteStore.history", qos: .userInitiated)
+    private let timer: any DispatchSourceTimer
+    private let connection: Connection
+    private var dataVersion: Int64?
+    private var last: HistoryToken?
+    private let deliver: @Sendable ([RemoteTransaction]) -> Void
+
+    init(store: SQLiteStore, url: URL, from last: HistoryToken?, deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
+        self.store = store
+        self.last = last
+        self.deliver = deliver
+        connection = try Connection(path: url.path, readOnly: true, create: false)
+        connection.setBusyTimeout(milliseconds: SQLiteStore.busyTimeout)
+        timer = DispatchSource.makeTimerSource(queue: queue)
+        dataVersion = try connection.scalar("PRAGMA data_version").int64Value
+    }
+
+    func start() {
+        timer.schedule(deadline: .now() + Self.pollInterval, repeating: Self.pollInterval, leeway: .milliseconds(2))
+        timer.setEventHandler { [weak self] in self?.poll() }
+        timer.resume()
+    }
+
+    func stop() { timer.cancel() }
+
+    deinit { timer.cancel() }
+
+    private func poll() {
+        guard let store else {
+            timer.cancel()
+            return
+        }
+        do {
+            let version = try connection.scalar("PRAGMA data_version").int64Value
+            guard version != dataVersion else { return }
+            dataVersion = version
+            last = try store.deliverRemoteTransactions(after: last, deliver)
+        } catch let error as HistoryError where error.code == .expired {
+            // Deleted before this watcher read it: what changed cannot be known. Say so, and
+            // go on from the newest transaction.
+            store.reportError(error)
+            last = try? store.lastHistoryToken()
+        } catch {
+            store.reportError(error)
+        }
+    }
+}

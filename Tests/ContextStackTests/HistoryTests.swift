@@ -1,0 +1,275 @@
+@testable import ContextStack
+import _ContextStackCore
+@testable import _ContextStackModel
+import _ContextStackSQLite
+@testable import _ContextStackSQLiteStore
+import Foundation
+import Testing
+
+/// Persistent history (Docs/History.md): what each save records, tokens, purging, and other
+/// stacks' commits reaching this stack's contexts, results and observers. Two stacks on one
+/// file stand for two processes here (they share nothing but the file); real processes are in
+/// `HistoryProcessTests`.
+@Suite(.timeLimit(.minutes(2))) struct HistoryTests {
+    static let kinds: [StoreKind] = [.file]
+
+    @Test(arguments: kinds) @MainActor
+    func eachSaveRecordsWhatItChangedAndWho(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let world = try MainContext(stack: store.stack, author: "app")
+        let importer = try Context(stack: store.stack, updateTarget: .persistentStore, author: "importer")
+        let (monk, rex) = try world.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            let rex = try update.create(Pet.self)
+            rex.owner = monk
+            try update.commit()
+            return (monk.objectID, rex.objectID)
+        }
+        try importer.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: monk)).age = 40
+            try update.commit()
+        }
+        let article = try world.beginUpdateAndWait { update in
+            let article = try update.create(Article.self)
+            try update.commit()
+            return article.objectID
+        }
+        let tag = try world.beginUpdateAndWait { update in
+            let tag = try update.create(Tag.self)
+            try #require(try update.fetch(Article.self, id: article)).tags.insert(tag)
+            try update.commit()
+            return tag.objectID
+        }
+        try importer.beginUpdateAndWait { update in
+            #expect(try update.batchUpdate(Pet.self, set: ["name": .text("Rex")]) == 1)
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Pet.self, id: rex)))
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.commit()    // nothing changed: no transaction
+        }
+        try await store.stack.flush()
+
+        let history = try store.stack.history(after: nil)
+        #expect(history.map(\.author) == ["app", "importer", "app", "app", "importer", "app"])
+        #expect(history.map(\.token) == history.map(\.token).sorted())
+        #expect(Set(history.map(\.token)).count == history.count)
+        func changes(_ index: Int) -> Set<HistoryChange> { Set(history[index].changes) }
+        #expect(changes(0) == [HistoryChange(kind: .insert, objectID: monk, entityName: "Person", changedKeys: []),
+                               HistoryChange(kind: .insert, objectID: rex, entityName: "Pet", changedKeys: [])])
+        #expect(changes(1) == [HistoryChange(kind: .update, objectID: monk, entityName: "Person", changedKeys: ["age"])])
+        #expect(changes(2) == [HistoryChange(kind: .insert, objectID: article, entityName: "Article", changedKeys: [])])
+        // A many-to-many pair counts for both objects, under their relationships' names.
+        #expect(changes(3) == [HistoryChange(kind: .insert, objectID: tag, entityName: "Tag", changedKeys: []),
+                               HistoryChange(kind: .update, objectID: article, entityName: "Article", changedKeys: ["tags"])])
+        #expect(changes(4) == [HistoryChange(kind: .update, objectID: rex, entityName: "Pet", changedKeys: ["name"])])
+        #expect(changes(5) == [HistoryChange(kind: .delete, objectID: rex, entityName: "Pet", changedKeys: [])])
+        #expect(history.allSatisfy { abs($0.date.timeIntervalSinceNow) < 3600 })
+    }
+
+    @Test(arguments: kinds) @MainActor
+    func tokensResumeAndPurgedHistoryExpires(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let world = try MainContext(stack: store.stack)
+        #expect(try store.stack.lastHistoryToken() == nil)
+        for name in ["a", "b", "c", "d"] {
+            try world.beginUpdateAndWait { update in
+                try update.create(Person.self).name = name
+                try update.commit()
+            }
+        }
+        try await store.stack.flush()
+        let all = try store.stack.history(after: nil)
+        #expect(all.count == 4)
+        #expect(try store.stack.lastHistoryToken() == all[3].token)
+        // A token survives encoding, and resumes after its transaction.
+        let saved = try JSONDecoder().decode(HistoryToken.self, from: JSONEncoder().encode(all[1].token))
+        #expect(saved == all[1].token)
+        #expect(try store.stack.history(after: saved).map(\.token) == [all[2].token, all[3].token])
+        #expect(try store.stack.history(after: all[3].token).isEmpty)
+
+        try store.stack.deleteHistory(before: all[2].token)
+        // Transactions after these tokens are gone: the history cannot say what they did.
+        for token in [nil, all[0].token] {
+            #expect {
+                try store.stack.history(after: token)
+            } throws: { error in
+                (error as? HistoryError)?.code == .expired
+            }
+        }
+        // From the last deleted transaction on, nothing is missing.
+        #expect(try store.stack.history(after: all[1].token).map(\.token) == [all[2].token, all[3].token])
+        #expect(try store.stack.history(after: all[2].token).map(\.token) == [all[3].token])
+    }
+
+    @Test @MainActor func aFailedCommitLeavesNoHistory() async throws {
+        let store = try TestStore(.file, tracksHistory: true)
+        let world = try MainContext(stack: store.stack)
+        try store.refuseWrites(ofName: "Refused")
+        // A first object reserves a block of keys: the next ones need no write lock, which
+        // another connection is about to hold.
+        let seed = try world.beginUpdateAndWait { update in
+            let person = try update.create(Person.self)
+            try update.commit()
+            return person.objectID
+        }
+        try await store.stack.flush()
+        // Three commits written together: the middle one fails alone, with its history.
+        let (first, third) = try store.stack.sqliteStore.holdingWriter {
+            let first = try world.beginUpdateAndWait { update in
+                let person = try update.create(Person.self)
+                person.name = "First"
+                try update.commit()
+                return person.objectID
+            }
+            try world.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "Refused"
+                try update.commit()
+            }
+            let third = try world.beginUpdateAndWait { update in
+                let person = try update.create(Person.self)
+                person.name = "Third"
+                try update.commit()
+                return person.objectID
+            }
+            return (first, third)
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        let history = try store.stack.history(after: nil)
+        #expect(history.map { $0.changes.map(\.objectID) } == [[seed], [first], [third]])
+        #expect(try store.writtenScalar("SELECT count(*) FROM Person") == .integer(3))
+    }
+
+    @Test func storesThatDoNotTrackSaySo() throws {
+        let store = try TestStore(.file)
+        #expect {
+            try store.stack.history(after: nil)
+        } throws: { error in
+            (error as? HistoryError)?.code == .notTracked
+        }
+        // Several SQLite files cannot keep a save and its history together.
+        let model = try Model(Person.self, Pet.self, Article.self, Tag.self,
+                              configurations: ["people": [Person.self, Pet.self], "tags": [Article.self, Tag.self]])
+        let several = try TestStore(model: model) { stack, directory in
+            try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "people", tracksHistory: true)
+            #expect {
+                try stack.addDatabaseStore(at: directory.appendingPathComponent("tags.sqlite"), configuration: "tags")
+            } throws: { error in
+                (error as? StoreError)?.code == .unsupported
+            }
+        }
+        _ = several
+    }
+
+    // MARK: - Other stacks' commits
+
+    /// Another stack on the file (as another process would) inserts, updates and deletes:
+    /// this stack's three-tier main context, its results and its observers follow, and each
+    /// remote commit says what the history says.
+    @Test @MainActor func otherStacksCommitsReachContextsResultsAndObservers() async throws {
+        let store = try TestStore(.file, tracksHistory: true)
+        let world = try MainContext(stack: store.stack)
+        let other = try store.reopen()
+        let writer = try Context(stack: other, updateTarget: .persistentStore, author: "worker")
+        let remote = store.stack.allCommits.filter(\.isRemote)
+        var commits = remote.makeAsyncIterator()
+
+        let ada = try world.beginUpdateAndWait { update in
+            let ada = try update.create(Person.self)
+            ada.name = "Ada"
+            ada.age = 36
+            try update.commit()
+            return ada.objectID
+        }
+        try await store.stack.flush()
+        let held = try #require(try world.fetch(Person.self, id: ada))
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
+        var changes = results.changes.makeAsyncIterator()
+        #expect(results.objects.map(\.name) == ["Ada"])
+
+        let grace = try writer.beginUpdateAndWait { update in
+            let grace = try update.create(Person.self)
+            grace.name = "Grace"
+            try #require(try update.fetch(Person.self, id: ada)).age = 37
+            try update.commit()
+            return grace.objectID
+        }
+        let first = try #require(await commits.next())
+        #expect(first.isRemote && first.origin == .remote && first.author == "worker")
+        #expect(first.inserted == [grace] && first.updated == [ada] && first.changedKeys(of: ada) == ["age"])
+        #expect(first.token == (try other.lastHistoryToken()))
+        #expect(held.age == 37, "the object the main context holds took the new value")
+        #expect(results.objects.map(\.name) == ["Ada", "Grace"])
+        let batch = try #require(await changes.next())
+        #expect(!batch.isEmpty)
+        #expect(try results.objects.map(\.objectID) == world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.objectID))
+
+        try writer.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Person.self, id: ada)))
+            try update.commit()
+        }
+        let second = try #require(await commits.next())
+        #expect(second.deleted == [ada])
+        #expect(held.isDeleted)
+        #expect(results.objects.map(\.name) == ["Grace"])
+
+        // This stack's own commits are never delivered as remote ones.
+        let own = try world.beginUpdateAndWait { update in
+            let own = try update.create(Person.self)
+            own.name = "Own"
+            try update.commit()
+            return own.objectID
+        }
+        try await store.stack.flush()
+        try writer.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Last"
+            try update.commit()
+        }
+        let third = try #require(await commits.next())
+        #expect(!third.inserted.contains(own) && third.inserted.count == 1)
+    }
+
+    /// A per-consumer main context resets on a remote commit; one that does not merge keeps the
+    /// objects it holds.
+    @Test @MainActor func perConsumerContextsResetAndPinnedOnesKeepTheirObjects() async throws {
+        let store = try TestStore(.file, rootContext: .none, tracksHistory: true)
+        let updater = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let screen = try MainContext(stack: store.stack, updateTarget: .persistentStore, resetOnCommitOf: updater)
+        let id = try updater.beginUpdateAndWait { update in
+            let person = try update.create(Person.self)
+            person.name = "Before"
+            try update.commit()
+            return person.objectID
+        }
+        await mainQueueTurn()
+        let person = try #require(try screen.fetch(Person.self, id: id))
+        let other = try store.reopen()
+        let remote = store.stack.allCommits.filter(\.isRemote)
+        var commits = remote.makeAsyncIterator()
+        try Context(stack: other, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).name = "After"
+            try update.commit()
+        }
+        _ = try #require(await commits.next())
+        // The reset invalidated what the context held; a fetch shows the new value.
+        #expect(try screen.fetch(Person.self, id: id)?.name == "After")
+        #expect(person !== (try screen.fetch(Person.self, id: id)))
+    }
+}
+
+extension SQLiteStore {
+    /// Runs `body` while another connection holds the file's write lock, so the commits it
+    /// makes queue up and are written together, in one group, once `body` returns.
+    func holdingWriter<T>(_ body: () throws -> T) throws -> T {
+        guard let url = parts.first?.url else { preconditionFailure("only file stores") }
+        let other = try Connection(path: url.path)
+        try other.execute("BEGIN IMMEDIATE")
+        let result = try body()
+        try other.execute("COMMIT")
+        return result
+    }
+}
