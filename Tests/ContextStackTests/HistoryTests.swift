@@ -187,6 +187,10 @@ import Testing
         }
         try await store.stack.flush()
         let held = try #require(try world.fetch(Person.self, id: ada))
+        // A second main context, with no results reading it: only the remote commit it is
+        // handed can change what it holds.
+        let quiet = try MainContext(stack: store.stack)
+        let quietHeld = try #require(try quiet.fetch(Person.self, id: ada))
         let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
         var changes = results.changes.makeAsyncIterator()
         #expect(results.objects.map(\.name) == ["Ada"])
@@ -203,6 +207,7 @@ import Testing
         #expect(first.inserted == [grace] && first.updated == [ada] && first.changedKeys(of: ada) == ["age"])
         #expect(first.token == (try other.lastHistoryToken()))
         #expect(held.age == 37, "the object the main context holds took the new value")
+        #expect(quietHeld.age == 37, "the object the main context holds took the new value")
         #expect(results.objects.map(\.name) == ["Ada", "Grace"])
         let batch = try #require(await changes.next())
         #expect(!batch.isEmpty)

@@ -2,7 +2,10 @@
 // CrashSafetyTests.swift, SeveralProcessesTests.swift, PermissionTests.swift). Not a product:
 // SwiftPM builds it beside the test bundle.
 //
-//     stress-writer batches <store> [grouped]   commits numbered batches until killed
+//     stress-writer batches <store> [grouped] [history]
+//                                               commits numbered batches until killed
+//     stress-writer history <store> <count>     says "ready", then makes one random commit
+//                                               for each line on its input, saying what it did
 //     stress-writer migrate <store>             opens the store with the next model version
 //     stress-writer commits <store> <writer> <count>   says "ready", waits for a line on its
 //                                                      input, commits <count> one-row commits
@@ -114,9 +117,10 @@ do {
         // `batches grouped`: commits go through the root writer, which groups those that
         // arrive while it writes into one transaction; a batch is printed once a flush saw it
         // saved. Otherwise there is no root: each commit is in SQLite when `commit()` returns.
-        let grouped = arguments.count > 3 && arguments[3] == "grouped"
+        // `history`: the store tracks history.
+        let grouped = arguments.dropFirst(3).contains("grouped")
         let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: grouped ? .shared : .none)
-        try stack.addDatabaseStore(at: url)
+        try stack.addDatabaseStore(at: url, tracksHistory: arguments.dropFirst(3).contains("history"))
         let updater = try Context(stack: stack, updateTarget: grouped ? .rootContext(autoMerge: false) : .persistentStore,
                                   updateOrder: .serial)
         var next = try nextBatch(of: 0, in: updater)
@@ -197,6 +201,51 @@ do {
             say("\(batch)")
             batch += 1
         }
+
+    case "history":
+        // Random inserts, updates and deletes of entries, one commit at a time, in lockstep
+        // with the test: says "ready", then after each line on its input makes one commit and
+        // prints what it did, "commit N ins=1,2 upd=3 del=4" (primary keys). `count` commits.
+        guard arguments.count == 4, let count = Int(arguments[3]) else { fail("usage: stress-writer history <store> <count>") }
+        let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: .none)
+        try stack.addDatabaseStore(at: url, tracksHistory: true)
+        let updater = try Context(stack: stack, updateTarget: .persistentStore, author: "writer-\(getpid())")
+        var alive: [ObjectID] = []
+        var random = SystemRandomNumberGenerator()
+        say("ready")
+        for number in 0..<count {
+            guard readLine() != nil else { break }
+            let (inserted, updated, deleted) = try updater.beginUpdateAndWait { update -> ([ObjectID], [ObjectID], [ObjectID]) in
+                var inserted: [ObjectID] = [], updated: [ObjectID] = [], deleted: [ObjectID] = []
+                for _ in 0..<Int.random(in: 0...3, using: &random) {
+                    let entry = try update.create(Entry.self)
+                    entry.index = number
+                    inserted.append(entry.objectID)
+                }
+                for id in alive.shuffled(using: &random).prefix(Int.random(in: 0...2, using: &random)) {
+                    guard let entry = try update.fetch(Entry.self, id: id) else { fail("entry \(id) is gone") }
+                    entry.batch += 1
+                    updated.append(id)
+                }
+                if Bool.random(using: &random), let id = alive.filter({ !updated.contains($0) }).randomElement(using: &random) {
+                    guard let entry = try update.fetch(Entry.self, id: id) else { fail("entry \(id) is gone") }
+                    try update.delete(entry)
+                    deleted.append(id)
+                }
+                if inserted.isEmpty && updated.isEmpty && deleted.isEmpty {
+                    // Every commit changes something, so each one is a transaction.
+                    let entry = try update.create(Entry.self)
+                    entry.index = number
+                    inserted.append(entry.objectID)
+                }
+                try update.commit()
+                return (inserted, updated, deleted)
+            }
+            alive = alive.filter { !deleted.contains($0) } + inserted
+            func keys(_ ids: [ObjectID]) -> String { ids.map { String($0.primaryKey) }.joined(separator: ",") }
+            say("commit \(number) ins=\(keys(inserted)) upd=\(keys(updated)) del=\(keys(deleted))")
+        }
+        say("done")
 
     case "open-close":
         // Another process that opens the file, reads and closes it, again and again.
