@@ -33,10 +33,13 @@ extension Stack {
     ///   - autoMigrating: migrate a database written by an earlier model version, in one
     ///     transaction (Docs/Postgres.md, "Migration"); `false` throws
     ///     `StoreError.Code.modelMismatch` for such a database instead.
+    ///   - tracksHistory: record every save in the database's history, and follow the commits
+    ///     other processes and machines make (Docs/History.md). On by default; a database
+    ///     whose history another stack turned on tracks it whatever this says.
     /// - Throws: `StoreError` (`.modelMismatch`, `.cannotMigrate`, `.foreignDatabase`,
     ///   `.alreadyAdded`, `.unknownConfiguration`); `PostgresError` when the server cannot be
     ///   reached or refuses (see Docs/Postgres.md).
-    public func addPostgresStore(url: URL, configuration: String? = nil, autoMigrating: Bool = true) throws {
+    public func addPostgresStore(url: URL, configuration: String? = nil, autoMigrating: Bool = true, tracksHistory: Bool = true) throws {
         let settings = PostgresSettings(url: url)
         try settings.validate()
         try addStore(identity: url.absoluteString, label: "the PostgreSQL database \(settings.redactedURL)",
@@ -52,7 +55,8 @@ extension Stack {
                 return nil
             }
             return try PostgresStore(graph: graph, schema: schema, settings: settings, autoMigrating: autoMigrating,
-                                     writesInBackground: rootContext == .shared, tracer: tracer) { [weak self] error in
+                                     writesInBackground: rootContext == .shared, tracksHistory: tracksHistory,
+                                     tracer: tracer) { [weak self] error in
                 self?.report(error)
             }
         }

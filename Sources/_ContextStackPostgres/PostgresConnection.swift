@@ -451,6 +451,26 @@ package final class PostgresConnection {
         PostgresError(code: .connectionLost, message: "lost the connection to \(settings.redactedURL): \(Self.trimmed(PQerrorMessage(handle)))", sql: sql)
     }
 
+    // MARK: - Notifications
+
+    /// The connection's socket, to wait on for notifications (`LISTEN`).
+    package var socket: Int32 { PQsocket(handle) }
+
+    /// Reads whatever the server sent without waiting, and returns the payloads of the
+    /// notifications (`NOTIFY`) that arrived since the last call. Only between statements.
+    package func takeNotifications() throws(PostgresError) -> [String] {
+        guard PQconsumeInput(handle) == 1 else {
+            unusable = true
+            throw lostConnection(sql: "LISTEN")
+        }
+        var payloads: [String] = []
+        while let notification = PQnotifies(handle) {
+            payloads.append(notification.pointee.extra.map { String(cString: $0) } ?? "")
+            PQfreemem(notification)
+        }
+        return payloads
+    }
+
     /// A libpq message without its trailing newline, or a placeholder for none.
     private static func trimmed(_ message: UnsafePointer<CChar>?) -> String {
         guard let message else { return "no message" }

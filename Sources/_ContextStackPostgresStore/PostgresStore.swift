@@ -47,6 +47,14 @@ package final class PostgresStore: QueuedStore {
     private let tables: Locked<[String: Table]>
 
     static let maximumIdleReaders = 4
+
+    /// Whether every save writes history (`Z_HISTORY`); see `PostgresStore+History.swift`.
+    package let tracksHistory: Bool
+    /// Names this store object in the history it writes, so its own listener can tell its
+    /// commits from other stacks' (other processes', other machines').
+    let instance = UUID().uuidString
+    /// The history listeners `followHistory` started.
+    let listeners = Locked<[PostgresHistoryListener]>([])
     /// Starts a read: its snapshot is taken by the `SELECT`, in the same round trip.
     static let beginRead = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
     /// Starts a read whose snapshot its first statement takes (`withReadTransaction`).
@@ -57,7 +65,8 @@ package final class PostgresStore: QueuedStore {
     /// - Throws: `StoreError` when the database holds another model or foreign tables;
     ///   `PostgresError` when the server cannot be reached or refuses.
     package init(graph: ModelGraph, schema: StoreSchema, settings: PostgresSettings, autoMigrating: Bool, writesInBackground: Bool,
-                 tracer: StatementTracer = StatementTracer(), reportError: @escaping @Sendable (any Error) -> Void) throws {
+                 tracksHistory: Bool = true, tracer: StatementTracer = StatementTracer(),
+                 reportError: @escaping @Sendable (any Error) -> Void) throws {
         self.graph = graph
         self.settings = settings
         self.tracer = tracer
@@ -65,8 +74,13 @@ package final class PostgresStore: QueuedStore {
         self.reportError = reportError
         let connection = try Self.connect(settings, tracer: tracer)
         _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: autoMigrating)
+        self.tracksHistory = try Self.prepareHistory(connection, enable: tracksHistory)
         writer = Locked(connection)
         tables = Locked(Dictionary(uniqueKeysWithValues: schema.tables.map { ($0.name, $0) }))
+    }
+
+    deinit {
+        for listener in listeners.withLock({ $0 }) { listener.stop() }
     }
 
     /// Adds another configuration's part of the model, in the same database.
@@ -390,22 +404,5 @@ package final class PostgresStore: QueuedStore {
         return SaveError(.uniquenessViolated,
                          "Cannot save a commit: \(constraint.label) is unique, and another writer of the store saved the same values first. Nothing of this commit was saved.",
                          entityName: constraint.entity.name, keys: constraint.keys)
-    }
-}
-
-// MARK: - History
-
-extension PostgresStore {
-    package var tracksHistory: Bool { false }
-
-    package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, writer: inout PostgresConnection) throws -> HistoryToken? { nil }
-
-    package func history(after token: HistoryToken?) throws -> [HistoryTransaction] { throw Self.notTracked }
-    package func deleteHistory(before token: HistoryToken) throws { throw Self.notTracked }
-    package func lastHistoryToken() throws -> HistoryToken? { throw Self.notTracked }
-    package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) {}
-
-    private static var notTracked: HistoryError {
-        HistoryError(.notTracked, "The PostgreSQL store does not track history yet.")
     }
 }

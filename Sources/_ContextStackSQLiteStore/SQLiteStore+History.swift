@@ -93,18 +93,23 @@ extension SQLiteStore {
         }
     }
 
-    /// Reads the transactions after `token` and hands those other stacks wrote, with what they
+    /// Reads the transactions after `token` on `db` (the watcher's own connection, which the
+    /// statement trace does not see) and hands those other stacks wrote, with what they
     /// changed as stored now, to `deliver`; returns the token to continue from (own
     /// transactions included).
     ///
-    /// All of it under the state lock (`withCommittedView`): no commit of this process can be
-    /// queued between the read and the hand-over, so main contexts receive the remote values
-    /// before any later local commit, as the store will hold them.
-    func deliverRemoteTransactions(after token: HistoryToken?, _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
-        try withCommittedView { _, reader in
-            let connection = reader.session.connection
-            try checkNotExpired(token, connection: connection)
-            let all = try HistoryReading.transactions(after: token, connection: connection, graph: graph, queries: Self.historyQueries)
+    /// All of it under the state lock, like `withCommittedView`: the snapshot and the overlay
+    /// match, and no commit of this process can be queued between the read and the hand-over,
+    /// so main contexts receive the remote values before any later local commit, as the store
+    /// will hold them.
+    func deliverRemoteTransactions(after token: HistoryToken?, on db: Connection, _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
+        try state.withLock { state in
+            try db.execute("BEGIN DEFERRED")
+            defer { if db.isInTransaction { try? db.execute("COMMIT") } }
+            _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
+            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
+            try checkNotExpired(token, connection: db)
+            let all = try HistoryReading.transactions(after: token, connection: db, graph: graph, queries: Self.historyQueries)
             let others = all.filter { $0.instance != instance }.map(\.transaction)
             if !others.isEmpty { deliver(try HistoryReading.remote(others, reader: &reader)) }
             return all.last?.transaction.token ?? token
@@ -130,8 +135,9 @@ extension SQLiteStore {
 /// changes the number when another connection commits, and never for this connection's own
 /// reads, and it costs no file access while nothing changed (the number comes from the shared
 /// memory index). Outside a read transaction, as SQLite requires for the number to move. When
-/// it changed, the watcher reads the history after its last token in one read of the store
-/// (with this process's queued commits on top) and hands over what other stacks wrote.
+/// it changed, the watcher reads the history after its last token, on the same connection, in
+/// one read of the store (with this process's queued commits on top) and hands over what other
+/// stacks wrote. Its statements are not in `stack.trace`.
 ///
 /// `@unchecked Sendable`: `connection`, `dataVersion` and `last` are used only on `queue`;
 /// the rest is immutable.
@@ -177,7 +183,7 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
             let version = try connection.scalar("PRAGMA data_version").int64Value
             guard version != dataVersion else { return }
             dataVersion = version
-            last = try store.deliverRemoteTransactions(after: last, deliver)
+            last = try store.deliverRemoteTransactions(after: last, on: connection, deliver)
         } catch let error as HistoryError where error.code == .expired {
             // Deleted before this watcher read it: what changed cannot be known. Say so, and
             // go on from the newest transaction.

@@ -47,13 +47,19 @@ import Testing
     /// child did. This process restarts its stack midway. A consumer that reads the history
     /// now and then from its saved token — purging what it read, and restarting — sees every
     /// transaction exactly once.
-    @Test @MainActor func anotherProcessesCommitsReachEveryContextAndTokensResume() async throws {
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func anotherProcessesCommitsReachEveryContextAndTokensResume(kind: StoreKind) async throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("history.sqlite")
+        let schema = kind == .postgres ? try TestSchema() : nil
         func open() throws -> Stack {
             let stack = try Stack(model: Model(CrashEntry.self, CrashTally.self))
-            try stack.addDatabaseStore(at: url, tracksHistory: true)
+            if let schema {
+                try stack.addPostgresStore(url: schema.url)
+            } else {
+                try stack.addDatabaseStore(at: url, tracksHistory: true)
+            }
             return stack
         }
         var stack = try open()
@@ -65,7 +71,7 @@ import Testing
         var consumed: [HistoryTransaction] = []
 
         let count = 40
-        let child = try StressWriterProcess(["history", url.path, "\(count)"])
+        let child = try StressWriterProcess(["history", schema?.url.absoluteString ?? url.path, "\(count)"])
         try child.waitFor("ready")
         var done: [Changes] = []
         for number in 0..<count {

@@ -11,7 +11,7 @@ import Testing
 /// file stand for two processes here (they share nothing but the file); real processes are in
 /// `HistoryProcessTests`.
 @Suite(.timeLimit(.minutes(2))) struct HistoryTests {
-    static let kinds: [StoreKind] = [.file]
+    static let kinds = StoreKind.available.filter { $0 != .memory }
 
     @Test(arguments: kinds) @MainActor
     func eachSaveRecordsWhatItChangedAndWho(kind: StoreKind) async throws {
@@ -145,7 +145,7 @@ import Testing
     }
 
     @Test func storesThatDoNotTrackSaySo() throws {
-        let store = try TestStore(.file)
+        let store = try TestStore(.file, tracksHistory: false)
         #expect {
             try store.stack.history(after: nil)
         } throws: { error in
@@ -170,8 +170,9 @@ import Testing
     /// Another stack on the file (as another process would) inserts, updates and deletes:
     /// this stack's three-tier main context, its results and its observers follow, and each
     /// remote commit says what the history says.
-    @Test @MainActor func otherStacksCommitsReachContextsResultsAndObservers() async throws {
-        let store = try TestStore(.file, tracksHistory: true)
+    @Test(arguments: kinds) @MainActor
+    func otherStacksCommitsReachContextsResultsAndObservers(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
         let world = try MainContext(stack: store.stack)
         let other = try store.reopen()
         let writer = try Context(stack: other, updateTarget: .persistentStore, author: "worker")
@@ -238,10 +239,10 @@ import Testing
         #expect(!third.inserted.contains(own) && third.inserted.count == 1)
     }
 
-    /// A per-consumer main context resets on a remote commit; one that does not merge keeps the
-    /// objects it holds.
-    @Test @MainActor func perConsumerContextsResetAndPinnedOnesKeepTheirObjects() async throws {
-        let store = try TestStore(.file, rootContext: .none, tracksHistory: true)
+    /// A per-consumer main context resets on a remote commit.
+    @Test(arguments: kinds) @MainActor
+    func perConsumerContextsReset(kind: StoreKind) async throws {
+        let store = try TestStore(kind, rootContext: .none, tracksHistory: true)
         let updater = try Context(stack: store.stack, updateTarget: .persistentStore)
         let screen = try MainContext(stack: store.stack, updateTarget: .persistentStore, resetOnCommitOf: updater)
         let id = try updater.beginUpdateAndWait { update in

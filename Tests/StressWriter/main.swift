@@ -4,7 +4,8 @@
 //
 //     stress-writer batches <store> [grouped] [history]
 //                                               commits numbered batches until killed
-//     stress-writer history <store> <count>     says "ready", then makes one random commit
+//     stress-writer history <store|postgres-url> <count>
+//                                               says "ready", then makes one random commit
 //                                               for each line on its input, saying what it did
 //     stress-writer migrate <store>             opens the store with the next model version
 //     stress-writer commits <store> <writer> <count>   says "ready", waits for a line on its
@@ -208,7 +209,11 @@ do {
         // prints what it did, "commit N ins=1,2 upd=3 del=4" (primary keys). `count` commits.
         guard arguments.count == 4, let count = Int(arguments[3]) else { fail("usage: stress-writer history <store> <count>") }
         let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: .none)
-        try stack.addDatabaseStore(at: url, tracksHistory: true)
+        if arguments[2].hasPrefix("postgres://"), let server = URL(string: arguments[2]) {
+            try stack.addPostgresStore(url: server)
+        } else {
+            try stack.addDatabaseStore(at: url, tracksHistory: true)
+        }
         let updater = try Context(stack: stack, updateTarget: .persistentStore, author: "writer-\(getpid())")
         var alive: [ObjectID] = []
         var random = SystemRandomNumberGenerator()

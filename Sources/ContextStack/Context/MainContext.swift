@@ -82,6 +82,7 @@ public final class MainContext: CommitSource {
         self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: core, author: author)
         if updateTarget == .rootContext(autoMerge: true) { stack.addAutoMerger(core) }
         if updateTarget == .mainContext { stack.addThreeTierMain(core) }
+        stack.wantRemoteCommits()
         if let source {
             resetRegistration = stack.commits.addResetter(origin: source.contextID) { [weak self] in self?.reset() }
         }

@@ -57,6 +57,10 @@ public final class Stack: Sendable {
         /// remote commits.
         var threeTierMains: [ObjectIdentifier: WeakContext] = [:]
         var flushesOnTermination = false
+        /// Whether something here receives remote commits (a main context, a stack-wide
+        /// observer), and whether the store's history is followed for it yet.
+        var wantsRemoteCommits = false
+        var followsHistory = false
     }
 
     struct WeakContext: Sendable {
@@ -195,9 +199,7 @@ public final class Stack: Sendable {
             }
             if let store = try open(schema, state.withLock({ $0.store })) {
                 state.withLock { $0.store = store }
-                if store.tracksHistory {
-                    store.followHistory { [weak self] transactions in self?.receiveRemote(transactions) }
-                }
+                followHistoryIfWanted()
             }
             state.withLock { $0.storeSettings.append(settings) }
         }
@@ -233,6 +235,22 @@ public final class Stack: Sendable {
         state.withLock { $0.autoMergers[ObjectIdentifier(context)] = WeakContext(context: context) }
     }
 
+    /// Says that something of this stack receives remote commits: the store's history is
+    /// followed from then on (a stack with only `Context`s never opens the watcher's connection).
+    func wantRemoteCommits() {
+        state.withLock { $0.wantsRemoteCommits = true }
+        followHistoryIfWanted()
+    }
+
+    private func followHistoryIfWanted() {
+        let store = state.withLock { state -> (any ObjectStore)? in
+            guard state.wantsRemoteCommits, !state.followsHistory, let store = state.store, store.tracksHistory else { return nil }
+            state.followsHistory = true
+            return store
+        }
+        store?.followHistory { [weak self] transactions in self?.receiveRemote(transactions) }
+    }
+
     /// Registers a three-tier main context, for remote commits.
     func addThreeTierMain(_ context: ContextCore) {
         state.withLock { $0.threeTierMains[ObjectIdentifier(context)] = WeakContext(context: context) }
@@ -261,16 +279,22 @@ public final class Stack: Sendable {
     }
 
     /// Calls `block` on the main actor after every commit of every context of this stack,
-    /// once the commit is visible at its target.
+    /// once the commit is visible at its target — and after every remote commit, when the
+    /// store tracks history (`Commit.isRemote`, Docs/History.md).
     ///
     /// - Returns: a token; observing stops when it is released or cancelled.
     public func observeCommit(_ block: @escaping @MainActor @Sendable (Commit) -> Void) -> CommitObservation {
-        commits.addObserver(origin: nil, block)
+        wantRemoteCommits()
+        return commits.addObserver(origin: nil, block)
     }
 
     /// Every commit of every context of this stack, as an asynchronous sequence (delivered on
-    /// the main actor, in commit order). Iteration ends when the consumer stops iterating.
-    public var allCommits: AsyncStream<Commit> { commits.stream(origin: nil) }
+    /// the main actor, in commit order), remote ones included. Iteration ends when the
+    /// consumer stops iterating.
+    public var allCommits: AsyncStream<Commit> {
+        wantRemoteCommits()
+        return commits.stream(origin: nil)
+    }
 
     /// Waits until everything committed before the call is in SQLite.
     ///

@@ -61,7 +61,7 @@ enum PostgresServer {
         /// Starts the server on its port and waits until it accepts connections.
         func start() throws {
             guard let folder, let data, let binaries else { throw Unavailable(description: "the server at CONTEXTSTACK_POSTGRES_URL is not ours to start") }
-            let options = "-p \(port) -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=1000"
+            let options = "-p \(port) -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=2500"
             try PostgresServer.run(binaries.appendingPathComponent("pg_ctl"),
                                    ["-D", data.path, "-l", folder.appendingPathComponent("server.log").path, "-w", "-t", "60", "-o", options, "start"])
         }

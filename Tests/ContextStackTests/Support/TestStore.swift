@@ -33,8 +33,9 @@ final class TestStore: Sendable {
     /// The test's own PostgreSQL database, dropped with the store.
     let database: TestSchema?
 
+    /// `tracksHistory`: `nil` for the store's default (off on SQLite, on on PostgreSQL).
     init(_ kind: StoreKind, rootContext: Stack.RootContext = .shared, types: [ManagedObject.Type] = fullModelTypes,
-         tracksHistory: Bool = false) throws {
+         tracksHistory: Bool? = nil) throws {
         // Every context of the tests checks its object graph after each commit it makes or takes.
         ContextCore.checksInvariants.store(true, ordering: .relaxed)
         stack = try Stack(model: Model(types), rootContext: rootContext)
@@ -42,7 +43,7 @@ final class TestStore: Sendable {
         case .file:
             let directory = try makeTemporaryDirectory()
             let url = directory.appendingPathComponent("store.sqlite")
-            try stack.addDatabaseStore(at: url, tracksHistory: tracksHistory)
+            try stack.addDatabaseStore(at: url, tracksHistory: tracksHistory ?? false)
             self.directory = directory
             self.url = url
             database = nil
@@ -53,7 +54,7 @@ final class TestStore: Sendable {
             database = nil
         case .postgres:
             let database = try TestSchema()
-            try stack.addPostgresStore(url: database.url)
+            try stack.addPostgresStore(url: database.url, tracksHistory: tracksHistory ?? true)
             directory = nil
             url = nil
             self.database = database

@@ -1,0 +1,272 @@
+import Foundation
+import _ContextStackCore
+import _ContextStackModel
+import _ContextStackPostgres
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// Persistent history on PostgreSQL (Docs/History.md). Each save writes, in its transaction,
+// a `Z_HISTORY` row and its `Z_HISTORYCHANGE` rows, and `pg_notify` rings the doorbell at
+// commit. Several machines commit at once, and PostgreSQL hands out transaction IDs and
+// sequence values in start order, not commit order: a reader that returned transaction 101
+// could later meet 100, committed after. So a transaction is returned only once every
+// transaction with a lower ID has ended — its ID is below the oldest still running
+// (`pg_snapshot_xmin`) — and tokens order transactions by ID: nothing can ever appear before
+// a token already handed out.
+
+extension PostgresStore {
+    /// The name of the channel the doorbell rings on: one per schema, so that stores in other
+    /// schemas of the database (several apps, or tests) do not wake this one's listener.
+    static let historyChannel = "'cs_history_' || left(md5(current_schema()), 16)"
+
+    static let historyCreation = [
+        "CREATE SEQUENCE IF NOT EXISTS \"Z_HISTORY_SEQ\"",
+        "CREATE TABLE IF NOT EXISTS \"Z_HISTORY\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_DATE\" double precision NOT NULL, \"Z_AUTHOR\" text, \"Z_ORIGIN\" bigint NOT NULL, \"Z_STACK\" text NOT NULL, PRIMARY KEY (\"Z_XID\", \"Z_SEQ\"))",
+        "CREATE TABLE IF NOT EXISTS \"Z_HISTORYCHANGE\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_ROW\" bigserial, \"Z_KIND\" bigint NOT NULL, \"Z_ENTITY\" text NOT NULL, \"Z_KEYS\" text, \"Z_PKS\" bytea NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS \"Z_HISTORYCHANGE_TOKEN\" ON \"Z_HISTORYCHANGE\" (\"Z_XID\", \"Z_SEQ\")",
+    ]
+
+    /// The lowest transaction ID still running when the reading statement's snapshot was taken:
+    /// every transaction below it has ended.
+    static let settled = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+    /// The running transaction's own ID (assigned now if it had none).
+    static let ownTransaction = "pg_current_xact_id()::text::bigint"
+
+    static let historyQueries = HistoryQueries(
+        transactions: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_DATE\", \"Z_AUTHOR\", \"Z_STACK\" FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\"",
+        changes: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\", \"Z_PKS\" FROM \"Z_HISTORYCHANGE\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\", \"Z_ROW\"",
+        arguments: { [.integer($0?.position ?? 0), .integer($0?.sequence ?? 0)] })
+
+    /// Creates the history tables when asked to (once, under the schema installer's lock), and
+    /// says whether the database tracks history: once one stack turned it on, every stack that
+    /// opens the database writes it.
+    static func prepareHistory(_ connection: PostgresConnection, enable: Bool) throws -> Bool {
+        if enable {
+            try connection.execute("BEGIN")
+            do {
+                try connection.run("SELECT pg_advisory_xact_lock(?)", [.integer(PostgresSchemaInstaller.lockKey)])
+                for statement in historyCreation { try connection.execute(statement) }
+                try connection.execute("COMMIT")
+            } catch {
+                if connection.isInTransaction && !connection.isBroken { try? connection.execute("ROLLBACK") }
+                throw error
+            }
+            return true
+        }
+        return try connection.scalar("SELECT CASE WHEN to_regclass('\"Z_HISTORY\"') IS NULL THEN 0 ELSE 1 END") == .integer(1)
+    }
+
+    /// Queues the commit's history and the doorbell with its statements: no round trip of its
+    /// own. The token is the server's (the transaction's ID), so a local commit learns none.
+    package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, writer: inout PostgresConnection) throws -> HistoryToken? {
+        guard tracksHistory else { return nil }
+        try writer.enqueue("INSERT INTO \"Z_HISTORY\" VALUES (\(Self.ownTransaction), nextval('\"Z_HISTORY_SEQ\"'), ?, ?, ?, ?)",
+                           [.double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
+                            .integer(Int64(bitPattern: info.origin)), .text(instance)])
+        for (group, keys) in HistoryEncoding.groups(changes) {
+            try writer.enqueue("INSERT INTO \"Z_HISTORYCHANGE\" (\"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\", \"Z_PKS\") VALUES (\(Self.ownTransaction), currval('\"Z_HISTORY_SEQ\"'), ?, ?, ?, ?)",
+                               [.integer(HistoryEncoding.code(group.kind)), .text(group.entity),
+                                group.keys.isEmpty ? .null : .text(group.keys), .blob(HistoryEncoding.pack(keys))])
+        }
+        try writer.enqueue("SELECT pg_notify(\(Self.historyChannel), ?)", [.text(instance)])
+        return nil
+    }
+
+    package func history(after token: HistoryToken?) throws -> [HistoryTransaction] {
+        try requireHistory()
+        return try withCommittedView { _, reader in
+            let connection = reader.session.connection
+            try checkNotExpired(token, connection: connection)
+            return try HistoryReading.transactions(after: token, connection: connection, graph: graph,
+                                                   queries: Self.historyQueries).map(\.transaction)
+        }
+    }
+
+    package func lastHistoryToken() throws -> HistoryToken? {
+        try requireHistory()
+        return try withCommittedView { _, reader in
+            var token: HistoryToken?
+            try reader.session.connection.select("SELECT \"Z_XID\", \"Z_SEQ\" FROM \"Z_HISTORY\" WHERE \"Z_XID\" < \(Self.settled) ORDER BY \"Z_XID\" DESC, \"Z_SEQ\" DESC LIMIT 1", []) { row in
+                token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
+            }
+            return token
+        }
+    }
+
+    package func deleteHistory(before token: HistoryToken) throws {
+        try requireHistory()
+        let connection = try PostgresConnection(settings)
+        try connection.execute("BEGIN")
+        do {
+            var last: HistoryToken?
+            try connection.query("SELECT \"Z_XID\", \"Z_SEQ\" FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") < (?, ?) ORDER BY \"Z_XID\" DESC, \"Z_SEQ\" DESC LIMIT 1",
+                                 [.integer(token.position), .integer(token.sequence)]) { row in
+                last = HistoryToken(position: row.int64(0), sequence: row.int64(1))
+            }
+            if let last {
+                let bound: [Value] = [.integer(last.position), .integer(last.sequence)]
+                try connection.run("DELETE FROM \"Z_HISTORYCHANGE\" WHERE (\"Z_XID\", \"Z_SEQ\") <= (?, ?)", bound)
+                try connection.run("DELETE FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") <= (?, ?)", bound)
+                // Under a row lock, so two purges at once keep the later watermark.
+                try connection.run("INSERT INTO \"Z_METADATA\" (key, value) VALUES ('historyPurged', '0.0') ON CONFLICT DO NOTHING")
+                var purged = HistoryToken(position: 0)
+                try connection.query("SELECT value FROM \"Z_METADATA\" WHERE key = 'historyPurged' FOR UPDATE") { row in
+                    purged = Self.token(row.value(0).stringValue) ?? purged
+                }
+                let kept = max(purged, last)
+                try connection.run("UPDATE \"Z_METADATA\" SET value = ? WHERE key = 'historyPurged'", [.text("\(kept.position).\(kept.sequence)")])
+            }
+            try connection.execute("COMMIT")
+        } catch {
+            if connection.isInTransaction && !connection.isBroken { try? connection.execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// A token written as `position.sequence`.
+    private static func token(_ text: String?) -> HistoryToken? {
+        guard let parts = text?.split(separator: "."), parts.count == 2, let position = Int64(parts[0]), let sequence = Int64(parts[1]) else { return nil }
+        return HistoryToken(position: position, sequence: sequence)
+    }
+
+    /// Throws `expired` when transactions after `token` were deleted.
+    private func checkNotExpired(_ token: HistoryToken?, connection: any QueryConnection) throws {
+        guard let purged = Self.token(try connection.scalar("SELECT value FROM \"Z_METADATA\" WHERE key = 'historyPurged'").stringValue),
+              purged.position > 0 else { return }
+        if token.map({ $0 < purged }) ?? true {
+            throw HistoryError(.expired, "The history after token \(token.map(String.init(describing:)) ?? "nil (the beginning)") was deleted (deleteHistory(before:)) up to transaction \(purged): it cannot say everything that changed since. Fetch the current state again, then follow the history from stack.lastHistoryToken().")
+        }
+    }
+
+    private func requireHistory() throws {
+        guard tracksHistory else {
+            throw HistoryError(.notTracked, "This store does not track history: add it with addPostgresStore(url:tracksHistory: true).")
+        }
+    }
+
+    /// Reads the transactions after `token` on `connection` (the listener's own, which the
+    /// statement trace does not see) and hands those other stacks wrote, with what they
+    /// changed as stored now, to `deliver`, under the state lock (see `SQLiteStore`'s);
+    /// returns the token to continue from.
+    func deliverRemoteTransactions(after token: HistoryToken?, on connection: PostgresConnection,
+                                   _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
+        try state.withLock { state in
+            try connection.execute(Self.beginRead)
+            defer { if connection.isInTransaction && !connection.isBroken { try? connection.execute("COMMIT") } }
+            var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
+            try checkNotExpired(token, connection: connection)
+            let all = try HistoryReading.transactions(after: token, connection: connection, graph: graph, queries: Self.historyQueries)
+            let others = all.filter { $0.instance != instance }.map(\.transaction)
+            if !others.isEmpty { deliver(try HistoryReading.remote(others, reader: &reader)) }
+            return all.last?.transaction.token ?? token
+        }
+    }
+
+    package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) {
+        guard tracksHistory else { return }
+        do {
+            let listener = try PostgresHistoryListener(store: self, from: try lastHistoryToken(), deliver: deliver)
+            listeners.withLock { $0.append(listener) }
+            listener.start()
+        } catch {
+            reportError(error)
+        }
+    }
+}
+
+/// Follows the transactions other processes and machines write to a PostgreSQL store.
+///
+/// A thread of its own (waiting on a socket must not hold a thread of Swift's cooperative
+/// pool) keeps a connection that `LISTEN`s on the history channel and waits on its socket.
+/// A notification — or `catchUpInterval` without one — makes it read the history after its
+/// last token: the notification is only a doorbell, the history is the truth, so a lost
+/// notification, a transaction held back by an older one still running, or a reconnect after
+/// the server went away delays a change and never loses it.
+///
+/// Its reads run on its own connection, which the statement trace does not see. Notifications
+/// carry the writing stack's instance: when only this stack's own commits rang, it reads
+/// nothing.
+///
+/// `@unchecked Sendable`: `last` and the connection live on the listener's thread only;
+/// `store` is weak and set once; the pipe's descriptors are immutable, and written to only.
+final class PostgresHistoryListener: @unchecked Sendable {
+    /// How long the listener waits for a notification before it reads the history anyway.
+    static let catchUpInterval: Int32 = 500
+
+    private weak var store: PostgresStore?
+    private let instance: String
+    private var last: HistoryToken?
+    private let deliver: @Sendable ([RemoteTransaction]) -> Void
+    /// A pipe whose write end `stop()` writes to, to wake the thread at once.
+    private let wake: (read: Int32, write: Int32)
+
+    init(store: PostgresStore, from last: HistoryToken?, deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
+        self.store = store
+        self.instance = store.instance
+        self.last = last
+        self.deliver = deliver
+        var descriptors: [Int32] = [0, 0]
+        guard pipe(&descriptors) == 0 else { throw StoreError(.cannotOpen, "Cannot start following the history: no pipe (\(String(cString: strerror(errno)))).") }
+        wake = (descriptors[0], descriptors[1])
+    }
+
+    deinit {
+        close(wake.read)
+        close(wake.write)
+    }
+
+    func start() {
+        let thread = Thread { [self] in run() }
+        thread.name = "ContextStack.PostgresStore.history"
+        thread.start()
+    }
+
+    /// Ends the thread now (the store is going away): it closes its connection at once.
+    func stop() {
+        var byte: UInt8 = 1
+        _ = write(wake.write, &byte, 1)
+    }
+
+    /// Until the store is gone: listen, wait, read.
+    private func run() {
+        var connection: PostgresConnection?
+        var failures = 0
+        while let settings = store?.settings {
+            do {
+                if connection == nil || connection?.isBroken == true {
+                    let fresh = try PostgresConnection(settings)
+                    guard let channel = try fresh.scalar("SELECT \(PostgresStore.historyChannel)").stringValue else { return }
+                    try fresh.execute("LISTEN \(channel.quotedIdentifier)")
+                    connection = fresh
+                } else if let listening = connection {
+                    var descriptors = [pollfd(fd: listening.socket, events: Int16(POLLIN), revents: 0),
+                                       pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+                    _ = poll(&descriptors, 2, Self.catchUpInterval)
+                    if descriptors[1].revents != 0 { return }
+                    let rang = try listening.takeNotifications()
+                    // Only this stack's own commits rang: nothing to read (the catch-up reads
+                    // past them later).
+                    if !rang.isEmpty && rang.allSatisfy({ $0 == instance }) { continue }
+                }
+                guard let store, let connection else { return }
+                last = try store.deliverRemoteTransactions(after: last, on: connection, deliver)
+                failures = 0
+            } catch let error as HistoryError where error.code == .expired {
+                store?.reportError(error)
+                last = try? store?.lastHistoryToken()
+            } catch {
+                // The server went away, or refused: try again, less and less often (up to every
+                // few seconds), and catch up from the last token — nothing is lost, so a lost
+                // connection is not reported (the app hears of it from its own reads and
+                // saves); anything else is, once.
+                let lostConnection = (error as? PostgresError)?.code.isConnectionFailure == true
+                if failures == 0 && !lostConnection { store?.reportError(error) }
+                failures += 1
+                connection = nil
+                var descriptor = pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)
+                if poll(&descriptor, 1, Int32(min(failures, 50)) * 100) > 0 { return }
+            }
+        }
+    }
+}
