@@ -23,8 +23,8 @@ extension PostgresStore {
     static let historyCreation = [
         "CREATE SEQUENCE IF NOT EXISTS \"Z_HISTORY_SEQ\"",
         "CREATE TABLE IF NOT EXISTS \"Z_HISTORY\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_DATE\" double precision NOT NULL, \"Z_AUTHOR\" text, \"Z_ORIGIN\" bigint NOT NULL, \"Z_STACK\" text NOT NULL, PRIMARY KEY (\"Z_XID\", \"Z_SEQ\"))",
-        "CREATE TABLE IF NOT EXISTS \"Z_HISTORYCHANGE\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_ROW\" bigserial, \"Z_KIND\" bigint NOT NULL, \"Z_ENTITY\" text NOT NULL, \"Z_KEYS\" text, \"Z_PKS\" bytea NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS \"Z_HISTORYCHANGE_TOKEN\" ON \"Z_HISTORYCHANGE\" (\"Z_XID\", \"Z_SEQ\")",
+        // One row per transaction, kind, entity and set of changed keys: that is its key.
+        "CREATE TABLE IF NOT EXISTS \"Z_HISTORYCHANGE\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_KIND\" bigint NOT NULL, \"Z_ENTITY\" text COLLATE \"C\" NOT NULL, \"Z_KEYS\" text COLLATE \"C\" NOT NULL, \"Z_PKS\" bytea NOT NULL, PRIMARY KEY (\"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\"))",
     ]
 
     /// The lowest transaction ID still running when the reading statement's snapshot was taken:
@@ -35,7 +35,7 @@ extension PostgresStore {
 
     static let historyQueries = HistoryQueries(
         transactions: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_DATE\", \"Z_AUTHOR\", \"Z_STACK\" FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\"",
-        changes: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\", \"Z_PKS\" FROM \"Z_HISTORYCHANGE\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\", \"Z_ROW\"",
+        changes: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\", \"Z_PKS\" FROM \"Z_HISTORYCHANGE\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\"",
         arguments: { [.integer($0?.position ?? 0), .integer($0?.sequence ?? 0)] })
 
     /// Creates the history tables when asked to (once, under the schema installer's lock), and
@@ -67,7 +67,7 @@ extension PostgresStore {
         for (group, keys) in HistoryEncoding.groups(changes) {
             try writer.enqueue("INSERT INTO \"Z_HISTORYCHANGE\" (\"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\", \"Z_PKS\") VALUES (\(Self.ownTransaction), currval('\"Z_HISTORY_SEQ\"'), ?, ?, ?, ?)",
                                [.integer(HistoryEncoding.code(group.kind)), .text(group.entity),
-                                group.keys.isEmpty ? .null : .text(group.keys), .blob(HistoryEncoding.pack(keys))])
+                                .text(group.keys), .blob(HistoryEncoding.pack(keys))])
         }
         try writer.enqueue("SELECT pg_notify(\(Self.historyChannel), ?)", [.text(instance)])
         return nil

@@ -13,13 +13,14 @@ extension SQLiteStore {
     /// time per file, it grows in commit order, and a deleted number is never handed out again.
     static let historyCreation = [
         "CREATE TABLE IF NOT EXISTS Z_HISTORY (Z_TOKEN INTEGER PRIMARY KEY AUTOINCREMENT, Z_DATE REAL NOT NULL, Z_AUTHOR TEXT, Z_ORIGIN INTEGER NOT NULL, Z_STACK TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS Z_HISTORYCHANGE (Z_TOKEN INTEGER NOT NULL, Z_KIND INTEGER NOT NULL, Z_ENTITY TEXT NOT NULL, Z_KEYS TEXT, Z_PKS BLOB NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS Z_HISTORYCHANGE_TOKEN ON Z_HISTORYCHANGE (Z_TOKEN)",
+        // One row per transaction, kind, entity and set of changed keys: that is its key, and
+        // the table is stored in its order, so a save adds to one B-tree here, not two.
+        "CREATE TABLE IF NOT EXISTS Z_HISTORYCHANGE (Z_TOKEN INTEGER NOT NULL, Z_KIND INTEGER NOT NULL, Z_ENTITY TEXT NOT NULL, Z_KEYS TEXT NOT NULL, Z_PKS BLOB NOT NULL, PRIMARY KEY (Z_TOKEN, Z_KIND, Z_ENTITY, Z_KEYS)) WITHOUT ROWID",
     ]
 
     static let historyQueries = HistoryQueries(
         transactions: "SELECT Z_TOKEN, 0, Z_DATE, Z_AUTHOR, Z_STACK FROM Z_HISTORY WHERE Z_TOKEN > ? ORDER BY Z_TOKEN",
-        changes: "SELECT Z_TOKEN, 0, Z_KIND, Z_ENTITY, Z_KEYS, Z_PKS FROM Z_HISTORYCHANGE WHERE Z_TOKEN > ? ORDER BY Z_TOKEN, rowid",
+        changes: "SELECT Z_TOKEN, 0, Z_KIND, Z_ENTITY, Z_KEYS, Z_PKS FROM Z_HISTORYCHANGE WHERE Z_TOKEN > ? ORDER BY Z_TOKEN, Z_KIND, Z_ENTITY, Z_KEYS",
         arguments: { [.integer($0?.position ?? 0)] })
 
     /// Creates the history tables when asked to, and says whether the file tracks history:
@@ -44,7 +45,7 @@ extension SQLiteStore {
         let insert = try db.cachedStatement("INSERT INTO Z_HISTORYCHANGE (Z_TOKEN, Z_KIND, Z_ENTITY, Z_KEYS, Z_PKS) VALUES (?, ?, ?, ?, ?)")
         for (group, keys) in HistoryEncoding.groups(changes) {
             try insert.bindAndExecute([.integer(token), .integer(HistoryEncoding.code(group.kind)), .text(group.entity),
-                                       group.keys.isEmpty ? .null : .text(group.keys), .blob(HistoryEncoding.pack(keys))])
+                                       .text(group.keys), .blob(HistoryEncoding.pack(keys))])
         }
         return HistoryToken(position: token)
     }

@@ -26,6 +26,9 @@ import Testing
             try update.commit()
             return (monk.objectID, rex.objectID)
         }
+        let importerCommits = Locked<[Commit]>([])
+        let observation = importer.observeCommit { commit in importerCommits.withLock { $0.append(commit) } }
+        defer { observation.cancel() }
         try importer.beginUpdateAndWait { update in
             try #require(try update.fetch(Person.self, id: monk)).age = 40
             try update.commit()
@@ -52,10 +55,24 @@ import Testing
         try world.beginUpdateAndWait { update in
             try update.commit()    // nothing changed: no transaction
         }
+        let (owner, pets) = try world.beginUpdateAndWait { update in
+            let owner = try update.create(Person.self)
+            owner.name = "Owner"
+            let pets = try (0..<2).map { _ in try update.create(Pet.self) }
+            for pet in pets { pet.owner = owner }
+            try update.commit()
+            return (owner.objectID, pets.map(\.objectID))
+        }
+        try importer.beginUpdateAndWait { update in
+            // A batch delete, with the cascade to the pets.
+            #expect(try update.batchDelete(Person.self, %"name" == "Owner") == 1)
+            try update.commit()
+        }
         try await store.stack.flush()
+        await mainQueueTurn()
 
         let history = try store.stack.history(after: nil)
-        #expect(history.map(\.author) == ["app", "importer", "app", "app", "importer", "app"])
+        #expect(history.map(\.author) == ["app", "importer", "app", "app", "importer", "app", "app", "importer"])
         #expect(history.map(\.token) == history.map(\.token).sorted())
         #expect(Set(history.map(\.token)).count == history.count)
         func changes(_ index: Int) -> Set<HistoryChange> { Set(history[index].changes) }
@@ -68,6 +85,13 @@ import Testing
                                HistoryChange(kind: .update, objectID: article, entityName: "Article", changedKeys: ["tags"])])
         #expect(changes(4) == [HistoryChange(kind: .update, objectID: rex, entityName: "Pet", changedKeys: ["name"])])
         #expect(changes(5) == [HistoryChange(kind: .delete, objectID: rex, entityName: "Pet", changedKeys: [])])
+        #expect(changes(7) == Set([HistoryChange(kind: .delete, objectID: owner, entityName: "Person", changedKeys: [])]
+            + pets.map { HistoryChange(kind: .delete, objectID: $0, entityName: "Pet", changedKeys: []) }))
+        // A commit delivered once written carries its token — on SQLite, where the writer
+        // numbers transactions itself.
+        if kind != .postgres {
+            #expect(importerCommits.withLock { $0.first?.token } == history[1].token)
+        }
         #expect(history.allSatisfy { abs($0.date.timeIntervalSinceNow) < 3600 })
     }
 
@@ -239,7 +263,26 @@ import Testing
         #expect(!third.inserted.contains(own) && third.inserted.count == 1)
     }
 
-    /// A per-consumer main context resets on a remote commit.
+    /// Following the history runs no statement that `stack.trace` shows.
+    @Test(arguments: kinds) @MainActor
+    func followingTheHistoryIsNotTraced(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let world = try MainContext(stack: store.stack)
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        let other = try store.reopen()
+        var commits = store.stack.allCommits.filter(\.isRemote).makeAsyncIterator()
+        try Context(stack: other, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Elsewhere"
+            try update.commit()
+        }
+        _ = try #require(await commits.next())
+        #expect(statements.withLock { $0 }.isEmpty, "\(statements.withLock { $0 })")
+        withExtendedLifetime(world) {}
+    }
+
+    /// A per-consumer main context resets on a remote commit; one that does not merge keeps
+    /// the objects it holds as they were.
     @Test(arguments: kinds) @MainActor
     func perConsumerContextsReset(kind: StoreKind) async throws {
         let store = try TestStore(kind, rootContext: .none, tracksHistory: true)
@@ -253,6 +296,8 @@ import Testing
         }
         await mainQueueTurn()
         let person = try #require(try screen.fetch(Person.self, id: id))
+        let pinned = try MainContext(stack: store.stack, updateTarget: .persistentStore)
+        let pinnedPerson = try #require(try pinned.fetch(Person.self, id: id))
         let other = try store.reopen()
         let remote = store.stack.allCommits.filter(\.isRemote)
         var commits = remote.makeAsyncIterator()
@@ -264,6 +309,7 @@ import Testing
         // The reset invalidated what the context held; a fetch shows the new value.
         #expect(try screen.fetch(Person.self, id: id)?.name == "After")
         #expect(person !== (try screen.fetch(Person.self, id: id)))
+        #expect(pinnedPerson.name == "Before", "nothing is pushed into a main context that does not merge")
     }
 }
 

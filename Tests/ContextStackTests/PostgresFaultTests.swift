@@ -102,4 +102,40 @@ struct PostgresFaultTests {
         try await stack.flush()
         #expect(try fresh.scalar("SELECT count(*) FROM \"Person\"") == .integer(43))
     }
+
+    /// The history listener loses its connection when the server restarts, reconnects by
+    /// itself, and delivers what another stack committed after the restart (Docs/History.md).
+    @Test @MainActor func theHistoryListenerCatchesUpAfterARestart() async throws {
+        let server = try DedicatedPostgresServer()
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        let recorder = ErrorRecorder()
+        stack.onError = { recorder.record($0) }
+        try stack.addPostgresStore(url: server.url)
+        let world = try MainContext(stack: stack)
+        var commits = stack.allCommits.filter(\.isRemote).makeAsyncIterator()
+        let other = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+        try other.addPostgresStore(url: server.url)
+        let writer = try Context(stack: other, updateTarget: .persistentStore)
+        func insert(_ name: String) throws -> ObjectID {
+            try writer.beginUpdateAndWait { update in
+                let person = try update.create(Person.self)
+                person.name = name
+                try update.commit()
+                return person.objectID
+            }
+        }
+        let before = try insert("before")
+        #expect(try #require(await commits.next()).inserted == [before])
+
+        try server.cluster.crash()
+        try server.cluster.start()
+        // The other stack's writer reconnects on its next commit (the first may meet the
+        // broken connection and fail whole).
+        var after: ObjectID?
+        for _ in 0..<3 where after == nil { after = try? insert("after") }
+        let inserted = try #require(after)
+        #expect(try #require(await commits.next()).inserted == [inserted])
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["after", "before"])
+        #expect(recorder.all.isEmpty, "a lost listener connection is not reported: \(recorder.all)")
+    }
 }

@@ -151,7 +151,7 @@ struct BenchError: Error, CustomStringConvertible {
     /// A three-tier stack on the ContextStack schema.
     func csStack() throws -> (Stack, MainContext) {
         let stack = try Stack(model: fixture.model)
-        try stack.addPostgresStore(url: csURL)
+        try stack.addPostgresStore(url: csURL, tracksHistory: ProcessInfo.processInfo.environment["BENCH_NO_HISTORY"] == nil)
         return (stack, try MainContext(stack: stack))
     }
 

@@ -17,6 +17,7 @@ let workloads: [any Workload] = postgres.map { postgres in [
     PostgresInsertWorkload(postgres, repetitions: reps(5)),
     PostgresFetchWorkload(postgres, repetitions: reps(9)),
     PostgresSaveOneWorkload(postgres, repetitions: reps(9)),
+    PostgresHistoryLatencyWorkload(postgres, repetitions: reps(5)),
 ] } ?? [
     InsertWorkload(fixture, repetitions: reps(5)),
     FetchWorkload(fixture, repetitions: reps(9)),
@@ -29,6 +30,8 @@ let workloads: [any Workload] = postgres.map { postgres in [
     MergeWorkload(fixture, repetitions: reps(5)),
     LiveWorkload(fixture, repetitions: reps(7)),
     MemoryWorkload(fixture, repetitions: reps(1)),
+    HistoryLatencyWorkload(fixture, repetitions: reps(5)),
+    HistoryCostWorkload(fixture, repetitions: reps(5)),
 ]
 if let only = options.only {
     let known = Set(workloads.map(\.id))

@@ -252,7 +252,7 @@ package enum HistoryEncoding {
     package static func changes(kind: Int64, entity: String, keys: String?, packed: Data, graph: ModelGraph) -> [HistoryChange] {
         guard let kind = Self.kind(kind), let resolved = graph.entity(named: entity) else { return [] }
         let root = resolved.rootDescription
-        let changed: Set<String> = keys.map { Set($0.split(separator: ",").map(String.init)) } ?? []
+        let changed = Set((keys ?? "").split(separator: ",").map(String.init))
         return unpack(packed).map {
             HistoryChange(kind: kind, objectID: ObjectID(rootEntity: root, primaryKey: $0), entityName: entity, changedKeys: changed)
         }
