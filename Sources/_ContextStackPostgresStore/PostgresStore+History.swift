@@ -156,10 +156,7 @@ extension PostgresStore {
             defer { if connection.isInTransaction && !connection.isBroken { try? connection.execute("COMMIT") } }
             var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
             try checkNotExpired(token, connection: connection)
-            let all = try HistoryReading.transactions(after: token, connection: connection, graph: graph, queries: Self.historyQueries)
-            let others = all.filter { $0.instance != instance }.map(\.transaction)
-            if !others.isEmpty { deliver(try HistoryReading.remote(others, reader: &reader)) }
-            return all.last?.transaction.token ?? token
+            return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance, deliver)
         }
     }
 

@@ -110,10 +110,7 @@ extension SQLiteStore {
             _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
             var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
             try checkNotExpired(token, connection: db)
-            let all = try HistoryReading.transactions(after: token, connection: db, graph: graph, queries: Self.historyQueries)
-            let others = all.filter { $0.instance != instance }.map(\.transaction)
-            if !others.isEmpty { deliver(try HistoryReading.remote(others, reader: &reader)) }
-            return all.last?.transaction.token ?? token
+            return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance, deliver)
         }
     }
 

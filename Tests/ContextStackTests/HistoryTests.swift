@@ -263,6 +263,36 @@ import Testing
         #expect(!third.inserted.contains(own) && third.inserted.count == 1)
     }
 
+    /// A remote commit fires object observations and fetch streams, as a local one does.
+    @Test(arguments: kinds) @MainActor
+    func remoteCommitsFireObjectObservationsAndFetchStreams(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let world = try MainContext(stack: store.stack)
+        let id = try world.beginUpdateAndWait { update in
+            let person = try update.create(Person.self)
+            person.name = "Ada"
+            try update.commit()
+            return person.objectID
+        }
+        try await store.stack.flush()
+        let person = try #require(try world.fetch(Person.self, id: id))
+        let changes = Locked<[ObjectChange]>([])
+        let observation = world.observe(person) { change in changes.withLock { $0.append(change) } }
+        defer { observation.cancel() }
+        var names = world.fetchAllStream(Person.self, orderBy: .ascending("name")).makeAsyncIterator()
+        #expect(await names.next()?.map(\.name) == ["Ada"])
+        var commits = store.stack.allCommits.filter(\.isRemote).makeAsyncIterator()
+        let other = try store.reopen()
+        try Context(stack: other, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).name = "Ada Lovelace"
+            try update.create(Person.self).name = "Grace"
+            try update.commit()
+        }
+        _ = try #require(await commits.next())
+        #expect(changes.withLock { $0 }.map(\.changedKeys) == [["name"]])
+        #expect(await names.next()?.map(\.name) == ["Ada Lovelace", "Grace"])
+    }
+
     /// Following the history runs no statement that `stack.trace` shows.
     @Test(arguments: kinds) @MainActor
     func followingTheHistoryIsNotTraced(kind: StoreKind) async throws {

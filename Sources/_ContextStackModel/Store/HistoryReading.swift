@@ -46,6 +46,17 @@ package enum HistoryReading {
         }
     }
 
+    /// Reads the transactions after `token` with `reader` and hands those another stack wrote
+    /// (not `instance`) to `deliver`, as `remote` makes them; returns the token to continue
+    /// from, this stack's own transactions included.
+    package static func deliverRemote(after token: HistoryToken?, reader: inout RowReader, queries: HistoryQueries, instance: String,
+                                      _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
+        let all = try transactions(after: token, connection: reader.session.connection, graph: reader.session.graph, queries: queries)
+        let others = all.filter { $0.instance != instance }.map(\.transaction)
+        if !others.isEmpty { deliver(try remote(others, reader: &reader)) }
+        return all.last?.transaction.token ?? token
+    }
+
     /// What brings a main context's objects to what `transactions` did: the values stored now,
     /// read by `reader` (with this process's queued commits on top, which will be written after
     /// them). An object inserted or updated and deleted since is a deletion; one inserted and
