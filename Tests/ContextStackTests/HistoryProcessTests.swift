@@ -1,6 +1,8 @@
 @testable import ContextStack
 import _ContextStackCore
 @testable import _ContextStackModel
+@testable import _ContextStackPostgres
+import ContextStackPostgres
 import _ContextStackSQLite
 import Foundation
 import Testing
@@ -117,16 +119,18 @@ import Testing
     /// A child commits numbered batches with history until killed, again and again, sometimes
     /// through the root writer's group commit. After each kill, the history and the rows say
     /// the same: every transaction inserted one whole batch, and the rows are exactly those.
-    @Test func killedWritersNeverSeparateDataAndHistory() throws {
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func killedWritersNeverSeparateDataAndHistory(kind: StoreKind) throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("crash.sqlite")
+        let schema = kind == .postgres ? try TestSchema() : nil
         var generator = SystemRandomNumberGenerator()
         var inFlightKills = 0
         var round = 0
         while inFlightKills < 8 && round < 80 {
             let grouped = !round.isMultiple(of: 2)
-            let child = try StressWriterProcess(["batches", url.path, "history"] + (grouped ? ["grouped"] : []))
+            let child = try StressWriterProcess(["batches", schema?.url.absoluteString ?? url.path, "history"] + (grouped ? ["grouped"] : []))
             var lines: [String] = []
             while let line = child.readLine() {
                 lines.append(line)
@@ -139,11 +143,22 @@ import Testing
             round += 1
 
             let stack = try Stack(model: Model(CrashEntry.self, CrashTally.self), rootContext: .none)
-            try stack.addDatabaseStore(at: url, tracksHistory: true)
-            let db = try Connection(path: url.path)
-            #expect(try db.scalar("PRAGMA integrity_check") == .text("ok"))
+            let rows: [[Value]]
+            let tally: Value
+            if let schema {
+                try stack.addPostgresStore(url: schema.url)
+                let db = try PostgresConnection(PostgresSettings(url: schema.url))
+                rows = try db.allRows("SELECT \"Z_PK\", batch FROM \"Entry\"")
+                tally = try db.scalar("SELECT coalesce(sum(entries), 0) FROM \"Tally\"")
+            } else {
+                try stack.addDatabaseStore(at: url, tracksHistory: true)
+                let db = try Connection(path: url.path)
+                #expect(try db.scalar("PRAGMA integrity_check") == .text("ok"))
+                rows = try db.rows("SELECT Z_PK, batch FROM Entry")
+                tally = try db.scalar("SELECT coalesce(sum(entries), 0) FROM Tally")
+            }
             var batchOf: [Int64: Int64] = [:]
-            for row in try db.rows("SELECT Z_PK, batch FROM Entry") { batchOf[row[0].int64Value!] = row[1].int64Value! }
+            for row in rows { batchOf[row[0].int64Value!] = row[1].int64Value! }
             let history = try stack.history(after: nil)
             var inserted = Set<Int64>()
             for transaction in history {
@@ -154,7 +169,7 @@ import Testing
                 inserted.formUnion(entries.map(\.objectID.primaryKey))
             }
             #expect(inserted == Set(batchOf.keys), "rows without history, or history without rows")
-            #expect(try db.scalar("SELECT coalesce(sum(entries), 0) FROM Tally") == .integer(Int64(history.count * batchSize)))
+            #expect(tally.int64Value == Int64(history.count * batchSize))
         }
         #expect(inFlightKills >= 8, "only \(inFlightKills) of \(round) kills landed while a commit was in flight")
     }

@@ -2,7 +2,7 @@
 // CrashSafetyTests.swift, SeveralProcessesTests.swift, PermissionTests.swift). Not a product:
 // SwiftPM builds it beside the test bundle.
 //
-//     stress-writer batches <store> [grouped] [history]
+//     stress-writer batches <store|postgres-url> [grouped] [history]
 //                                               commits numbered batches until killed
 //     stress-writer history <store|postgres-url> <count>
 //                                               says "ready", then makes one random commit
@@ -121,7 +121,11 @@ do {
         // `history`: the store tracks history.
         let grouped = arguments.dropFirst(3).contains("grouped")
         let stack = try Stack(model: Model(Entry.self, Tally.self), rootContext: grouped ? .shared : .none)
-        try stack.addDatabaseStore(at: url, tracksHistory: arguments.dropFirst(3).contains("history"))
+        if arguments[2].hasPrefix("postgres://"), let server = URL(string: arguments[2]) {
+            try stack.addPostgresStore(url: server)
+        } else {
+            try stack.addDatabaseStore(at: url, tracksHistory: arguments.dropFirst(3).contains("history"))
+        }
         let updater = try Context(stack: stack, updateTarget: grouped ? .rootContext(autoMerge: false) : .persistentStore,
                                   updateOrder: .serial)
         var next = try nextBatch(of: 0, in: updater)
