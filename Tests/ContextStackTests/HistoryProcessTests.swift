@@ -96,6 +96,7 @@ import Testing
                 remote = stack.allCommits.filter(\.isRemote).makeAsyncIterator()
             }
             if number % 7 == 6 {
+                if let schema { try settleHistory(schema.url) }
                 let read = try consumer.history(after: saved)
                 consumed += read
                 saved = read.last?.token ?? saved
@@ -111,6 +112,7 @@ import Testing
             }
         }
         try child.waitFor("done")
+        if let schema { try settleHistory(schema.url) }
         consumed += try consumer.history(after: saved)
         #expect(consumed.map(Changes.init) == done)
         #expect(Set(consumed.map(\.token)).count == count)
@@ -147,6 +149,8 @@ import Testing
             let tally: Value
             if let schema {
                 try stack.addPostgresStore(url: schema.url)
+                // The killed writer's transaction ends when the server notices; others' too.
+                try settleHistory(schema.url)
                 let db = try PostgresConnection(PostgresSettings(url: schema.url))
                 rows = try db.allRows("SELECT \"Z_PK\", batch FROM \"Entry\"")
                 tally = try db.scalar("SELECT coalesce(sum(entries), 0) FROM \"Tally\"")

@@ -6,6 +6,7 @@ import _ContextStackCore
 import Foundation
 #if canImport(Glibc)
 import Glibc
+import Testing
 #endif
 
 /// The PostgreSQL server the tests run against: the one `CONTEXTSTACK_POSTGRES_URL` names, or
@@ -354,4 +355,25 @@ func waitForALockWaiter(_ url: URL, blockedBy holder: Int32) async throws -> Boo
         try await Task.sleep(for: .milliseconds(10))
     }
     return false
+}
+
+/// Waits until every transaction the server had started when called has ended (any database,
+/// any test): PostgreSQL's history returns a transaction only once every older one has ended
+/// (Docs/History.md, "Tokens"), so a test that compares the history with the rows waits for
+/// other tests' open transactions first. Records an issue after ten seconds.
+func settleHistory(_ url: URL) throws {
+    let db = try PostgresConnection(PostgresSettings(url: url))
+    guard let horizon = try db.scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").int64Value else { return }
+    for _ in 0..<1000 {
+        if let oldest = try db.scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").int64Value, oldest >= horizon { return }
+        usleep(10_000)
+    }
+    Issue.record("transactions started before the check stayed open for ten seconds")
+}
+
+extension TestStore {
+    /// `settleHistory` for a PostgreSQL store; nothing to wait for on SQLite.
+    func settleHistory() throws {
+        if let database { try ContextStackTests.settleHistory(database.url) }
+    }
 }
