@@ -96,7 +96,7 @@ import Testing
                 remote = stack.allCommits.filter(\.isRemote).makeAsyncIterator()
             }
             if number % 7 == 6 {
-                if let schema { try settleHistory(schema.url) }
+                if let schema { try await settleHistory(schema.url) }
                 let read = try consumer.history(after: saved)
                 consumed += read
                 saved = read.last?.token ?? saved
@@ -112,7 +112,7 @@ import Testing
             }
         }
         try child.waitFor("done")
-        if let schema { try settleHistory(schema.url) }
+        if let schema { try await settleHistory(schema.url) }
         consumed += try consumer.history(after: saved)
         #expect(consumed.map(Changes.init) == done)
         #expect(Set(consumed.map(\.token)).count == count)
@@ -122,7 +122,7 @@ import Testing
     /// through the root writer's group commit. After each kill, the history and the rows say
     /// the same: every transaction inserted one whole batch, and the rows are exactly those.
     @Test(arguments: StoreKind.available.filter { $0 != .memory })
-    func killedWritersNeverSeparateDataAndHistory(kind: StoreKind) throws {
+    func killedWritersNeverSeparateDataAndHistory(kind: StoreKind) async throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let url = directory.appendingPathComponent("crash.sqlite")
@@ -150,7 +150,7 @@ import Testing
             if let schema {
                 try stack.addPostgresStore(url: schema.url)
                 // The killed writer's transaction ends when the server notices; others' too.
-                try settleHistory(schema.url)
+                try await settleHistory(schema.url)
                 let db = try PostgresConnection(PostgresSettings(url: schema.url))
                 rows = try db.allRows("SELECT \"Z_PK\", batch FROM \"Entry\"")
                 tally = try db.scalar("SELECT coalesce(sum(entries), 0) FROM \"Tally\"")

@@ -70,7 +70,7 @@ import Testing
         }
         try await store.stack.flush()
         await mainQueueTurn()
-        try store.settleHistory()
+        try await store.settleHistory()
 
         let history = try store.stack.history(after: nil)
         #expect(history.map(\.author) == ["app", "importer", "app", "app", "importer", "app", "app", "importer"])
@@ -108,7 +108,7 @@ import Testing
             }
         }
         try await store.stack.flush()
-        try store.settleHistory()
+        try await store.settleHistory()
         let all = try store.stack.history(after: nil)
         #expect(all.count == 4)
         #expect(try store.stack.lastHistoryToken() == all[3].token)

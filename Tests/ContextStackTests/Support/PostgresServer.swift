@@ -360,20 +360,23 @@ func waitForALockWaiter(_ url: URL, blockedBy holder: Int32) async throws -> Boo
 /// Waits until every transaction the server had started when called has ended (any database,
 /// any test): PostgreSQL's history returns a transaction only once every older one has ended
 /// (Docs/History.md, "Tokens"), so a test that compares the history with the rows waits for
-/// other tests' open transactions first. Records an issue after ten seconds.
-func settleHistory(_ url: URL) throws {
+/// other tests' open transactions first. Records an issue, naming them, after a minute.
+/// Suspends rather than blocks: the transactions waited for may be other tests' on the main
+/// actor.
+func settleHistory(_ url: URL) async throws {
     let db = try PostgresConnection(PostgresSettings(url: url))
     guard let horizon = try db.scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").int64Value else { return }
-    for _ in 0..<1000 {
+    for _ in 0..<6000 {
         if let oldest = try db.scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").int64Value, oldest >= horizon { return }
-        usleep(10_000)
+        try await Task.sleep(for: .milliseconds(10))
     }
-    Issue.record("transactions started before the check stayed open for ten seconds")
+    let open = try db.allRows("SELECT application_name, state, (now() - xact_start)::text, left(query, 120) FROM pg_stat_activity WHERE backend_xid IS NOT NULL")
+    Issue.record("transactions started before the check stayed open for a minute: \(open)")
 }
 
 extension TestStore {
     /// `settleHistory` for a PostgreSQL store; nothing to wait for on SQLite.
-    func settleHistory() throws {
-        if let database { try ContextStackTests.settleHistory(database.url) }
+    func settleHistory() async throws {
+        if let database { try await ContextStackTests.settleHistory(database.url) }
     }
 }
