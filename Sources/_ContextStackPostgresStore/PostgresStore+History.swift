@@ -85,13 +85,16 @@ extension PostgresStore {
 
     package func lastHistoryToken() throws -> HistoryToken? {
         try requireHistory()
-        return try withCommittedView { _, reader in
-            var token: HistoryToken?
-            try reader.session.connection.select("SELECT \"Z_XID\", \"Z_SEQ\" FROM \"Z_HISTORY\" WHERE \"Z_XID\" < \(Self.settled) ORDER BY \"Z_XID\" DESC, \"Z_SEQ\" DESC LIMIT 1", []) { row in
-                token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
-            }
-            return token
+        return try withCommittedView { _, reader in try Self.lastHistoryToken(on: reader.session.connection) }
+    }
+
+    /// The newest settled transaction's token, read on `connection`.
+    static func lastHistoryToken(on connection: any QueryConnection) throws -> HistoryToken? {
+        var token: HistoryToken?
+        try connection.select("SELECT \"Z_XID\", \"Z_SEQ\" FROM \"Z_HISTORY\" WHERE \"Z_XID\" < \(settled) ORDER BY \"Z_XID\" DESC, \"Z_SEQ\" DESC LIMIT 1", []) { row in
+            token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
         }
+        return token
     }
 
     package func deleteHistory(before token: HistoryToken) throws {
@@ -149,21 +152,46 @@ extension PostgresStore {
     /// statement trace does not see) and hands those other stacks wrote, with what they
     /// changed as stored now, to `deliver`, under the state lock (see `SQLiteStore`'s);
     /// returns the token to continue from.
+    ///
+    /// A catch-up finds nothing new, or only this stack's own commits, far more often than
+    /// another's: a first read, without the lock, moves past those alone.
     func deliverRemoteTransactions(after token: HistoryToken?, on connection: PostgresConnection,
                                    _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
-        try state.withLock { state in
-            try connection.execute(Self.beginRead)
-            defer { if connection.isInTransaction && !connection.isBroken { try? connection.execute("COMMIT") } }
-            var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
+        let (othersWrote, last) = try Self.readTransaction(connection) {
             try checkNotExpired(token, connection: connection)
-            return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance, deliver)
+            return try HistoryReading.othersWrote(after: token, connection: connection, queries: Self.historyQueries, instance: instance)
         }
+        guard othersWrote else { return last }
+        return try state.withLock { state in
+            try Self.readTransaction(connection) {
+                var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
+                try checkNotExpired(token, connection: connection)
+                return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance, deliver)
+            }
+        }
+    }
+
+    /// Runs `body` in one read-only transaction on `connection`, its snapshot taken at once.
+    private static func readTransaction<T>(_ connection: PostgresConnection, _ body: () throws -> T) throws -> T {
+        try connection.execute(beginRead)
+        defer { if connection.isInTransaction && !connection.isBroken { try? connection.execute("COMMIT") } }
+        return try body()
+    }
+
+    /// A connection listening on this schema's history channel.
+    static func listeningConnection(_ settings: PostgresSettings) throws -> PostgresConnection {
+        let connection = try PostgresConnection(settings)
+        guard let channel = try connection.scalar("SELECT \(historyChannel)").stringValue else {
+            throw StoreError(.cannotOpen, "Cannot follow the history of \(settings.redactedURL): the schema of its search_path does not exist.")
+        }
+        try connection.execute("LISTEN \(channel.quotedIdentifier)")
+        return connection
     }
 
     package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) {
         guard tracksHistory else { return }
         do {
-            let listener = try PostgresHistoryListener(store: self, from: try lastHistoryToken(), deliver: deliver)
+            let listener = try PostgresHistoryListener(store: self, deliver: deliver)
             listeners.withLock { $0.append(listener) }
             listener.start()
         } catch {
@@ -185,8 +213,9 @@ extension PostgresStore {
 /// carry the writing stack's instance: when only this stack's own commits rang, it reads
 /// nothing.
 ///
-/// `@unchecked Sendable`: `last` and the connection live on the listener's thread only;
-/// `store` is weak and set once; the pipe's descriptors are immutable, and written to only.
+/// `@unchecked Sendable`: `last` and `connection` are set in `init`, then used by the
+/// listener's thread only; `store` is weak and set once; the pipe's descriptors are
+/// immutable, and written to only.
 final class PostgresHistoryListener: @unchecked Sendable {
     /// How long the listener waits for a notification before it reads the history anyway.
     static let catchUpInterval: Int32 = 500
@@ -194,15 +223,21 @@ final class PostgresHistoryListener: @unchecked Sendable {
     private weak var store: PostgresStore?
     private let instance: String
     private var last: HistoryToken?
+    /// Listening from `init` on, so that nothing committed after it goes unrung.
+    private var connection: PostgresConnection?
     private let deliver: @Sendable ([RemoteTransaction]) -> Void
     /// A pipe whose write end `stop()` writes to, to wake the thread at once.
     private let wake: (read: Int32, write: Int32)
 
-    init(store: PostgresStore, from last: HistoryToken?, deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
+    /// A listener that delivers what is committed after the call: it listens first, then takes
+    /// the newest settled transaction as where it starts, on its own connection.
+    init(store: PostgresStore, deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
         self.store = store
         self.instance = store.instance
-        self.last = last
         self.deliver = deliver
+        let connection = try PostgresStore.listeningConnection(store.settings)
+        self.connection = connection
+        last = try PostgresStore.lastHistoryToken(on: connection)
         var descriptors: [Int32] = [0, 0]
         guard pipe(&descriptors) == 0 else { throw StoreError(.cannotOpen, "Cannot start following the history: no pipe (\(String(cString: strerror(errno)))).") }
         wake = (descriptors[0], descriptors[1])
@@ -227,15 +262,11 @@ final class PostgresHistoryListener: @unchecked Sendable {
 
     /// Until the store is gone: listen, wait, read.
     private func run() {
-        var connection: PostgresConnection?
         var failures = 0
         while let settings = store?.settings {
             do {
                 if connection == nil || connection?.isBroken == true {
-                    let fresh = try PostgresConnection(settings)
-                    guard let channel = try fresh.scalar("SELECT \(PostgresStore.historyChannel)").stringValue else { return }
-                    try fresh.execute("LISTEN \(channel.quotedIdentifier)")
-                    connection = fresh
+                    connection = try PostgresStore.listeningConnection(settings)
                 } else if let listening = connection {
                     var descriptors = [pollfd(fd: listening.socket, events: Int16(POLLIN), revents: 0),
                                        pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
@@ -251,7 +282,7 @@ final class PostgresHistoryListener: @unchecked Sendable {
                 failures = 0
             } catch let error as HistoryError where error.code == .expired {
                 store?.reportError(error)
-                last = try? store?.lastHistoryToken()
+                last = try? connection.flatMap { try PostgresStore.lastHistoryToken(on: $0) }
             } catch {
                 // The server went away, or refused: try again, less and less often (up to every
                 // few seconds), and catch up from the last token — nothing is lost, so a lost

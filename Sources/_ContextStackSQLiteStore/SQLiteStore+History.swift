@@ -61,9 +61,7 @@ extension SQLiteStore {
 
     package func lastHistoryToken() throws -> HistoryToken? {
         try requireHistory()
-        return try read(pin: nil, whileLocked: nil, oneStatement: true) { session in
-            try session.connection.scalar("SELECT max(Z_TOKEN) FROM Z_HISTORY").int64Value.map { HistoryToken(position: $0) }
-        }
+        return try read(pin: nil, whileLocked: nil, oneStatement: true) { session in try Self.lastHistoryToken(on: session.connection) }
     }
 
     package func deleteHistory(before token: HistoryToken) throws {
@@ -103,21 +101,43 @@ extension SQLiteStore {
     /// match, and no commit of this process can be queued between the read and the hand-over,
     /// so main contexts receive the remote values before any later local commit, as the store
     /// will hold them.
+    ///
+    /// The watcher's connection sees the writer's commits as another connection's, so most
+    /// wake-ups follow this stack's own commits: a first read, without the lock, moves past
+    /// those alone.
     func deliverRemoteTransactions(after token: HistoryToken?, on db: Connection, _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
-        try state.withLock { state in
-            try db.execute("BEGIN DEFERRED")
-            defer { if db.isInTransaction { try? db.execute("COMMIT") } }
-            _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
-            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
+        let (othersWrote, last) = try readTransaction(db) {
             try checkNotExpired(token, connection: db)
-            return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance, deliver)
+            return try HistoryReading.othersWrote(after: token, connection: db, queries: Self.historyQueries, instance: instance)
         }
+        guard othersWrote else { return last }
+        return try state.withLock { state in
+            try readTransaction(db) {
+                // The snapshot starts here, under the lock, with the overlay taken.
+                _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
+                var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
+                try checkNotExpired(token, connection: db)
+                return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance, deliver)
+            }
+        }
+    }
+
+    /// Runs `body` in one read transaction on `db`: its statements share one snapshot.
+    private func readTransaction<T>(_ db: Connection, _ body: () throws -> T) throws -> T {
+        try db.execute("BEGIN DEFERRED")
+        defer { if db.isInTransaction { try? db.execute("COMMIT") } }
+        return try body()
+    }
+
+    /// The newest transaction's token, read on `db`.
+    static func lastHistoryToken(on db: any QueryConnection) throws -> HistoryToken? {
+        try db.scalar("SELECT max(Z_TOKEN) FROM Z_HISTORY").int64Value.map { HistoryToken(position: $0) }
     }
 
     package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) {
         guard tracksHistory, let url = parts.first?.url else { return }
         do {
-            let watcher = try SQLiteHistoryWatcher(store: self, url: url, from: lastHistoryToken(), deliver: deliver)
+            let watcher = try SQLiteHistoryWatcher(store: self, url: url, deliver: deliver)
             watchers.withLock { $0.append(watcher) }
             watcher.start()
         } catch {
@@ -152,14 +172,17 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
     private var last: HistoryToken?
     private let deliver: @Sendable ([RemoteTransaction]) -> Void
 
-    init(store: SQLiteStore, url: URL, from last: HistoryToken?, deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
+    /// A watcher that delivers what is committed after the call: the newest transaction now
+    /// is where it starts (read on its own connection, after `data_version`, so nothing
+    /// committed in between is missed).
+    init(store: SQLiteStore, url: URL, deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
         self.store = store
-        self.last = last
         self.deliver = deliver
         connection = try Connection(path: url.path, readOnly: true, create: false)
         connection.setBusyTimeout(milliseconds: SQLiteStore.busyTimeout)
         timer = DispatchSource.makeTimerSource(queue: queue)
         dataVersion = try connection.scalar("PRAGMA data_version").int64Value
+        last = try SQLiteStore.lastHistoryToken(on: connection)
     }
 
     func start() {
@@ -186,7 +209,7 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
             // Deleted before this watcher read it: what changed cannot be known. Say so, and
             // go on from the newest transaction.
             store.reportError(error)
-            last = try? store.lastHistoryToken()
+            last = try? SQLiteStore.lastHistoryToken(on: connection)
         } catch {
             store.reportError(error)
         }

@@ -26,12 +26,7 @@ package enum HistoryReading {
     package static func transactions(after token: HistoryToken?, connection: any QueryConnection, graph: ModelGraph,
                                      queries: HistoryQueries) throws -> [(transaction: HistoryTransaction, instance: String)] {
         let arguments = queries.arguments(token)
-        var headers: [(token: HistoryToken, date: Date, author: String?, instance: String)] = []
-        try connection.select(queries.transactions, arguments) { row in
-            let token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
-            let seconds = row.value(2).doubleValue ?? 0
-            headers.append((token, Date(timeIntervalSince1970: seconds), row.value(3).stringValue, row.value(4).stringValue ?? ""))
-        }
+        let headers = try self.headers(after: token, connection: connection, queries: queries)
         guard !headers.isEmpty else { return [] }
         var changes: [HistoryToken: [HistoryChange]] = [:]
         try connection.select(queries.changes, arguments) { row in
@@ -44,6 +39,28 @@ package enum HistoryReading {
             (HistoryTransaction(token: header.token, date: header.date, author: header.author, changes: changes[header.token] ?? []),
              header.instance)
         }
+    }
+
+    /// The transactions after `token` without their changes: token, date, author, instance.
+    private static func headers(after token: HistoryToken?, connection: any QueryConnection,
+                                queries: HistoryQueries) throws -> [(token: HistoryToken, date: Date, author: String?, instance: String)] {
+        var headers: [(token: HistoryToken, date: Date, author: String?, instance: String)] = []
+        try connection.select(queries.transactions, queries.arguments(token)) { row in
+            let token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
+            let seconds = row.value(2).doubleValue ?? 0
+            headers.append((token, Date(timeIntervalSince1970: seconds), row.value(3).stringValue, row.value(4).stringValue ?? ""))
+        }
+        return headers
+    }
+
+    /// Whether another stack than `instance` wrote one of the transactions after `token`, and
+    /// the newest token among them. A follower wakes mostly for its own stack's commits: this
+    /// says so from the transactions alone, without the state lock that every commit of the
+    /// process waits for, so it can move past them without the full read.
+    package static func othersWrote(after token: HistoryToken?, connection: any QueryConnection,
+                                    queries: HistoryQueries, instance: String) throws -> (othersWrote: Bool, last: HistoryToken?) {
+        let headers = try headers(after: token, connection: connection, queries: queries)
+        return (headers.contains { $0.instance != instance }, headers.last?.token ?? token)
     }
 
     /// Reads the transactions after `token` with `reader` and hands those another stack wrote
