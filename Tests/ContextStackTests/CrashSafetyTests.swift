@@ -48,19 +48,15 @@ import Testing
             // commits in one transaction.
             let grouped = !round.isMultiple(of: 2)
             let child = try StressWriterProcess(["batches", url.path] + (grouped ? ["grouped"] : []))
-            var lines: [String] = []
+            let lines: [String]
             if round % 4 == 3 {
                 // Sometimes early: while the child starts, opens or recovers the store.
                 usleep(UInt32.random(in: 0...30_000, using: &generator))
+                lines = child.killAndCollect()
             } else {
-                // Usually while it commits: once it began its first batch, a random while later.
-                while let line = child.readLine() {
-                    lines.append(line)
-                    if line.hasPrefix("begin ") { break }
-                }
-                usleep(UInt32.random(in: 0...25_000, using: &generator))
+                // Usually while it commits.
+                lines = child.killWhileCommitting(using: &generator)
             }
-            lines += child.killAndCollect()
             try #require(child.wasKilled, "the writer stopped by itself: \(child.errorText)")
             let log = WriterLog(lines)
             if log.inFlight && round % 4 != 3 {

@@ -133,13 +133,7 @@ import Testing
         while inFlightKills < 8 && round < 80 {
             let grouped = !round.isMultiple(of: 2)
             let child = try StressWriterProcess(["batches", schema?.url.absoluteString ?? url.path, "history"] + (grouped ? ["grouped"] : []))
-            var lines: [String] = []
-            while let line = child.readLine() {
-                lines.append(line)
-                if line.hasPrefix("begin ") { break }
-            }
-            usleep(UInt32.random(in: 0...25_000, using: &generator))
-            lines += child.killAndCollect()
+            let lines = child.killWhileCommitting(using: &generator)
             try #require(child.wasKilled, "the writer stopped by itself: \(child.errorText)")
             if WriterLog(lines).inFlight { inFlightKills += 1 }
             round += 1

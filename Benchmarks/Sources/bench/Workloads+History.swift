@@ -54,6 +54,15 @@ import Foundation
         let p99 = latencies[min(latencies.count - 1, Int((Double(latencies.count) * 0.99).rounded(.up)) - 1)]
         return Sample(seconds: p50, extra: ["p50": p50, "p99": p99])
     }
+
+    /// Met when the median p50 is at most `p50`, and the median p99 at most `p99` if given.
+    static func verdict(_ result: WorkloadResult, p50 p50Target: Double, p99 p99Target: Double? = nil) -> Verdict {
+        guard let p50 = result.median(.contextStack, extra: "p50"), let p99 = result.median(.contextStack, extra: "p99") else {
+            return Verdict(met: nil, note: "missing samples")
+        }
+        return Verdict(met: p50 <= p50Target && p99 <= (p99Target ?? .infinity),
+                       note: String(format: "p50 %.1f ms, p99 %.1f ms", p50 * 1000, p99 * 1000))
+    }
 }
 
 /// history-latency on SQLite: stack B notices A's commits by polling `PRAGMA data_version`.
@@ -80,12 +89,7 @@ final class HistoryLatencyWorkload: WorkloadBase, Workload {
         return try await latency.measure(commits: Self.commits)
     }
 
-    func verdict(_ result: WorkloadResult) -> Verdict {
-        guard let p50 = result.median(.contextStack, extra: "p50"), let p99 = result.median(.contextStack, extra: "p99") else {
-            return Verdict(met: nil, note: "missing samples")
-        }
-        return Verdict(met: p50 <= 0.025 && p99 <= 0.150, note: String(format: "p50 %.1f ms, p99 %.1f ms", p50 * 1000, p99 * 1000))
-    }
+    func verdict(_ result: WorkloadResult) -> Verdict { RemoteLatency.verdict(result, p50: 0.025, p99: 0.150) }
 }
 
 /// pg-history-latency: stack B's listener is rung by A's `NOTIFY`, then reads the history.
@@ -124,12 +128,7 @@ final class PostgresHistoryLatencyWorkload: Workload {
         return try await latency.measure(commits: HistoryLatencyWorkload.commits)
     }
 
-    func verdict(_ result: WorkloadResult) -> Verdict {
-        guard let p50 = result.median(.contextStack, extra: "p50"), let p99 = result.median(.contextStack, extra: "p99") else {
-            return Verdict(met: nil, note: "missing samples")
-        }
-        return Verdict(met: p50 <= 0.010, note: String(format: "p50 %.1f ms, p99 %.1f ms", p50 * 1000, p99 * 1000))
-    }
+    func verdict(_ result: WorkloadResult) -> Verdict { RemoteLatency.verdict(result, p50: 0.010) }
 }
 
 /// history-cost: ContextStack's insert (N objects, one commit, three-tier, flushed) and save1

@@ -97,6 +97,18 @@ final class StressWriterProcess: @unchecked Sendable {
         return remainingLines()
     }
 
+    /// Kills a `batches` writer while it commits: once it began a batch, after a random pause of
+    /// up to `maximumPause` microseconds. Returns every line it wrote, for `WriterLog`.
+    func killWhileCommitting(maximumPause: UInt32 = 25_000, using generator: inout some RandomNumberGenerator) -> [String] {
+        var lines: [String] = []
+        while let line = readLine() {
+            lines.append(line)
+            if line.hasPrefix("begin ") { break }
+        }
+        usleep(UInt32.random(in: 0...maximumPause, using: &generator))
+        return lines + killAndCollect()
+    }
+
     /// Every line the process wrote that was not read yet, once its output has ended.
     func remainingLines() -> [String] {
         var lines: [String] = []
