@@ -16,9 +16,10 @@ import Glibc
 // a token already handed out.
 
 extension PostgresStore {
-    /// The name of the channel the doorbell rings on: one per schema, so that stores in other
-    /// schemas of the database (several apps, or tests) do not wake this one's listener.
-    static let historyChannel = "'cs_history_' || left(md5(current_schema()), 16)"
+    /// The name of the channel the doorbell rings on, computed once per store: one per schema,
+    /// so that stores in other schemas of the database (several apps, or tests) do not wake
+    /// this one's listener.
+    static let historyChannelSQL = "SELECT 'cs_history_' || left(md5(current_schema()), 16)"
 
     static let historyCreation = [
         "CREATE SEQUENCE IF NOT EXISTS \"Z_HISTORY_SEQ\"",
@@ -69,7 +70,7 @@ extension PostgresStore {
                                [.integer(HistoryEncoding.code(group.kind)), .text(group.entity),
                                 .text(group.keys), .blob(HistoryEncoding.pack(keys))])
         }
-        try writer.enqueue("SELECT pg_notify(\(Self.historyChannel), ?)", [.text(instance)])
+        try writer.enqueue("SELECT pg_notify(?, ?)", [.text(historyChannel), .text(instance)])
         return nil
     }
 
@@ -178,13 +179,10 @@ extension PostgresStore {
         return try body()
     }
 
-    /// A connection listening on this schema's history channel.
-    static func listeningConnection(_ settings: PostgresSettings) throws -> PostgresConnection {
+    /// A connection listening on this store's history channel.
+    func listeningConnection() throws -> PostgresConnection {
         let connection = try PostgresConnection(settings)
-        guard let channel = try connection.scalar("SELECT \(historyChannel)").stringValue else {
-            throw StoreError(.cannotOpen, "Cannot follow the history of \(settings.redactedURL): the schema of its search_path does not exist.")
-        }
-        try connection.execute("LISTEN \(channel.quotedIdentifier)")
+        try connection.execute("LISTEN \(historyChannel.quotedIdentifier)")
         return connection
     }
 
@@ -235,7 +233,7 @@ final class PostgresHistoryListener: @unchecked Sendable {
         self.store = store
         self.instance = store.instance
         self.deliver = deliver
-        let connection = try PostgresStore.listeningConnection(store.settings)
+        let connection = try store.listeningConnection()
         self.connection = connection
         last = try PostgresStore.lastHistoryToken(on: connection)
         var descriptors: [Int32] = [0, 0]
@@ -263,10 +261,13 @@ final class PostgresHistoryListener: @unchecked Sendable {
     /// Until the store is gone: listen, wait, read.
     private func run() {
         var failures = 0
-        while let settings = store?.settings {
+        // The store is held only while it is used, never while the thread waits: its deinit
+        // must be able to run (and stop this thread) at any time.
+        while store != nil {
             do {
                 if connection == nil || connection?.isBroken == true {
-                    connection = try PostgresStore.listeningConnection(settings)
+                    guard let fresh = try store?.listeningConnection() else { return }
+                    connection = fresh
                 } else if let listening = connection {
                     var descriptors = [pollfd(fd: listening.socket, events: Int16(POLLIN), revents: 0),
                                        pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]

@@ -50,6 +50,8 @@ package final class PostgresStore: QueuedStore {
 
     /// Whether every save writes history (`Z_HISTORY`); see `PostgresStore+History.swift`.
     package let tracksHistory: Bool
+    /// The channel this store's commits ring other stacks' listeners on (`historyChannelSQL`).
+    let historyChannel: String
     /// Names this store object in the history it writes, so its own listener can tell its
     /// commits from other stacks' (other processes', other machines').
     let instance = UUID().uuidString
@@ -75,6 +77,7 @@ package final class PostgresStore: QueuedStore {
         let connection = try Self.connect(settings, tracer: tracer)
         _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: autoMigrating)
         self.tracksHistory = try Self.prepareHistory(connection, enable: tracksHistory)
+        historyChannel = try connection.scalar(Self.historyChannelSQL).stringValue ?? "cs_history"
         writer = Locked(connection)
         tables = Locked(Dictionary(uniqueKeysWithValues: schema.tables.map { ($0.name, $0) }))
     }
