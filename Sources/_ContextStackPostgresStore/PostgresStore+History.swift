@@ -6,9 +6,9 @@ import _ContextStackPostgres
 import Glibc
 #endif
 
-// Persistent history on PostgreSQL (Docs/History.md). Each save writes, in its transaction,
-// a `Z_HISTORY` row and its `Z_HISTORYCHANGE` rows, and `pg_notify` rings the doorbell at
-// commit. Several machines commit at once, and PostgreSQL hands out transaction IDs and
+// Persistent history on PostgreSQL (Docs/History.md). Each commit writes, in its transaction,
+// one `Z_HISTORY` row, its changes in one blob (`HistoryEncoding`), and `pg_notify` rings
+// the doorbell (`HistoryDoorbell`). Several machines commit at once, and PostgreSQL hands out transaction IDs and
 // sequence values in start order, not commit order: a reader that returned transaction 101
 // could later meet 100, committed after. So a transaction is returned only once every
 // transaction with a lower ID has ended — its ID is below the oldest still running
@@ -21,11 +21,11 @@ extension PostgresStore {
     /// this one's listener.
     static let historyChannelSQL = "SELECT 'cs_history_' || left(md5(current_schema()), 16)"
 
+    /// One row per commit: the transaction's ID and the commit's number in the writing
+    /// process's queue (a transaction can hold several commits, numbered in the order written),
+    /// and the commit's changes in one blob.
     static let historyCreation = [
-        "CREATE SEQUENCE IF NOT EXISTS \"Z_HISTORY_SEQ\"",
-        "CREATE TABLE IF NOT EXISTS \"Z_HISTORY\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_DATE\" double precision NOT NULL, \"Z_AUTHOR\" text, \"Z_ORIGIN\" bigint NOT NULL, \"Z_STACK\" text NOT NULL, PRIMARY KEY (\"Z_XID\", \"Z_SEQ\"))",
-        // One row per transaction, kind, entity and set of changed keys: that is its key.
-        "CREATE TABLE IF NOT EXISTS \"Z_HISTORYCHANGE\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_KIND\" bigint NOT NULL, \"Z_ENTITY\" text COLLATE \"C\" NOT NULL, \"Z_KEYS\" text COLLATE \"C\" NOT NULL, \"Z_PKS\" bytea NOT NULL, PRIMARY KEY (\"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\"))",
+        "CREATE TABLE IF NOT EXISTS \"Z_HISTORY\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_DATE\" double precision NOT NULL, \"Z_AUTHOR\" text, \"Z_ORIGIN\" bigint NOT NULL, \"Z_STACK\" text NOT NULL, \"Z_CHANGES\" bytea NOT NULL, PRIMARY KEY (\"Z_XID\", \"Z_SEQ\"))",
     ]
 
     /// The lowest transaction ID still running when the reading statement's snapshot was taken:
@@ -35,8 +35,8 @@ extension PostgresStore {
     static let ownTransaction = "pg_current_xact_id()::text::bigint"
 
     static let historyQueries = HistoryQueries(
-        transactions: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_DATE\", \"Z_AUTHOR\", \"Z_STACK\" FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\"",
-        changes: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\", \"Z_PKS\" FROM \"Z_HISTORYCHANGE\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\"",
+        headers: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_DATE\", \"Z_AUTHOR\", \"Z_STACK\" FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\"",
+        transactions: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_DATE\", \"Z_AUTHOR\", \"Z_STACK\", \"Z_CHANGES\" FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\"",
         arguments: { [.integer($0?.position ?? 0), .integer($0?.sequence ?? 0)] })
 
     /// Creates the history tables when asked to (once, under the schema installer's lock), and
@@ -60,18 +60,39 @@ extension PostgresStore {
 
     /// Queues the commit's history and the doorbell with its statements: no round trip of its
     /// own. The token is the server's (the transaction's ID), so a local commit learns none.
-    package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, writer: inout PostgresConnection) throws -> HistoryToken? {
+    package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout PostgresConnection) throws -> HistoryToken? {
         guard tracksHistory else { return nil }
-        try writer.enqueue("INSERT INTO \"Z_HISTORY\" VALUES (\(Self.ownTransaction), nextval('\"Z_HISTORY_SEQ\"'), ?, ?, ?, ?)",
-                           [.double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
-                            .integer(Int64(bitPattern: info.origin)), .text(instance)])
-        for (group, keys) in HistoryEncoding.groups(changes) {
-            try writer.enqueue("INSERT INTO \"Z_HISTORYCHANGE\" (\"Z_XID\", \"Z_SEQ\", \"Z_KIND\", \"Z_ENTITY\", \"Z_KEYS\", \"Z_PKS\") VALUES (\(Self.ownTransaction), currval('\"Z_HISTORY_SEQ\"'), ?, ?, ?, ?)",
-                               [.integer(HistoryEncoding.code(group.kind)), .text(group.entity),
-                                .text(group.keys), .blob(HistoryEncoding.pack(keys))])
+        try writer.enqueue("INSERT INTO \"Z_HISTORY\" VALUES (\(Self.ownTransaction), ?, ?, ?, ?, ?, ?)",
+                           [.integer(Int64(bitPattern: sequence)), .double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
+                            .integer(Int64(bitPattern: info.origin)), .text(instance), .blob(HistoryEncoding.encode(changes))])
+        switch doorbell.withLock({ $0.commit(at: DispatchTime.now().uptimeNanoseconds) }) {
+        case .ring: try writer.enqueue(ring, [.text(historyChannel), .text(instance)])
+        case .schedule(let delay): scheduleRing(in: delay)
+        case .owed: break
         }
-        try writer.enqueue("SELECT pg_notify(?, ?)", [.text(historyChannel), .text(instance)])
         return nil
+    }
+
+    private var ring: String { "SELECT pg_notify(?, ?)" }
+
+    /// Makes sure a ring follows the commits that did not ring: a later commit's, or, when
+    /// none rings by the time one is due, one sent alone on the writer's queue (after the
+    /// transaction that wrote them). A ring that cannot be sent (the server went away) is not
+    /// reported: listeners catch up by themselves.
+    private func scheduleRing(in delay: UInt64) {
+        writeQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(delay))) { [weak self] in
+            guard let self else { return }
+            switch self.doorbell.withLock({ $0.owedRing(at: DispatchTime.now().uptimeNanoseconds) }) {
+            case .none:
+                return
+            case .later(let delay):
+                self.scheduleRing(in: delay)
+            case .now:
+                try? self.writeTransaction({ writer in
+                    try writer.enqueue(self.ring, [.text(self.historyChannel), .text(self.instance)])
+                }, commit: { commit in try commit() })
+            }
+        }
     }
 
     package func history(after token: HistoryToken?) throws -> [HistoryTransaction] {
@@ -110,7 +131,6 @@ extension PostgresStore {
             }
             if let last {
                 let bound: [Value] = [.integer(last.position), .integer(last.sequence)]
-                try connection.run("DELETE FROM \"Z_HISTORYCHANGE\" WHERE (\"Z_XID\", \"Z_SEQ\") <= (?, ?)", bound)
                 try connection.run("DELETE FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") <= (?, ?)", bound)
                 // Under a row lock, so two purges at once keep the later watermark.
                 try connection.run("INSERT INTO \"Z_METADATA\" (key, value) VALUES ('historyPurged', '0.0') ON CONFLICT DO NOTHING")
@@ -195,6 +215,73 @@ extension PostgresStore {
         } catch {
             reportError(error)
         }
+    }
+}
+
+/// When a store rings the history channel (`pg_notify`): every ring wakes every listener of
+/// the database, this process's own included, which costs each of them a server process's and
+/// a thread's wake-up — at one ring per commit, a third of a one-object commit's time on a
+/// 2-core machine. So a store rings at most once per `interval` with its commits: the first
+/// commit after a quiet interval rings in its own transaction (no added delay), later ones
+/// within the interval are rung for once, by a ring `interval` after the last, sent alone
+/// after their transactions. Every commit thus rings in its own transaction or has a ring
+/// scheduled after it; a remote stack hears of a commit at most `interval` later than
+/// otherwise, and a ring that is lost (the process ended first, the server went away) only
+/// delays delivery to the listener's catch-up.
+struct HistoryDoorbell {
+    /// At most one ring per interval: 2 ms.
+    static let interval: UInt64 = 2_000_000
+    /// When the last ring was sent or queued (monotonic nanoseconds); `nil` before the first.
+    private var lastRing: UInt64?
+    /// Whether commits since the last ring are waiting for one.
+    private var owed = false
+    /// Whether a deferred ring is scheduled.
+    private var scheduled = false
+
+    enum CommitRing: Equatable {
+        /// The commit rings in its own transaction.
+        case ring
+        /// The commit waits for a later ring; none is scheduled yet: schedule one in this many
+        /// nanoseconds.
+        case schedule(UInt64)
+        /// The commit waits for the ring already scheduled.
+        case owed
+    }
+
+    /// What a commit at `now` does: ring in its transaction when the last ring is an interval
+    /// old (that ring is for every commit before it too), or wait for a later one.
+    mutating func commit(at now: UInt64) -> CommitRing {
+        guard let lastRing, now &- lastRing < Self.interval else {
+            self.lastRing = now
+            owed = false
+            return .ring
+        }
+        owed = true
+        guard !scheduled else { return .owed }
+        scheduled = true
+        return .schedule(lastRing &+ Self.interval &- now)
+    }
+
+    enum DeferredRing: Equatable {
+        /// No commit waits: a later one rang for them.
+        case none
+        /// Commits wait, and their ring is due in this many nanoseconds.
+        case later(UInt64)
+        /// Ring now, alone.
+        case now
+    }
+
+    /// What the scheduled ring does at `now`.
+    mutating func owedRing(at now: UInt64) -> DeferredRing {
+        guard owed else {
+            scheduled = false
+            return .none
+        }
+        if let lastRing, now &- lastRing < Self.interval { return .later(lastRing &+ Self.interval &- now) }
+        scheduled = false
+        owed = false
+        lastRing = now
+        return .now
     }
 }
 

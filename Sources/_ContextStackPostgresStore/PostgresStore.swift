@@ -57,6 +57,8 @@ package final class PostgresStore: QueuedStore {
     let instance = UUID().uuidString
     /// The history listeners `followHistory` started.
     let listeners = Locked<[PostgresHistoryListener]>([])
+    /// When this store last rang the history channel, and whether a ring is owed.
+    let doorbell = Locked(HistoryDoorbell())
     /// Starts a read: its snapshot is taken by the `SELECT`, in the same round trip.
     static let beginRead = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
     /// Starts a read whose snapshot its first statement takes (`withReadTransaction`).

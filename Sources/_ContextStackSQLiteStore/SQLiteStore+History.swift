@@ -4,23 +4,21 @@ import _ContextStackCore
 import _ContextStackModel
 import _ContextStackSQLite
 
-// Persistent history on SQLite (Docs/History.md): two tables written by the writer in each
+// Persistent history on SQLite (Docs/History.md): a table written by the writer in each
 // save's transaction, read back by `history(after:)`, and followed by a watcher that polls
 // `PRAGMA data_version` on an idle connection to notice other connections' commits.
 
 extension SQLiteStore {
-    /// The history tables. `Z_TOKEN` is SQLite's `AUTOINCREMENT` rowid: with one writer at a
+    /// The history table: one row per transaction, its changes in one blob
+    /// (`HistoryEncoding`). `Z_TOKEN` is SQLite's `AUTOINCREMENT` rowid: with one writer at a
     /// time per file, it grows in commit order, and a deleted number is never handed out again.
     static let historyCreation = [
-        "CREATE TABLE IF NOT EXISTS Z_HISTORY (Z_TOKEN INTEGER PRIMARY KEY AUTOINCREMENT, Z_DATE REAL NOT NULL, Z_AUTHOR TEXT, Z_ORIGIN INTEGER NOT NULL, Z_STACK TEXT NOT NULL)",
-        // One row per transaction, kind, entity and set of changed keys: that is its key, and
-        // the table is stored in its order, so a save adds to one B-tree here, not two.
-        "CREATE TABLE IF NOT EXISTS Z_HISTORYCHANGE (Z_TOKEN INTEGER NOT NULL, Z_KIND INTEGER NOT NULL, Z_ENTITY TEXT NOT NULL, Z_KEYS TEXT NOT NULL, Z_PKS BLOB NOT NULL, PRIMARY KEY (Z_TOKEN, Z_KIND, Z_ENTITY, Z_KEYS)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS Z_HISTORY (Z_TOKEN INTEGER PRIMARY KEY AUTOINCREMENT, Z_DATE REAL NOT NULL, Z_AUTHOR TEXT, Z_ORIGIN INTEGER NOT NULL, Z_STACK TEXT NOT NULL, Z_CHANGES BLOB NOT NULL)",
     ]
 
     static let historyQueries = HistoryQueries(
-        transactions: "SELECT Z_TOKEN, 0, Z_DATE, Z_AUTHOR, Z_STACK FROM Z_HISTORY WHERE Z_TOKEN > ? ORDER BY Z_TOKEN",
-        changes: "SELECT Z_TOKEN, 0, Z_KIND, Z_ENTITY, Z_KEYS, Z_PKS FROM Z_HISTORYCHANGE WHERE Z_TOKEN > ? ORDER BY Z_TOKEN, Z_KIND, Z_ENTITY, Z_KEYS",
+        headers: "SELECT Z_TOKEN, 0, Z_DATE, Z_AUTHOR, Z_STACK FROM Z_HISTORY WHERE Z_TOKEN > ? ORDER BY Z_TOKEN",
+        transactions: "SELECT Z_TOKEN, 0, Z_DATE, Z_AUTHOR, Z_STACK, Z_CHANGES FROM Z_HISTORY WHERE Z_TOKEN > ? ORDER BY Z_TOKEN",
         arguments: { [.integer($0?.position ?? 0)] })
 
     /// Creates the history tables when asked to, and says whether the file tracks history:
@@ -35,19 +33,13 @@ extension SQLiteStore {
         return try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'Z_HISTORY'").int64Value == 1
     }
 
-    package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, writer: inout WriterState) throws -> HistoryToken? {
+    package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout WriterState) throws -> HistoryToken? {
         guard tracksHistory else { return nil }
         let db = writer.connection
-        try db.cachedStatement("INSERT INTO Z_HISTORY (Z_DATE, Z_AUTHOR, Z_ORIGIN, Z_STACK) VALUES (?, ?, ?, ?)")
+        try db.cachedStatement("INSERT INTO Z_HISTORY (Z_DATE, Z_AUTHOR, Z_ORIGIN, Z_STACK, Z_CHANGES) VALUES (?, ?, ?, ?, ?)")
             .bindAndExecute([.double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
-                             .integer(Int64(bitPattern: info.origin)), .text(instance)])
-        let token = db.lastInsertRowID
-        let insert = try db.cachedStatement("INSERT INTO Z_HISTORYCHANGE (Z_TOKEN, Z_KIND, Z_ENTITY, Z_KEYS, Z_PKS) VALUES (?, ?, ?, ?, ?)")
-        for (group, keys) in HistoryEncoding.groups(changes) {
-            try insert.bindAndExecute([.integer(token), .integer(HistoryEncoding.code(group.kind)), .text(group.entity),
-                                       .text(group.keys), .blob(HistoryEncoding.pack(keys))])
-        }
-        return HistoryToken(position: token)
+                             .integer(Int64(bitPattern: info.origin)), .text(instance), .blob(HistoryEncoding.encode(changes))])
+        return HistoryToken(position: db.lastInsertRowID)
     }
 
     package func history(after token: HistoryToken?) throws -> [HistoryTransaction] {
@@ -70,7 +62,6 @@ extension SQLiteStore {
             let db = state.connection
             try db.writeTransaction {
                 guard let last = try db.scalar("SELECT max(Z_TOKEN) FROM Z_HISTORY WHERE Z_TOKEN < ?", [.integer(token.position)]).int64Value else { return }
-                try db.execute("DELETE FROM Z_HISTORYCHANGE WHERE Z_TOKEN <= ?", [.integer(last)])
                 try db.execute("DELETE FROM Z_HISTORY WHERE Z_TOKEN <= ?", [.integer(last)])
                 let purged = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'historyPurged'").int64Value ?? 0
                 try db.execute("INSERT OR REPLACE INTO Z_METADATA (key, value) VALUES ('historyPurged', ?)", [.integer(max(purged, last))])

@@ -75,9 +75,9 @@ struct PostgresMigrationTests {
         let db = try connection()
         let tables = Set(try db.allRows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()").compactMap { $0[0].stringValue })
         // With the history tables, which a PostgreSQL store has by default (Docs/History.md).
-        #expect(tables == ["Z_METADATA", "Product", "Owner", "Label", "Z_Label_products_Product_labels", "Z_HISTORY", "Z_HISTORYCHANGE"])
+        #expect(tables == ["Z_METADATA", "Product", "Owner", "Label", "Z_Label_products_Product_labels", "Z_HISTORY"])
         let sequences = Set(try db.allRows("SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()").compactMap { $0[0].stringValue })
-        #expect(sequences == ["Z_KEYS_Product", "Z_KEYS_Owner", "Z_KEYS_Label", "Z_HISTORY_SEQ"])
+        #expect(sequences == ["Z_KEYS_Product", "Z_KEYS_Owner", "Z_KEYS_Label"])
         let columns = Set(try db.allRows("SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'Product'").compactMap { $0[0].stringValue })
         #expect(columns == ["Z_PK", "Z_VERSION", "heading", "count", "note", "code", "added", "optionalAdded", "owner"])
         #expect(try db.scalar("SELECT value FROM \"Z_METADATA\" WHERE key = 'hash'") == .text(try Model(ProductV2.self, OwnerV2.self, LabelV2.self).versionHash))

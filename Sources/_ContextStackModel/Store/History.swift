@@ -186,29 +186,92 @@ package struct RemoteTransaction: Sendable {
 
 // MARK: - Encoding history rows
 
-/// How history changes are stored, the same on every store: one row per transaction, entity,
-/// kind and set of changed keys, its objects' primary keys packed in one blob — a commit of
-/// 100,000 inserts writes one history row, not 100,000.
+/// How a transaction's changes are stored, the same on every store: in one blob of its one
+/// history row, grouped by kind, entity and set of changed keys, each group's primary keys
+/// packed together — a commit of 100,000 inserts writes one history row, and a one-object
+/// commit adds one row to one table.
+///
+/// The blob: a format byte (1), then per group, in the order of kind (insert, update,
+/// delete), entity name and changed keys: the kind (one byte: 0, 1, 2), the entity's name and
+/// the changed keys joined by commas (each a 4-byte length and UTF-8), the number of objects
+/// (4 bytes) and their primary keys (8 bytes each). Integers are little-endian.
 package enum HistoryEncoding {
-    package struct Group: Hashable {
-        package let kind: HistoryChange.Kind
-        package let entity: String
-        package let keys: String
+    struct Group: Hashable {
+        let kind: Int64
+        let entity: String
+        let keys: String
     }
 
-    /// The rows to write for `changes`: each group with its primary keys.
-    package static func groups(_ changes: [HistoryChange]) -> [(group: Group, keys: [Int64])] {
-        var order: [Group] = []
+    static let format: UInt8 = 1
+
+    /// The blob that stores `changes`.
+    package static func encode(_ changes: [HistoryChange]) -> Data {
         var keys: [Group: [Int64]] = [:]
         for change in changes {
-            let group = Group(kind: change.kind, entity: change.entityName, keys: change.changedKeys.sorted().joined(separator: ","))
-            if keys[group] == nil { order.append(group) }
+            let group = Group(kind: code(change.kind), entity: change.entityName, keys: change.changedKeys.sorted().joined(separator: ","))
             keys[group, default: []].append(change.objectID.primaryKey)
         }
-        return order.map { ($0, keys[$0]!) }
+        let groups = keys.keys.sorted { a, b in
+            if a.kind != b.kind { return a.kind < b.kind }
+            if a.entity != b.entity { return a.entity.utf8.lexicographicallyPrecedes(b.entity.utf8) }
+            return a.keys.utf8.lexicographicallyPrecedes(b.keys.utf8)
+        }
+        var bytes: [UInt8] = [format]
+        bytes.reserveCapacity(1 + changes.count * 8 + groups.count * 48)
+        func append(_ integer: UInt32) { withUnsafeBytes(of: integer.littleEndian) { bytes.append(contentsOf: $0) } }
+        func append(_ text: String) {
+            append(UInt32(text.utf8.count))
+            bytes.append(contentsOf: text.utf8)
+        }
+        for group in groups {
+            let primaryKeys = keys[group]!
+            bytes.append(UInt8(group.kind))
+            append(group.entity)
+            append(group.keys)
+            append(UInt32(primaryKeys.count))
+            for key in primaryKeys { withUnsafeBytes(of: UInt64(bitPattern: key).littleEndian) { bytes.append(contentsOf: $0) } }
+        }
+        return Data(bytes)
     }
 
-    package static func code(_ kind: HistoryChange.Kind) -> Int64 {
+    /// The changes a blob stores; a group of an entity the model no longer has is left out.
+    /// - Throws: `StoreError(.corrupt)` when the blob is not one `encode` made.
+    package static func decode(_ blob: Data, graph: ModelGraph) throws -> [HistoryChange] {
+        try blob.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            var offset = 0
+            func fail() -> StoreError { StoreError(.corrupt, "A history row's changes cannot be read (byte \(offset) of \(raw.count)): the history tables were changed by something else than ContextStack.") }
+            func integer<T: FixedWidthInteger>(_ type: T.Type) throws -> T {
+                guard offset + MemoryLayout<T>.size <= raw.count else { throw fail() }
+                defer { offset += MemoryLayout<T>.size }
+                return T(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: T.self))
+            }
+            func text() throws -> String {
+                let count = Int(try integer(UInt32.self))
+                guard offset + count <= raw.count else { throw fail() }
+                defer { offset += count }
+                return String(decoding: UnsafeRawBufferPointer(rebasing: raw[offset..<(offset + count)]), as: UTF8.self)
+            }
+            guard try integer(UInt8.self) == format else { throw fail() }
+            var changes: [HistoryChange] = []
+            while offset < raw.count {
+                guard let kind = kind(Int64(try integer(UInt8.self))) else { throw fail() }
+                let entityName = try text()
+                let keys = try text()
+                let count = Int(try integer(UInt32.self))
+                guard offset + count * 8 <= raw.count else { throw fail() }
+                let changed = Set(keys.split(separator: ",").map(String.init))
+                let root = graph.entity(named: entityName)?.rootDescription
+                changes.reserveCapacity(changes.count + count)
+                for _ in 0..<count {
+                    let key = Int64(bitPattern: try integer(UInt64.self))
+                    if let root { changes.append(HistoryChange(kind: kind, objectID: ObjectID(rootEntity: root, primaryKey: key), entityName: entityName, changedKeys: changed)) }
+                }
+            }
+            return changes
+        }
+    }
+
+    static func code(_ kind: HistoryChange.Kind) -> Int64 {
         switch kind {
         case .insert: 0
         case .update: 1
@@ -216,45 +279,12 @@ package enum HistoryEncoding {
         }
     }
 
-    package static func kind(_ code: Int64) -> HistoryChange.Kind? {
+    static func kind(_ code: Int64) -> HistoryChange.Kind? {
         switch code {
         case 0: .insert
         case 1: .update
         case 2: .delete
         default: nil
-        }
-    }
-
-    /// Primary keys as little-endian 8-byte integers.
-    package static func pack(_ keys: [Int64]) -> Data {
-        var bytes = Data(capacity: keys.count * 8)
-        for key in keys {
-            withUnsafeBytes(of: UInt64(bitPattern: key).littleEndian) { bytes.append(contentsOf: $0) }
-        }
-        return bytes
-    }
-
-    package static func unpack(_ bytes: Data) -> [Int64] {
-        var keys: [Int64] = []
-        keys.reserveCapacity(bytes.count / 8)
-        bytes.withUnsafeBytes { raw in
-            var offset = 0
-            while offset + 8 <= raw.count {
-                keys.append(Int64(bitPattern: UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self))))
-                offset += 8
-            }
-        }
-        return keys
-    }
-
-    /// The history changes of one stored row group; `nil` entries (an entity the model no
-    /// longer has) are left out.
-    package static func changes(kind: Int64, entity: String, keys: String?, packed: Data, graph: ModelGraph) -> [HistoryChange] {
-        guard let kind = Self.kind(kind), let resolved = graph.entity(named: entity) else { return [] }
-        let root = resolved.rootDescription
-        let changed = Set((keys ?? "").split(separator: ",").map(String.init))
-        return unpack(packed).map {
-            HistoryChange(kind: kind, objectID: ObjectID(rootEntity: root, primaryKey: $0), entityName: entity, changedKeys: changed)
         }
     }
 }

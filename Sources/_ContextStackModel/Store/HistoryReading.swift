@@ -6,16 +6,15 @@ import _ContextStackCore
 package struct HistoryQueries: Sendable {
     /// Transactions after a token, oldest first. Columns: position, sequence, date (seconds
     /// since 1970), author, the writing stack's instance.
+    package let headers: String
+    /// The same with a sixth column: the changes (`HistoryEncoding`).
     package let transactions: String
-    /// Their change rows, in the same order. Columns: position, sequence, kind, entity,
-    /// changed keys, packed primary keys.
-    package let changes: String
     /// The values both SELECTs bind for "after `token`" (`nil`: from the beginning).
     package let arguments: @Sendable (HistoryToken?) -> [Value]
 
-    package init(transactions: String, changes: String, arguments: @escaping @Sendable (HistoryToken?) -> [Value]) {
+    package init(headers: String, transactions: String, arguments: @escaping @Sendable (HistoryToken?) -> [Value]) {
+        self.headers = headers
         self.transactions = transactions
-        self.changes = changes
         self.arguments = arguments
     }
 }
@@ -25,31 +24,27 @@ package enum HistoryReading {
     /// The transactions after `token`, oldest first, each with the stack instance that wrote it.
     package static func transactions(after token: HistoryToken?, connection: any QueryConnection, graph: ModelGraph,
                                      queries: HistoryQueries) throws -> [(transaction: HistoryTransaction, instance: String)] {
-        let arguments = queries.arguments(token)
-        let headers = try self.headers(after: token, connection: connection, queries: queries)
-        guard !headers.isEmpty else { return [] }
-        var changes: [HistoryToken: [HistoryChange]] = [:]
-        try connection.select(queries.changes, arguments) { row in
-            let token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
-            guard let entity = row.value(3).stringValue, let packed = row.value(5).dataValue else { return }
-            changes[token, default: []] += HistoryEncoding.changes(kind: row.int64(2), entity: entity, keys: row.value(4).stringValue,
-                                                                    packed: packed, graph: graph)
+        var transactions: [(transaction: HistoryTransaction, instance: String)] = []
+        try connection.select(queries.transactions, queries.arguments(token)) { row in
+            let header = self.header(row)
+            let changes = try row.value(5).dataValue.map { try HistoryEncoding.decode($0, graph: graph) } ?? []
+            transactions.append((HistoryTransaction(token: header.token, date: header.date, author: header.author, changes: changes),
+                                 header.instance))
         }
-        return headers.map { header in
-            (HistoryTransaction(token: header.token, date: header.date, author: header.author, changes: changes[header.token] ?? []),
-             header.instance)
-        }
+        return transactions
+    }
+
+    /// A transaction's token, date, author and instance, from the first five columns of `row`.
+    private static func header(_ row: any QueryRow) -> (token: HistoryToken, date: Date, author: String?, instance: String) {
+        (HistoryToken(position: row.int64(0), sequence: row.int64(1)), Date(timeIntervalSince1970: row.value(2).doubleValue ?? 0),
+         row.value(3).stringValue, row.value(4).stringValue ?? "")
     }
 
     /// The transactions after `token` without their changes: token, date, author, instance.
     private static func headers(after token: HistoryToken?, connection: any QueryConnection,
                                 queries: HistoryQueries) throws -> [(token: HistoryToken, date: Date, author: String?, instance: String)] {
         var headers: [(token: HistoryToken, date: Date, author: String?, instance: String)] = []
-        try connection.select(queries.transactions, queries.arguments(token)) { row in
-            let token = HistoryToken(position: row.int64(0), sequence: row.int64(1))
-            let seconds = row.value(2).doubleValue ?? 0
-            headers.append((token, Date(timeIntervalSince1970: seconds), row.value(3).stringValue, row.value(4).stringValue ?? ""))
-        }
+        try connection.select(queries.headers, queries.arguments(token)) { row in headers.append(header(row)) }
         return headers
     }
 

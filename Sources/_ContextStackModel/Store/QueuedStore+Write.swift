@@ -93,7 +93,7 @@ extension QueuedStore {
         }
         let summary = ChangeSummary(changes)
         guard !summary.isEmpty else { return nil }
-        return try writeHistory(summary.historyChanges, info: item.changes.info, writer: &writer)
+        return try writeHistory(summary.historyChanges, info: item.changes.info, sequence: item.sequence, writer: &writer)
     }
 
     /// Undoes, in the receivers that were told of them, the failed commits of a batch: the

@@ -45,8 +45,9 @@ package protocol QueuedStore: ObjectStore {
 
     /// Records one written commit in the history, inside the writer's transaction (so the
     /// commit and its history are stored together or not at all), and returns its token;
-    /// `nil` when the store does not track history.
-    func writeHistory(_ changes: [HistoryChange], info: CommitInfo, writer: inout Writer) throws -> HistoryToken?
+    /// `nil` when the store does not track history. `sequence` is the commit's number in this
+    /// process's queue: it grows with the commits of a writer transaction.
+    func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout Writer) throws -> HistoryToken?
 
     /// The error a failed write becomes for its caller: a database's unique-index violation as
     /// the `SaveError` the store's own check would have thrown, anything else as it is.

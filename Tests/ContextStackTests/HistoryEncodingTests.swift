@@ -1,0 +1,132 @@
+@testable import ContextStack
+import ContextStackPostgres
+import _ContextStackCore
+@testable import _ContextStackModel
+import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
+import Foundation
+import Testing
+
+/// How history is stored (one blob of changes per commit) and when a PostgreSQL store rings
+/// other stacks' listeners (`HistoryDoorbell`): the parts of Docs/History.md ("Turning it on", "Remote commits") that
+/// the behaviour suites do not see.
+struct HistoryEncodingTests {
+    let graph = try! Model(Person.self, Pet.self).graph
+
+    func change(_ kind: HistoryChange.Kind, _ entity: String, _ key: Int64, _ keys: Set<String> = []) -> HistoryChange {
+        HistoryChange(kind: kind, objectID: ObjectID(rootEntity: graph.entity(named: entity)!.rootDescription, primaryKey: key),
+                      entityName: entity, changedKeys: keys)
+    }
+
+    @Test func aCommitsChangesRoundTripThroughOneBlob() throws {
+        let changes = [change(.update, "Person", 3, ["name", "age"]), change(.insert, "Pet", 7), change(.delete, "Person", 1),
+                       change(.insert, "Person", 9), change(.update, "Person", 4, ["age", "name"]), change(.insert, "Pet", -2),
+                       change(.update, "Pet", Int64.max, ["owner"])]
+        let decoded = try HistoryEncoding.decode(HistoryEncoding.encode(changes), graph: graph)
+        // Grouped by kind, entity and changed keys, in that order; keys in the order given.
+        #expect(decoded == [change(.insert, "Person", 9), change(.insert, "Pet", 7), change(.insert, "Pet", -2),
+                            change(.update, "Person", 3, ["name", "age"]), change(.update, "Person", 4, ["name", "age"]),
+                            change(.update, "Pet", Int64.max, ["owner"]), change(.delete, "Person", 1)])
+        #expect(try HistoryEncoding.decode(HistoryEncoding.encode([]), graph: graph).isEmpty)
+    }
+
+    @Test func anEntityTheModelNoLongerHasIsLeftOut() throws {
+        let larger = try Model(Person.self, Pet.self, Article.self, Tag.self).graph
+        let article = HistoryChange(kind: .insert, objectID: ObjectID(rootEntity: larger.entity(named: "Article")!.rootDescription, primaryKey: 5),
+                                    entityName: "Article", changedKeys: [])
+        let blob = HistoryEncoding.encode([change(.insert, "Person", 1), article, change(.insert, "Pet", 2)])
+        #expect(try HistoryEncoding.decode(blob, graph: larger).map(\.entityName) == ["Article", "Person", "Pet"])
+        #expect(try HistoryEncoding.decode(blob, graph: graph).map(\.entityName) == ["Person", "Pet"])
+    }
+
+    @Test func aBlobThatIsNotContextStacksIsReportedNotMisread() throws {
+        let blob = HistoryEncoding.encode([change(.update, "Person", 3, ["name"]), change(.insert, "Pet", 7)])
+        for broken in [blob.dropLast(), blob.prefix(5), Data([9]) + blob.dropFirst(), blob + Data([7])] {
+            let error = try #require(throws: StoreError.self) { try HistoryEncoding.decode(Data(broken), graph: graph) }
+            #expect(error.code == .corrupt)
+            #expect(error.message.contains("history"))
+        }
+    }
+
+    /// Every commit rings in its own transaction or is followed, within the interval, by a ring
+    /// (a later commit's, or one sent alone when the scheduled time comes); and there is at most
+    /// one ring per interval. Random commit times, the scheduled ring running when
+    /// it is due or later (the writer's queue may be busy).
+    @Test(arguments: 0..<50) func theDoorbellRingsForEveryCommitWithinAnInterval(seed: Int) {
+        var random = SeededGenerator(seed: UInt64(seed))
+        let interval = HistoryDoorbell.interval
+        var doorbell = HistoryDoorbell()
+        var now: UInt64 = 1_000_000_000
+        var timer: UInt64?
+        var rings: [UInt64] = []
+        var waiting: [UInt64] = []
+        var clock = now
+        func fireTimer(upTo time: UInt64) {
+            while let due = timer, due <= time {
+                // Never before an event already simulated: time only goes forward.
+                let late = max(due + UInt64.random(in: 0...(interval / 4), using: &random), clock)
+                guard late <= time else { return }
+                clock = late
+                timer = nil
+                switch doorbell.owedRing(at: late) {
+                case .none: break
+                case .later(let delay): timer = late + delay
+                case .now: rings.append(late)
+                }
+            }
+        }
+        for _ in 0..<400 {
+            now += [UInt64.random(in: 0...(interval / 3), using: &random), UInt64.random(in: 0...(3 * interval), using: &random)]
+                .randomElement(using: &random)!
+            fireTimer(upTo: now)
+            clock = now
+            switch doorbell.commit(at: now) {
+            case .ring: rings.append(now)
+            case .schedule(let delay):
+                #expect(timer == nil, "a second ring scheduled while one is")
+                timer = now + delay
+                waiting.append(now)
+            case .owed:
+                #expect(timer != nil, "a commit waits for a ring nobody scheduled")
+                waiting.append(now)
+            }
+        }
+        fireTimer(upTo: UInt64.max / 2)
+        #expect(timer == nil)
+        for commit in waiting {
+            // The scheduled ring may run up to a quarter interval late here (or later, behind a
+            // commit simulated at the same time).
+            #expect(rings.contains { $0 >= commit && $0 <= commit + interval + interval / 4 }, "a commit at \(commit) was not rung for in time")
+        }
+        // At most one ring per interval.
+        for (earlier, later) in zip(rings, rings.dropFirst()) { #expect(later - earlier >= interval) }
+    }
+
+    /// The ring owed to the commits of a burst goes out alone, after their transactions: two
+    /// commits back to back ring twice (the first in its transaction; the second in its own
+    /// if an interval passed, or alone after it), whatever their timing.
+    @Test(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"), .timeLimit(.minutes(1)))
+    func aBurstOfCommitsIsRungForAfterItsLast() async throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        try stack.addPostgresStore(url: schema.url)
+        let listener = try PostgresConnection(PostgresSettings(url: schema.url))
+        let channel = try #require(try listener.scalar(PostgresStore.historyChannelSQL).stringValue)
+        try listener.execute("LISTEN \(channel.quotedIdentifier)")
+        let context = try Context(stack: stack, updateTarget: .persistentStore)
+        for name in ["Ada", "Grace"] {
+            try context.beginUpdateAndWait { update in
+                try update.create(Person.self).name = name
+                try update.commit()
+            }
+        }
+        var rings: [String] = []
+        for _ in 0..<3000 where rings.count < 2 {
+            rings += try listener.takeNotifications()
+            if rings.count < 2 { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(rings.count == 2)
+        #expect(Set(rings).count == 1, "both rings name the store that rang")
+    }
+}
