@@ -132,6 +132,26 @@ import Testing
         #expect(try store.stack.history(after: all[2].token).map(\.token) == [all[3].token])
     }
 
+    /// Docs/History.md, "Failure modes": changes stored in another format are an error, never
+    /// changes misread.
+    @Test(arguments: kinds) @MainActor
+    func historyThatContextStackDidNotWriteIsAnErrorNotMisread(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try await store.settleHistory()
+        #expect(try store.stack.history(after: nil).map(\.changes.count) == [1])
+        // A blob with an unknown format byte.
+        _ = try store.writtenRows(store.database == nil ? "UPDATE Z_HISTORY SET Z_CHANGES = x'02'"
+                                                        : "UPDATE \"Z_HISTORY\" SET \"Z_CHANGES\" = '\\x02'::bytea")
+        let error = try #require(throws: StoreError.self) { try store.stack.history(after: nil) }
+        #expect(error.code == .corrupt)
+    }
+
     @Test @MainActor func aFailedCommitLeavesNoHistory() async throws {
         let store = try TestStore(.file, tracksHistory: true)
         let world = try MainContext(stack: store.stack)
