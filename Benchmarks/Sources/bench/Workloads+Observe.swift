@@ -86,9 +86,13 @@ final class MergeWorkload: WorkloadBase, Workload {
 
 /// live: a FetchedResults of N rows; a commit moves 10 of them. Measured from the commit until
 /// the results report the change, against a full refetch of the same objects in the same order.
+///
+/// Every repetition moves 10 objects picked at random to random places in the middle half of
+/// the order (a new `rank` there), so each move costs what it costs in the middle of the
+/// results' arrays; the results' order is checked after each.
 final class LiveWorkload: WorkloadBase, Workload {
     let id = "live"
-    let summary = "FetchedResults of N rows, a commit moving 10: until the results report it"
+    let summary = "FetchedResults of N rows, a commit moving 10 to random places: until the results report it"
     let target = "≤ 1 % of a full refetch"
     let touched = 10
 
@@ -100,7 +104,9 @@ final class LiveWorkload: WorkloadBase, Workload {
     private var world: MainContext!
     private var results: FetchedResults<Item>!
     private let flag = Flag()
-    private var ids: [ObjectID] = []
+    private var all: [ObjectID] = []
+    /// Which objects move where, a new choice at every repetition (the same sequence every run).
+    private var generator = SplitMix(state: 5)
 
     func prepare() async throws {
         (stack, world) = try threeTier(try fixture.filledStoreFile("live-cs"))
@@ -108,8 +114,7 @@ final class LiveWorkload: WorkloadBase, Workload {
         try expect(results.count == n)
         let flag = flag
         results.onChange = { _ in flag.changes += 1 }
-        let all = try world.fetchIDs(Item.self)
-        ids = randomKeys(touched, seed: 5).map { all[Int($0) - 1] }
+        all = try world.fetchIDs(Item.self)
     }
 
     func finish() async throws {
@@ -119,12 +124,14 @@ final class LiveWorkload: WorkloadBase, Workload {
     func run(_ contender: Contender) async throws -> Sample? {
         guard contender == .contextStack else { return nil }
         let before = flag.changes
-        let ids = ids
-        let n = n
-        let start = try world.beginUpdateAndWait { update -> UInt64 in
-            for id in ids {
+        var moves: [ObjectID: Int] = [:]
+        while moves.count < min(touched, n) {
+            moves[all[Int.random(in: 0..<all.count, using: &generator)]] = Int.random(in: (n / 4)...(3 * n / 4), using: &generator)
+        }
+        let start = try world.beginUpdateAndWait { [moves] update -> UInt64 in
+            for (id, rank) in moves {
                 guard let item = try update.fetch(Item.self, id: id) else { throw CSWrites.Missing() }
-                item.rank += n
+                item.rank = rank
             }
             let start = now()
             try update.commit()
@@ -135,10 +142,17 @@ final class LiveWorkload: WorkloadBase, Workload {
             await Task.yield()
         }
         let live = seconds(since: start)
+        // The results hold every object, in rank order, the moved ones with their new ranks.
+        var previous = Int.min
+        for item in results.objects {
+            try expect(item.rank >= previous)
+            previous = item.rank
+            if let rank = moves[item.objectID] { try expect(item.rank == rank) }
+        }
         // The alternative: fetch everything again, in the same order.
-        var all: [Item] = []
-        let refetch = try measure { all = try world.fetchAll(Item.self, orderBy: .ascending("rank")) }
-        try expect(all.count == n && results.count == n)
+        var refetched: [Item] = []
+        let refetch = try measure { refetched = try world.fetchAll(Item.self, orderBy: .ascending("rank")) }
+        try expect(refetched.count == n && results.count == n)
         try await stack.flush()
         return Sample(seconds: live, extra: ["refetch": refetch])
     }
