@@ -58,22 +58,24 @@ extension PostgresStore {
         return try connection.scalar("SELECT CASE WHEN to_regclass('\"Z_HISTORY\"') IS NULL THEN 0 ELSE 1 END") == .integer(1)
     }
 
-    /// Queues the commit's history and the doorbell with its statements: no round trip of its
-    /// own. The token is the server's (the transaction's ID), so a local commit learns none.
+    /// Queues the commit's history row with its statements, and the doorbell when it is due
+    /// (`HistoryDoorbell`): no round trip of its own. The token is the server's (the
+    /// transaction's ID), so a local commit learns none.
     package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout PostgresConnection) throws -> HistoryToken? {
         guard tracksHistory else { return nil }
         try writer.enqueue("INSERT INTO \"Z_HISTORY\" VALUES (\(Self.ownTransaction), ?, ?, ?, ?, ?, ?)",
                            [.integer(Int64(bitPattern: sequence)), .double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
                             .integer(Int64(bitPattern: info.origin)), .text(instance), .blob(HistoryEncoding.encode(changes))])
         switch doorbell.withLock({ $0.commit(at: DispatchTime.now().uptimeNanoseconds) }) {
-        case .ring: try writer.enqueue(ring, [.text(historyChannel), .text(instance)])
+        case .ring: try writer.enqueue(Self.ring, [.text(historyChannel), .text(instance)])
         case .schedule(let delay): scheduleRing(in: delay)
         case .owed: break
         }
         return nil
     }
 
-    private var ring: String { "SELECT pg_notify(?, ?)" }
+    /// Rings the history channel, naming the stack that rang.
+    private static let ring = "SELECT pg_notify(?, ?)"
 
     /// Makes sure a ring follows the commits that did not ring: a later commit's, or, when
     /// none rings by the time one is due, one sent alone on the writer's queue (after the
@@ -89,7 +91,7 @@ extension PostgresStore {
                 self.scheduleRing(in: delay)
             case .now:
                 try? self.writeTransaction({ writer in
-                    try writer.enqueue(self.ring, [.text(self.historyChannel), .text(self.instance)])
+                    try writer.enqueue(Self.ring, [.text(self.historyChannel), .text(self.instance)])
                 }, commit: { commit in try commit() })
             }
         }
