@@ -233,13 +233,7 @@ final class PostgresInsertWorkload: WorkloadBase, Workload {
         case .contextStack:
             try postgres.truncate()
             let (stack, world) = try postgres.csStack()
-            let start = now()
-            try world.beginUpdateAndWait { update in
-                for seed in seeds { try update.create(Item.self).assign(seed) }
-                try update.commit()
-            }
-            try await stack.flush()
-            let elapsed = seconds(since: start)
+            let elapsed = try await CSWrites.timedInsert(seeds, world: world, stack: stack)
             try postgres.check("bench_cs")
             return Sample(seconds: elapsed)
         }

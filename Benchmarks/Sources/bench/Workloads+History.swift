@@ -160,13 +160,7 @@ final class HistoryCostWorkload: WorkloadBase, Workload {
         try stack.addDatabaseStore(at: url, tracksHistory: tracksHistory)
         let world = try MainContext(stack: stack)
         let seeds = fixture.seeds
-        let start = now()
-        try world.beginUpdateAndWait { update in
-            for seed in seeds { try update.create(Item.self).assign(seed) }
-            try update.commit()
-        }
-        try await stack.flush()
-        let elapsed = seconds(since: start)
+        let elapsed = try await CSWrites.timedInsert(seeds, world: world, stack: stack)
         try WrittenItems.check(WrittenItems.sqlite(url), count: seeds.count, "history-cost insert") { seeds[$0] }
         if tracksHistory, try stack.history(after: nil).first?.changes.count != seeds.count {
             throw UnexpectedResult(description: "history-cost: the history does not hold the insert")

@@ -392,6 +392,18 @@ enum CSWrites {
         return ids
     }
 
+    /// The seconds it takes to insert `seeds` in one update of `world` and to have them stored
+    /// (`flush`): the insert workloads' measure, on every store.
+    @MainActor static func timedInsert(_ seeds: [RawItem], world: MainContext, stack: Stack) async throws -> Double {
+        let start = now()
+        try world.beginUpdateAndWait { update in
+            for seed in seeds { try update.create(Item.self).assign(seed) }
+            try update.commit()
+        }
+        try await stack.flush()
+        return seconds(since: start)
+    }
+
     /// The seconds `readModifyWrite` takes for every ID in turn, each its own durable commit.
     static func timedReadModifyWrites(_ context: ContextStack.Context, ids: [ObjectID]) throws -> Double {
         try measure {
