@@ -30,7 +30,7 @@ package enum TextMatch {
                 }
             }
         case .like:
-            return like(Array(value.unicodeScalars)[...], Array(wanted.unicodeScalars)[...])
+            return like(Array(value.unicodeScalars)[...], wanted)
         case .matches:
             return false
         }
@@ -63,15 +63,49 @@ package enum TextMatch {
         return false
     }
 
-    /// `*` matches any run of scalars, `?` exactly one; everything else matches itself.
-    private static func like(_ text: ArraySlice<Unicode.Scalar>, _ pattern: ArraySlice<Unicode.Scalar>) -> Bool {
-        var t = text.startIndex, p = pattern.startIndex
+    /// One element of a LIKE pattern.
+    private enum LikeElement: Equatable {
+        /// `*`: any run of scalars, the empty one included.
+        case anyRun
+        /// `?`: exactly one scalar.
+        case anyOne
+        /// A scalar that matches itself: any other scalar, or one after a backslash.
+        case literal(Unicode.Scalar)
+    }
+
+    /// A LIKE pattern's elements: `*` and `?` are wildcards, and a backslash makes the scalar
+    /// after it literal (`a\*b` matches "a*b", `\\` a backslash), as in Apple's and GNUstep's
+    /// implementations. A backslash at the very end stands for itself.
+    private static func likeElements(_ pattern: String) -> [LikeElement] {
+        var elements: [LikeElement] = []
+        var escaped = false
+        for scalar in pattern.unicodeScalars {
+            if escaped {
+                elements.append(.literal(scalar))
+                escaped = false
+                continue
+            }
+            switch scalar {
+            case "\\": escaped = true
+            case "*": elements.append(.anyRun)
+            case "?": elements.append(.anyOne)
+            default: elements.append(.literal(scalar))
+            }
+        }
+        if escaped { elements.append(.literal("\\")) }
+        return elements
+    }
+
+    /// The whole text against a LIKE pattern, backtracking to the last `*` on a mismatch.
+    private static func like(_ text: ArraySlice<Unicode.Scalar>, _ pattern: String) -> Bool {
+        let elements = likeElements(pattern)
+        var t = text.startIndex, p = 0
         var star: (pattern: Int, text: Int)?
         while t < text.endIndex {
-            if p < pattern.endIndex, pattern[p] == "?" || pattern[p] == text[t] && pattern[p] != "*" {
+            if p < elements.count, elements[p] == .anyOne || elements[p] == .literal(text[t]) {
                 t += 1
                 p += 1
-            } else if p < pattern.endIndex, pattern[p] == "*" {
+            } else if p < elements.count, elements[p] == .anyRun {
                 star = (p, t)
                 p += 1
             } else if let last = star {
@@ -82,8 +116,8 @@ package enum TextMatch {
                 return false
             }
         }
-        while p < pattern.endIndex, pattern[p] == "*" { p += 1 }
-        return p == pattern.endIndex
+        while p < elements.count, elements[p] == .anyRun { p += 1 }
+        return p == elements.count
     }
 
     private static let expressions = Locked<[String: NSRegularExpression]>([:])

@@ -8,7 +8,27 @@ extension Connection {
     /// - `cs_text(op, flags, value, pattern)`: the string operators (LIKE, CONTAINS,
     ///   BEGINSWITH, ENDSWITH, MATCHES with case and diacritic options), by the same code as
     ///   in-memory evaluation; NULL when `value` is NULL.
+    /// - `cs_fold(flags, value)`: text with case and/or diacritics folded away, for comparisons
+    ///   with options (`name ==[c] 'ada'`), by `TextMatch.fold`; any other value unchanged.
     package func registerFunctions() throws(SQLiteError) {
+        let folding = sqlite3_create_function_v2(
+            handle, "cs_fold", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
+            { context, count, arguments in
+                guard count == 2, let arguments else { sqlite3_result_null(context); return }
+                guard sqlite3_value_type(arguments[1]) == SQLITE_TEXT, let bytes = sqlite3_value_text(arguments[1]) else {
+                    sqlite3_result_value(context, arguments[1])
+                    return
+                }
+                let options = MatchOptions(rawValue: Int(sqlite3_value_int(arguments[0])))
+                let text = String(decoding: UnsafeBufferPointer(start: bytes, count: Int(sqlite3_value_bytes(arguments[1]))), as: UTF8.self)
+                var folded = TextMatch.fold(text, options)
+                folded.withUTF8 { utf8 in
+                    guard let base = utf8.baseAddress, !utf8.isEmpty else { sqlite3_result_text(context, "", 0, nil); return }
+                    base.withMemoryRebound(to: CChar.self, capacity: utf8.count) { sqlite3_result_text(context, $0, Int32(utf8.count), transient) }
+                }
+            },
+            nil, nil, nil)
+        guard folding == SQLITE_OK else { throw error(folding, sql: "cs_fold") }
         let code = sqlite3_create_function_v2(
             handle, "cs_text", 4, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
             { context, count, arguments in

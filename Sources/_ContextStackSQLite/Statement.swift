@@ -3,7 +3,7 @@ import CSQLite
 import Foundation
 
 /// `SQLITE_TRANSIENT`: SQLite copies bound text and blobs before the call returns.
-nonisolated(unsafe) private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+nonisolated(unsafe) let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
 /// A valid pointer for binding empty text (`""` has no buffer of its own in `withUTF8`).
 nonisolated(unsafe) private let emptyCString: UnsafePointer<CChar> = {

@@ -55,13 +55,13 @@ struct PostgresDialectTests {
         var patterns = Self.corpus.compactMap { $0 } + ["%", "_", "\\", "a%", "_a", "\\%", "e\u{301}*"]
         if op == .like { patterns += TextOperatorReferenceTests.likePatterns }
         let dialect = PostgresDialect()
-        #expect(dialect.canMatchText(op, []))
+        #expect(dialect.canMatchText(op, [], constantPattern: true))
         for pattern in patterns {
             let matching = try ids(postgres, dialect) { dialect, arguments in
-                dialect.textMatch("s", op, [], pattern, arguments: &arguments)
+                dialect.textMatch({ _ in "s" }, op, [], pattern: .constant(pattern), arguments: &arguments)
             }
             let failing = try ids(postgres, dialect) { dialect, arguments in
-                "NOT " + dialect.textMatch("s", op, [], pattern, arguments: &arguments)
+                "NOT " + dialect.textMatch({ _ in "s" }, op, [], pattern: .constant(pattern), arguments: &arguments)
             }
             var expectedMatching: [Int64] = []
             var expectedFailing: [Int64] = []
@@ -82,9 +82,9 @@ struct PostgresDialectTests {
     /// (aggregates, batch operations) refuses it by name.
     @Test func whatItCannotTranslateExactlyIsLeftToMemory() throws {
         let dialect = PostgresDialect()
-        #expect(!dialect.canMatchText(.matches, []))
-        #expect(!dialect.canMatchText(.contains, .caseInsensitive))
-        #expect(!dialect.canMatchText(.like, .diacriticInsensitive))
+        #expect(!dialect.canMatchText(.matches, [], constantPattern: true))
+        #expect(!dialect.canMatchText(.contains, .caseInsensitive, constantPattern: true))
+        #expect(!dialect.canMatchText(.like, .diacriticInsensitive, constantPattern: true))
         let graph = try Model(Person.self, Pet.self).graph
         let entity = graph.entity(for: Person.self)
         func compiled(_ condition: Condition, _ dialect: any SQLDialect = PostgresDialect()) throws -> CompiledQuery {

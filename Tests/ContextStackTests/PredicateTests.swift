@@ -95,7 +95,6 @@ import Testing
         expectError(%"friend" == "x", .typeMismatch, key: "friend")
         expectError(%"name" == %"age", .typeMismatch, key: "name")
         expectError(%"pets" == nil, .unsupported, key: "pets")
-        expectError(%"pets.name" == "x", .unknownKey, key: "pets.name")
         expectError(%"age" > nil as Int?, .unsupported, key: "age")
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, orderBy: .ascending("nope")) }
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Sample.self, orderBy: .ascending("decimal")) }

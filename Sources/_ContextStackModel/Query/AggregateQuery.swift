@@ -126,12 +126,14 @@ struct AggregateQuery {
             return "\(left) IN (\(items.joined(separator: ", ")))"
         case .text(let key, let op, let pattern, let options):
             let left = try named(key)
-            guard dialect.canMatchText(op, options) else {
+            guard dialect.canMatchText(op, options, constantPattern: true) else {
                 throw QueryError(.unsupported, "having: \(key) \(op.rawValue)\(options.formatSuffix) cannot run in this store's SQL yet: only the SQLite store evaluates MATCHES and the [c] and [d] options of the string operators.", key: key)
             }
-            return dialect.textMatch(left, op, options, pattern, arguments: &arguments)
+            return dialect.textMatch({ _ in left }, op, options, pattern: .constant(pattern), arguments: &arguments)
         case .quantified(let quantifier, let key, _):
             throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) is not allowed in having:.", key: key)
+        case .expression:
+            throw QueryError(.unsupported, "having: \(Condition(node)) is not allowed: having: compares the selection's aliases and grouped keys with values, without options, SELF or variables.")
         case .invalid(let error):
             throw error
         }

@@ -22,21 +22,35 @@ package struct ResolvedPath: Sendable {
 package struct CompiledQuery: Sendable {
     indirect enum Node: Sendable {
         case constant(Bool)
-        case compare(ResolvedPath, ComparisonOperator, Operand)
-        case text(ResolvedPath, TextOperator, String, MatchOptions)
+        /// A comparison; with options, text on both sides is folded first.
+        case compare(Term, ComparisonOperator, Term, MatchOptions)
+        /// A string operator: the text, then the pattern.
+        case text(Term, TextOperator, Term, MatchOptions)
         /// A condition on the members of one of the entity's to-many relationships, resolved
         /// against the destination entity.
         case quantified(Quantifier, Property, CompiledQuery)
-        case oneOf(ResolvedPath, [Value])
-        case between(ResolvedPath, Value, Value)
+        case oneOf(Term, [Value], MatchOptions)
+        case between(Term, Value, Value, MatchOptions)
         case and(Node, Node)
         case or(Node, Node)
         case not(Node)
     }
 
-    package enum Operand: Sendable {
+    /// One side of a comparison.
+    package enum Term: Sendable {
         case value(Value)
         case path(ResolvedPath)
+        /// The object itself (`SELF`), as its primary key.
+        case identity
+
+        /// Whether the term reads text, so that options fold it.
+        var isText: Bool {
+            switch self {
+            case .value(let value): if case .text = value { true } else { false }
+            case .path(let path): path.kind == .string || path.kind == .url
+            case .identity: false
+            }
+        }
     }
 
     package struct SortTerm: Sendable {
@@ -85,12 +99,17 @@ package struct CompiledQuery: Sendable {
         }
         func quantify(_ quantifier: Quantifier, _ key: String, _ inner: Condition.Node) throws(QueryError) -> Node {
             let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
-            guard let property = entity.property(named: parts[0]), property.isToMany, let destination = property.destination, parts.count == 2 else {
+            guard let property = entity.property(named: parts[0]), property.isToMany, let destination = property.destination else {
                 throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) on \(entity.name): a quantifier needs a path that starts with one of \(entity.name)'s to-many relationships (\(entity.properties.filter(\.isToMany).map(\.name).joined(separator: ", "))), then a key of its members.", key: key, entity: entity.name)
             }
             nested += 1
-            let memberCondition = Condition(try Self.strip(parts[0] + ".", from: inner, entity: entity))
-            let query = try CompiledQuery(entity: destination, condition: memberCondition, orderBy: nil,
+            var memberNode = try Self.strip(parts[0], from: inner, entity: entity)
+            // A path through a second to-many relationship (`friendOf.pets.name`) quantifies
+            // again over its members: ANY of ANY, ALL of ALL, NONE of ANY.
+            if parts.count == 2, Self.crossesToMany(parts[1], in: destination) {
+                memberNode = .quantified(quantifier == .all ? .all : .any, parts[1], memberNode)
+            }
+            let query = try CompiledQuery(entity: destination, condition: Condition(memberNode), orderBy: nil,
                                           aliasPrefix: "\(aliasPrefix)q\(nested)_", dialect: dialect)
             uses.append((property, query))
             return .quantified(quantifier, property, query)
@@ -175,19 +194,30 @@ package struct CompiledQuery: Sendable {
         throw QueryError(.unknownKey, "\(entity.name) has no key '\(key)'.", key: key, entity: entity.name)
     }
 
-    /// The first string operator in `node` that `dialect` cannot express, quantified
-    /// conditions included.
-    private static func textMatchOutside(_ dialect: any SQLDialect, in node: Node) -> (ResolvedPath, TextOperator, MatchOptions)? {
+    /// The first comparison in `node` that `dialect` cannot express, quantified conditions
+    /// included, described for a message (`name ==[c]`).
+    private static func textMatchOutside(_ dialect: any SQLDialect, in node: Node) -> String? {
+        func describe(_ term: Term, _ op: String, _ options: MatchOptions) -> String {
+            let key = if case .path(let path) = term { path.key } else { "SELF" }
+            return "\(key) \(op)\(options.formatSuffix)"
+        }
         switch node {
-        case .text(let path, let op, _, let options):
-            return dialect.canMatchText(op, options) ? nil : (path, op, options)
+        case .text(let value, let op, let pattern, let options):
+            let constant = if case .value = pattern { true } else { false }
+            return dialect.canMatchText(op, options, constantPattern: constant) ? nil : describe(value, op.rawValue, options)
+        case .compare(let left, let op, _, let options):
+            return options.isEmpty || dialect.canFold ? nil : describe(left, op.rawValue, options)
+        case .oneOf(let left, _, let options):
+            return options.isEmpty || dialect.canFold ? nil : describe(left, "IN", options)
+        case .between(let left, _, _, let options):
+            return options.isEmpty || dialect.canFold ? nil : describe(left, "BETWEEN", options)
         case .and(let a, let b), .or(let a, let b):
             return textMatchOutside(dialect, in: a) ?? textMatchOutside(dialect, in: b)
         case .not(let a):
             return textMatchOutside(dialect, in: a)
         case .quantified(_, _, let inner):
             return inner.node.flatMap { textMatchOutside(dialect, in: $0) }
-        case .constant, .compare, .oneOf, .between:
+        case .constant:
             return nil
         }
     }
@@ -196,8 +226,8 @@ package struct CompiledQuery: Sendable {
     /// wholly in SQL: aggregate queries and batch operations.
     /// - Parameter what: the operation, for the message (`"an aggregate query"`).
     package func requireSQLOnly(for what: String) throws(QueryError) {
-        guard let node, let (path, op, options) = Self.textMatchOutside(dialect, in: node) else { return }
-        throw QueryError(.unsupported, "\(entity.name).\(path.key) \(op.rawValue)\(options.formatSuffix) cannot run in \(what) on this store: its SQL has no exact equivalent of MATCHES and the [c] and [d] options, so fetches filter them in memory, and \(what) runs wholly in SQL. Fetch the objects and aggregate or change them, or drop the option.", key: path.key, entity: entity.name)
+        guard let node, let found = Self.textMatchOutside(dialect, in: node) else { return }
+        throw QueryError(.unsupported, "\(entity.name).\(found) cannot run in \(what) on this store: its SQL has no exact equivalent of MATCHES and the [c] and [d] options, so fetches filter them in memory, and \(what) runs wholly in SQL. Fetch the objects and aggregate or change them, or drop the option.", entity: entity.name)
     }
 
     private static func resolve(_ node: Condition.Node, in entity: ResolvedEntity, note: (ResolvedPath) -> Void,
@@ -211,98 +241,352 @@ package struct CompiledQuery: Sendable {
             return balanced(operands[...]) { .or($0, $1) }
         case .not(let a): return .not(try resolve(a, in: entity, note: note, quantify: quantify))
         case .text(let key, let op, let pattern, let options):
-            let path = try resolvePath(key, in: entity)
-            guard let kind = path.leaf.attributeKind, kind == .string || kind == .url else {
-                throw QueryError(.typeMismatch, "\(entity.name).\(key) \(op.rawValue): \(describe(path.leaf)) is not text; string operators apply to String attributes.", key: key, entity: entity.name)
-            }
-            guard TextMatch.validate(op, options, pattern) else {
-                throw QueryError(.unsupported, "\(entity.name).\(key) MATCHES \(String(reflecting: pattern)): the regular expression does not compile.", key: key, entity: entity.name)
-            }
-            note(path)
-            return .text(path, op, pattern, options)
+            return try resolveComparison(.key(key), .text(op), .constant(.value(.text(pattern), .string)), options, in: entity, note: note, quantify: quantify)
         case .oneOf(let key, let operands):
-            let path = try resolvePath(key, in: entity)
-            note(path)
-            var list: [Value] = []
-            for operand in operands {
-                list.append(try value(of: operand, comparedWith: path, key: key, op: .equal, in: entity))
-            }
-            return .oneOf(path, list)
+            return try resolveComparison(.key(key), .isIn, .list(operands), [], in: entity, note: note, quantify: quantify)
         case .between(let key, let low, let high):
-            let path = try resolvePath(key, in: entity)
-            note(path)
-            return .between(path, try value(of: low, comparedWith: path, key: key, op: .lessOrEqual, in: entity),
-                            try value(of: high, comparedWith: path, key: key, op: .lessOrEqual, in: entity))
+            return try resolveComparison(.key(key), .between, .list([low, high]), [], in: entity, note: note, quantify: quantify)
+        case .compare(let key, let op, let operand):
+            let right: Condition.Expression = if case .key(let other) = operand { .key(other) } else { .constant(operand) }
+            return try resolveComparison(.key(key), .compare(op), right, [], in: entity, note: note, quantify: quantify)
+        case .expression(let left, let op, let right, let options):
+            return try resolveComparison(left, op, right, options, in: entity, note: note, quantify: quantify)
         case .invalid(let error):
             throw error
         case .quantified(let quantifier, let key, let inner):
             return try quantify(quantifier, key, inner)
-        case .compare(let key, let op, let operand):
-            let path = try resolvePath(key, in: entity)
-            note(path)
-            let leaf = path.leaf
-            func mismatch(_ what: String) -> QueryError {
-                QueryError(.typeMismatch, "\(entity.name).\(key) \(op.rawValue) \(what): \(describe(leaf)) cannot be compared with \(what).", key: key, entity: entity.name)
+        }
+    }
+
+    /// One side of a comparison, resolved against the entity.
+    private enum Side {
+        case path(ResolvedPath)
+        case value(Value, AttributeKind?)
+        case object(ObjectID)
+        case list([Condition.Operand])
+        case identity
+
+        var isText: Bool {
+            switch self {
+            case .path(let path): path.kind == .string || path.kind == .url
+            case .value(let value, let kind): kind == .string || kind == .url || (kind == nil && value.stringValue != nil)
+            default: false
             }
-            switch operand {
-            case .value(let value, let kind):
-                if value.isNull && op.isOrdering {
-                    throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue) nil never matches: use == nil or != nil.", key: key, entity: entity.name)
-                }
-                if let kind {
-                    guard let leafKind = path.kind else { throw mismatch("a \(kind.rawValue) value") }
-                    guard leafKind.isComparable(with: kind) else { throw mismatch("a \(kind.rawValue) value") }
-                    if op.isOrdering && leafKind == .decimal {
-                        throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue): decimals are stored as text and support only == and !=.", key: key, entity: entity.name)
-                    }
-                }
-                return .compare(path, op, .value(value))
-            case .key(let otherKey):
-                let other = try resolvePath(otherKey, in: entity)
-                note(other)
-                switch (path.kind, other.kind) {
-                case (let a?, let b?) where a.isComparable(with: b):
-                    if op.isOrdering && a == .decimal { throw mismatch("key '\(otherKey)' with \(op.rawValue)") }
-                case (nil, nil) where !op.isOrdering && leaf.destination?.rootDescription === other.leaf.destination?.rootDescription:
-                    break
-                default:
-                    throw mismatch("key '\(otherKey)' (\(describe(other.leaf)))")
-                }
-                return .compare(path, op, .path(other))
-            case .object(let id):
-                guard leaf.isToOne, let destination = leaf.destination, destination.rootDescription === id.rootEntity else {
-                    throw mismatch("the object \(id)")
-                }
-                guard !op.isOrdering else {
-                    throw QueryError(.unsupported, "\(entity.name).\(key) \(op.rawValue) an object: relationships support only == and !=.", key: key, entity: entity.name)
-                }
-                return .compare(path, op, .value(.integer(id.primaryKey)))
+        }
+
+        var isConstant: Bool {
+            switch self {
+            case .value, .object, .list: true
+            case .path, .identity: false
             }
         }
     }
 
-    /// The member condition of a quantifier: the same node with `prefix` cut from its keys.
-    private static func strip(_ prefix: String, from node: Condition.Node, entity: ResolvedEntity) throws(QueryError) -> Condition.Node {
+    /// Whether `key` goes through one of the entity's to-many relationships (`pets.name`,
+    /// `friend.pets`, or `pets` itself), which makes a comparison a question about members.
+    /// `pets.@count` reads a number and does not.
+    static func crossesToMany(_ key: String, in entity: ResolvedEntity) -> Bool {
+        let parts = key.split(separator: ".", omittingEmptySubsequences: false)
+        var current = entity
+        for (index, part) in parts.enumerated() {
+            guard let property = current.property(named: String(part)) else { return false }
+            if property.isToMany { return !(index + 1 < parts.count && parts[index + 1] == "@count") }
+            guard property.isToOne, let destination = property.destination else { return false }
+            current = destination
+        }
+        return false
+    }
+
+    /// `left op right`, checked against the model: the one place where every comparison,
+    /// whichever way it was written, gets its meaning.
+    private static func resolveComparison(_ left: Condition.Expression, _ op: Condition.PredicateOperator, _ right: Condition.Expression,
+                                          _ options: MatchOptions, in entity: ResolvedEntity, note: (ResolvedPath) -> Void,
+                                          quantify: (Quantifier, String, Condition.Node) throws(QueryError) -> Node) throws(QueryError) -> Node {
+        let spelled = op.spelling + options.formatSuffix
+        for case .variable(let name) in [left, right] {
+            throw QueryError(.unsupported, "$\(name) in a condition on \(entity.name) has no value: give the condition its variables with .substituting([\"\(name)\": …]) before using it.", entity: entity.name)
+        }
+        // A key through a to-many relationship asks about members: `%@ IN pets`, `'Rex' IN
+        // pets.name` and `pets CONTAINS %@` ask whether one of them is the value, and any other
+        // comparison (`pets.name BEGINSWITH 'R'`) whether one of them matches (ANY).
+        var toMany: [String] = []
+        for case .key(let key) in [left, right] where crossesToMany(key, in: entity) { toMany.append(key) }
+        if let key = toMany.first {
+            guard toMany.count == 1 else {
+                throw QueryError(.unsupported, "\(entity.name): \(toMany[0]) \(spelled) \(toMany[1]) compares two to-many key paths; compare one of them with a quantifier (ANY, ALL, NONE) against values.", key: key, entity: entity.name)
+            }
+            for case .constant(.value(.null, _)) in [left, right] where entity.property(named: key)?.isToMany == true {
+                throw QueryError(.unsupported, "\(entity.name).\(key) \(spelled) nil: a to-many relationship is never nil. To ask whether it is empty, compare \(key).@count with 0.", key: key, entity: entity.name)
+            }
+            if case .key(key) = left {
+                if case .text(.contains) = op { return try quantify(.any, key, .expression(left, .compare(.equal), right, options)) }
+                return try quantify(.any, key, .expression(left, op, right, options))
+            }
+            switch op {
+            case .isIn: return try quantify(.any, key, .expression(right, .compare(.equal), left, options))
+            case .compare(let comparison): return try quantify(.any, key, .expression(right, .compare(comparison.flipped), left, options))
+            default:
+                throw QueryError(.unsupported, "\(entity.name): \(spelled) needs the to-many key path '\(key)' on its left.", key: key, entity: entity.name)
+            }
+        }
+
+        var names: [String] = []
+        func side(_ expression: Condition.Expression) throws(QueryError) -> Side {
+            switch expression {
+            case .key(let key), .constant(.key(let key)):
+                let path = try resolvePath(key, in: entity)
+                note(path)
+                names.append(key)
+                return .path(path)
+            case .constant(.value(let value, let kind)): return .value(value, kind)
+            case .constant(.object(let id)): return .object(id)
+            case .list(let items): return .list(items)
+            case .evaluatedObject:
+                names.append("SELF")
+                return .identity
+            case .variable: preconditionFailure("unreachable: variables are refused above")
+            }
+        }
+        var lhs = try side(left)
+        var rhs = try side(right)
+        var op = op
+        // A value on the left of a comparison flips it: `18 < age` is `age > 18`.
+        if case .compare(let comparison) = op, lhs.isConstant, !rhs.isConstant {
+            swap(&lhs, &rhs)
+            op = .compare(comparison.flipped)
+        }
+        let key = names.first ?? "a constant"
+        func mismatch(_ what: String) -> QueryError {
+            QueryError(.typeMismatch, "\(entity.name): \(describe(lhs)) \(spelled) \(what) cannot be compared.", key: names.first, entity: entity.name)
+        }
+        func unsupported(_ why: String) -> QueryError {
+            QueryError(.unsupported, "\(entity.name).\(key) \(spelled): \(why)", key: names.first, entity: entity.name)
+        }
+        // Options fold text and change nothing else.
+        let textOptions = lhs.isText || rhs.isText ? options : []
+
+        switch op {
+        case .compare(let comparison):
+            switch (lhs, rhs) {
+            case (.list, _), (_, .list):
+                throw unsupported("lists go only after IN and BETWEEN.")
+            case (.path(let path), .value(let value, let kind)):
+                if value.isNull && comparison.isOrdering { throw unsupported("nil never matches \(comparison.rawValue): use == nil or != nil.") }
+                if let kind {
+                    guard let leafKind = path.kind, leafKind.isComparable(with: kind) else { throw mismatch("a \(kind.rawValue) value") }
+                    if comparison.isOrdering && leafKind == .decimal { throw unsupported("decimals are stored as text and support only == and !=.") }
+                }
+                return .compare(.path(path), comparison, .value(value), textOptions)
+            case (.path(let path), .object(let id)):
+                guard path.leaf.isToOne, let destination = path.leaf.destination, destination.rootDescription === id.rootEntity else {
+                    throw mismatch("the object \(id)")
+                }
+                guard !comparison.isOrdering else { throw unsupported("relationships support only == and !=.") }
+                return .compare(.path(path), comparison, .value(.integer(id.primaryKey)), [])
+            case (.path(let path), .path(let other)):
+                switch (path.kind, other.kind) {
+                case (let a?, let b?) where a.isComparable(with: b):
+                    if comparison.isOrdering && a == .decimal { throw mismatch("the key '\(other.key)' with \(comparison.rawValue)") }
+                case (nil, nil) where !comparison.isOrdering && path.leaf.destination?.rootDescription === other.leaf.destination?.rootDescription:
+                    break
+                default:
+                    throw mismatch("the key '\(other.key)' (\(describe(other.leaf)))")
+                }
+                return .compare(.path(path), comparison, .path(other), textOptions)
+            case (.path(let path), .identity), (.identity, .path(let path)):
+                guard path.leaf.isToOne, path.leaf.destination?.rootDescription === entity.rootDescription, !comparison.isOrdering else {
+                    throw mismatch("SELF")
+                }
+                return .compare(.path(path), comparison, .identity, [])
+            case (.identity, .object(let id)):
+                guard id.rootEntity === entity.rootDescription else { throw mismatch("the object \(id)") }
+                guard !comparison.isOrdering else { throw unsupported("objects compare only with == and !=.") }
+                return .compare(.identity, comparison, .value(.integer(id.primaryKey)), [])
+            case (.identity, .value(.null, _)):
+                throw unsupported("an object is never nil, so this is always \(comparison == .notEqual). To ask for an empty to-many relationship, compare its @count with 0.")
+            case (.identity, .identity):
+                guard !comparison.isOrdering else { throw unsupported("objects compare only with == and !=.") }
+                return .constant(comparison == .equal)
+            case (.identity, .value(_, let kind)):
+                throw mismatch("a \(kind?.rawValue ?? "") value")
+            case (.value, _), (.object, _):
+                return .constant(try constantOutcome(lhs, op, rhs, textOptions, unsupported: unsupported, mismatch: mismatch))
+            }
+        case .isIn:
+            switch (lhs, rhs) {
+            case (.path(let path), .list(let items)):
+                var list: [Value] = []
+                for item in items { list.append(try value(of: item, comparedWith: path, key: path.key, op: .equal, in: entity)) }
+                return .oneOf(.path(path), list, textOptions)
+            case (.identity, .list(let items)):
+                var list: [Value] = []
+                for item in items {
+                    switch item {
+                    case .object(let id) where id.rootEntity === entity.rootDescription: list.append(.integer(id.primaryKey))
+                    case .value(.null, _): list.append(.null)
+                    default: throw mismatch("a list that holds \(item)")
+                    }
+                }
+                return .oneOf(.identity, list, [])
+            // A string on the right of IN: `name IN 'Wilhelmina'` is a substring test.
+            case (.path, .value(.text, _)) where lhs.isText, (.path, .path) where lhs.isText && rhs.isText,
+                 (.value(.text, _), .path) where rhs.isText:
+                return .text(term(rhs), .contains, term(lhs), options)
+            case (.value, .list), (.object, .list), (.value, .value):
+                return .constant(try constantOutcome(lhs, op, rhs, textOptions, unsupported: unsupported, mismatch: mismatch))
+            default:
+                throw unsupported("IN takes a list on its right ({a, b} or %@ with an array), or a string to look for the left side in.")
+            }
+        case .between:
+            switch (lhs, rhs) {
+            case (.path(let path), .list(let items)) where items.count == 2:
+                return .between(.path(path), try value(of: items[0], comparedWith: path, key: path.key, op: .lessOrEqual, in: entity),
+                                try value(of: items[1], comparedWith: path, key: path.key, op: .lessOrEqual, in: entity), textOptions)
+            case (.value, .list(let items)) where items.count == 2:
+                return .constant(try constantOutcome(lhs, op, rhs, textOptions, unsupported: unsupported, mismatch: mismatch))
+            default:
+                throw unsupported("BETWEEN takes a key on its left and a list of two values, {low, high}, on its right.")
+            }
+        case .text(let textOperator):
+            guard lhs.isText, rhs.isText else {
+                let notText = lhs.isText ? rhs : lhs
+                if case .path(let path) = notText {
+                    throw QueryError(.typeMismatch, "\(entity.name).\(path.key) \(textOperator.rawValue): \(describe(path.leaf)) is not text; string operators apply to String attributes.", key: path.key, entity: entity.name)
+                }
+                throw mismatch(describe(notText) + " (string operators take text on both sides)")
+            }
+            if case .value(.text(let pattern), _) = rhs, !TextMatch.validate(textOperator, options, pattern) {
+                throw unsupported("the regular expression \(String(reflecting: pattern)) does not compile.")
+            }
+            if case .value = lhs, case .value = rhs {
+                return .constant(try constantOutcome(lhs, op, rhs, options, unsupported: unsupported, mismatch: mismatch))
+            }
+            return .text(term(lhs), textOperator, term(rhs), options)
+        }
+    }
+
+    private static func term(_ side: Side) -> Term {
+        switch side {
+        case .path(let path): .path(path)
+        case .value(let value, _): .value(value)
+        case .object(let id): .value(.integer(id.primaryKey))
+        case .identity: .identity
+        case .list: preconditionFailure("unreachable: lists are not terms")
+        }
+    }
+
+    /// A comparison of two constants (`%@ > %@`, `'a' IN {'a', 'b'}`), evaluated now, as Apple
+    /// evaluates it. One that nil makes unknown throws, as `key > nil` does; objects compare
+    /// by ID, with == and != and IN only.
+    private static func constantOutcome(_ lhs: Side, _ op: Condition.PredicateOperator, _ rhs: Side, _ options: MatchOptions,
+                                        unsupported: (String) -> QueryError, mismatch: (String) -> QueryError) throws(QueryError) -> Bool {
+        func fold(_ value: Value) -> Value {
+            if case .text(let text) = value, !options.isEmpty { return .text(TextMatch.fold(text, options)) }
+            return value
+        }
+        /// Whether two constants are the same: values by value (nil equals nil), objects by ID.
+        func same(_ a: Condition.Operand, _ b: Condition.Operand) throws(QueryError) -> Bool {
+            switch (a, b) {
+            case (.value(let x, _), .value(let y, _)): return Value.compare(fold(x), fold(y)) == 0
+            case (.object(let x), .object(let y)): return x == y
+            case (.object, .value(let y, _)) where y.isNull, (.value(let y, _), .object) where y.isNull: return false
+            default: throw mismatch(describe(rhs))
+            }
+        }
+        let left: Condition.Operand
+        switch lhs {
+        case .value(let value, let kind): left = .value(value, kind)
+        case .object(let id): left = .object(id)
+        default: preconditionFailure("unreachable: only constants are evaluated")
+        }
+        switch (op, rhs) {
+        case (.compare(let comparison), .value(let right, let kind)):
+            if comparison.isOrdering {
+                guard case .value(let value, _) = left else { throw unsupported("objects compare only with == and !=.") }
+                guard let outcome = order(fold(value), fold(right), comparison) else { throw unsupported("nil never matches \(comparison.rawValue): use == nil or != nil.") }
+                return outcome
+            }
+            return try same(left, .value(right, kind)) == (comparison == .equal)
+        case (.compare(let comparison), .object(let id)):
+            guard !comparison.isOrdering else { throw unsupported("objects compare only with == and !=.") }
+            return try same(left, .object(id)) == (comparison == .equal)
+        case (.isIn, .list(let items)):
+            if case .value(let value, _) = left, value.isNull { throw unsupported("nil is in no list: compare with == nil instead.") }
+            for item in items where try same(left, item) {
+                if case .value(let value, _) = item, value.isNull { continue }
+                return true
+            }
+            return false
+        case (.isIn, .value(.text(let text), _)):
+            guard case .value(.text(let wanted), _) = left else { throw mismatch(describe(lhs)) }
+            return TextMatch.evaluate(.contains, options, text, wanted)
+        case (.between, .list(let items)):
+            guard case .value(let value, _) = left, case .value(let low, _) = items[0], case .value(let high, _) = items[1] else {
+                throw mismatch(describe(rhs))
+            }
+            guard let above = order(fold(value), fold(low), .greaterOrEqual), let below = order(fold(value), fold(high), .lessOrEqual) else {
+                throw unsupported("nil is between nothing.")
+            }
+            return above && below
+        case (.text(let textOperator), .value(.text(let pattern), _)):
+            guard case .value(.text(let text), _) = left else { throw mismatch(describe(lhs)) }
+            return TextMatch.evaluate(textOperator, options, text, pattern)
+        default:
+            throw mismatch(describe(rhs))
+        }
+    }
+
+    private static func describe(_ side: Side) -> String {
+        switch side {
+        case .path(let path): "'\(path.key)'"
+        case .value(let value, let kind): kind.map { "the \($0.rawValue) \(value)" } ?? value.description
+        case .object(let id): "the object \(id)"
+        case .list(let items): "a list of \(items.count)"
+        case .identity: "SELF"
+        }
+    }
+
+    /// The member condition of a quantifier over `relationship`: the same node with
+    /// `relationship.` cut from its keys, and the relationship itself (`ANY pets == %@`) read as
+    /// the member, `SELF`.
+    private static func strip(_ relationship: String, from node: Condition.Node, entity: ResolvedEntity) throws(QueryError) -> Condition.Node {
+        let prefix = relationship + "."
         func key(_ key: String) throws(QueryError) -> String {
             guard key.hasPrefix(prefix), key.count > prefix.count else {
-                throw QueryError(.unsupported, "In a quantified condition on \(entity.name), '\(key)' does not go through '\(prefix.dropLast())': compare members' keys with values.", key: key, entity: entity.name)
+                throw QueryError(.unsupported, "In a quantified condition on \(entity.name), '\(key)' does not go through '\(relationship)': compare members' keys with values.", key: key, entity: entity.name)
             }
             return String(key.dropFirst(prefix.count))
         }
+        func side(_ expression: Condition.Expression) throws(QueryError) -> Condition.Expression {
+            switch expression {
+            case .key(relationship), .constant(.key(relationship)): return .evaluatedObject
+            case .key(let k), .constant(.key(let k)): return .key(try key(k))
+            case .constant, .list, .evaluatedObject, .variable: return expression
+            }
+        }
         switch node {
-        case .compare(let k, let op, .key(let other)):
-            return .compare(try key(k), op, .key(try key(other)))
-        case .compare(let k, let op, let operand): return .compare(try key(k), op, operand)
-        case .text(let k, let op, let pattern, let options): return .text(try key(k), op, pattern, options)
-        case .oneOf(let k, let list): return .oneOf(try key(k), list)
+        case .compare(let k, let op, let operand):
+            let right: Condition.Expression = if case .key(let other) = operand { .key(other) } else { .constant(operand) }
+            switch (try side(.key(k)), try side(right)) {
+            case (.key(let l), .key(let r)): return .compare(l, op, .key(r))
+            case (.key(let l), .constant(let value)): return .compare(l, op, value)
+            case (let l, let r): return .expression(l, .compare(op), r, [])
+            }
+        case .text(let k, let op, let pattern, let options):
+            return .text(try key(k), op, pattern, options)
+        case .oneOf(let k, let list):
+            if k == relationship { return .expression(.evaluatedObject, .isIn, .list(list), []) }
+            return .oneOf(try key(k), list)
         case .between(let k, let low, let high): return .between(try key(k), low, high)
+        case .expression(let left, let op, let right, let options):
+            return .expression(try side(left), op, try side(right), options)
         case .and, .or:
             var operands: [Condition.Node] = []
-            for operand in node.chain() { operands.append(try strip(prefix, from: operand, entity: entity)) }
+            for operand in node.chain() { operands.append(try strip(relationship, from: operand, entity: entity)) }
             if case .and = node { return balanced(operands[...]) { .and($0, $1) } }
             return balanced(operands[...]) { .or($0, $1) }
-        case .not(let a): return .not(try strip(prefix, from: a, entity: entity))
-        case .quantified(let quantifier, let k, let inner): return .quantified(quantifier, try key(k), try strip(prefix, from: inner, entity: entity))
+        case .not(let a): return .not(try strip(relationship, from: a, entity: entity))
+        case .quantified(let quantifier, let k, let inner): return .quantified(quantifier, try key(k), try strip(relationship, from: inner, entity: entity))
         case .constant, .invalid: return node
         }
     }
@@ -381,6 +665,17 @@ package struct CompiledQuery: Sendable {
         func value(_ path: ResolvedPath) throws -> Value {
             try CompiledQuery.value(at: path, of: id, in: values, resolve: resolve, members: members)
         }
+
+        /// A term's value, with its text folded as `options` say.
+        func value(_ term: Term, folding options: MatchOptions = []) throws -> Value {
+            let value: Value = switch term {
+            case .value(let value): value
+            case .path(let path): try self.value(path)
+            case .identity: .integer(id.primaryKey)
+            }
+            if !options.isEmpty, case .text(let text) = value { return .text(TextMatch.fold(text, options)) }
+            return value
+        }
     }
 
     private static func evaluate(_ node: Node, _ row: Subject) throws -> Bool? {
@@ -414,31 +709,34 @@ package struct CompiledQuery: Sendable {
             case .all: return allMatch
             case .none: return !someMatch
             }
-        case .text(let path, let op, let pattern, let options):
-            return TextMatch.evaluate(op, options, try row.value(path), pattern)
-        case .oneOf(let path, let list):
+        case .text(let value, let op, let pattern, let options):
+            guard case .text(let wanted) = try row.value(pattern) else { return nil }
+            return TextMatch.evaluate(op, options, try row.value(value), wanted)
+        case .oneOf(let term, let list, let options):
             // As SQLite's IN: NULL is unknown; no match is unknown when the list holds NULL.
-            let left = try row.value(path)
+            let left = try row.value(term, folding: options)
             if list.isEmpty { return false }
             if left.isNull { return nil }
-            if list.contains(where: { !$0.isNull && Value.compare(left, $0) == 0 }) { return true }
+            if list.contains(where: { !$0.isNull && Value.compare(left, Self.fold($0, options)) == 0 }) { return true }
             return list.contains(where: \.isNull) ? nil : false
-        case .between(let path, let low, let high):
-            let left = try row.value(path)
-            return and3(order(left, low, .greaterOrEqual), order(left, high, .lessOrEqual))
-        case .compare(let path, let op, let operand):
-            let left = try row.value(path)
-            let right: Value
-            switch operand {
-            case .value(let value): right = value
-            case .path(let other): right = try row.value(other)
-            }
+        case .between(let term, let low, let high, let options):
+            let left = try row.value(term, folding: options)
+            return and3(order(left, Self.fold(low, options), .greaterOrEqual), order(left, Self.fold(high, options), .lessOrEqual))
+        case .compare(let left, let op, let right, let options):
+            let a = try row.value(left, folding: options)
+            let b = try row.value(right, folding: options)
             switch op {
-            case .equal: return Value.compare(left, right) == 0
-            case .notEqual: return Value.compare(left, right) != 0
-            default: return order(left, right, op)
+            case .equal: return Value.compare(a, b) == 0
+            case .notEqual: return Value.compare(a, b) != 0
+            default: return order(a, b, op)
             }
         }
+    }
+
+    /// A value with its text folded as `options` say.
+    static func fold(_ value: Value, _ options: MatchOptions) -> Value {
+        if !options.isEmpty, case .text(let text) = value { return .text(TextMatch.fold(text, options)) }
+        return value
     }
 
     /// An ordering comparison with SQL's NULL rule: unknown when either side is NULL.
@@ -605,35 +903,56 @@ package struct CompiledQuery: Sendable {
             }
             let exists = "EXISTS (SELECT 1 \(inner.fromClause()) WHERE \(terms.joined(separator: " AND ")))"
             return quantifier == .any ? exists : "(NOT \(exists))"
-        case .text(let path, let op, let pattern, let options):
-            guard dialect.canMatchText(op, options) else { return positive ? dialect.trueCondition : dialect.falseCondition }
-            return dialect.textMatch(column(path, aliases), op, options, pattern, arguments: &arguments)
-        case .oneOf(let path, let list):
+        case .text(let value, let op, let pattern, let options):
+            let constant: String? = if case .value(.text(let text)) = pattern { text } else { nil }
+            guard dialect.canMatchText(op, options, constantPattern: constant != nil) else { return positive ? dialect.trueCondition : dialect.falseCondition }
+            let text = { (arguments: inout [Value]) in term(value, folding: [], aliases: aliases, dialect: dialect, arguments: &arguments) }
+            if let constant { return dialect.textMatch(text, op, options, pattern: .constant(constant), arguments: &arguments) }
+            // A pattern read from a column binds nothing.
+            var none: [Value] = []
+            let patternSQL = term(pattern, folding: [], aliases: aliases, dialect: dialect, arguments: &none)
+            return dialect.textMatch(text, op, options, pattern: .sql(patternSQL), arguments: &arguments)
+        case .oneOf(let left, let list, let options):
             // Nothing is in an empty list, NULL included (SQLite's `IN ()`, which PostgreSQL
             // does not parse).
             if list.isEmpty { return dialect.falseCondition }
-            arguments += list
-            return "\(column(path, aliases)) IN (\(Array(repeating: dialect.placeholder, count: list.count).joined(separator: ", ")))"
-        case .between(let path, let low, let high):
-            arguments += [low, high]
-            return "\(column(path, aliases)) BETWEEN \(dialect.placeholder) AND \(dialect.placeholder)"
-        case .compare(let path, let op, let operand):
-            let left = column(path, aliases)
-            let right: String
-            switch operand {
-            case .value(.null):
+            guard options.isEmpty || dialect.canFold else { return positive ? dialect.trueCondition : dialect.falseCondition }
+            let column = term(left, folding: options, aliases: aliases, dialect: dialect, arguments: &arguments)
+            arguments += list.map { fold($0, options) }
+            return "\(column) IN (\(Array(repeating: dialect.placeholder, count: list.count).joined(separator: ", ")))"
+        case .between(let left, let low, let high, let options):
+            guard options.isEmpty || dialect.canFold else { return positive ? dialect.trueCondition : dialect.falseCondition }
+            let column = term(left, folding: options, aliases: aliases, dialect: dialect, arguments: &arguments)
+            arguments += [fold(low, options), fold(high, options)]
+            return "\(column) BETWEEN \(dialect.placeholder) AND \(dialect.placeholder)"
+        case .compare(let leftTerm, let op, let rightTerm, let options):
+            guard options.isEmpty || dialect.canFold else { return positive ? dialect.trueCondition : dialect.falseCondition }
+            let left = term(leftTerm, folding: options, aliases: aliases, dialect: dialect, arguments: &arguments)
+            if case .value(.null) = rightTerm {
                 return op == .equal ? "\(left) IS NULL" : "\(left) IS NOT NULL"
-            case .value(let value):
-                arguments.append(value)
-                right = dialect.placeholder
-            case .path(let other):
-                right = column(other, aliases)
             }
+            let right = term(rightTerm, folding: options, aliases: aliases, dialect: dialect, arguments: &arguments)
             switch op {
             case .equal: return dialect.isSame(left, right)
             case .notEqual: return dialect.isNotSame(left, right)
             default: return "\(left) \(op.rawValue) \(right)"
             }
+        }
+    }
+
+    /// A term as SQL: a column, a bound value, or the row's primary key; text folded as
+    /// `options` say (a value folded here, a column by the dialect's folding function).
+    private static func term(_ term: Term, folding options: MatchOptions, aliases: [String: String], dialect: any SQLDialect,
+                             arguments: inout [Value]) -> String {
+        switch term {
+        case .value(let value):
+            arguments.append(fold(value, options))
+            return dialect.placeholder
+        case .path(let path):
+            let sql = column(path, aliases)
+            return options.isEmpty || !term.isText ? sql : dialect.fold(sql, options)
+        case .identity:
+            return "\(aliases[""]!).\"Z_PK\""
         }
     }
 }

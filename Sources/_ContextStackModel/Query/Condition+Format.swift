@@ -76,3 +76,73 @@ extension Condition {
         }
     }
 }
+
+extension Condition {
+    /// The condition with its variables (`$name` in a format string) replaced by values, as
+    /// `NSPredicate.withSubstitutionVariables(_:)` does.
+    ///
+    /// For example:
+    ///
+    /// ```swift
+    /// let template = Condition.where("name == $name AND age IN $ages")
+    /// let monks = try world.fetchAll(Person.self, template.substituting(["name": "Monk", "ages": [18, 21]]))
+    /// // … WHERE (t0."name" IS ? AND t0."age" IN (?, ?)) …
+    /// ```
+    ///
+    /// A value takes what a `%@` argument takes: a String, a number, a Bool, a Date, Data, a
+    /// UUID, a URL, a Decimal, an enum with such raw values, a managed object, an `ObjectID`,
+    /// `nil`, or an array of these (after IN or BETWEEN). Variables without a value stay, and
+    /// using the condition then throws `QueryError(.unsupported)` naming them; names in
+    /// `variables` that the condition does not use are ignored.
+    ///
+    /// - Parameter variables: Values by variable name, without the `$`.
+    /// - Returns: The condition; one that throws `QueryError(.invalidFormat)` when used, if a
+    ///   value is of a type a predicate cannot use.
+    public func substituting(_ variables: [String: (any Sendable)?]) -> Condition {
+        do throws(QueryError) {
+            return Condition(try Self.substitute(variables, in: node))
+        } catch {
+            return Condition(.invalid(error))
+        }
+    }
+
+    private static func substitute(_ variables: [String: (any Sendable)?], in node: Node) throws(QueryError) -> Node {
+        func side(_ expression: Expression) throws(QueryError) -> Expression {
+            guard case .variable(let name) = expression, let entry = variables[name] else { return expression }
+            switch FormatParser.constant(for: entry.map { $0 as Any }) {
+            case .value(let operand)?: return .constant(operand)
+            case .list(let items)?: return .list(items)
+            case nil:
+                throw QueryError(.invalidFormat, "The value for $\(name) is \(FormatParser.describeArgument(entry)), \(FormatParser.supported).")
+            }
+        }
+        switch node {
+        case .expression(let left, let op, let right, let options):
+            return simplified(try side(left), op, try side(right), options)
+        case .and, .or:
+            var operands: [Node] = []
+            for operand in node.chain() { operands.append(try substitute(variables, in: operand)) }
+            if case .and = node { return balanced(operands[...]) { .and($0, $1) } }
+            return balanced(operands[...]) { .or($0, $1) }
+        case .not(let inner): return .not(try substitute(variables, in: inner))
+        case .quantified(let quantifier, let key, let inner): return .quantified(quantifier, key, try substitute(variables, in: inner))
+        case .constant, .compare, .text, .oneOf, .between, .invalid: return node
+        }
+    }
+
+    /// The node the operators on `Key` build for a key against values without options, so a
+    /// substituted template works wherever a written-out condition does (`fetchOrCreate`);
+    /// an `expression` node otherwise.
+    private static func simplified(_ left: Expression, _ op: PredicateOperator, _ right: Expression, _ options: MatchOptions) -> Node {
+        guard options.isEmpty, case .key(let key) = left else { return .expression(left, op, right, options) }
+        switch (op, right) {
+        case (.compare(let comparison), .constant(let operand)): return .compare(key, comparison, operand)
+        case (.compare(let comparison), .key(let other)): return .compare(key, comparison, .key(other))
+        case (.isIn, .list(let items)): return .oneOf(key, items)
+        case (.between, .list(let items)) where items.count == 2: return .between(key, items[0], items[1])
+        case (.text(let textOperator), .constant(.value(.text(let pattern), let kind))) where kind == .string || kind == .url:
+            return .text(key, textOperator, pattern, [])
+        default: return .expression(left, op, right, options)
+        }
+    }
+}

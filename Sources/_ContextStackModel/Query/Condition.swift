@@ -25,6 +25,10 @@ public struct Condition: Sendable, CustomStringConvertible {
         /// A condition on the members of a to-many relationship: the node's keys are full
         /// paths that go through that relationship.
         case quantified(Quantifier, String, Node)
+        /// A comparison of two expressions, for what the cases above cannot say: options on a
+        /// comparison (`name ==[c] 'ada'`), `SELF`, a value on the left of IN or CONTAINS,
+        /// variables. Resolution lowers it to the same compiled forms as the cases above.
+        case expression(Expression, PredicateOperator, Expression, MatchOptions)
         case and(Node, Node)
         case or(Node, Node)
         case not(Node)
@@ -38,6 +42,39 @@ public struct Condition: Sendable, CustomStringConvertible {
         case value(Value, AttributeKind?)
         case key(String)
         case object(ObjectID)
+    }
+
+    /// One side of an `expression` node.
+    package indirect enum Expression: Sendable {
+        /// A key path of the object evaluated.
+        case key(String)
+        /// A value or an object (never `.key`: that is `key(_:)`).
+        case constant(Operand)
+        /// `{a, b}`, or an array passed for `%@`.
+        case list([Operand])
+        /// `SELF`: the object evaluated.
+        case evaluatedObject
+        /// `$name`: replaced by a value with `substituting(_:)`; an error when used without one.
+        case variable(String)
+    }
+
+    /// The operator of an `expression` node.
+    package enum PredicateOperator: Sendable {
+        case compare(ComparisonOperator)
+        case isIn
+        case between
+        case text(TextOperator)
+
+        var isBetween: Bool { if case .between = self { true } else { false } }
+
+        var spelling: String {
+            switch self {
+            case .compare(let op): op.rawValue
+            case .isIn: "IN"
+            case .between: "BETWEEN"
+            case .text(let op): op.rawValue
+            }
+        }
     }
 
     package let node: Node
@@ -64,10 +101,22 @@ public struct Condition: Sendable, CustomStringConvertible {
             return "\(key) BETWEEN {\(describe(low)), \(describe(high))}"
         case .quantified(let quantifier, _, let inner):
             return "\(quantifier.rawValue) \(describe(inner))"
+        case .expression(let left, let op, let right, let options):
+            return "\(describe(left)) \(op.spelling)\(options.formatSuffix) \(describe(right))"
         case .and: return "(" + node.chain().map(describe).joined(separator: " AND ") + ")"
         case .or: return "(" + node.chain().map(describe).joined(separator: " OR ") + ")"
         case .not(let a): return "NOT (\(describe(a)))"
         case .invalid(let error): return "<invalid: \(error.message)>"
+        }
+    }
+
+    private static func describe(_ expression: Expression) -> String {
+        switch expression {
+        case .key(let key): key
+        case .constant(let operand): describe(operand)
+        case .list(let items): "{\(items.map(describe).joined(separator: ", "))}"
+        case .evaluatedObject: "SELF"
+        case .variable(let name): "$" + name
         }
     }
 
@@ -88,7 +137,7 @@ package enum ComparisonOperator: String, Sendable {
     case greater = ">"
     case greaterOrEqual = ">="
 
-    var isOrdering: Bool { self != .equal && self != .notEqual }
+    package var isOrdering: Bool { self != .equal && self != .notEqual }
 }
 
 // MARK: - Chains
@@ -139,7 +188,9 @@ extension Condition {
 
 extension Key {
     private func compare(_ op: ComparisonOperator, _ operand: Condition.Operand) -> Condition {
-        Condition(.compare(path, op, operand))
+        guard !options.isEmpty else { return Condition(.compare(path, op, operand)) }
+        if case .key(let other) = operand { return Condition(.expression(.key(path), .compare(op), .key(other), options)) }
+        return Condition(.expression(.key(path), .compare(op), .constant(operand), options))
     }
 
     private static func operand<V: AttributeValue>(_ value: V) -> Condition.Operand {

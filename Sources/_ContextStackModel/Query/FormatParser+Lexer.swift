@@ -73,7 +73,10 @@ extension FormatParser {
                 kind = .atWord("@" + lexName())
             case "%": kind = .placeholder(try lexPlaceholder(start: start))
             case "$":
-                throw Failure(position: start, reason: "variables such as $name are not supported; pass values as %@ arguments")
+                guard Self.startsName(self.character(at: offset)) else {
+                    throw Failure(position: start, reason: "expected a variable name after '$', such as $name")
+                }
+                kind = .variable(lexName())
             case "(": kind = .symbol(.openParen)
             case ")": kind = .symbol(.closeParen)
             case "{": kind = .symbol(.openBrace)

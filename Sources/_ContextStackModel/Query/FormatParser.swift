@@ -95,6 +95,8 @@ struct FormatParser {
         case escapedWord(String)
         /// `@count`, with its `@`.
         case atWord(String)
+        /// `$name`, without its `$`.
+        case variable(String)
         /// An integer literal's magnitude (the sign is a separate `-`).
         case integer(UInt64)
         case decimal(Double)
@@ -118,7 +120,7 @@ struct FormatParser {
         case any = "ANY", all = "ALL", some = "SOME", none = "NONE"
         case isIn = "IN", between = "BETWEEN"
         case like = "LIKE", contains = "CONTAINS", beginsWith = "BEGINSWITH", endsWith = "ENDSWITH", matches = "MATCHES"
-        case truePredicate = "TRUEPREDICATE", falsePredicate = "FALSEPREDICATE"
+        case truePredicate = "TRUEPREDICATE", falsePredicate = "FALSEPREDICATE", evaluatedObject = "SELF"
         case nilLiteral = "NIL", nullLiteral = "NULL", trueLiteral = "TRUE", falseLiteral = "FALSE"
         case yesLiteral = "YES", noLiteral = "NO"
 
@@ -162,13 +164,10 @@ struct FormatParser {
         var depth: Int
     }
 
-    enum Operator {
-        case compare(ComparisonOperator)
-        case isIn
-        case between
-        case text(TextOperator, MatchOptions)
-
-        var isBetween: Bool { if case .between = self { true } else { false } }
+    /// An operator and the options written after it (`==[c]`).
+    struct OperatorWithOptions {
+        var op: Condition.PredicateOperator
+        var options: MatchOptions
     }
 
     /// One side of a comparison.
@@ -177,6 +176,21 @@ struct FormatParser {
             case key(String)
             case constant(Condition.Operand)
             case list([Condition.Operand])
+            /// `SELF`.
+            case evaluatedObject
+            /// `$name`.
+            case variable(String)
+        }
+
+        /// The operand as a side of `Condition.Node.expression`.
+        var expression: Condition.Expression {
+            switch kind {
+            case .key(let path): .key(path)
+            case .constant(let value): .constant(value)
+            case .list(let items): .list(items)
+            case .evaluatedObject: .evaluatedObject
+            case .variable(let name): .variable(name)
+            }
         }
         var kind: Kind
         var start: Int
@@ -196,10 +210,7 @@ struct FormatParser {
         case .symbol(.closeParen): throw fail(token, "unbalanced ')': there is no '(' for it to close")
         default: throw fail(token, "expected AND, OR or the end of the string\(after), found \(describe(token))")
         }
-        guard argumentsUsed == arguments.count else {
-            let given = "\(arguments.count) \(arguments.count == 1 ? "was" : "were") given"
-            throw Failure(position: characters.count, reason: "too many arguments: the format string uses \(argumentsUsed), but \(given)")
-        }
+        // Arguments beyond the placeholders are ignored, as NSPredicate ignores them.
         return result.node
     }
 
@@ -300,18 +311,17 @@ struct FormatParser {
         }
         let left = try parseOperand()
         let operatorToken = token
-        let op = try parseOperator()
+        let written = try parseOperator()
         let right = try parseOperand()
-        let node = try build(left, op, spelling(operatorToken), right, quantified: quantifier != nil)
+        let node = try build(left, written, spelling(operatorToken), right, quantified: quantifier != nil)
         guard let quantifier, case .key(let path) = left.kind else {
             return Parsed(node: node, depth: 1)
         }
         return Parsed(node: .quantified(quantifier, path, node), depth: 2)
     }
 
-    mutating func parseOperator() throws(Failure) -> Operator {
-        let found = token
-        let op: Operator
+    mutating func parseOperator() throws(Failure) -> OperatorWithOptions {
+        var op: Condition.PredicateOperator
         if case .symbol(.comparison(let comparison)) = token.kind {
             op = .compare(comparison)
         } else if keyword(token) == .isIn {
@@ -319,15 +329,12 @@ struct FormatParser {
         } else if keyword(token) == .between {
             op = .between
         } else if let textOperator = keyword(token)?.textOperator {
-            op = .text(textOperator, [])
+            op = .text(textOperator)
         } else {
             throw fail(token, "expected an operator (==, !=, <, <=, >, >=, IN, BETWEEN, LIKE, CONTAINS, BEGINSWITH, ENDSWITH or MATCHES)\(after), found \(describe(token))")
         }
         try advance()
-        guard case .symbol(.openBracket) = token.kind else { return op }
-        guard case .text(let textOperator, _) = op else {
-            throw fail(token, "options such as [c] apply only to LIKE, CONTAINS, BEGINSWITH, ENDSWITH and MATCHES, not to \(spelling(found))")
-        }
+        guard case .symbol(.openBracket) = token.kind else { return OperatorWithOptions(op: op, options: []) }
         try advance()
         var options: MatchOptions = []
         if case .word(let flags, _) = token.kind, flags.allSatisfy({ "cdCD".contains($0) }) {
@@ -342,7 +349,7 @@ struct FormatParser {
             throw fail(token, "expected ']' after the options, found \(describe(token))")
         }
         try advance()
-        return .text(textOperator, options)
+        return OperatorWithOptions(op: op, options: options)
     }
 
     func startsKeyPath(_ token: Token) -> Bool {
@@ -365,6 +372,7 @@ struct FormatParser {
             try advance()
             switch keyword {
             case .nilLiteral, .nullLiteral: return constant(.null, nil, word)
+            case .evaluatedObject: return Operand(kind: .evaluatedObject, start: start.start, what: "SELF")
             case .trueLiteral, .yesLiteral: return constant(.integer(1), .bool, word)
             case .falseLiteral, .noLiteral: return constant(.integer(0), .bool, word)
             case .any, .some, .all, .none:
@@ -409,6 +417,9 @@ struct FormatParser {
             return try operand(for: argument, number: number, placeholder: placeholder, at: start)
         case .symbol(.openBrace):
             return try parseList()
+        case .variable(let name):
+            try advance()
+            return Operand(kind: .variable(name), start: start.start, what: "the variable $\(name)")
         default:
             throw fail(start, "expected a key or a value\(after), found \(describe(start))")
         }
@@ -456,7 +467,7 @@ struct FormatParser {
             let element = try parseOperand()
             switch element.kind {
             case .constant(let value): items.append(value)
-            case .key: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
+            case .key, .evaluatedObject, .variable: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
             case .list: throw Failure(position: element.start, reason: "lists cannot be nested: expected a value, found \(element.what)")
             }
             switch token.kind {
@@ -471,15 +482,13 @@ struct FormatParser {
         }
     }
 
-    /// The node for `left op right`, built as the operators on `Key` build it.
-    func build(_ left: Operand, _ op: Operator, _ spelled: String, _ right: Operand, quantified: Bool) throws(Failure) -> Condition.Node {
-        func keyOnLeft() throws(Failure) -> String {
-            guard case .key(let path) = left.kind else {
-                throw Failure(position: left.start, reason: "expected a key before \(spelled), found \(left.what)")
-            }
-            return path
-        }
-        switch op {
+    /// The node for `left op right`: the node the operators on `Key` build when there is one
+    /// (a key against a value, no options), an `expression` node otherwise, which resolution
+    /// checks against the model.
+    func build(_ left: Operand, _ written: OperatorWithOptions, _ spelled: String, _ right: Operand, quantified: Bool) throws(Failure) -> Condition.Node {
+        let options = written.options
+        let general = Condition.Node.expression(left.expression, written.op, right.expression, options)
+        switch written.op {
         case .compare(let comparison):
             switch (left.kind, right.kind) {
             case (.list, _):
@@ -490,33 +499,51 @@ struct FormatParser {
                 guard !quantified else {
                     throw Failure(position: right.start, reason: "a quantified comparison compares members with a value, not with \(right.what)")
                 }
-                return .compare(path, comparison, .key(other))
+                return options.isEmpty ? .compare(path, comparison, .key(other)) : general
             case (.key(let path), .constant(let value)):
                 try checkObject(value, comparison, spelled, right)
-                return .compare(path, comparison, value)
+                return options.isEmpty ? .compare(path, comparison, value) : general
             case (.constant(let value), .key(let path)):
                 try checkObject(value, comparison, spelled, left)
-                return .compare(path, comparison.flipped, value)
-            case (.constant, .constant):
-                throw Failure(position: left.start, reason: "a comparison needs a key on one side, found \(left.what) and \(right.what)")
+                return options.isEmpty ? .compare(path, comparison.flipped, value)
+                    : .expression(.key(path), .compare(comparison.flipped), .constant(value), options)
+            default:
+                return general
             }
         case .isIn, .between:
-            let path = try keyOnLeft()
-            guard case .list(let items) = right.kind else {
-                let form = op.isBetween ? "{low, high}" : "{a, b, …}"
-                throw Failure(position: right.start, reason: "expected a list after \(spelled), \(form) or %@ with an array, found \(right.what)")
+            if case .list = left.kind {
+                throw Failure(position: left.start, reason: "found \(left.what) before \(spelled): lists go only after IN or BETWEEN")
             }
-            guard op.isBetween else { return .oneOf(path, items) }
-            guard items.count == 2 else {
+            guard case .list(let items) = right.kind else {
+                // After IN, a string asks for a substring (`name IN 'Wilhelmina'`) and a key
+                // may be a to-many relationship (`%@ IN pets`); no other value can follow.
+                if case .constant(let value) = right.kind, written.op.isBetween || !value.isText {
+                    let form = written.op.isBetween ? "{low, high}" : "{a, b, …}"
+                    throw Failure(position: right.start, reason: "expected a list after \(spelled), \(form) or %@ with an array, found \(right.what)")
+                }
+                return general
+            }
+            if written.op.isBetween && items.count != 2 {
                 throw Failure(position: right.start, reason: "BETWEEN needs exactly two values, {low, high}, found \(items.count)")
             }
-            return .between(path, items[0], items[1])
-        case .text(let textOperator, let options):
-            let path = try keyOnLeft()
-            guard case .constant(.value(.text(let pattern), let kind)) = right.kind, kind == .string || kind == .url else {
+            guard options.isEmpty, case .key(let path) = left.kind else { return general }
+            return written.op.isBetween ? .between(path, items[0], items[1]) : .oneOf(path, items)
+        case .text(let textOperator):
+            if case .list = left.kind {
+                throw Failure(position: left.start, reason: "found \(left.what) before \(spelled): lists go only after IN or BETWEEN")
+            }
+            if case .list = right.kind {
+                throw Failure(position: right.start, reason: "found \(right.what) after \(spelled): lists go only after IN or BETWEEN")
+            }
+            if case .key(let path) = left.kind, case .constant(.value(.text(let pattern), let kind)) = right.kind, kind == .string || kind == .url {
+                return .text(path, textOperator, pattern, options)
+            }
+            // A string operator takes a string, or a key; CONTAINS also an object, for a to-many
+            // relationship (`pets CONTAINS %@`).
+            if case .constant(let value) = right.kind, !value.isText, !(textOperator == .contains && value.isObject) {
                 throw Failure(position: right.start, reason: "expected a string after \(spelled), found \(right.what)")
             }
-            return .text(path, textOperator, pattern, options)
+            return general
         }
     }
 
@@ -576,6 +603,27 @@ struct FormatParser {
     }
 
     static let supported = "which a predicate cannot use: pass a String, a number, a Bool, a Date, Data, a UUID, a URL, a Decimal, an enum with such raw values, a managed object, an ObjectID, nil, or (for IN and BETWEEN) an array of these"
+
+    /// A value for a `%@` or a variable: one constant, or a list of them from an array.
+    enum Constant {
+        case value(Condition.Operand)
+        case list([Condition.Operand])
+    }
+
+    /// An argument or a variable's value as a constant; `nil` for an unsupported type (a `Key`
+    /// included: keys go through `%K`).
+    static func constant(for argument: Any?) -> Constant? {
+        if let list = argument as? any FormatList {
+            var items: [Condition.Operand] = []
+            for element in list.formatElements {
+                guard let item = operand(for: element) else { return nil }
+                items.append(item)
+            }
+            return .list(items)
+        }
+        if argument is Key { return nil }
+        return operand(for: argument).map(Constant.value)
+    }
 
     /// An argument as a constant, as the operators on `Key` make it; `nil` for an unsupported type.
     static func operand(for argument: Any?) -> Condition.Operand? {
@@ -675,6 +723,15 @@ struct FormatParser {
             + "    \(line)\n"
             + "    \(String(repeating: " ", count: max(0, caret)))^"
     }
+}
+
+extension Condition.Operand {
+    /// Whether the operand is a string (or a URL's text).
+    var isText: Bool {
+        if case .value(.text, let kind) = self { kind == .string || kind == .url } else { false }
+    }
+
+    var isObject: Bool { if case .object = self { true } else { false } }
 }
 
 extension ComparisonOperator {

@@ -16,48 +16,55 @@ extension Key {
     /// For example: `%"age"%.in([18, 19])` — SQL `t0."age" IN (?, ?)`. A NULL value matches
     /// nothing.
     public func `in`<V: AttributeValue>(_ values: [V]) -> Condition {
-        Condition(.oneOf(path, values.map { .value($0.storedValue, V.attributeKind) }))
+        oneOf(values.map { .value($0.storedValue, V.attributeKind) })
     }
 
     /// The value is one of `values` (enum cases, by raw value).
     public func `in`<V: RawRepresentable>(_ values: [V]) -> Condition where V.RawValue: AttributeValue {
-        Condition(.oneOf(path, values.map { .value($0.rawValue.storedValue, V.RawValue.attributeKind) }))
+        oneOf(values.map { .value($0.rawValue.storedValue, V.RawValue.attributeKind) })
+    }
+
+    private func oneOf(_ list: [Condition.Operand]) -> Condition {
+        options.isEmpty ? Condition(.oneOf(path, list)) : Condition(.expression(.key(path), .isIn, .list(list), options))
     }
 
     /// The value lies between `low` and `high`, both included.
     ///
     /// For example: `%"age"%.between(1, 5)` — SQL `t0."age" BETWEEN ? AND ?`.
     public func between<V: AttributeValue>(_ low: V, _ high: V) -> Condition {
-        Condition(.between(path, .value(low.storedValue, V.attributeKind), .value(high.storedValue, V.attributeKind)))
+        let bounds: [Condition.Operand] = [.value(low.storedValue, V.attributeKind), .value(high.storedValue, V.attributeKind)]
+        guard !options.isEmpty else { return Condition(.between(path, bounds[0], bounds[1])) }
+        return Condition(.expression(.key(path), .between, .list(bounds), options))
     }
 
-    /// The text matches a wildcard pattern: `*` is any run of characters, `?` exactly one.
+    /// The text matches a wildcard pattern: `*` is any run of characters, `?` exactly one, and
+    /// a backslash makes the character after it literal (`"a\\*b"` matches "a*b").
     ///
     /// For example: `%"name"%.like("M*")`.
     public func like(_ pattern: String, options: MatchOptions = []) -> Condition {
-        Condition(.text(path, .like, pattern, options))
+        Condition(.text(path, .like, pattern, self.options.union(options)))
     }
 
     /// The text contains `text`.
     public func contains(_ text: String, options: MatchOptions = []) -> Condition {
-        Condition(.text(path, .contains, text, options))
+        Condition(.text(path, .contains, text, self.options.union(options)))
     }
 
     /// The text begins with `prefix`.
     public func beginsWith(_ prefix: String, options: MatchOptions = []) -> Condition {
-        Condition(.text(path, .beginsWith, prefix, options))
+        Condition(.text(path, .beginsWith, prefix, self.options.union(options)))
     }
 
     /// The text ends with `suffix`.
     public func endsWith(_ suffix: String, options: MatchOptions = []) -> Condition {
-        Condition(.text(path, .endsWith, suffix, options))
+        Condition(.text(path, .endsWith, suffix, self.options.union(options)))
     }
 
     /// The whole text matches the regular expression (ICU syntax, as `NSRegularExpression`).
     ///
     /// For example: `%"name"%.matches("^M.*k$")`.
     public func matches(_ regularExpression: String, options: MatchOptions = []) -> Condition {
-        Condition(.text(path, .matches, regularExpression, options))
+        Condition(.text(path, .matches, regularExpression, self.options.union(options)))
     }
 
     /// At least one member of the to-many relationship in the path matches:

@@ -16,10 +16,29 @@ postfix operator %
 public struct Key: Hashable, Sendable, CustomStringConvertible {
     /// The key path as written, dot-separated.
     public let path: String
+    /// How the key's comparisons treat text: `[]` (exactly, byte by byte) unless made with
+    /// `caseInsensitive` or `diacriticInsensitive`.
+    public let options: MatchOptions
 
-    public init(_ path: String) { self.path = path }
+    public init(_ path: String) {
+        self.path = path
+        self.options = []
+    }
 
-    public var description: String { path }
+    private init(_ path: String, options: MatchOptions) {
+        self.path = path
+        self.options = options
+    }
+
+    /// The same key, compared without regard to case: `%"name"%.caseInsensitive == "ada"` is
+    /// the format string's `name ==[c] 'ada'`. It applies to every operator (`<`, `in`,
+    /// `between`, the string operators) and changes nothing on keys that are not text.
+    public var caseInsensitive: Key { Key(path, options: options.union(.caseInsensitive)) }
+
+    /// The same key, compared without regard to diacritics ("é" equals "e"): `[d]`.
+    public var diacriticInsensitive: Key { Key(path, options: options.union(.diacriticInsensitive)) }
+
+    public var description: String { path + options.formatSuffix }
 }
 
 /// `%"name"`: a `Key`.

@@ -12,9 +12,8 @@ import _ContextStackCore
 /// - the string operators without options translate exactly: CONTAINS is `strpos`,
 ///   BEGINSWITH `starts_with`, ENDSWITH compares the text's end, and LIKE's `*` and `?` become
 ///   `%` and `_` with PostgreSQL's own wildcards escaped. MATCHES (ICU regular expressions) and
-///   the `[c]`/`[d]` folding have no exact PostgreSQL equivalent, so `canMatchText` refuses
-///   them and compiling such a query throws; evaluating them in memory is the plan
-///   (issue 13).
+///   the `[c]`/`[d]` folding have no exact PostgreSQL equivalent, so `canMatchText` and
+///   `canFold` refuse them, and fetches filter those conditions in memory.
 package struct PostgresDialect: SQLDialect {
     package init() {}
 
@@ -28,43 +27,65 @@ package struct PostgresDialect: SQLDialect {
     package func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS DISTINCT FROM \(right)" }
     package func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT TRUE" }
 
-    package func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool {
-        op != .matches && options.isEmpty
+    /// LIKE needs its pattern rewritten, which only a constant allows.
+    package func canMatchText(_ op: TextOperator, _ options: MatchOptions, constantPattern: Bool) -> Bool {
+        op != .matches && options.isEmpty && (constantPattern || op != .like)
     }
 
-    package func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String {
-        precondition(canMatchText(op, options), "PostgresDialect cannot express \(op.rawValue)\(options.formatSuffix): CompiledQuery checks canMatchText before it writes SQL.")
+    package func textMatch(_ text: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions, pattern: TextPattern,
+                           arguments: inout [Value]) -> String {
+        precondition(canMatchText(op, options, constantPattern: { if case .constant = pattern { true } else { false } }()),
+                     "PostgresDialect cannot express \(op.rawValue)\(options.formatSuffix): CompiledQuery checks canMatchText before it writes SQL.")
+        let value = text(&arguments)
+        /// The pattern's SQL, binding it when it is a constant (once per use).
+        func patternSQL(_ rewrite: (String) -> String = { $0 }) -> String {
+            switch pattern {
+            case .constant(let text):
+                arguments.append(.text(rewrite(text)))
+                return "?::text"
+            case .sql(let sql):
+                return sql
+            }
+        }
         switch op {
         case .contains:
-            arguments.append(.text(pattern))
-            return "(strpos(\(column), ?) > 0)"
+            return "(strpos(\(value), \(patternSQL())) > 0)"
         case .beginsWith:
-            arguments.append(.text(pattern))
-            return "starts_with(\(column), ?)"
+            return "starts_with(\(value), \(patternSQL()))"
         case .endsWith:
-            arguments += [.text(pattern), .text(pattern)]
-            return "(right(\(column), char_length(?::text)) = ?)"
+            return "(right(\(value), char_length(\(patternSQL()))) = \(patternSQL()))"
         case .like:
-            arguments.append(.text(Self.likePattern(pattern)))
-            return "(\(column) LIKE ?)"
+            return "(\(value) LIKE \(patternSQL(Self.likePattern)))"
         case .matches:
             preconditionFailure("unreachable: canMatchText refuses MATCHES")
         }
     }
 
-    /// A ContextStack LIKE pattern (`*` any run, `?` one character, everything else itself)
-    /// as a PostgreSQL LIKE pattern with `\` as its escape.
+    /// PostgreSQL has no folding that matches `TextMatch.fold` (Unicode case folding after
+    /// canonical decomposition): comparisons with options are filtered in memory.
+    package var canFold: Bool { false }
+    package func fold(_ sql: String, _ options: MatchOptions) -> String {
+        preconditionFailure("PostgresDialect cannot fold text: CompiledQuery checks canFold before it writes SQL.")
+    }
+
+    /// A ContextStack LIKE pattern (`*` any run, `?` one character, a backslash making the
+    /// next character literal, everything else itself) as a PostgreSQL LIKE pattern with `\` as
+    /// its escape.
     static func likePattern(_ pattern: String) -> String {
         var result = ""
         result.unicodeScalars.reserveCapacity(pattern.unicodeScalars.count)
+        var escaped = false
         for scalar in pattern.unicodeScalars {
-            switch scalar {
-            case "*": result += "%"
-            case "?": result += "_"
-            case "%", "_", "\\": result += "\\" + String(scalar)
+            switch (escaped, scalar) {
+            case (false, "\\"): escaped = true; continue
+            case (false, "*"): result += "%"
+            case (false, "?"): result += "_"
+            case (_, "%"), (_, "_"), (_, "\\"): result += "\\" + String(scalar)
             default: result.unicodeScalars.append(scalar)
             }
+            escaped = false
         }
+        if escaped { result += "\\\\" }
         return result
     }
 

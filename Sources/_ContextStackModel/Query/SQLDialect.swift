@@ -25,12 +25,20 @@ package protocol SQLDialect: Sendable {
     func isNotSame(_ left: String, _ right: String) -> String
     /// `condition` is false or NULL: how ALL tests each member.
     func isNotTrue(_ condition: String) -> String
-    /// Whether `textMatch` expresses `op` with `options` exactly as `TextMatch` evaluates it.
-    /// Compiling a query that uses one it cannot throws `QueryError.unsupported`.
-    func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool
-    /// A string operator on the text `column` (NULL when the column is NULL), appending the
-    /// values it binds to `arguments` in the order of its placeholders.
-    func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String
+    /// Whether `textMatch` expresses `op` with `options` exactly as `TextMatch` evaluates it,
+    /// with a constant pattern or one read from a column. A query that uses one it cannot
+    /// selects a superset in SQL and filters it in memory (`CompiledQuery.filtersInMemory`).
+    func canMatchText(_ op: TextOperator, _ options: MatchOptions, constantPattern: Bool) -> Bool
+    /// A string operator on the text `value` writes (NULL when it is NULL), appending the
+    /// values it binds to `arguments` in the order of its placeholders. `value` appends its
+    /// own, so the dialect calls it where the text goes.
+    func textMatch(_ value: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions, pattern: TextPattern,
+                   arguments: inout [Value]) -> String
+    /// Whether `fold` folds text exactly as `TextMatch.fold` does, for comparisons with options
+    /// (`name ==[c] 'ada'`).
+    var canFold: Bool { get }
+    /// The text `sql` with case and/or diacritics folded away, as `TextMatch.fold` does.
+    func fold(_ sql: String, _ options: MatchOptions) -> String
     /// One `ORDER BY` term: NULL first ascending and last descending, text in binary order.
     func orderTerm(_ column: String, ascending: Bool) -> String
     /// `LIMIT`/`OFFSET` for a window, appending the values it binds to `arguments`.
@@ -47,9 +55,16 @@ package protocol SQLDialect: Sendable {
     var havingNamesAliases: Bool { get }
 }
 
+/// The pattern of a string operator: a string to bind, or SQL that reads it (a column).
+package enum TextPattern {
+    case constant(String)
+    case sql(String)
+}
+
 /// SQLite's dialect: `?` placeholders, `IS` for null-safe equality, booleans as 1 and 0, the
-/// string operators, median and standard deviation as functions ContextStack registers on
-/// every connection (`cs_text`, `cs_median`, `cs_stddev`). SQLite already orders NULL first
+/// string operators, folding for comparisons with options, median and standard deviation as
+/// functions ContextStack registers on every connection (`cs_text`, `cs_fold`, `cs_median`,
+/// `cs_stddev`). SQLite already orders NULL first
 /// ascending and compares text with the binary collation.
 package struct SQLiteDialect: SQLDialect {
     package init() {}
@@ -62,11 +77,21 @@ package struct SQLiteDialect: SQLDialect {
     package func isSame(_ left: String, _ right: String) -> String { "\(left) IS \(right)" }
     package func isNotSame(_ left: String, _ right: String) -> String { "\(left) IS NOT \(right)" }
     package func isNotTrue(_ condition: String) -> String { "(\(condition)) IS NOT 1" }
-    package func canMatchText(_ op: TextOperator, _ options: MatchOptions) -> Bool { true }
-    package func textMatch(_ column: String, _ op: TextOperator, _ options: MatchOptions, _ pattern: String, arguments: inout [Value]) -> String {
-        arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue)), .text(pattern)]
-        return "cs_text(?, ?, \(column), ?)"
+    package func canMatchText(_ op: TextOperator, _ options: MatchOptions, constantPattern: Bool) -> Bool { true }
+    package func textMatch(_ text: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions, pattern: TextPattern,
+                           arguments: inout [Value]) -> String {
+        arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue))]
+        let value = text(&arguments)
+        switch pattern {
+        case .constant(let text):
+            arguments.append(.text(text))
+            return "cs_text(?, ?, \(value), ?)"
+        case .sql(let sql):
+            return "cs_text(?, ?, \(value), \(sql))"
+        }
     }
+    package var canFold: Bool { true }
+    package func fold(_ sql: String, _ options: MatchOptions) -> String { "cs_fold(\(options.rawValue), \(sql))" }
     package func orderTerm(_ column: String, ascending: Bool) -> String { "\(column) \(ascending ? "ASC" : "DESC")" }
     /// SQLite's "no limit" is a negative one.
     package func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String {

@@ -16,7 +16,8 @@ import Foundation
 ///   for every script in the test data (ß and ẞ are "ss", final sigma is sigma, the ﬁ ligature
 ///   is "fi"); others stay (dotless ı is not i).
 /// - CONTAINS, BEGINSWITH, ENDSWITH: a run of folded scalars.
-/// - LIKE: `*` is any run of scalars, `?` exactly one, anything else itself; the whole text.
+/// - LIKE: `*` is any run of scalars, `?` exactly one, a backslash makes the scalar after it
+///   literal (a backslash at the end is itself), anything else itself; the whole text.
 /// - MATCHES: the whole text matches the regular expression, scalar by scalar (Swift's own
 ///   regex engine here, where the library uses ICU's). `[d]` folds both sides as above. With
 ///   `[c]` the expression matches case-insensitively, after each scalar of the text whose case
@@ -83,6 +84,10 @@ enum ReferenceText {
             return like(text, pattern.dropFirst()) || (!text.isEmpty && like(text.dropFirst(), pattern))
         case "?":
             return !text.isEmpty && like(text.dropFirst(), pattern.dropFirst())
+        case "\\" where pattern.count > 1:
+            // A backslash makes the next scalar literal.
+            let literal = pattern[pattern.index(after: pattern.startIndex)]
+            return text.first == literal && like(text.dropFirst(), pattern.dropFirst(2))
         default:
             return text.first == first && like(text.dropFirst(), pattern.dropFirst())
         }
