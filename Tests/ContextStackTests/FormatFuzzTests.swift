@@ -24,7 +24,7 @@ import Testing
         "1e3", "1e400", "1e-400", "0x1F", "0x", "0b102", "0o7", "0xFFFFFFFFFFFFFFFF", "99999999999999999999",
         "-9223372036854775808", "9223372036854775807", "'Monk'", "\"a\\n\"", "'\\u00e9'", "'\\uD83D\\uDE00'",
         "'\\uD800'", "'\\uDC00'", "'\\u12'", "'\\q'", "'it\\'s'", "'", "\"", "'unterminated", "''", "%@", "%K",
-        "%d", "%i", "%ld", "%lld", "%llld", "%f", "%lf", "%llf", "%x", "%", "%%", "$x", "@", "#", "\\", "SELF",
+        "%d", "%i", "%ld", "%lld", "%llld", "%f", "%lf", "%llf", "%x", "%", "%%", "$x", "$y", "$", "$1", "@", "#", "\\", "SELF",
         "SUBQUERY", "🙂", "é", "e\u{301}", "\u{0}", "\t", "\n",
     ]
 
@@ -180,7 +180,10 @@ import Testing
                 parsed += 1
                 _ = condition.description
             }
-            if let query = try? CompiledQuery(entity: person, condition: condition, orderBy: nil) {
+            // Variables take any value, as arguments do.
+            let substituted = Bool.random(using: &rng) ? condition
+                : condition.substituting(["x": Self.argumentPool.randomElement(using: &rng)!, "y": Self.argumentPool.randomElement(using: &rng)!])
+            if let query = try? CompiledQuery(entity: person, condition: substituted, orderBy: nil) {
                 resolved += 1
                 _ = query.fromWhere()
             }

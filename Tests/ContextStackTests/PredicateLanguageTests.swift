@@ -150,6 +150,21 @@ import Testing
         #expect { try Self.compiled(.where("pets.name == friendOf.name")) } throws: { ($0 as? QueryError)?.code == .unsupported }
     }
 
+    /// The forms Docs/Predicates.md lists as "not yet" fail with a clear error, not a wrong answer.
+    @Test func formsNotYetSupportedFailClearly() throws {
+        func code(_ condition: Condition) -> QueryError.Code? {
+            do { _ = try Self.compiled(condition); return nil } catch let error as QueryError { return error.code } catch { return nil }
+        }
+        #expect(code(.where("ANY friend.pets.name == 'Rex'")) == .unsupported)
+        #expect(code(.where("friend.pets.name == 'Rex'")) == .unsupported)
+        #expect(code(.where("pets.@sum.age > 3")) == .unknownKey)
+        #expect(code(.where("SUBQUERY(pets, $p, $p.age > 3).@count > 0")) == .invalidFormat)
+        #expect(code(.where("age + 1 > 3")) == .invalidFormat)
+        #expect(code(.where("name ==[n] 'x'")) == .invalidFormat)
+        #expect(code(.where("name == %s", "x")) == .invalidFormat)
+        #expect(try Self.whereSQL(.where("name BEGINSWITH location")) == #"cs_text(?, ?, t0."name", t0."location")"#)
+    }
+
     @Test func variablesAreSubstituted() throws {
         let template = Condition.where("name == $name AND age IN $ages AND location BEGINSWITH[c] $prefix")
         let condition = template.substituting(["name": "Monk", "ages": [18, 21], "prefix": "k"])
