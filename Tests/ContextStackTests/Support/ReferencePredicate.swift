@@ -210,13 +210,7 @@ indirect enum ReferencePredicate: CustomStringConvertible {
         case .petNamed(let name, let options):
             return world.pets.contains { $0.owner == index && Self.order($0.name, name, options) == 0 }
         case .somePetName(let op, let pattern, let options):
-            let reference: ReferenceText.Operator = switch op {
-            case .contains: .contains
-            case .beginsWith: .beginsWith
-            case .endsWith: .endsWith
-            case .like: .like
-            case .matches: .matches
-            }
+            let reference = ReferenceText.Operator(op)
             // CONTAINS on a to-many key path is membership, as for any collection: some pet is
             // named `pattern`.
             if op == .contains { return world.pets.contains { $0.owner == index && Self.order($0.name, pattern, options) == 0 } }

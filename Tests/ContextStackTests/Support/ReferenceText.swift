@@ -1,3 +1,4 @@
+import _ContextStackCore
 import Foundation
 
 /// An independent, deliberately simple statement of what the string operators mean, for the
@@ -27,6 +28,17 @@ import Foundation
 enum ReferenceText {
     enum Operator: CaseIterable {
         case contains, beginsWith, endsWith, like, matches
+
+        /// The library's operator of the same name.
+        init(_ op: TextOperator) {
+            switch op {
+            case .contains: self = .contains
+            case .beginsWith: self = .beginsWith
+            case .endsWith: self = .endsWith
+            case .like: self = .like
+            case .matches: self = .matches
+            }
+        }
     }
 
     static func fold(_ text: String, caseInsensitive: Bool, diacriticInsensitive: Bool) -> [Unicode.Scalar] {
