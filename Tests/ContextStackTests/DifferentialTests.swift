@@ -37,7 +37,13 @@ import Testing
         let prefix = ["", "", "friend.", "friend.friend."].randomElement(using: &rng)!
         let options = [MatchOptions(), .caseInsensitive, .diacriticInsensitive, [.caseInsensitive, .diacriticInsensitive]].randomElement(using: &rng)!
         let textKey = Key(prefix + ["name", "location"].randomElement(using: &rng)!)
-        switch Int.random(in: 0..<19, using: &rng) {
+        switch Int.random(in: 0..<21, using: &rng) {
+        case 19:
+            // Options on comparisons: both sides folded.
+            let key = MatchOptions([.caseInsensitive]) == options ? textKey.caseInsensitive : textKey.caseInsensitive.diacriticInsensitive
+            return [key == randomString(&rng), key < randomString(&rng), key >= Key("location"), key.in([randomString(&rng), randomString(&rng)])]
+                .randomElement(using: &rng)!
+        case 20: return Condition.where("SELF IN %@ OR friend == SELF", [countMarker])
         case 15: return Key("friendOf.age").any > randomAge(&rng)
         case 16: return Key("friendOf.name").all >= randomString(&rng)
         case 17: return Key("friendOf.location").none == randomOptionalString(&rng)
