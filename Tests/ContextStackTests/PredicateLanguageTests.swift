@@ -101,6 +101,14 @@ import Testing
         #expect(try Self.whereSQL(%"name"%.caseInsensitive.in(["A", "B"])) == Self.whereSQL(.where("name IN[c] {'A', 'B'}")))
         #expect(try Self.whereSQL(%"name"%.caseInsensitive.contains("x")) == Self.whereSQL(.where("name CONTAINS[c] 'x'")))
         #expect(Key("name").caseInsensitive.description == "name[c]")
+        // PostgreSQL cannot fold as TextMatch does: fetches filter in memory, aggregates refuse by name.
+        let graph = try Model(Person.self, Pet.self).graph
+        for condition in [Condition.where("name ==[c] 'x'"), .where("name IN[c] {'x'}"), .where("name BETWEEN[d] {'a', 'b'}")] {
+            let postgres = try CompiledQuery(entity: graph.entity(for: Person.self), condition: condition, orderBy: nil, dialect: PostgresDialect())
+            #expect(postgres.filtersInMemory)
+            #expect { try postgres.requireSQLOnly(for: "an aggregate query") } throws: { ($0 as? QueryError)?.message.contains("name") == true }
+            #expect(try !Self.compiled(condition).filtersInMemory)
+        }
     }
 
     @Test func selfIsTheObject() throws {

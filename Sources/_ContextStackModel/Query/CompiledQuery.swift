@@ -480,10 +480,7 @@ package struct CompiledQuery: Sendable {
     /// by ID, with == and != and IN only.
     private static func constantOutcome(_ lhs: Side, _ op: Condition.PredicateOperator, _ rhs: Side, _ options: MatchOptions,
                                         unsupported: (String) -> QueryError, mismatch: (String) -> QueryError) throws(QueryError) -> Bool {
-        func fold(_ value: Value) -> Value {
-            if case .text(let text) = value, !options.isEmpty { return .text(TextMatch.fold(text, options)) }
-            return value
-        }
+        func fold(_ value: Value) -> Value { Self.fold(value, options) }
         /// Whether two constants are the same: values by value (nil equals nil), objects by ID.
         func same(_ a: Condition.Operand, _ b: Condition.Operand) throws(QueryError) -> Bool {
             switch (a, b) {
@@ -673,8 +670,7 @@ package struct CompiledQuery: Sendable {
             case .path(let path): try self.value(path)
             case .identity: .integer(id.primaryKey)
             }
-            if !options.isEmpty, case .text(let text) = value { return .text(TextMatch.fold(text, options)) }
-            return value
+            return CompiledQuery.fold(value, options)
         }
     }
 
