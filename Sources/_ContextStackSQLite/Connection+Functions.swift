@@ -10,7 +10,20 @@ extension Connection {
     ///   in-memory evaluation; NULL when `value` is NULL.
     /// - `cs_fold(flags, value)`: text with case and/or diacritics folded away, for comparisons
     ///   with options (`name ==[c] 'ada'`), by `TextMatch.fold`; any other value unchanged.
+    /// - `cs_pow(x, y)`: `x ** y` in a predicate, as `pow` computes it; NULL when either is
+    ///   NULL (SQLite's own `pow` exists only in builds with its math functions).
     package func registerFunctions() throws(SQLiteError) {
+        let power = sqlite3_create_function_v2(
+            handle, "cs_pow", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
+            { context, count, arguments in
+                guard count == 2, let arguments,
+                      sqlite3_value_type(arguments[0]) != SQLITE_NULL, sqlite3_value_type(arguments[1]) != SQLITE_NULL
+                else { sqlite3_result_null(context); return }
+                // SQLite stores a NaN result as NULL, as `ArithmeticOperator.apply` does.
+                sqlite3_result_double(context, pow(sqlite3_value_double(arguments[0]), sqlite3_value_double(arguments[1])))
+            },
+            nil, nil, nil)
+        guard power == SQLITE_OK else { throw error(power, sql: "cs_pow") }
         let folding = sqlite3_create_function_v2(
             handle, "cs_fold", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
             { context, count, arguments in

@@ -37,7 +37,21 @@ import Testing
         let prefix = ["", "", "friend.", "friend.friend."].randomElement(using: &rng)!
         let options = [MatchOptions(), .caseInsensitive, .diacriticInsensitive, [.caseInsensitive, .diacriticInsensitive]].randomElement(using: &rng)!
         let textKey = Key(prefix + ["name", "location"].randomElement(using: &rng)!)
-        switch Int.random(in: 0..<21, using: &rng) {
+        switch Int.random(in: 0..<24, using: &rng) {
+        case 21:
+            // Collection operators over friendOf, read through pending members too. (Sums and
+            // averages of these extreme ages overflow or round; PredicateLanguageTests checks them.)
+            let function = ["@min.age", "@max.age", "@max.name", "@min.location", "@count"].randomElement(using: &rng)!
+            let value: any Sendable = function.hasSuffix("age") || function == "@count" ? Int.random(in: 0..<40, using: &rng) : randomString(&rng)
+            return Condition.where("friendOf.\(function) \(["<", ">=", "==", "!="].randomElement(using: &rng)!) %@", value)
+        case 22:
+            // SUBQUERY with a reference to the object outside it.
+            return Condition.where("SUBQUERY(friendOf, $f, $f.age >= %@ AND ($f.name BEGINSWITH[c] %@ OR $f.age < age)).@count \(["==", ">", "<="].randomElement(using: &rng)!) %@",
+                                   randomAge(&rng), randomString(&rng), Int.random(in: 0..<3, using: &rng))
+        case 23:
+            // Arithmetic, also through to-one hops.
+            let op = ["+", "-", "*", "/", "**"].randomElement(using: &rng)!
+            return Condition.where("\(prefix)age \(op) %@ \(["<", ">", "==", "!="].randomElement(using: &rng)!) %@", Int.random(in: -2..<4, using: &rng), Int.random(in: -5..<60, using: &rng))
         case 19:
             // Options on comparisons: both sides folded.
             let key = MatchOptions([.caseInsensitive]) == options ? textKey.caseInsensitive : textKey.caseInsensitive.diacriticInsensitive

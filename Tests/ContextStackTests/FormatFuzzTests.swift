@@ -25,7 +25,9 @@ import Testing
         "-9223372036854775808", "9223372036854775807", "'Monk'", "\"a\\n\"", "'\\u00e9'", "'\\uD83D\\uDE00'",
         "'\\uD800'", "'\\uDC00'", "'\\u12'", "'\\q'", "'it\\'s'", "'", "\"", "'unterminated", "''", "%@", "%K",
         "%d", "%i", "%ld", "%lld", "%llld", "%f", "%lf", "%llf", "%x", "%", "%%", "$x", "$y", "$", "$1", "@", "#", "\\", "SELF",
-        "SUBQUERY", "🙂", "é", "e\u{301}", "\u{0}", "\t", "\n",
+        "SUBQUERY", "SUBQUERY(pets, $p, $p.age > 1).@count", "SUBQUERY(pets, $p,", "SUBQUERY(friendOf, $f, SUBQUERY($f.pets, $p, $p.age > $f.age).@count > 0).@sum.age",
+        "$p", "$p.age", "$p.name", "$f.age", ").@count", ".@sum.age", "pets.@sum.age", "pets.@avg.age", "pets.@max.name", "@min", "@median",
+        "*", "/", "**", "***", "+", "now()", "now", "now(", "(age + 1)", "2 ** 3", "age / 0", "🙂", "é", "e\u{301}", "\u{0}", "\t", "\n",
     ]
 
     /// Arguments of every kind, good and bad.
@@ -119,7 +121,13 @@ import Testing
     /// Deep nesting, long chains, huge literals.
     static func extreme(_ rng: inout SeededGenerator) -> String {
         let count = Int.random(in: 150..<3_000, using: &rng)
-        switch Int.random(in: 0..<10, using: &rng) {
+        switch Int.random(in: 0..<14, using: &rng) {
+        case 10: return "age " + String(repeating: "+ 1 ", count: count) + "> 3"
+        case 11: return String(repeating: "(", count: count) + "age + 1" + String(repeating: ")", count: Int.random(in: 0...count, using: &rng)) + " > 1"
+        case 12: return "age" + String(repeating: " ** 2", count: count) + " > 1"
+        case 13:
+            let depth = count / 10
+            return (0..<depth).map { "SUBQUERY(pets, $p\($0), " }.joined() + "$p\(depth - 1).age > 1" + String(repeating: ").@count > 0", count: depth)
         case 0: return String(repeating: "(", count: count) + "age > 1" + String(repeating: ")", count: Int.random(in: 0...count, using: &rng))
         case 1: return String(repeating: "NOT ", count: count) + "age > 1"
         case 2: return String(repeating: "!(", count: count / 2) + "age > 1" + String(repeating: ")", count: count / 2)

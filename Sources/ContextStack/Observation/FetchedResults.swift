@@ -122,7 +122,7 @@ public final class FetchedResults<T: ManagedObject> {
         var terms = request.orderBy?.terms ?? []
         if let sectionBy {
             let path = try CompiledQuery.resolvePath(sectionBy.path, in: entity)
-            guard path.hops.isEmpty, !path.countsMembers, path.leaf.attributeKind != nil, path.leaf.isStored else {
+            guard path.hops.isEmpty, path.collection == nil, path.leaf.attributeKind != nil, path.leaf.isStored else {
                 throw QueryError(.unsupported, "Cannot section \(entity.name) by '\(sectionBy.path)': sections need a stored attribute of \(entity.name) itself.", key: sectionBy.path, entity: entity.name)
             }
             if terms.first?.key != sectionBy.path { terms.insert(OrderBy.Term(key: sectionBy.path, ascending: true), at: 0) }

@@ -15,6 +15,14 @@ public enum AttributeKind: String, Sendable, Hashable, CaseIterable {
         }
     }
 
+    /// Attributes stored as whole numbers (their sum stays whole).
+    var isWhole: Bool {
+        switch self {
+        case .bool, .int, .int16, .int32, .int64: true
+        default: false
+        }
+    }
+
     /// Attributes stored as numbers compare with each other (an `Int` attribute against `2.5`).
     var isNumeric: Bool {
         switch self {

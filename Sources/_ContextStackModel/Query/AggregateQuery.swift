@@ -29,7 +29,7 @@ struct AggregateQuery {
         for term in select.terms {
             let path = paths[term.key]!
             if let function = term.function {
-                guard path.leaf.isAttribute || path.countsMembers || function == .count else {
+                guard path.leaf.isAttribute || path.collection != nil || function == .count else {
                     throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a relationship; aggregate an attribute.", key: term.key, entity: entity.name)
                 }
                 if let kind = path.kind, kind == .decimal && function != .count {

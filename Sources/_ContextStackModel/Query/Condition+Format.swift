@@ -108,6 +108,14 @@ extension Condition {
 
     private static func substitute(_ variables: [String: (any Sendable)?], in node: Node) throws(QueryError) -> Node {
         func side(_ expression: Expression) throws(QueryError) -> Expression {
+            switch expression {
+            case .arithmetic(let left, let op, let right):
+                return .arithmetic(try side(left), op, try side(right))
+            case .subquery(let relationship, let condition, let function, let member):
+                return .subquery(relationship: relationship, condition: try substitute(variables, in: condition), function: function, member: member)
+            default:
+                break
+            }
             guard case .variable(let name) = expression, let entry = variables[name] else { return expression }
             switch FormatParser.constant(for: entry.map { $0 as Any }) {
             case .value(let operand)?: return .constant(operand)

@@ -56,6 +56,44 @@ public struct Condition: Sendable, CustomStringConvertible {
         case evaluatedObject
         /// `$name`: replaced by a value with `substituting(_:)`; an error when used without one.
         case variable(String)
+        /// `left + right`, `-`, `*`, `/`, `**`, computed in `Double` as Foundation computes it.
+        case arithmetic(Expression, ArithmeticOperator, Expression)
+        /// `now()`: the time the query is compiled.
+        case now
+        /// `SUBQUERY(relationship, $member, condition).@count` (or `.@sum.key`, …): the members
+        /// of one of the object's to-many relationships that match `condition`, whose keys are
+        /// the members' (`$member.age` is written `age`), with `.outer` for the object's own.
+        case subquery(relationship: String, condition: Node, function: CollectionFunction, member: String?)
+        /// In a SUBQUERY's condition, a key of the object outside it (a bare `age` in
+        /// `SUBQUERY(pets, $p, $p.age > age)`).
+        case outer(String)
+    }
+
+    /// An arithmetic operator of a format string.
+    package enum ArithmeticOperator: String, Sendable {
+        case add = "+"
+        case subtract = "-"
+        case multiply = "*"
+        case divide = "/"
+        case power = "**"
+
+        /// The operator applied to two values with Foundation's rule (both as `Double`) and
+        /// SQL's NULL rule: NULL when either is NULL or not a number, when dividing by zero, or
+        /// when the result is not a number (SQLite stores NaN as NULL).
+        package func apply(_ a: Value, _ b: Value) -> Value {
+            guard let x = a.doubleValue, let y = b.doubleValue else { return .null }
+            let result: Double
+            switch self {
+            case .add: result = x + y
+            case .subtract: result = x - y
+            case .multiply: result = x * y
+            case .divide:
+                guard y != 0 else { return .null }
+                result = x / y
+            case .power: result = pow(x, y)
+            }
+            return result.isNaN ? .null : .double(result)
+        }
     }
 
     /// The operator of an `expression` node.
@@ -117,6 +155,11 @@ public struct Condition: Sendable, CustomStringConvertible {
         case .list(let items): "{\(items.map(describe).joined(separator: ", "))}"
         case .evaluatedObject: "SELF"
         case .variable(let name): "$" + name
+        case .arithmetic(let left, let op, let right): "(\(describe(left)) \(op.rawValue) \(describe(right)))"
+        case .now: "now()"
+        case .subquery(let relationship, let condition, let function, let member):
+            "SUBQUERY(\(relationship), $m, \(describe(condition))).@\(function.rawValue)\(member.map { "." + $0 } ?? "")"
+        case .outer(let key): "outer." + key
         }
     }
 

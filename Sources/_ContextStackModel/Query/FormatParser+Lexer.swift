@@ -86,6 +86,10 @@ extension FormatParser {
             case ",": kind = .symbol(.comma)
             case ".": kind = .symbol(.dot)
             case "-": kind = .symbol(.minus)
+            case "+": kind = .symbol(.arithmetic(.add))
+            case "/": kind = .symbol(.arithmetic(.divide))
+            case "*":
+                if self.character(at: offset) == "*" { offset += 1; kind = .symbol(.arithmetic(.power)) } else { kind = .symbol(.arithmetic(.multiply)) }
             case "=":
                 switch self.character(at: offset) {
                 case "=": offset += 1; kind = .symbol(.comparison(.equal))

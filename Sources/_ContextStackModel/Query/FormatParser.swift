@@ -63,6 +63,8 @@ struct FormatParser {
     var argumentsUsed = 0
     /// Open parentheses around the current position.
     var nesting = 0
+    /// The variables of the SUBQUERYs around the current position, innermost last.
+    var subqueryVariables: [String] = []
 
     init(characters: [Character], arguments: [(any Sendable)?]) {
         self.characters = characters
@@ -74,6 +76,8 @@ struct FormatParser {
     enum Symbol: Equatable {
         case openParen, closeParen, openBrace, closeBrace, openBracket, closeBracket, comma, dot, minus
         case comparison(ComparisonOperator)
+        /// `+`, `*`, `/`, `**` (`-` is `minus`, which also signs a number).
+        case arithmetic(Condition.ArithmeticOperator)
         case and, or, not
     }
 
@@ -123,6 +127,7 @@ struct FormatParser {
         case truePredicate = "TRUEPREDICATE", falsePredicate = "FALSEPREDICATE", evaluatedObject = "SELF"
         case nilLiteral = "NIL", nullLiteral = "NULL", trueLiteral = "TRUE", falseLiteral = "FALSE"
         case yesLiteral = "YES", noLiteral = "NO"
+        case subquery = "SUBQUERY"
 
         /// The keyword a word spells, in any case.
         init?(_ word: String) {
@@ -180,6 +185,8 @@ struct FormatParser {
             case evaluatedObject
             /// `$name`.
             case variable(String)
+            /// Arithmetic, `now()`, a SUBQUERY, or a key of the object outside a SUBQUERY.
+            case expression(Condition.Expression)
         }
 
         /// The operand as a side of `Condition.Node.expression`.
@@ -190,12 +197,15 @@ struct FormatParser {
             case .list(let items): .list(items)
             case .evaluatedObject: .evaluatedObject
             case .variable(let name): .variable(name)
+            case .expression(let expression): expression
             }
         }
         var kind: Kind
         var start: Int
         /// What it is, for messages: "the key 'age'", "the string 'x'", "the argument for %@ (an Int)".
         var what: String
+        /// How deeply the expression nests (arithmetic, SUBQUERY conditions).
+        var depth = 0
     }
 
     mutating func parsePredicate() throws(Failure) -> Condition.Node {
@@ -275,17 +285,22 @@ struct FormatParser {
 
     mutating func parsePrimary() throws(Failure) -> Parsed {
         if case .symbol(.openParen) = token.kind {
-            let open = token
-            nesting += 1
-            guard nesting <= Self.maxDepth else { throw tooDeep(open) }
-            try advance()
-            let inner = try parseChain(or: true)
-            guard case .symbol(.closeParen) = token.kind else {
-                throw fail(token, "expected AND, OR or ')' to close the '(' at offset \(open.start), found \(describe(token))")
+            // A parenthesis groups a predicate, or starts an arithmetic operand (`(age + 1) * 2
+            // > 30`): try the first, then the second, and report whichever got further.
+            let saved = self
+            do throws(Failure) {
+                return try parseGroup()
+            } catch let grouped {
+                let afterGroup = self
+                self = saved
+                do throws(Failure) {
+                    return try parseComparison()
+                } catch let compared {
+                    if compared.position >= grouped.position { throw compared }
+                    self = afterGroup
+                    throw grouped
+                }
             }
-            try advance()
-            nesting -= 1
-            return inner
         }
         switch keyword(token) {
         case .truePredicate:
@@ -299,25 +314,223 @@ struct FormatParser {
         }
     }
 
+    /// `( predicate )`.
+    mutating func parseGroup() throws(Failure) -> Parsed {
+        let open = token
+        nesting += 1
+        guard nesting <= Self.maxDepth else { throw tooDeep(open) }
+        try advance()
+        let inner = try parseChain(or: true)
+        guard case .symbol(.closeParen) = token.kind else {
+            throw fail(token, "expected AND, OR or ')' to close the '(' at offset \(open.start), found \(describe(token))")
+        }
+        try advance()
+        nesting -= 1
+        return inner
+    }
+
     mutating func parseComparison() throws(Failure) -> Parsed {
         var quantifier: Quantifier?
+        var quantifierToken = token
         if let found = keyword(token)?.quantifier {
             let spelled = spelling(token)
             quantifier = found
+            quantifierToken = token
             try advance()
-            guard startsKeyPath(token) else {
+            let isVariable = if case .variable = token.kind { true } else { false }
+            guard startsKeyPath(token) || (isVariable && !subqueryVariables.isEmpty) else {
                 throw fail(token, "expected a key path through a to-many relationship after \(spelled) (as in ANY pets.name == 'Rex'), found \(describe(token))")
             }
         }
-        let left = try parseOperand()
+        let left = try parseExpression()
         let operatorToken = token
         let written = try parseOperator()
-        let right = try parseOperand()
+        let right = try parseExpression()
         let node = try build(left, written, spelling(operatorToken), right, quantified: quantifier != nil)
-        guard let quantifier, case .key(let path) = left.kind else {
-            return Parsed(node: node, depth: 1)
+        let depth = max(left.depth, right.depth) + 1
+        guard depth < Self.maxDepth else { throw tooDeep(operatorToken) }
+        guard let quantifier else { return Parsed(node: node, depth: depth) }
+        guard case .key(let path) = left.kind else {
+            throw Failure(position: left.start, reason: "\(spelling(quantifierToken)) needs a key path of this object's to-many relationship on its left, found \(left.what)")
         }
-        return Parsed(node: .quantified(quantifier, path, node), depth: 2)
+        return Parsed(node: .quantified(quantifier, path, node), depth: depth + 1)
+    }
+
+    // MARK: - Expressions
+
+    /// `product (('+' | '-') product)*`.
+    mutating func parseExpression() throws(Failure) -> Operand {
+        var left = try parseProduct()
+        while true {
+            let op: Condition.ArithmeticOperator
+            switch token.kind {
+            case .symbol(.arithmetic(.add)): op = .add
+            case .symbol(.minus): op = .subtract
+            default: return left
+            }
+            let operatorToken = token
+            try advance()
+            left = try combine(left, op, try parseProduct(), at: operatorToken)
+        }
+    }
+
+    /// `power (('*' | '/') power)*`.
+    mutating func parseProduct() throws(Failure) -> Operand {
+        var left = try parsePower()
+        while case .symbol(.arithmetic(let op)) = token.kind, op == .multiply || op == .divide {
+            let operatorToken = token
+            try advance()
+            left = try combine(left, op, try parsePower(), at: operatorToken)
+        }
+        return left
+    }
+
+    /// `atom ['**' power]`: right-associative, as in Foundation (`2 ** 3 ** 2` is 2 ** 9).
+    mutating func parsePower() throws(Failure) -> Operand {
+        let base = try parseAtom()
+        guard case .symbol(.arithmetic(.power)) = token.kind else { return base }
+        let operatorToken = token
+        nesting += 1
+        guard nesting <= Self.maxDepth else { throw tooDeep(operatorToken) }
+        try advance()
+        let exponent = try parsePower()
+        nesting -= 1
+        return try combine(base, .power, exponent, at: operatorToken)
+    }
+
+    /// `left op right`, for operands that are numbers: keys, values, other arithmetic.
+    func combine(_ left: Operand, _ op: Condition.ArithmeticOperator, _ right: Operand, at token: Token) throws(Failure) -> Operand {
+        for operand in [left, right] {
+            switch operand.kind {
+            case .key, .variable, .expression, .constant(.value): continue
+            case .constant(.key): continue
+            default:
+                throw Failure(position: operand.start, reason: "\(op.rawValue) takes numbers and dates, found \(operand.what)")
+            }
+        }
+        let depth = max(left.depth, right.depth) + 1
+        guard depth < Self.maxDepth else { throw tooDeep(token) }
+        return Operand(kind: .expression(.arithmetic(left.expression, op, right.expression)), start: left.start,
+                       what: "the expression at offset \(left.start)", depth: depth)
+    }
+
+    /// An operand: a key, a value, a list, a variable, `now()`, a SUBQUERY, or `( expression )`.
+    mutating func parseAtom() throws(Failure) -> Operand {
+        switch token.kind {
+        case .symbol(.openParen):
+            let open = token
+            nesting += 1
+            guard nesting <= Self.maxDepth else { throw tooDeep(open) }
+            try advance()
+            var inner = try parseExpression()
+            guard case .symbol(.closeParen) = token.kind else {
+                throw fail(token, "expected an operator or ')' to close the '(' at offset \(open.start), found \(describe(token))")
+            }
+            try advance()
+            nesting -= 1
+            inner.start = open.start
+            return inner
+        case .word(let word, nil) where word.lowercased() == "now":
+            // `now()`; `now` alone is a key.
+            let saved = self
+            try advance()
+            guard case .symbol(.openParen) = token.kind else {
+                self = saved
+                return try parseOperand()
+            }
+            let start = saved.token.start
+            try advance()
+            guard case .symbol(.closeParen) = token.kind else { throw fail(token, "expected ')' after now(: now() takes no arguments, found \(describe(token))") }
+            try advance()
+            return Operand(kind: .expression(.now), start: start, what: "now()")
+        case .word(_, .subquery):
+            return try parseSubquery()
+        case .variable(let name) where subqueryVariables.contains(name):
+            return try parseSubqueryVariable(name)
+        case .word(_, .evaluatedObject) where !subqueryVariables.isEmpty:
+            throw fail(token, "SELF inside a SUBQUERY: write $\(subqueryVariables.last!) for its member, and a bare key for the object outside it")
+        default:
+            let operand = try parseOperand()
+            // Inside a SUBQUERY, a bare key is the object outside it (`$p.age > age`).
+            guard case .key(let path) = operand.kind, !subqueryVariables.isEmpty else { return operand }
+            guard subqueryVariables.count == 1 else {
+                throw Failure(position: operand.start, reason: "the key '\(path)' inside a nested SUBQUERY reads the object two levels out; a SUBQUERY's condition may read its own variable's keys and those one level out ($\(subqueryVariables[subqueryVariables.count - 2]).key)")
+            }
+            return Operand(kind: .expression(.outer(path)), start: operand.start, what: "the key '\(path)' of the object outside the SUBQUERY")
+        }
+    }
+
+    /// `$m` or `$m.key` inside `SUBQUERY(…, $m, …)`: the member, or a key of it; the variable of
+    /// the SUBQUERY around it reads that one's member, as a key outside.
+    mutating func parseSubqueryVariable(_ name: String) throws(Failure) -> Operand {
+        let start = token
+        try advance()
+        let innermost = subqueryVariables.last == name
+        guard case .symbol(.dot) = token.kind else {
+            guard innermost else {
+                throw fail(start, "$\(name) is the member of a SUBQUERY further out: compare its attributes ($\(name).key), not the object")
+            }
+            return Operand(kind: .evaluatedObject, start: start.start, what: "$\(name)")
+        }
+        try advance()
+        let key = try parseKeyPath()
+        guard case .key(let path) = key.kind else { return key }
+        if innermost { return Operand(kind: .key(path), start: start.start, what: "the key '$\(name).\(path)'") }
+        guard subqueryVariables.count >= 2, subqueryVariables[subqueryVariables.count - 2] == name else {
+            throw fail(start, "$\(name).\(path) reads a SUBQUERY two levels out; a SUBQUERY's condition may read its own variable and the one just outside it")
+        }
+        return Operand(kind: .expression(.outer(path)), start: start.start, what: "the key '$\(name).\(path)' of the object outside the SUBQUERY")
+    }
+
+    /// `SUBQUERY(collection, $variable, predicate).@count`, or `.@sum.key`, `.@avg.key`, …
+    mutating func parseSubquery() throws(Failure) -> Operand {
+        let start = token
+        nesting += 1
+        guard nesting <= Self.maxDepth else { throw tooDeep(start) }
+        try advance()
+        guard case .symbol(.openParen) = token.kind else { throw fail(token, "expected '(' after SUBQUERY, found \(describe(token))") }
+        try advance()
+        let collection = try parseAtom()
+        let relationship: String
+        switch collection.kind {
+        case .key(let path): relationship = path
+        default:
+            throw Failure(position: collection.start, reason: "SUBQUERY takes a to-many relationship of \(subqueryVariables.last.map { "$" + $0 } ?? "the object") first, found \(collection.what)")
+        }
+        guard case .symbol(.comma) = token.kind else { throw fail(token, "expected ',' after SUBQUERY's collection, found \(describe(token))") }
+        try advance()
+        guard case .variable(let variable) = token.kind else {
+            throw fail(token, "expected SUBQUERY's variable ($m) after its collection, found \(describe(token))")
+        }
+        try advance()
+        guard case .symbol(.comma) = token.kind else { throw fail(token, "expected ',' after SUBQUERY's variable, found \(describe(token))") }
+        try advance()
+        subqueryVariables.append(variable)
+        let condition = try parseChain(or: true)
+        subqueryVariables.removeLast()
+        guard case .symbol(.closeParen) = token.kind else {
+            throw fail(token, "expected AND, OR or ')' to close the SUBQUERY at offset \(start.start), found \(describe(token))")
+        }
+        try advance()
+        nesting -= 1
+        guard case .symbol(.dot) = token.kind else {
+            throw fail(token, "expected .@count (or .@sum.key, .@avg.key, .@min.key, .@max.key) after SUBQUERY(…), found \(describe(token))")
+        }
+        try advance()
+        guard case .atWord(let word) = token.kind, let function = CollectionFunction(rawValue: String(word.dropFirst())) else {
+            throw fail(token, "expected @count, @sum, @avg, @min or @max after SUBQUERY(…)., found \(describe(token))")
+        }
+        try advance()
+        var member: String?
+        if function != .count {
+            guard case .symbol(.dot) = token.kind else { throw fail(token, "expected '.' and a key after @\(function.rawValue), found \(describe(token))") }
+            try advance()
+            guard case .key(let path) = try parseKeyPath().kind else { preconditionFailure("unreachable: parseKeyPath returns a key") }
+            member = path
+        }
+        let what = "SUBQUERY(\(relationship), $\(variable), …).@\(function.rawValue)\(member.map { "." + $0 } ?? "")"
+        return Operand(kind: .expression(.subquery(relationship: relationship, condition: condition.node, function: function, member: member)),
+                       start: start.start, what: what, depth: condition.depth + 1)
     }
 
     mutating func parseOperator() throws(Failure) -> OperatorWithOptions {
@@ -467,7 +680,7 @@ struct FormatParser {
             let element = try parseOperand()
             switch element.kind {
             case .constant(let value): items.append(value)
-            case .key, .evaluatedObject, .variable: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
+            case .key, .evaluatedObject, .variable, .expression: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
             case .list: throw Failure(position: element.start, reason: "lists cannot be nested: expected a value, found \(element.what)")
             }
             switch token.kind {

@@ -99,6 +99,26 @@ package struct PostgresDialect: SQLDialect {
         return "LIMIT ? OFFSET ?"
     }
 
+    /// `float8` arithmetic is IEEE arithmetic, as Swift's; `power` is not (it refuses a
+    /// negative base with a fraction, and zero to a negative power, where Swift answers NaN and
+    /// infinity), so `**` is filtered in memory.
+    package func arithmetic(_ left: String, _ op: Condition.ArithmeticOperator, _ right: String) -> String {
+        switch op {
+        case .power: "power(CAST(\(left) AS float8), CAST(\(right) AS float8))"
+        case .divide: "(CAST(\(left) AS float8) / NULLIF(CAST(\(right) AS float8), 0))"
+        default: "(CAST(\(left) AS float8) \(op.rawValue) CAST(\(right) AS float8))"
+        }
+    }
+    package func canCompute(_ op: Condition.ArithmeticOperator) -> Bool { op != .power }
+    /// `sum` of `bigint` is `numeric` and `avg` always is: cast back to the column's kind.
+    package func collectionAggregate(_ function: CollectionFunction, of column: String, kind: AttributeKind) -> String {
+        switch function {
+        case .count: "count(\(column))"
+        case .sum: "CAST(coalesce(sum(\(column)), 0) AS \(kind == .int ? "bigint" : "float8"))"
+        case .avg: "CAST(avg(\(column)) AS float8)"
+        default: "\(function.rawValue)(\(column))"
+        }
+    }
     package func aggregate(_ function: Select.Function, of column: String) -> String {
         switch function {
         case .average: "avg(\(column))"

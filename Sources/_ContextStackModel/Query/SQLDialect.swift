@@ -47,6 +47,14 @@ package protocol SQLDialect: Sendable {
     /// database may need more than a function call, as PostgreSQL's
     /// `percentile_cont(0.5) WITHIN GROUP (ORDER BY …)` for the median).
     func aggregate(_ function: Select.Function, of column: String) -> String
+    /// `left op right` in `Double`, NULL for a division by zero (`Condition.ArithmeticOperator.apply`).
+    func arithmetic(_ left: String, _ op: Condition.ArithmeticOperator, _ right: String) -> String
+    /// Whether `arithmetic` writes `op` with exactly `apply`'s result; if not, comparisons with
+    /// it are filtered in memory.
+    func canCompute(_ op: Condition.ArithmeticOperator) -> Bool
+    /// A collection operator over a member column (`*` for `@count`), with its empty-set value:
+    /// 0 for a count and a sum, NULL for the others; a sum of whole numbers stays whole.
+    func collectionAggregate(_ function: CollectionFunction, of column: String, kind: AttributeKind) -> String
     /// What every `UPDATE` of an entity row also sets: a store that keeps a row version for
     /// other processes and machines bumps it here; SQLite keeps none.
     var rowVersionAssignments: [String] { get }
@@ -97,6 +105,21 @@ package struct SQLiteDialect: SQLDialect {
     package func window(limit: Int?, offset: Int, arguments: inout [Value]) -> String {
         arguments += [.integer(Int64(limit ?? -1)), .integer(Int64(offset))]
         return "LIMIT ? OFFSET ?"
+    }
+    package func arithmetic(_ left: String, _ op: Condition.ArithmeticOperator, _ right: String) -> String {
+        switch op {
+        case .power: "cs_pow(\(left), \(right))"
+        case .divide: "(CAST(\(left) AS REAL) / NULLIF(CAST(\(right) AS REAL), 0))"
+        default: "(CAST(\(left) AS REAL) \(op.rawValue) CAST(\(right) AS REAL))"
+        }
+    }
+    package func canCompute(_ op: Condition.ArithmeticOperator) -> Bool { true }
+    package func collectionAggregate(_ function: CollectionFunction, of column: String, kind: AttributeKind) -> String {
+        switch function {
+        case .count: "count(\(column))"
+        case .sum: "coalesce(sum(\(column)), 0)"
+        default: "\(function.rawValue)(\(column))"
+        }
     }
     package func aggregate(_ function: Select.Function, of column: String) -> String {
         let name = switch function {

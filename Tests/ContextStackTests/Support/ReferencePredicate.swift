@@ -1,4 +1,5 @@
 @testable import ContextStack
+@testable import _ContextStackModel
 import _ContextStackCore
 import Foundation
 
@@ -59,6 +60,13 @@ indirect enum ReferencePredicate: CustomStringConvertible {
     case constants(Int, ComparisonOperator, Int)
     /// `field ==[options] $value`, substituted.
     case variable(Field, String, Options)
+    /// `pets.@count op n`, `pets.@sum.age op n`, `@avg`, `@min`, `@max`.
+    case petAggregate(CollectionFunction, ComparisonOperator, Int)
+    /// `SUBQUERY(pets, $p, $p.age >= minAge [AND $p.name op[options] pattern] [AND $p.age * 10 <= age]).@count op n`:
+    /// the last part reads the person outside the SUBQUERY.
+    case petSubquery(minAge: Int, name: (TextOperator, String, Options)?, outer: Bool, ComparisonOperator, Int)
+    /// `age op k cmp n`, or `k op age cmp n` with `flipped`; with `grouped`, `(…) * 2 cmp n`.
+    case arithmetic(Condition.ArithmeticOperator, Int, flipped: Bool, grouped: Bool, ComparisonOperator, Int)
     case and(ReferencePredicate, ReferencePredicate)
     case or(ReferencePredicate, ReferencePredicate)
     case not(ReferencePredicate)
@@ -132,6 +140,24 @@ indirect enum ReferencePredicate: CustomStringConvertible {
                 let name = "v\(variables.count)"
                 variables[name] = value
                 return "\(field.rawValue) ==\(options.suffix) $\(name)"
+            case .petAggregate(let function, let op, let n):
+                arguments.append(n)
+                return "pets.@\(function.rawValue)\(function == .count ? "" : ".age") \(op.rawValue) %@"
+            case .petSubquery(let minAge, let name, let outer, let op, let n):
+                arguments.append(minAge)
+                var condition = "$p.age >= %@"
+                if let (textOperator, pattern, options) = name {
+                    arguments.append(pattern)
+                    condition += " AND $p.name \(textOperator.rawValue)\(options.suffix) %@"
+                }
+                if outer { condition += " AND $p.age * 10 <= age" }
+                arguments.append(n)
+                return "SUBQUERY(pets, $p, \(condition)).@count \(op.rawValue) %@"
+            case .arithmetic(let op, let k, let flipped, let grouped, let comparison, let n):
+                var expression = flipped ? "\(k) \(op.rawValue) age" : "age \(op.rawValue) \(k)"
+                if grouped { expression = "(\(expression)) * 2" }
+                arguments.append(n)
+                return "\(expression) \(comparison.rawValue) %@"
             case .and(let a, let b): return "(\(text(a)) AND \(text(b)))"
             case .or(let a, let b): return "(\(text(a)) OR \(text(b)))"
             case .not(let a): return "NOT (\(text(a)))"
@@ -155,6 +181,13 @@ indirect enum ReferencePredicate: CustomStringConvertible {
         let x = folded(a, options), y = folded(b, options)
         if x.lexicographicallyPrecedes(y) { return -1 }
         return x == y ? 0 : 1
+    }
+
+    /// A number that may be missing against a number: a missing one equals nothing, differs
+    /// from everything, and is unknown to an ordering.
+    static func compare(_ value: Double?, _ op: ComparisonOperator, _ wanted: Double) -> Bool? {
+        guard let value else { return op == .equal ? false : op == .notEqual ? true : nil }
+        return holds(op, value < wanted ? -1 : value == wanted ? 0 : 1)
     }
 
     static func holds(_ op: ComparisonOperator, _ order: Int) -> Bool {
@@ -230,6 +263,40 @@ indirect enum ReferencePredicate: CustomStringConvertible {
             }
         case .constants(let a, let op, let b):
             return Self.holds(op, a < b ? -1 : a == b ? 0 : 1)
+        case .petAggregate(let function, let op, let n):
+            let ages = world.pets.filter { $0.owner == index }.map { Double($0.age) }
+            let value: Double? = switch function {
+            case .count: Double(ages.count)
+            case .sum: ages.reduce(0, +)
+            case .avg: ages.isEmpty ? nil : ages.reduce(0, +) / Double(ages.count)
+            case .min: ages.min()
+            case .max: ages.max()
+            }
+            return Self.compare(value, op, Double(n))
+        case .petSubquery(let minAge, let name, let outer, let op, let n):
+            let age = world.people[index].age
+            let count = world.pets.filter { pet in
+                guard pet.owner == index, pet.age >= minAge else { return false }
+                if let (textOperator, pattern, options) = name {
+                    let matched = ReferenceText.evaluate(ReferenceText.Operator(textOperator), pet.name, pattern, caseInsensitive: options.caseInsensitive,
+                                                         diacriticInsensitive: options.diacriticInsensitive)
+                    guard matched == true else { return false }
+                }
+                return !outer || pet.age * 10 <= age
+            }.count
+            return Self.holds(op, count < n ? -1 : count == n ? 0 : 1)
+        case .arithmetic(let op, let k, let flipped, let grouped, let comparison, let n):
+            let (x, y) = flipped ? (Double(k), Double(world.people[index].age)) : (Double(world.people[index].age), Double(k))
+            var result: Double? = switch op {
+            case .add: x + y
+            case .subtract: x - y
+            case .multiply: x * y
+            case .divide: y == 0 ? nil : x / y
+            case .power: Foundation.pow(x, y)
+            }
+            if grouped { result = result.map { $0 * 2 } }
+            return Self.compare(result.flatMap { $0.isNaN ? nil : $0 }, comparison, Double(n))
+        
         case .variable(let field, let wanted, let options):
             guard let value = Self.value(field, of: index, in: world) else { return false }
             return Self.order(value, wanted, options) == 0
@@ -269,7 +336,7 @@ indirect enum ReferencePredicate: CustomStringConvertible {
         let options = randomOptions(&rng)
         let string = { (rng: inout SeededGenerator) in strings.randomElement(using: &rng)! }
         let comparisons: [ComparisonOperator] = [.equal, .notEqual, .less, .lessOrEqual, .greater, .greaterOrEqual]
-        switch Int.random(in: 0..<14, using: &rng) {
+        switch Int.random(in: 0..<17, using: &rng) {
         case 0:
             let op = comparisons.randomElement(using: &rng)!
             let value: String? = op.isOrdering || Bool.random(using: &rng) ? string(&rng) : nil
@@ -288,6 +355,18 @@ indirect enum ReferencePredicate: CustomStringConvertible {
         case 10: return .friendsPets([.any, .all, .none].randomElement(using: &rng)!, comparisons.randomElement(using: &rng)!, Int.random(in: 0..<6, using: &rng))
         case 11: return .constants(Int.random(in: 0..<3, using: &rng), comparisons.randomElement(using: &rng)!, Int.random(in: 0..<3, using: &rng))
         case 12: return .variable(field, string(&rng), options)
+        case 13:
+            return .petAggregate(CollectionFunction.allCases.randomElement(using: &rng)!, comparisons.randomElement(using: &rng)!, Int.random(in: 0..<8, using: &rng))
+        case 14:
+            let name: (TextOperator, String, Options)? = Bool.random(using: &rng)
+                ? ([.beginsWith, .like, .contains].randomElement(using: &rng)!, ["R", "r*", "é", "x"].randomElement(using: &rng)!, options) : nil
+            return .petSubquery(minAge: Int.random(in: 0..<5, using: &rng), name: name, outer: Bool.random(using: &rng),
+                                comparisons.randomElement(using: &rng)!, Int.random(in: 0..<3, using: &rng))
+        case 15:
+            let op = [Condition.ArithmeticOperator.add, .subtract, .multiply, .divide, .power].randomElement(using: &rng)!
+            let k = op == .power ? Int.random(in: -1..<3, using: &rng) : Int.random(in: 0..<4, using: &rng)
+            return .arithmetic(op, k, flipped: Bool.random(using: &rng), grouped: Bool.random(using: &rng),
+                               comparisons.randomElement(using: &rng)!, Int.random(in: 0..<60, using: &rng))
         default: return .compare(field, comparisons.randomElement(using: &rng)!, string(&rng), options)
         }
     }
