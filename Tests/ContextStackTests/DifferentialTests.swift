@@ -37,7 +37,12 @@ import Testing
         let prefix = ["", "", "friend.", "friend.friend."].randomElement(using: &rng)!
         let options = [MatchOptions(), .caseInsensitive, .diacriticInsensitive, [.caseInsensitive, .diacriticInsensitive]].randomElement(using: &rng)!
         let textKey = Key(prefix + ["name", "location"].randomElement(using: &rng)!)
-        switch Int.random(in: 0..<24, using: &rng) {
+        switch Int.random(in: 0..<25, using: &rng) {
+        case 24:
+            // A quantifier through a to-one hop, whose owner may change or be pending.
+            let quantifier = ["ANY ", "ALL ", "NONE ", ""].randomElement(using: &rng)!
+            return Bool.random(using: &rng) ? Condition.where("\(quantifier)friend.friendOf.age > %@", randomAge(&rng))
+                : Condition.where("\(quantifier)friend.friendOf.location == %@", randomString(&rng))
         case 21:
             // Collection operators over friendOf, read through pending members too. (Sums and
             // averages of these extreme ages overflow or round; PredicateLanguageTests checks them.)

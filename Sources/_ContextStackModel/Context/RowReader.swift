@@ -298,35 +298,55 @@ package struct RowReader {
     /// quantifiers and counts, may differ from what SQL sees: a member or a membership has
     /// pending changes. Their condition is evaluated in memory instead.
     mutating func ownersToRecheck(_ query: CompiledQuery) throws -> Set<ObjectID> {
-        var owners: Set<Int64> = []
+        var result: Set<Int64> = []
         for use in query.toManyUses {
-            guard let destination = use.property.destination else { continue }
-            var dirty = pendingIDs(of: destination.rootDescription)
-            if let inner = use.inner {
-                for chain in inner.hopChains { dirty.formUnion(try referencing(chain, from: destination)) }
-                dirty.formUnion(try ownersToRecheck(inner))
-            }
-            let dirtyKeys = Set(dirty.map(\.primaryKey))
-            switch use.property.storage {
-            case .inverseColumn:
-                guard let inverse = use.property.inverse else { continue }
-                for id in dirty {
-                    if let row = try row(id), case .integer(let owner) = row.values[inverse.slot] { owners.insert(owner) }
-                }
-                owners.formUnion(try values(of: inverse.name, in: destination.table, forKeys: dirtyKeys))
-            case .joinTable:
-                guard let join = use.property.joinTable else { continue }
-                let (mine, theirs) = use.property.joinColumns
-                var changed = session.overlay.links(of: join.name)
-                if let pinned = session.pinned { for (key, value) in pinned.links where key.table == join.name { changed[key] = value } }
-                if let context { for (key, value) in context.pendingLinks(in: join.name) { changed[key] = value } }
-                for key in changed.keys { owners.insert(use.property.ends(of: key).owner) }
-                owners.formUnion(try values(of: mine, inJoin: join, where: theirs, in: dirtyKeys))
-            case .column:
-                continue
-            }
+            let owners = try self.owners(of: use.property, reading: use.inner)
+            // Through to-one hops, the objects to recheck are those whose hops lead to an owner.
+            result.formUnion(use.hops.isEmpty ? owners : try rows(of: query.entity, reaching: owners, through: use.hops))
         }
-        return Set(owners.map { ObjectID(rootEntity: query.entity.rootDescription, primaryKey: $0) })
+        return Set(result.map { ObjectID(rootEntity: query.entity.rootDescription, primaryKey: $0) })
+    }
+
+    /// Primary keys of the owners of `property` whose members, or memberships, have pending
+    /// changes (`inner`: the condition read on the members, whose own reads count too).
+    private mutating func owners(of property: Property, reading inner: CompiledQuery?) throws -> Set<Int64> {
+        var owners: Set<Int64> = []
+        guard let destination = property.destination else { return [] }
+        var dirty = pendingIDs(of: destination.rootDescription)
+        if let inner {
+            for chain in inner.hopChains { dirty.formUnion(try referencing(chain, from: destination)) }
+            dirty.formUnion(try ownersToRecheck(inner))
+        }
+        let dirtyKeys = Set(dirty.map(\.primaryKey))
+        switch property.storage {
+        case .inverseColumn:
+            guard let inverse = property.inverse else { return [] }
+            for id in dirty {
+                if let row = try row(id), case .integer(let owner) = row.values[inverse.slot] { owners.insert(owner) }
+            }
+            owners.formUnion(try values(of: inverse.name, in: destination.table, forKeys: dirtyKeys))
+        case .joinTable:
+            guard let join = property.joinTable else { return [] }
+            let (mine, theirs) = property.joinColumns
+            var changed = session.overlay.links(of: join.name)
+            if let pinned = session.pinned { for (key, value) in pinned.links where key.table == join.name { changed[key] = value } }
+            if let context { for (key, value) in context.pendingLinks(in: join.name) { changed[key] = value } }
+            for key in changed.keys { owners.insert(property.ends(of: key).owner) }
+            owners.formUnion(try values(of: mine, inJoin: join, where: theirs, in: dirtyKeys))
+        case .column:
+            break
+        }
+        return owners
+    }
+
+    /// Primary keys of `entity`'s rows whose to-one `chain` leads to one of `targets`, as stored.
+    private func rows(of entity: ResolvedEntity, reaching targets: Set<Int64>, through chain: [Property]) throws -> Set<Int64> {
+        var affected = targets
+        for index in chain.indices.reversed() where !affected.isEmpty {
+            let source = index == 0 ? entity : chain[index - 1].destination!
+            affected = try keys(in: source.table, where: chain[index].name, in: affected)
+        }
+        return affected
     }
 
     /// The integer `column` of the rows of `table` with the given primary keys.

@@ -66,6 +66,19 @@ extension CompiledQuery {
             return try collection.evaluate(count: count, values: found, key: path.key)
         }
 
+        /// The object at the end of `hops` (this one for none); nil where a hop is nil.
+        func object(through hops: [Property]) throws -> ObjectID? {
+            var id = self.id
+            var current = values
+            for hop in hops {
+                guard case .integer(let key) = current[hop.slot], let destination = hop.destination else { return nil }
+                id = ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+                guard let row = try resolve(id) else { return nil }
+                current = row.values
+            }
+            return id
+        }
+
         /// A term's value, with its text folded as `options` say.
         func value(_ term: Term, folding options: MatchOptions = []) throws -> Value {
             let value: Value
@@ -100,10 +113,12 @@ extension CompiledQuery {
             return left == nil || right == nil ? nil : false
         case .not(let a):
             return try evaluate(a, row).map(!)
-        case .quantified(let quantifier, let property, let inner):
+        case .quantified(let quantifier, let hops, let property, let inner):
             var someMatch = false
             var allMatch = true
-            for member in try row.members(row.id, property) {
+            // Through to-one hops, the owner is the object they lead to; none has no members.
+            let owner = try row.object(through: hops)
+            for member in try owner.map({ try row.members($0, property) }) ?? [] {
                 guard let memberRow = try resolve(member) else { continue }
                 let outcome = try inner.node.map { try evaluate($0, Subject(id: member, values: memberRow.values, resolve: resolve, members: row.members)) } ?? true
                 if outcome == true { someMatch = true } else { allMatch = false }

@@ -13,7 +13,7 @@ extension CompiledQuery {
         let outerEntity: ResolvedEntity?
         /// `now()`, in seconds since 1970: one instant for the whole query.
         let now: Double
-        var uses: [(property: Property, inner: CompiledQuery?)] = []
+        var uses: [(hops: [Property], property: Property, inner: CompiledQuery?)] = []
         var chains: [String: [Property]] = [:]
         /// The keys of the outer object the condition reads (their joins are the outer query's).
         var outerPaths: [ResolvedPath] = []
@@ -30,7 +30,7 @@ extension CompiledQuery {
 
         func note(_ path: ResolvedPath) {
             if !path.hops.isEmpty { chains[path.joinKey] = path.hops }
-            if let collection = path.collection { uses.append((path.leaf, collection.filter)) }
+            if let collection = path.collection { uses.append(([], path.leaf, collection.filter)) }
         }
 
         /// A query over the members of `property`, for a quantifier or a SUBQUERY.
@@ -44,19 +44,34 @@ extension CompiledQuery {
         }
 
         func quantify(_ quantifier: Quantifier, _ key: String, _ inner: Condition.Node) throws(QueryError) -> Node {
-            let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
-            guard let property = entity.property(named: parts[0]), property.isToMany, let destination = property.destination else {
-                throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) on \(entity.name): a quantifier needs a path that starts with one of \(entity.name)'s to-many relationships (\(entity.properties.filter(\.isToMany).map(\.name).joined(separator: ", "))), then a key of its members.", key: key, entity: entity.name)
+            // To-one hops first (`friend.pets.name`), then the to-many relationship quantified.
+            let parts = key.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+            var hops: [Property] = []
+            var owner = entity
+            var index = 0
+            while index + 1 < parts.count, let hop = owner.property(named: parts[index]), hop.isToOne, let destination = hop.destination {
+                hops.append(hop)
+                owner = destination
+                index += 1
             }
-            var memberNode = try strip(parts[0], from: inner, entity: entity)
+            guard let property = owner.property(named: parts[index]), property.isToMany, let destination = property.destination else {
+                let toMany = owner.properties.filter(\.isToMany).map(\.name).joined(separator: ", ")
+                throw QueryError(.unsupported, "\(quantifier.rawValue) \(key) on \(entity.name): a quantifier needs a path to a to-many relationship (\(owner.name) has \(toMany.isEmpty ? "none" : toMany)), through to-one relationships if need be, then a key of its members.", key: key, entity: entity.name)
+            }
+            let relationship = parts[...index].joined(separator: ".")
+            var memberNode = try strip(relationship, from: inner, entity: entity)
             // A path through a second to-many relationship (`friendOf.pets.name`) quantifies
             // again over its members: ANY of ANY, ALL of ALL, NONE of ANY.
-            if parts.count == 2, crossesToMany(parts[1], in: destination) {
-                memberNode = .quantified(quantifier == .all ? .all : .any, parts[1], memberNode)
+            if index + 1 < parts.count {
+                let rest = parts[(index + 1)...].joined(separator: ".")
+                if crossesToMany(rest, in: destination) {
+                    memberNode = .quantified(quantifier == .all ? .all : .any, rest, memberNode)
+                }
             }
             let query = try members(of: property, memberNode, outer: false)
-            uses.append((property, query))
-            return .quantified(quantifier, property, query)
+            if !hops.isEmpty { chains[hops.map(\.name).joined(separator: ".")] = hops }
+            uses.append((hops, property, query))
+            return .quantified(quantifier, hops: hops, property, query)
         }
 
         /// `SUBQUERY(relationship, $m, condition).@function.member` as a path whose value the

@@ -142,9 +142,11 @@ extension CompiledQuery {
         case .and(let a, let b): return "(\(sql(a)) AND \(sql(b)))"
         case .or(let a, let b): return "(\(sql(a)) OR \(sql(b)))"
         case .not(let a): return "(NOT \(sql(a, flip: true)))"
-        case .quantified(let quantifier, let property, let inner):
+        case .quantified(let quantifier, let hops, let property, let inner):
             // ANY: some member matches; NONE: none does; ALL: none fails to match (NULL fails).
-            var terms = [linkSQL(property, member: inner.tableAliases[""]!, owner: aliases[""]!)]
+            // Through to-one hops, the owner is the hops' joined row (none where a hop is nil).
+            let owner = aliases[hops.map(\.name).joined(separator: ".")]!
+            var terms = [linkSQL(property, member: inner.tableAliases[""]!, owner: owner)]
             var innerArguments: [Value] = []
             let innerTerms = inner.whereTerms(arguments: &innerArguments, positive: quantifier == .none ? !positive : positive)
             arguments += innerArguments

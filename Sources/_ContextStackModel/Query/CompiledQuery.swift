@@ -96,9 +96,10 @@ package struct CompiledQuery: Sendable {
         case compare(Term, ComparisonOperator, Term, MatchOptions)
         /// A string operator: the text, then the pattern.
         case text(Term, TextOperator, Term, MatchOptions)
-        /// A condition on the members of one of the entity's to-many relationships, resolved
-        /// against the destination entity.
-        case quantified(Quantifier, Property, CompiledQuery)
+        /// A condition on the members of a to-many relationship — the entity's own, or one
+        /// reached through to-one hops (`ANY friend.pets.name`) — resolved against the
+        /// destination entity.
+        case quantified(Quantifier, hops: [Property], Property, CompiledQuery)
         case oneOf(Term, [Value], MatchOptions)
         case between(Term, Value, Value, MatchOptions)
         case and(Node, Node)
@@ -145,7 +146,7 @@ package struct CompiledQuery: Sendable {
     let extraPaths: [ResolvedPath]
     /// The entity's to-many relationships the condition reads through (quantifiers, @count),
     /// with the condition on their members when there is one.
-    package let toManyUses: [(property: Property, inner: CompiledQuery?)]
+    package let toManyUses: [(hops: [Property], property: Property, inner: CompiledQuery?)]
     /// Prefixes this query's table aliases, so a nested query (a quantifier) does not clash.
     let aliasPrefix: String
     /// For a SUBQUERY's condition: the keys of the object outside it that it reads, resolved
@@ -296,7 +297,7 @@ package struct CompiledQuery: Sendable {
             return textMatchOutside(dialect, in: a) ?? textMatchOutside(dialect, in: b)
         case .not(let a):
             return textMatchOutside(dialect, in: a)
-        case .quantified(_, _, let inner):
+        case .quantified(_, _, _, let inner):
             return inner.node.flatMap { textMatchOutside(dialect, in: $0) }
         case .constant:
             return nil

@@ -60,6 +60,9 @@ indirect enum ReferencePredicate: CustomStringConvertible {
     case constants(Int, ComparisonOperator, Int)
     /// `field ==[options] $value`, substituted.
     case variable(Field, String, Options)
+    /// `quantifier friend.pets.age op n`: through a to-one hop, then a to-many relationship
+    /// (nil for the quantifier left out, which means ANY).
+    case friendPets(Quantifier?, ComparisonOperator, Int)
     /// `pets.@count op n`, `pets.@sum.age op n`, `@avg`, `@min`, `@max`.
     case petAggregate(CollectionFunction, ComparisonOperator, Int)
     /// `SUBQUERY(pets, $p, $p.age >= minAge [AND $p.name op[options] pattern] [AND $p.age * 10 <= age]).@count op n`:
@@ -140,6 +143,9 @@ indirect enum ReferencePredicate: CustomStringConvertible {
                 let name = "v\(variables.count)"
                 variables[name] = value
                 return "\(field.rawValue) ==\(options.suffix) $\(name)"
+            case .friendPets(let quantifier, let op, let age):
+                arguments.append(age)
+                return "\(quantifier.map { $0.rawValue + " " } ?? "")friend.pets.age \(op.rawValue) %@"
             case .petAggregate(let function, let op, let n):
                 arguments.append(n)
                 return "pets.@\(function.rawValue)\(function == .count ? "" : ".age") \(op.rawValue) %@"
@@ -263,6 +269,15 @@ indirect enum ReferencePredicate: CustomStringConvertible {
             }
         case .constants(let a, let op, let b):
             return Self.holds(op, a < b ? -1 : a == b ? 0 : 1)
+        case .friendPets(let quantifier, let op, let age):
+            // No friend: no pets, so ANY is false and ALL and NONE are true.
+            let ages = world.people[index].friend.map { friend in world.pets.filter { $0.owner == friend }.map(\.age) } ?? []
+            let holds = { (pet: Int) in Self.holds(op, pet < age ? -1 : pet == age ? 0 : 1) }
+            switch quantifier ?? .any {
+            case .any: return ages.contains(where: holds)
+            case .all: return ages.allSatisfy(holds)
+            case .none: return !ages.contains(where: holds)
+            }
         case .petAggregate(let function, let op, let n):
             let ages = world.pets.filter { $0.owner == index }.map { Double($0.age) }
             let value: Double? = switch function {
@@ -336,7 +351,9 @@ indirect enum ReferencePredicate: CustomStringConvertible {
         let options = randomOptions(&rng)
         let string = { (rng: inout SeededGenerator) in strings.randomElement(using: &rng)! }
         let comparisons: [ComparisonOperator] = [.equal, .notEqual, .less, .lessOrEqual, .greater, .greaterOrEqual]
-        switch Int.random(in: 0..<17, using: &rng) {
+        switch Int.random(in: 0..<18, using: &rng) {
+        case 16:
+            return .friendPets([nil, Quantifier.any, .all, Quantifier.none].randomElement(using: &rng)!, comparisons.randomElement(using: &rng)!, Int.random(in: 0..<6, using: &rng))
         case 0:
             let op = comparisons.randomElement(using: &rng)!
             let value: String? = op.isOrdering || Bool.random(using: &rng) ? string(&rng) : nil
