@@ -13,10 +13,15 @@ import _ContextStackCore
 /// and        := not ((AND | &&) not)*
 /// not        := (NOT | !)* primary
 /// primary    := '(' or ')' | TRUEPREDICATE | FALSEPREDICATE | comparison
-/// comparison := [ANY | SOME | ALL | NONE] operand operator operand
+/// comparison := [ANY | SOME | ALL | NONE] expression operator expression
 /// operator   := = == != <> < > <= >= =< => | IN | BETWEEN
 ///             | (LIKE | CONTAINS | BEGINSWITH | ENDSWITH | MATCHES) ['[' c | d | cd ']']
-/// operand    := keyPath | value | '{' [value (',' value)*] '}'
+/// expression := product (('+' | '-') product)*
+/// product    := power (('*' | '/') power)*
+/// power      := operand ['**' power]
+/// operand    := keyPath | value | SELF | $name | $name.keyPath | now() | '(' expression ')'
+///             | SUBQUERY '(' keyPath ',' $name ',' or ')' '.' @name ['.' name]
+///             | '{' [value (',' value)*] '}'
 /// keyPath    := (name | #name | %K) ('.' (name | @name | #name | %K))*
 /// value      := nil | NULL | TRUE | FALSE | YES | NO | ['-'] number | 'string' | "string"
 ///             | %@ | %d | %i | %ld | %lld | %f | %lf
