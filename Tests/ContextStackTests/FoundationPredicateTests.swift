@@ -62,6 +62,11 @@ import Testing
             ("any member compound", #Predicate<Person> { $0.pets.contains { $0.age > 2 && $0.name.starts(with: "T") } }),
             ("all members", #Predicate<Person> { $0.pets.allSatisfy { $0.age > 2 } }),
             ("member count", #Predicate<Person> { $0.pets.count >= 1 }),
+            ("arithmetic", #Predicate<Person> { $0.age * 2 - 1 > 40 }),
+            ("arithmetic on both sides", #Predicate<Person> { $0.age + 10 >= $0.pets.count * 20 }),
+            ("unary minus", #Predicate<Person> { -$0.age < -30 }),
+            ("filtered count", #Predicate<Person> { $0.pets.filter { $0.age > 2 }.count >= 2 }),
+            ("filtered count compound", #Predicate<Person> { $0.pets.filter { $0.age > 2 && $0.name.starts(with: "R") }.count == 1 }),
             ("true", #Predicate<Person> { _ in true }),
         ]
         for (label, predicate) in predicates {
@@ -80,13 +85,17 @@ import Testing
     @Test @MainActor func untranslatableShapesThrowNamingTheExpression() async throws {
         let (store, world) = try await Self.world(Setup(topology: .threeTier, kind: .memory))
         _ = store
-        let arithmetic = #Predicate<Person> { $0.age + 1 > 20 }
+        // Int division truncates in Swift; queries compute in Double, so it is refused, not changed.
+        let division = #Predicate<Person> { $0.age / 2 > 20 }
         #expect {
-            _ = try world.fetchAll(Person.self, .predicate(arithmetic))
+            _ = try world.fetchAll(Person.self, .predicate(division))
         } throws: { error in
             guard let error = error as? QueryError else { return false }
-            return error.code == .unsupported && error.message.contains("Arithmetic")
+            return error.code == .unsupported && error.message.contains("IntDivision") && error.message.contains("Double")
         }
+        // A filter's test reads the members only.
+        let outer = #Predicate<Person> { person in person.pets.filter { $0.age > person.age }.count > 0 }
+        #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, .predicate(outer)) }
         let transient = #Predicate<Person> { $0.scratch > 1 }
         #expect {
             _ = try world.fetchAll(Person.self, .predicate(transient))
@@ -107,5 +116,8 @@ import Testing
                 == (try sql(%"age" > 18 && %"location" == nil)))
         #expect(try sql(.predicate(#Predicate<Person> { $0.pets.contains { $0.name == "Rex" } }))
                 == (try sql(%"pets.name"%.any == "Rex")))
+        #expect(try sql(.predicate(#Predicate<Person> { $0.pets.filter { $0.age > 3 }.count > 1 }))
+                == (try sql(.where("SUBQUERY(pets, $p, $p.age > 3).@count > 1"))))
+        #expect(try sql(.predicate(#Predicate<Person> { $0.age + 1 > 30 })) == (try sql(.where("age + 1 > 30"))))
     }
 }

@@ -16,8 +16,10 @@ extension Condition {
     /// properties); `&&`, `||`, `!`; `nil`, optionals, `?.` and `!` through to-one
     /// relationships and `??` with a constant default; `starts(with:)` and `contains(_:)` on
     /// strings; `[values].contains($0.key)`; `contains(where:)` and `allSatisfy` on to-many
-    /// relationships (ANY / ALL); `.count` of a to-many relationship. Anything else — arithmetic,
-    /// string transformations, local functions — makes a condition that throws
+    /// relationships (ANY / ALL); `.count` of a to-many relationship, and of
+    /// `relationship.filter { … }` (a SUBQUERY); `+`, `-`, `*`, unary `-` and `/` on `Double`s
+    /// (in `Double`, as format strings compute). Anything else — `Int` division, string
+    /// transformations, local functions — makes a condition that throws
     /// `QueryError.unsupported` naming the expression when the fetch runs: it is never
     /// evaluated by loading every object.
     ///
@@ -47,6 +49,10 @@ enum PredicateTerm {
     case coalesced(String, Value)
     /// `relationship.flatMap { condition }`: nil where the relationship is nil.
     case optionalCondition(String, Condition.Node)
+    /// Arithmetic, or the count of a filtered relationship: compared as `Condition.Expression`.
+    case expression(Condition.Expression)
+    /// `relationship.filter { condition }`, the condition on the members: only its `count` is read.
+    case filtered(String, Condition.Node)
 }
 
 /// A predicate expression that can be translated (conformed to by Foundation's expression types).
@@ -100,11 +106,31 @@ struct PredicateTranslator {
         variables[variable] = key
     }
 
+    /// A term as one side of an `expression` node: a key, a value, or an expression.
+    func side(_ term: PredicateTerm, of expression: Any) throws(QueryError) -> Condition.Expression {
+        switch term {
+        case .path(let key, _) where !key.isEmpty: return .key(key)
+        case .value(let value, let kind): return .constant(.value(value, kind))
+        case .object(let id): return .constant(.object(id))
+        case .expression(let computed): return computed
+        default: throw unsupported(expression, "arithmetic takes numeric properties, values and arithmetic")
+        }
+    }
+
+    /// `lhs op rhs` as arithmetic.
+    mutating func arithmetic(_ lhs: Any, _ op: Condition.ArithmeticOperator, _ rhs: Any, expression: Any) throws(QueryError) -> PredicateTerm {
+        .expression(.arithmetic(try side(term(lhs), of: expression), op, try side(term(rhs), of: expression)))
+    }
+
     /// `lhs op rhs`, whichever side holds the key.
     mutating func compare(_ lhs: Any, _ op: ComparisonOperator, _ rhs: Any, expression: Any) throws(QueryError) -> PredicateTerm {
         let left = try term(lhs)
         let right = try term(rhs)
+        // Arithmetic and counts of filtered members compare as expressions, whose resolution
+        // checks their kinds.
         switch (left, right) {
+        case (.expression, _), (_, .expression):
+            return .condition(.expression(try side(left, of: expression), .compare(op), try side(right, of: expression), []))
         case (.path(let key, _), _) where !key.isEmpty:
             return .condition(try Self.compare(key, op, right, expression: expression, translator: self))
         case (_, .path(let key, _)) where !key.isEmpty:
@@ -200,7 +226,15 @@ extension PredicateExpressions.Variable: PredicateTranslatable {
 
 extension PredicateExpressions.KeyPath: PredicateTranslatable {
     func translate(_ translator: inout PredicateTranslator) throws(QueryError) -> PredicateTerm {
-        guard case .path(let prefix, let type) = try translator.term(root) else {
+        let base = try translator.term(root)
+        // `relationship.filter { … }.count`: a SUBQUERY's count.
+        if case .filtered(let key, let condition) = base {
+            guard let collection = Root.Output.self as? any _ToManyCollection.Type, collection.isCount(keyPath) else {
+                throw translator.unsupported(self, "of a filtered relationship only count can be read")
+            }
+            return .expression(.subquery(relationship: key, condition: condition, function: .count, member: nil))
+        }
+        guard case .path(let prefix, let type) = base else {
             throw translator.unsupported(self, "key paths must start at the object")
         }
         if let type, let name = type._cs_key(for: keyPath) {
@@ -351,6 +385,46 @@ extension PredicateExpressions.SequenceAllSatisfy: PredicateTranslatable {
     }
 }
 
+extension PredicateExpressions.Filter: PredicateTranslatable {
+    func translate(_ translator: inout PredicateTranslator) throws(QueryError) -> PredicateTerm {
+        let key = try translator.path(sequence)
+        // The test reads the members only: keys of the object outside are not bound, so they
+        // throw (SUBQUERY's outer keys have no typed form).
+        var members = PredicateTranslator(entity: translator.entity)
+        members.variables[variable.key] = ""
+        return .filtered(key, try members.condition(filter))
+    }
+}
+
+extension PredicateExpressions.Arithmetic: PredicateTranslatable {
+    func translate(_ translator: inout PredicateTranslator) throws(QueryError) -> PredicateTerm {
+        let operation: Condition.ArithmeticOperator = switch op {
+        case .add: .add
+        case .subtract: .subtract
+        case .multiply: .multiply
+        }
+        return try translator.arithmetic(lhs, operation, rhs, expression: self)
+    }
+}
+
+extension PredicateExpressions.FloatDivision: PredicateTranslatable {
+    func translate(_ translator: inout PredicateTranslator) throws(QueryError) -> PredicateTerm {
+        try translator.arithmetic(lhs, .divide, rhs, expression: self)
+    }
+}
+
+extension PredicateExpressions.UnaryMinus: PredicateTranslatable {
+    func translate(_ translator: inout PredicateTranslator) throws(QueryError) -> PredicateTerm {
+        .expression(.arithmetic(.constant(.value(.integer(0), .int)), .subtract, try translator.side(translator.term(wrapped), of: self)))
+    }
+}
+
+extension PredicateExpressions.IntDivision: PredicateTranslatable {
+    func translate(_ translator: inout PredicateTranslator) throws(QueryError) -> PredicateTerm {
+        throw translator.unsupported(self, "Int division truncates, and queries compute in Double (7 / 2 is 3.5); divide Double properties, or multiply instead ($0.age > 2 * 7)")
+    }
+}
+
 // MARK: - Helpers for key paths
 
 /// `Set<Member>`, the type of to-many relationships: recognizes its `count`.
@@ -360,6 +434,11 @@ protocol _ToManyCollection {
 
 extension Set: _ToManyCollection {
     static func isCount(_ keyPath: AnyKeyPath) -> Bool { keyPath == \Set<Element>.count }
+}
+
+/// `[Member]`, what `filter` returns.
+extension Array: _ToManyCollection {
+    static func isCount(_ keyPath: AnyKeyPath) -> Bool { keyPath == \[Element].count }
 }
 
 /// `Optional<SomeEntity>`, the type of to-one relationships.
