@@ -201,6 +201,9 @@ import Testing
     @Test func subqueriesCountMatchingMembers() throws {
         #expect(try Self.whereSQL(.where("SUBQUERY(pets, $p, $p.age > 3 AND $p.name BEGINSWITH 'R').@count > 1")) ==
                 #"(SELECT count(*) FROM "Pet" AS s1_t0 WHERE s1_t0."owner" = t0."Z_PK" AND (s1_t0."age" > ? AND cs_text(?, ?, s1_t0."name", ?))) > ?"#)
+        // The DSL says the same, with the members' keys.
+        #expect(try Self.whereSQL(%"pets"%.count(where: %"age" > 3 && %"name"%.beginsWith("R")) > 1) ==
+                Self.whereSQL(.where("SUBQUERY(pets, $p, $p.age > 3 AND $p.name BEGINSWITH 'R').@count > 1")))
         // A bare key inside reads the object outside: a correlated reference.
         #expect(try Self.whereSQL(.where("SUBQUERY(pets, $p, $p.age > age).@count == 0")) ==
                 #"(SELECT count(*) FROM "Pet" AS s1_t0 WHERE s1_t0."owner" = t0."Z_PK" AND s1_t0."age" > t0."age") IS ?"#)
@@ -310,6 +313,7 @@ import Testing
         #expect(try names("pets.@min.age < 2 OR pets.@max.name == 'Tom'") == ["Ada", "Monk"])
         #expect(try names("SUBQUERY(pets, $p, $p.age > 3 AND $p.name BEGINSWITH 'R').@count == 1") == ["Monk"])
         #expect(try names("SUBQUERY(pets, $p, $p.age * 10 > age).@count > 0") == ["Ada", "Monk"])
+        #expect(try world.fetchAll(Person.self, %"pets"%.count(where: %"age" > 3) == 2).map(\.name) == ["Monk"])
         #expect(try names("age / 0 == nil AND age * 2 + 1 == 19") == ["Ada"])
         #expect(try names("2 ** (age / 10) > 15") == ["Monk"])
         // Pending changes are evaluated in memory, with the same meaning.

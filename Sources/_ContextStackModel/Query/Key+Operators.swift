@@ -105,3 +105,34 @@ public struct QuantifiedKey: Sendable {
 
 /// `%` on a quantified key is the identity, so `%"pets.name"%.any == "Rex"` reads as one unit.
 public prefix func % (key: QuantifiedKey) -> QuantifiedKey { key }
+
+extension Key {
+    /// The number of members of this to-many relationship that match `condition`, whose keys
+    /// are the members' — a SUBQUERY: `%"pets"%.count(where: %"age" > 3) > 1` is
+    /// `SUBQUERY(pets, $p, $p.age > 3).@count > 1`.
+    public func count(where condition: Condition) -> MemberCount {
+        MemberCount(relationship: path, condition: condition)
+    }
+}
+
+/// How many members of a to-many relationship match a condition (`Key.count(where:)`), compared
+/// with a number.
+public struct MemberCount: Sendable {
+    let relationship: String
+    let condition: Condition
+
+    private func compare(_ op: ComparisonOperator, _ count: Int) -> Condition {
+        let counted = Condition.Expression.subquery(relationship: relationship, condition: condition.node, function: .count, member: nil)
+        return Condition(.expression(counted, .compare(op), .constant(.value(.integer(Int64(count)), .int)), []))
+    }
+
+    public static func == (lhs: MemberCount, rhs: Int) -> Condition { lhs.compare(.equal, rhs) }
+    public static func != (lhs: MemberCount, rhs: Int) -> Condition { lhs.compare(.notEqual, rhs) }
+    public static func < (lhs: MemberCount, rhs: Int) -> Condition { lhs.compare(.less, rhs) }
+    public static func <= (lhs: MemberCount, rhs: Int) -> Condition { lhs.compare(.lessOrEqual, rhs) }
+    public static func > (lhs: MemberCount, rhs: Int) -> Condition { lhs.compare(.greater, rhs) }
+    public static func >= (lhs: MemberCount, rhs: Int) -> Condition { lhs.compare(.greaterOrEqual, rhs) }
+}
+
+/// Lets `%"pets"%.count(where: …)` read as the other `%"key"%.method(…)` forms do.
+public prefix func % (count: MemberCount) -> MemberCount { count }
