@@ -162,7 +162,7 @@ extension CompiledQuery {
             return quantifier == .any ? exists : "(NOT \(exists))"
         case .text, .oneOf, .between, .compare:
             // A comparison the dialect cannot write exactly selects a superset; `matches` decides.
-            if textMatchOutside(dialect, in: node) != nil { return positive ? dialect.trueCondition : dialect.falseCondition }
+            if inexactComparison(dialect, in: node) != nil { return positive ? dialect.trueCondition : dialect.falseCondition }
         }
         switch node {
         case .text(let value, let op, let pattern, let options):

@@ -152,9 +152,10 @@ package struct CompiledQuery: Sendable {
     /// For a SUBQUERY's condition: the keys of the object outside it that it reads, resolved
     /// against that object's entity (whose query joins their hops).
     let outerPaths: [ResolvedPath]
-    /// Whether the condition holds a string operator the dialect cannot write exactly (on
-    /// PostgreSQL: MATCHES, and the `[c]`/`[d]` options). Its SQL then selects a superset of
-    /// the matching rows — each such operator replaced by TRUE, or FALSE under a negation — and
+    /// Whether the condition holds a comparison the dialect cannot write exactly (on
+    /// PostgreSQL: MATCHES, the `[c]`/`[d]` options, `**`, and a SUBQUERY whose condition holds
+    /// one of those). Its SQL then selects a superset of the matching rows — each such
+    /// comparison replaced by TRUE, or FALSE under a negation — and
     /// the rows are filtered in memory with `matches`, which evaluates it exactly. Windows and
     /// counts are then taken in memory too; aggregates and batch operations refuse.
     package let filtersInMemory: Bool
@@ -176,7 +177,7 @@ package struct CompiledQuery: Sendable {
         if let condition {
             node = try resolver.resolve(condition.node)
         }
-        filtersInMemory = node.map { Self.textMatchOutside(dialect, in: $0) != nil } ?? false
+        filtersInMemory = node.map { Self.inexactComparison(dialect, in: $0) != nil } ?? false
         var order: [SortTerm] = []
         for term in orderBy?.terms ?? [] {
             if let error = term.invalid { throw error }
@@ -264,7 +265,7 @@ package struct CompiledQuery: Sendable {
 
     /// The first comparison in `node` that `dialect` cannot express, quantified conditions
     /// included, described for a message (`name ==[c]`).
-    static func textMatchOutside(_ dialect: any SQLDialect, in node: Node) -> String? {
+    static func inexactComparison(_ dialect: any SQLDialect, in node: Node) -> String? {
         func describe(_ term: Term, _ op: String, _ options: MatchOptions) -> String {
             let key = switch term {
             case .path(let path), .outer(let path): path.key
@@ -294,11 +295,11 @@ package struct CompiledQuery: Sendable {
         case .between(let left, _, _, let options):
             return (options.isEmpty || dialect.canFold) && !unwritable(left) ? nil : describe(left, "BETWEEN", options)
         case .and(let a, let b), .or(let a, let b):
-            return textMatchOutside(dialect, in: a) ?? textMatchOutside(dialect, in: b)
+            return inexactComparison(dialect, in: a) ?? inexactComparison(dialect, in: b)
         case .not(let a):
-            return textMatchOutside(dialect, in: a)
+            return inexactComparison(dialect, in: a)
         case .quantified(_, _, _, let inner):
-            return inner.node.flatMap { textMatchOutside(dialect, in: $0) }
+            return inner.node.flatMap { inexactComparison(dialect, in: $0) }
         case .constant:
             return nil
         }
@@ -308,7 +309,7 @@ package struct CompiledQuery: Sendable {
     /// wholly in SQL: aggregate queries and batch operations.
     /// - Parameter what: the operation, for the message (`"an aggregate query"`).
     package func requireSQLOnly(for what: String) throws(QueryError) {
-        guard let node, let found = Self.textMatchOutside(dialect, in: node) else { return }
+        guard let node, let found = Self.inexactComparison(dialect, in: node) else { return }
         throw QueryError(.unsupported, "\(entity.name).\(found) cannot run in \(what) on this store: its SQL has no exact equivalent of MATCHES, the [c] and [d] options and ** (power), so fetches filter them in memory, and \(what) runs wholly in SQL. Fetch the objects and aggregate or change them, or drop the option.", entity: entity.name)
     }
 }
