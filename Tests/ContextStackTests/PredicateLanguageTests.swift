@@ -191,6 +191,14 @@ import Testing
         #expect(error(.where("pets.@median.age > 3"))?.code == .unknownKey)
         #expect(error(.where("pets.@count.age > 3"))?.code == .unsupported)
         #expect(error(.where("friend.pets.@count > 3"))?.code == .unsupported)
+        // @min and @max refuse what is not stored in its order; @sum and @avg what is not a number.
+        let wallets = try Model(Wallet.self, Banknote.self).graph.entity(for: Wallet.self)
+        for format in ["notes.@max.amount > 3", "notes.@min.scan == nil", "notes.@avg.amount > 3"] {
+            #expect { try CompiledQuery(entity: wallets, condition: .where(format), orderBy: nil) } throws: {
+                ($0 as? QueryError)?.code == .unsupported
+            }
+        }
+        #expect(try CompiledQuery(entity: wallets, condition: .where("notes.@max.serial > 'A'"), orderBy: nil).node != nil)
         // Core Data sorts by attributes and to-one key paths only.
         let graph = try Model(Person.self, Pet.self).graph
         #expect { try CompiledQuery(entity: graph.entity(for: Person.self), condition: nil, orderBy: .ascending("pets.@count")) } throws: {
@@ -225,6 +233,10 @@ import Testing
             do { _ = try Self.compiled(.where(format)); return nil } catch { return error as? QueryError }
         }
         #expect(failure("SUBQUERY(pets, $p, SELF == $p).@count > 0")?.message.contains("SELF inside a SUBQUERY") == true)
+        // SUBQUERY is a keyword, `#subquery` a key; `now` is a key unless `()` follows it.
+        #expect(failure("subquery > 3")?.code == .invalidFormat)
+        #expect(failure("#subquery > 3")?.code == .unknownKey)
+        #expect(failure("now > 3")?.code == .unknownKey)
         #expect(failure("SUBQUERY(pets, $p, $p.age > 1) > 0")?.message.contains("@count") == true)
         #expect(failure("SUBQUERY(name, $p, $p.age > 1).@count > 0")?.message.contains("to-many") == true)
         #expect(failure("SUBQUERY(friendOf, $f, SUBQUERY($f.pets, $p, $p.age > age).@count > 0).@count > 0")?.message.contains("two levels") == true)
@@ -254,6 +266,17 @@ import Testing
         #expect(failure("age + nil > 3")?.code == .unsupported)
         #expect(failure("age + 1 > 'x'")?.code == .typeMismatch)
         #expect(failure("age + {1} > 3")?.code == .invalidFormat)
+        // A date minus a date is a number of seconds; a date plus a date is refused.
+        let sample = try Model(Sample.self).graph.entity(for: Sample.self)
+        let seconds = try CompiledQuery(entity: sample, condition: .where("date - %@ > 3600", Date(timeIntervalSince1970: 0)), orderBy: nil)
+        #expect(seconds.fromWhere().text.hasSuffix(#"WHERE (CAST(t0."date" AS REAL) - CAST(? AS REAL)) > ?"#))
+        #expect { try CompiledQuery(entity: sample, condition: .where("date - %@ > %@", Date(), Date()), orderBy: nil) } throws: {
+            ($0 as? QueryError)?.code == .typeMismatch
+        }
+        #expect { try CompiledQuery(entity: sample, condition: .where("date + date > 3"), orderBy: nil) } throws: {
+            ($0 as? QueryError)?.code == .typeMismatch
+        }
+
         // PostgreSQL's power() refuses what Swift's pow answers, so ** is filtered in memory there.
         let postgres = try CompiledQuery(entity: Model(Person.self, Pet.self).graph.entity(for: Person.self), condition: .where("age ** 2 > 4"), orderBy: nil, dialect: PostgresDialect())
         #expect(postgres.filtersInMemory)
@@ -345,4 +368,16 @@ import Testing
         #expect(try names(%"name"%.like(#"a\\b"#)) == [#"a\b"#])
         #expect(try names(%"name"%.like("a*b")) == ["a*b", "a?b", #"a\b"#, "ab", "axb"])
     }
+}
+
+/// Members whose attributes are not stored in their order, for the collection operators' checks.
+@Entity final class Wallet: ManagedObject {
+    @Relationship(inverse: \Banknote.wallet) var notes: Set<Banknote>
+}
+
+@Entity final class Banknote: ManagedObject {
+    var serial: String = ""
+    var amount: Decimal = 0
+    var scan: Data = Data()
+    @Relationship var wallet: Wallet?
 }

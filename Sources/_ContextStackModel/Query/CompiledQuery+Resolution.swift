@@ -85,6 +85,11 @@ extension CompiledQuery {
             return try collectionPath(written, property, function, member, filter: filter, in: entity)
         }
 
+        /// `$name` left without a value by `substituting(_:)`.
+        func unboundVariable(_ name: String) -> QueryError {
+            QueryError(.unsupported, "$\(name) in a condition on \(entity.name) has no value: give the condition its variables with .substituting([\"\(name)\": …]) before using it.", entity: entity.name)
+        }
+
         func resolve(_ node: Condition.Node) throws(QueryError) -> Node {
             switch node {
             case .constant(let value): return .constant(value)
@@ -118,7 +123,7 @@ extension CompiledQuery {
                                _ options: MatchOptions) throws(QueryError) -> Node {
             let spelled = op.spelling + options.formatSuffix
             for case .variable(let name) in [left, right] {
-                throw QueryError(.unsupported, "$\(name) in a condition on \(entity.name) has no value: give the condition its variables with .substituting([\"\(name)\": …]) before using it.", entity: entity.name)
+                throw unboundVariable(name)
             }
             // A key through a to-many relationship asks about members: `%@ IN pets`, `'Rex' IN
             // pets.name` and `pets CONTAINS %@` ask whether one of them is the value, and any other
@@ -165,7 +170,7 @@ extension CompiledQuery {
                 names.append("SELF")
                 return .identity
             case .variable(let name):
-                throw QueryError(.unsupported, "$\(name) in a condition on \(entity.name) has no value: give the condition its variables with .substituting([\"\(name)\": …]) before using it.", entity: entity.name)
+                throw unboundVariable(name)
             case .now:
                 names.append("now()")
                 return .value(.double(now), .date)
