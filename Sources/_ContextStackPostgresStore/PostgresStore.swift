@@ -335,7 +335,7 @@ package final class PostgresStore: QueuedStore {
         if let operation = item.batch { return .batch(try execute(operation, db: writer)) }
         var changes = item.changes
         var correction = ChangeSet()
-        if item.policy.checksStore && !changes.updates.isEmpty {
+        if changes.checksStore(under: item.policy) {
             // Only a policy that compares with the store needs the rows still as they are when
             // it compares (`.objectTrump` writes the changed values whatever is stored).
             try lock(changes, on: writer)

@@ -30,7 +30,7 @@ import _ContextStackSQLite
 ///     attribute is made unique with `@Attribute(.unique)`. See Docs/Writing.md.
 @attached(member, names: arbitrary)
 @attached(memberAttribute)
-@attached(extension, conformances: Sendable)
+@attached(extension, conformances: Sendable, SnapshotProviding)
 public macro Entity(name: String? = nil, originalName: String? = nil, unique: [[String]] = []) = #externalMacro(module: "ContextStackMacros", type: "EntityMacro")
 
 /// Options for an attribute: `@Attribute(.unique)`, `@Attribute(.indexed)`.

@@ -63,7 +63,7 @@ extension ContextCore {
             case .inserted:
                 changes.inserts.append((object.objectID, ObjectRow(entity: object.entity, values: object.values)))
             case .updated:
-                guard let snapshot = object.snapshot else { continue }
+                guard let snapshot = object.beforeImage else { continue }
                 var slots: [Int] = []
                 var values: [Value] = []
                 for slot in object.entity.storedSlots where !object.values[slot].isIdentical(to: snapshot[slot]) {
@@ -72,7 +72,8 @@ extension ContextCore {
                 }
                 if !slots.isEmpty {
                     changes.updates.append(.init(id: object.objectID, entity: object.entity, slots: slots, values: values,
-                                                 snapshot: snapshot, current: object.values))
+                                                 snapshot: snapshot, current: object.values,
+                                                 expectsStoredRow: expectsStoredRow.contains(object.objectID)))
                 }
             case .deleted:
                 changes.deletes.append((object.objectID, object.entity))
@@ -96,16 +97,17 @@ extension ContextCore {
             switch object.state {
             case .deleted:
                 registry[object.objectID] = nil
-                object.snapshot = nil
+                object.beforeImage = nil
             default:
                 object.state = .clean
-                object.snapshot = nil
+                object.beforeImage = nil
             }
         }
         changed.removeAll()
         upserts.removeAll()
         links.removeAll()
         linkEnds.removeAll()
+        expectsStoredRow.removeAll()
         #if DEBUG
         checkInvariants()
         #endif
@@ -115,9 +117,9 @@ extension ContextCore {
     /// ones become invalid.
     package func rollback() {
         for object in changed.values {
-            if let snapshot = object.snapshot {
+            if let snapshot = object.beforeImage {
                 object.values = snapshot
-                object.snapshot = nil
+                object.beforeImage = nil
                 object.state = .clean
             } else {
                 object.state = .invalidated
@@ -130,6 +132,7 @@ extension ContextCore {
         upserts.removeAll()
         links.removeAll()
         linkEnds.removeAll()
+        expectsStoredRow.removeAll()
         generation += 1
     }
 
@@ -145,6 +148,7 @@ extension ContextCore {
         upserts.removeAll()
         links.removeAll()
         linkEnds.removeAll()
+        expectsStoredRow.removeAll()
         generation += 1
         // Nothing is left for handed-over commits to update.
         _ = takeInbox()

@@ -37,10 +37,10 @@ extension ContextCore {
         for update in changes.updates {
             guard let object = registered(update.id), object.state == .clean || object.state == .updated else { continue }
             for (slot, value) in zip(update.slots, update.values) where slot < object.values.count {
-                if var snapshot = object.snapshot {
+                if var snapshot = object.beforeImage {
                     if object.values[slot].isIdentical(to: snapshot[slot]) { object.values[slot] = value }
                     snapshot[slot] = value
-                    object.snapshot = snapshot
+                    object.beforeImage = snapshot
                 } else {
                     object.values[slot] = value
                 }
@@ -49,7 +49,7 @@ extension ContextCore {
         for delete in changes.deletes {
             guard let object = registered(delete.id) else { continue }
             object.state = .deleted
-            object.snapshot = nil
+            object.beforeImage = nil
             registry[delete.id] = nil
             changed[delete.id] = nil
         }

@@ -26,7 +26,7 @@ extension ContextCore {
             precondition(object.context === self, "invariant: \(object) is registered in a context it does not belong to")
             precondition(object.state != .invalidated, "invariant: \(object) is registered but invalidated")
             if object.state == .clean {
-                precondition(object.snapshot == nil, "invariant: clean \(object) keeps a before-image")
+                precondition(object.beforeImage == nil, "invariant: clean \(object) keeps a before-image")
                 precondition(changed[id] == nil, "invariant: clean \(object) is among the changes")
             }
         }
@@ -35,7 +35,7 @@ extension ContextCore {
             precondition(object.state == .inserted || object.state == .updated || object.state == .deleted,
                          "invariant: \(object) is among the changes in state \(object.state)")
             if object.state == .updated {
-                precondition(object.snapshot != nil, "invariant: updated \(object) has no before-image")
+                precondition(object.beforeImage != nil, "invariant: updated \(object) has no before-image")
             }
             if object.state != .deleted {
                 precondition(registry[id]?.object === object, "invariant: changed \(object) is not registered")

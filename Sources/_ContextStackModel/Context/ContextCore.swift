@@ -35,6 +35,10 @@ package final class ContextCore: @unchecked Sendable {
     /// Join-table pairs added (`true`) or removed (`false`) since the last commit.
     var links: [LinkKey: Bool] = [:]
     var linkEnds: [LinkKey: LinkEnds] = [:]
+    /// Objects that `apply(_:expecting:)` checked: their commit fails with
+    /// `MergeConflictError` if the stored row changed since they were loaded, whatever the
+    /// merge policy.
+    var expectsStoredRow: Set<ObjectID> = []
     /// Bumped whenever loaded to-many relationships may be out of date.
     var generation = 0
     /// What `.prefetch` read ahead for objects not registered yet.
@@ -168,7 +172,7 @@ package final class ContextCore: @unchecked Sendable {
     func markChanged(_ object: ManagedObject) {
         if object.fault != nil { fulfill(object, slot: nil) }
         if object.state == .clean {
-            object.snapshot = object.values
+            object.beforeImage = object.values
             object.state = .updated
             changed[object.objectID] = object
         }
@@ -295,47 +299,7 @@ package final class ContextCore: @unchecked Sendable {
     @discardableResult
     func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, reader: inout RowReader,
                     expecting: (Int) -> Void, _ sink: (ObjectID, ObjectRow) throws -> Void) throws -> Bool {
-        var recheck = reader.pendingIDs(of: query.entity.rootDescription)
-        for chain in query.hopChains {
-            recheck.formUnion(try reader.referencing(chain, from: query.entity))
-        }
-        recheck.formUnion(try reader.ownersToRecheck(query))
-        var sql = query.fromWhere()
-        let table = query.entity.table!
-        if recheck.isEmpty && !query.filtersInMemory {
-            // Nothing pending: SQL's window is the answer.
-            sql.text = "SELECT \(reader.selectColumns(table, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
-            if limit != nil || offset > 0 {
-                sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
-            }
-            try reader.eachRow(sql, table: table, columns: columns, expecting: expecting, sink)
-            return columns == nil
-        }
-        sql.text = "SELECT \(reader.selectColumns(table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
-        // Each pending object can push at most one stored row out of the window, so the
-        // first offset + limit + pending stored rows hold every row the window can need —
-        // unless SQL selects a superset that memory filters, when any row may drop out.
-        if let limit, !query.filtersInMemory {
-            sql.text += " " + query.dialect.window(limit: offset + limit + recheck.count, offset: 0, arguments: &sql.arguments)
-        }
-        var rows = try reader.rows(sql, table: table).filter { !recheck.contains($0.id) }
-        if query.filtersInMemory {
-            rows = try rows.filter { try query.matches($0.id, $0.row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) }
-        }
-        for id in recheck {
-            guard let row = try reader.row(id), query.accepts(row.entity) else { continue }
-            if try query.matches(id, row.values, resolve: { try reader.row($0) }, members: { try reader.members(of: $0, $1) }) {
-                rows.append((id, row))
-            }
-        }
-        try rows.sort { a, b in
-            try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try reader.row($0) })
-        }
-        if offset > 0 { rows.removeFirst(min(offset, rows.count)) }
-        if let limit, rows.count > limit { rows.removeLast(rows.count - limit) }
-        expecting(rows.count)
-        for (id, row) in rows { try sink(id, row) }
-        return true
+        try reader.select(query, offset: offset, limit: limit, columns: columns, expecting: expecting, sink)
     }
 
     /// Makes room in the registry for `count` objects about to be registered: at most one

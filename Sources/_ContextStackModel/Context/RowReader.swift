@@ -381,3 +381,54 @@ package struct RowReader {
         return exists
     }
 }
+
+extension RowReader {
+    /// The rows matching `query`, in order, windowed by `offset` and `limit`, merging the
+    /// reading context's pending changes (if any) and the writer's pending commits with the
+    /// store; see `ContextCore.selectRows`.
+    @discardableResult
+    package mutating func select(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?,
+                                 expecting: (Int) -> Void, _ sink: (ObjectID, ObjectRow) throws -> Void) throws -> Bool {
+        var recheck = pendingIDs(of: query.entity.rootDescription)
+        for chain in query.hopChains {
+            recheck.formUnion(try referencing(chain, from: query.entity))
+        }
+        recheck.formUnion(try ownersToRecheck(query))
+        var sql = query.fromWhere()
+        let table = query.entity.table!
+        if recheck.isEmpty && !query.filtersInMemory {
+            // Nothing pending: SQL's window is the answer.
+            sql.text = "SELECT \(selectColumns(table, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
+            if limit != nil || offset > 0 {
+                sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
+            }
+            try eachRow(sql, table: table, columns: columns, expecting: expecting, sink)
+            return columns == nil
+        }
+        sql.text = "SELECT \(selectColumns(table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
+        // Each pending object can push at most one stored row out of the window, so the
+        // first offset + limit + pending stored rows hold every row the window can need —
+        // unless SQL selects a superset that memory filters, when any row may drop out.
+        if let limit, !query.filtersInMemory {
+            sql.text += " " + query.dialect.window(limit: offset + limit + recheck.count, offset: 0, arguments: &sql.arguments)
+        }
+        var found = try self.rows(sql, table: table).filter { !recheck.contains($0.id) }
+        if query.filtersInMemory {
+            found = try found.filter { try query.matches($0.id, $0.row.values, resolve: { try self.row($0) }, members: { try self.members(of: $0, $1) }) }
+        }
+        for id in recheck {
+            guard let row = try self.row(id), query.accepts(row.entity) else { continue }
+            if try query.matches(id, row.values, resolve: { try self.row($0) }, members: { try self.members(of: $0, $1) }) {
+                found.append((id, row))
+            }
+        }
+        try found.sort { a, b in
+            try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try self.row($0) })
+        }
+        if offset > 0 { found.removeFirst(min(offset, found.count)) }
+        if let limit, found.count > limit { found.removeLast(found.count - limit) }
+        expecting(found.count)
+        for (id, row) in found { try sink(id, row) }
+        return true
+    }
+}

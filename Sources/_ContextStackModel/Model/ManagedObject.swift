@@ -25,7 +25,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     /// destination's primary key; `.null` for to-many relationships).
     package var values: ContiguousArray<Value>
     /// The values as last loaded or saved; non-nil once the object has unsaved changes.
-    var snapshot: ContiguousArray<Value>?
+    var beforeImage: ContiguousArray<Value>?
     var state: ObjectState = .clean
     /// Loaded to-many relationships, by slot, with the context generation they were loaded in.
     var toManyCache: [Int: (ids: Set<ObjectID>, generation: Int)] = [:]
@@ -169,6 +169,11 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     public final func _cs_setToMany<T: ManagedObject>(_ slot: Int, _ newValue: Set<T>) {
         context.willChange(self)
         context.setToMany(of: self, slot: slot, to: newValue.map { $0 as ManagedObject })
+    }
+
+    /// The object's slots for a snapshot (`Person.Snapshot(person)`), after the confinement check.
+    public final func _cs_snapshotRow() -> _SnapshotRow {
+        context.snapshotRow(of: self)
     }
 
     // MARK: - Internal

@@ -103,6 +103,7 @@ package final class ModelGraph: Sendable {
         }
         schemaDescription = Self.describe(tables: tables, joinTables: joinTables, entities: entities)
         versionHash = Self.fnv1a(schemaDescription)
+        ObjectID.register(entities)
     }
 
     package func entity(for description: EntityDescription) -> ResolvedEntity? { byDescription[ObjectIdentifier(description)] }

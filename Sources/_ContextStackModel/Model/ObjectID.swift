@@ -6,7 +6,12 @@ import _ContextStackCore
 /// keeps it in every context, before and after commit. IDs are `Sendable`: pass them between
 /// contexts and threads, and bring the object into another context with `fetch(_:id:)` or
 /// `update.use(_:)`.
-public struct ObjectID: Hashable, Sendable, CustomStringConvertible, Comparable {
+///
+/// An ID's text form is `"Person/12"` (the root entity's name and the primary key): it
+/// round-trips through `ObjectID(_:)` and through `Codable`, which encodes that string, so an
+/// ID can travel in JSON or, percent-encoded, in a URL. Reading one back needs the entity in a
+/// `Model` made in this process.
+public struct ObjectID: Hashable, Sendable, CustomStringConvertible, Comparable, LosslessStringConvertible, Codable {
     /// The entity at the top of the object's hierarchy. ResolvedEntity descriptions live for the
     /// whole process (they are static members of the entity classes), hence `unowned(unsafe)`.
     package unowned(unsafe) let rootEntity: EntityDescription
@@ -36,4 +41,44 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible, Comparable 
     }
 
     public var description: String { "\(rootEntity.name)/\(primaryKey)" }
+
+    /// The ID `description` names (`"Person/12"`), or `nil` when the text is not an ID or names
+    /// no entity at the top of a hierarchy in a `Model` made in this process (the latest
+    /// model wins when two name the same entity).
+    public init?(_ description: String) {
+        guard let (name, primaryKey) = Self.parse(description),
+              let root = Self.roots.withLock({ $0[name] }) else { return nil }
+        self.init(rootEntity: root, primaryKey: primaryKey)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        guard let id = ObjectID(text) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "'\(text)' is not an object ID of a model made in this process (\"<Entity>/<primary key>\").")
+        }
+        self = id
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+
+    /// The entity name and primary key of `"Person/12"`.
+    static func parse(_ text: String) -> (String, Int64)? {
+        guard let slash = text.lastIndex(of: "/"), slash != text.startIndex,
+              let key = Int64(text[text.index(after: slash)...]) else { return nil }
+        return (String(text[..<slash]), key)
+    }
+
+    /// The root entities of the models made in this process, by name, for `init?(_:)`.
+    private static let roots = Locked<[String: EntityDescription]>([:])
+
+    /// Makes the root entities of a new model known to `init?(_:)`.
+    static func register(_ entities: [ResolvedEntity]) {
+        roots.withLock { roots in
+            for entity in entities where entity.superentity == nil { roots[entity.name] = entity.description_ }
+        }
+    }
 }

@@ -146,11 +146,21 @@ extension ContextCore {
     package func query<T: ManagedObject>(_ type: T.Type, _ select: Select, _ condition: Condition?, orderBy: OrderBy?,
                                  groupBy: KeyList?, having: Condition?, options: FetchOptions) throws -> [Row] {
         checkExecution("query(\(T.self).self, …)")
-        let query = try AggregateQuery(entity: graph.entity(for: type), select: select, condition: condition, orderBy: orderBy,
-                                       groupBy: groupBy, having: having, options: options, dialect: store.dialect)
-        try store.waitUntilQueuedWritten()
+        return try store.aggregate(entity: graph.entity(for: type), select: select, condition: condition, orderBy: orderBy,
+                                   groupBy: groupBy, having: having, options: options)
+    }
+}
+
+extension ObjectStore {
+    /// Aggregate rows of `entity`, after every commit handed to the store before the call is
+    /// written (SQL computes them over stored rows).
+    package func aggregate(entity: ResolvedEntity, select: Select, condition: Condition?, orderBy: OrderBy?,
+                           groupBy: KeyList?, having: Condition?, options: FetchOptions) throws -> [Row] {
+        let query = try AggregateQuery(entity: entity, select: select, condition: condition, orderBy: orderBy,
+                                       groupBy: groupBy, having: having, options: options, dialect: dialect)
+        try waitUntilQueuedWritten()
         let columns = select.terms.map(\.alias)
-        return try store.read { session in
+        return try read { session in
             var rows: [Row] = []
             try session.connection.select(query.sql.text, query.sql.arguments) { row in
                 rows.append(Row(columns: columns, values: (0..<columns.count).map(row.value)))

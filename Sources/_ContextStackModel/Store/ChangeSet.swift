@@ -72,15 +72,20 @@ package struct ChangeSet: Sendable {
         /// now: what merge policies compare with the store.
         package var snapshot: ContiguousArray<Value> = []
         package var current: ContiguousArray<Value> = []
+        /// Set by `apply(_:expecting:)`: a change in the store since `snapshot` is a conflict
+        /// (`MergeConflictError`) whatever the commit's merge policy.
+        package var expectsStoredRow = false
 
         package init(id: ObjectID, entity: ResolvedEntity, slots: [Int], values: [Value],
-                     snapshot: ContiguousArray<Value> = [], current: ContiguousArray<Value> = []) {
+                     snapshot: ContiguousArray<Value> = [], current: ContiguousArray<Value> = [],
+                     expectsStoredRow: Bool = false) {
             self.id = id
             self.entity = entity
             self.slots = slots
             self.values = values
             self.snapshot = snapshot
             self.current = current
+            self.expectsStoredRow = expectsStoredRow
         }
     }
 
@@ -100,6 +105,11 @@ package struct ChangeSet: Sendable {
     package init() {}
 
     package var isEmpty: Bool { inserts.isEmpty && updates.isEmpty && deletes.isEmpty && links.isEmpty }
+
+    /// Whether saving the commit under `policy` compares its updates with what is stored.
+    package func checksStore(under policy: MergePolicy) -> Bool {
+        !updates.isEmpty && (policy.checksStore || updates.contains(where: \.expectsStoredRow))
+    }
 
     /// Whether the commit sets values that a uniqueness constraint covers (an insert whose
     /// constrained values are all `nil` cannot conflict).

@@ -29,7 +29,7 @@ extension QueuedStore {
             announce = onVisible
         }
         var appended: (Submission, Bool)?
-        if !(policy.checksStore && !changes.updates.isEmpty) && !changes.touchesUniqueKeys {
+        if !changes.checksStore(under: policy) && !changes.touchesUniqueKeys {
             // The fast path, unless a pinned view needs before-images (checked under the lock,
             // so a view pinned concurrently cannot miss this commit).
             appended = state.withLock { state in
@@ -77,7 +77,7 @@ extension QueuedStore {
 
     /// The commit as the merge policy says it should be saved, given what is stored now.
     package static func resolve(_ changes: ChangeSet, policy: MergePolicy, reader: inout RowReader) throws -> ChangeSet {
-        guard policy.checksStore, !changes.updates.isEmpty else { return changes }
+        guard changes.checksStore(under: policy) else { return changes }
         var resolved = changes
         var updates: [ChangeSet.RowUpdate] = []
         var conflicts: [MergeConflictError.Conflict] = []
@@ -92,7 +92,7 @@ extension QueuedStore {
                 updates.append(update)
                 continue
             }
-            switch policy {
+            switch update.expectsStoredRow ? .error : policy {
             case .objectTrump:
                 updates.append(update)
             case .storeTrump:

@@ -1,0 +1,125 @@
+import _ContextStackCore
+
+/// Snapshots taken from objects, and snapshots written back into them.
+extension ContextCore {
+    /// The slots of `object` as its context sees them (pending changes included), with its
+    /// to-many members, for `S(object)`.
+    package func snapshotRow(of object: ManagedObject) -> _SnapshotRow {
+        checkRead(object)
+        var members: [Int: [ObjectID]] = [:]
+        for property in object.entity.properties where property.isToMany {
+            do {
+                members[property.slot] = try toManyIDs(of: object, property).sorted()
+            } catch {
+                accessorFailed(error)
+                members[property.slot] = []
+            }
+        }
+        return _SnapshotRow(id: object.objectID, entity: object.entity, values: object.values, members: members)
+    }
+
+    /// Sets the object `snapshot` was taken from to the snapshot's values: attributes, to-one
+    /// and to-many relationships. With `original`, first checks that the object's values as
+    /// loaded still equal `original`'s, and makes the commit check again, at the moment it is
+    /// saved, that the stored row is still as loaded.
+    ///
+    /// - Throws: `MergeConflictError` when the object no longer exists, when a relationship
+    ///   names an object that no longer exists, or, with `original`, when a stored value
+    ///   differs from it.
+    package func apply<S: EntitySnapshot>(_ snapshot: S, expecting original: S?) throws {
+        checkExecution("apply(_:)")
+        if let original {
+            precondition(original.id == snapshot.id, "apply(\(snapshot.id), expecting: \(original.id)): the expected snapshot must be of the same object — pass the snapshot the client read before editing it.")
+        }
+        let entity = graph.entity(for: S.Entity.self)
+        beginRead()
+        defer { endRead() }
+        guard snapshot.id.rootEntity === entity.rootDescription,
+              let object = try object(for: snapshot.id), entity.includes(object.entity) else {
+            throw MergeConflictError(conflicts: [.init(objectID: snapshot.id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)])
+        }
+        checkRead(object)
+        let blank = ContiguousArray<Value>(repeating: .null, count: object.entity.properties.count)
+        var ours = _SnapshotRow(id: object.objectID, entity: object.entity, values: blank, members: [:])
+        snapshot._cs_write(to: &ours)
+        if let original {
+            var expected = _SnapshotRow(id: object.objectID, entity: object.entity, values: blank, members: [:])
+            original._cs_write(to: &expected)
+            try check(object, against: expected, ours: ours)
+        }
+        // Every related object is found before anything changes, so a failed apply leaves the
+        // object as it was.
+        var changes: [(slot: Int, change: SnapshotChange)] = []
+        for slot in ours.written {
+            let property = object.entity.properties[slot]
+            if property.isToMany {
+                let ids = ours.members[slot] ?? []
+                let targets = try objects(for: ids)
+                let found = Set(targets.map(\.objectID))
+                let missing = Set(ids).subtracting(found)
+                if !missing.isEmpty {
+                    throw MergeConflictError(conflicts: missing.sorted().map {
+                        .init(objectID: object.objectID, key: property.name, snapshot: .null, stored: .null, ours: .text($0.description))
+                    })
+                }
+                if found != (try toManyIDs(of: object, property)) { changes.append((slot, .toMany(targets))) }
+            } else if property.isRelationship {
+                var target: ManagedObject?
+                if case .integer(let key) = ours.values[slot], let destination = property.destination {
+                    let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+                    guard let found = try self.object(for: id) else {
+                        throw MergeConflictError(conflicts: [.init(objectID: object.objectID, key: property.name, snapshot: .null,
+                                                                   stored: .null, ours: .text(id.description))])
+                    }
+                    target = found
+                }
+                if foreignKey(object, property) != target?.objectID { changes.append((slot, .toOne(target))) }
+            } else if !object.values[slot].isIdentical(to: ours.values[slot]) {
+                changes.append((slot, .value(ours.values[slot])))
+            }
+        }
+        for (slot, change) in changes {
+            willChange(object)
+            switch change {
+            case .value(let value): object.values[slot] = value
+            case .toOne(let target): setToOne(of: object, slot: slot, to: target)
+            case .toMany(let targets): setToMany(of: object, slot: slot, to: targets)
+            }
+        }
+        if original != nil { expectsStoredRow.insert(object.objectID) }
+    }
+
+    /// Throws `MergeConflictError` for every slot `expected` holds whose value as loaded (before
+    /// this update changed it) differs.
+    private func check(_ object: ManagedObject, against expected: _SnapshotRow, ours: _SnapshotRow) throws {
+        let loaded = object.beforeImage ?? object.values
+        var conflicts: [MergeConflictError.Conflict] = []
+        for slot in expected.written {
+            let property = object.entity.properties[slot]
+            if property.isToMany {
+                let stored = try toManyIDs(of: object, property)
+                let wanted = expected.members[slot] ?? []
+                if stored != Set(wanted) {
+                    conflicts.append(.init(objectID: object.objectID, key: property.name, snapshot: Self.list(wanted),
+                                           stored: Self.list(stored.sorted()), ours: Self.list(ours.members[slot] ?? [])))
+                }
+            } else if !loaded[slot].isIdentical(to: expected.values[slot]) {
+                conflicts.append(.init(objectID: object.objectID, key: property.name, snapshot: expected.values[slot],
+                                       stored: loaded[slot], ours: ours.values[slot]))
+            }
+        }
+        if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
+    }
+
+    /// Members as one value for a conflict report: `"[Pet/1, Pet/2]"`.
+    private static func list(_ ids: [ObjectID]) -> Value {
+        .text("[" + ids.map(\.description).joined(separator: ", ") + "]")
+    }
+}
+
+/// One slot `apply` sets, with everything it needs already found.
+private enum SnapshotChange {
+    case value(Value)
+    case toOne(ManagedObject?)
+    case toMany([ManagedObject])
+}

@@ -1,0 +1,364 @@
+@testable import ContextStack
+import _ContextStackCore
+@testable import _ContextStackModel
+import Dispatch
+import Foundation
+import Testing
+
+/// Snapshots (`@Entity`'s `Snapshot`), the async reads and `update.apply(_:expecting:)`, on
+/// every topology and every store.
+@Suite struct SnapshotTests {
+    /// Ann (30, Kyoto, a friend Bob, pets Rex and Tom), Bob (20, no pets), Cy (15).
+    struct People: Sendable {
+        let ann: ObjectID, bob: ObjectID, cy: ObjectID, rex: ObjectID, tom: ObjectID
+    }
+
+    static func makePeople(_ update: Update) throws -> People {
+        let ann = try update.create(Person.self)
+        ann.name = "Ann"; ann.age = 30; ann.location = "Kyoto"; ann.email = "ann@example.org"
+        let bob = try update.create(Person.self)
+        bob.name = "Bob"; bob.age = 20
+        let cy = try update.create(Person.self)
+        cy.name = "Cy"; cy.age = 15
+        ann.friend = bob
+        let rex = try update.create(Pet.self)
+        rex.name = "Rex"; rex.owner = ann
+        let tom = try update.create(Pet.self)
+        tom.name = "Tom"; tom.owner = ann
+        try update.commit()
+        return People(ann: ann.objectID, bob: bob.objectID, cy: cy.objectID, rex: rex.objectID, tom: tom.objectID)
+    }
+
+    @Test(arguments: Setup.all) @MainActor
+    func snapshotsAreReadFromRowsAndEqualTheObjectsSnapshots(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        let ids = try await harness.write(Self.makePeople)
+        let context = try Context(stack: harness.stack)
+
+        let page = try await context.snapshots(Person.self, %"age" >= 18, orderBy: .ascending("name"), options: .limit(50))
+        #expect(page.map(\.name) == ["Ann", "Bob"])
+        let ann = try #require(page.first)
+        #expect(ann.id == ids.ann)
+        #expect(ann.age == 30 && ann.location == "Kyoto" && ann.email == "ann@example.org")
+        #expect(ann.friend == ids.bob)
+        #expect(ann.pets == [ids.rex, ids.tom].sorted())
+        #expect(page[1].friendOf == [ids.ann])
+        #expect(page[1].pets.isEmpty && page[1].friend == nil && page[1].location == nil)
+
+        // The same values as the objects' own snapshots, on the main context and in an update.
+        let objects = try world.fetchAll(Person.self, %"age" >= 18, orderBy: .ascending("name"))
+        #expect(objects.map(\.snapshot) == page)
+        #expect(try await world.snapshots(Person.self, %"age" >= 18, orderBy: .ascending("name")) == page)
+        let inUpdate = try harness.update { update in try update.fetchAll(Person.self, %"age" >= 18, orderBy: .ascending("name")).map(\.snapshot) }
+        #expect(inUpdate == page)
+
+        // Windows, and one object by ID.
+        #expect(try await context.snapshots(Person.self, orderBy: .ascending("name"), options: .limit(1) | .offset(1)).map(\.name) == ["Bob"])
+        #expect(try await context.snapshot(Person.self, id: ids.ann) == ann)
+        #expect(try await world.snapshot(Pet.self, id: ids.rex)?.owner == ids.ann)
+        // A Pet's ID asked for as a Person finds nothing.
+        #expect(try await context.snapshot(Person.self, id: ids.rex) == nil)
+
+        // Counts and aggregates.
+        #expect(try await context.count(Person.self, %"age" > 18) == 2)
+        #expect(try await world.count(Pet.self) == 2)
+        #expect(try await context.aggregateValue(Person.self, .sum("age")) == .integer(65))
+        let rows = try await world.aggregate(Person.self, .select("location") | .count("name", alias: "n"),
+                                             orderBy: .ascending("location"), groupBy: %"location")
+        #expect(rows.map { $0["location"] } == [.null, .text("Kyoto")])
+        #expect(rows.map { $0["n"] } == [.integer(2), .integer(1)])
+    }
+
+    @Test(arguments: Setup.all) @MainActor
+    func snapshotsSeeEveryCommitMadeBeforeTheCallAndNoPendingChanges(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let ids = try await harness.write(Self.makePeople)
+        let context = try Context(stack: harness.stack)
+        // Committed but perhaps not yet written (three-tier, two-tier): snapshots already see it.
+        try harness.update { update in
+            try #require(try update.fetch(Person.self, id: ids.cy)).age = 16
+            try update.delete(try #require(try update.fetch(Pet.self, id: ids.tom)))
+            try update.commit()
+        }
+        #expect(try await context.snapshot(Person.self, id: ids.cy)?.age == 16)
+        #expect(try await context.snapshot(Person.self, id: ids.ann)?.pets == [ids.rex])
+        #expect(try await context.snapshot(Pet.self, id: ids.tom) == nil)
+        #expect(try await context.count(Pet.self) == 1)
+        // Pending changes of an update are not seen.
+        let open = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
+        try open.performAndWait { update in try #require(try update.fetch(Person.self, id: ids.cy)).age = 99 }
+        #expect(try await context.snapshot(Person.self, id: ids.cy)?.age == 16)
+        #expect(try await harness.world.snapshots(Person.self, %"age" == 99).isEmpty)
+        try open.performAndWait { $0.rollback() }
+    }
+
+    @Test(arguments: Setup.all) @MainActor
+    func applyWritesAttributesAndRelationships(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let ids = try await harness.write(Self.makePeople)
+        let context = try Context(stack: harness.stack)
+        var edited = try #require(try await context.snapshot(Person.self, id: ids.bob))
+        edited.age = 21
+        edited.location = "Taipei"
+        edited.friend = ids.cy
+        edited.pets = [ids.tom]
+        try await harness.transaction { [edited] update in try update.apply(edited) }
+        try await harness.stack.flush()
+        let bob = try #require(try await context.snapshot(Person.self, id: ids.bob))
+        #expect(bob == edited)
+        #expect(try await context.snapshot(Person.self, id: ids.ann)?.pets == [ids.rex])
+        #expect(try await context.snapshot(Pet.self, id: ids.tom)?.owner == ids.bob)
+        #expect(try await context.snapshot(Person.self, id: ids.cy)?.friendOf == [ids.bob])
+        // The reading main context shows it like any commit.
+        try await harness.settle()
+        let held = try #require(try harness.world.fetch(Person.self, id: ids.bob))
+        #expect(held.age == 21 && held.friend?.name == "Cy" && held.pets.map(\.name) == ["Tom"])
+
+        // Clearing: nil to-one, empty to-many.
+        var cleared = bob
+        cleared.friend = nil
+        cleared.pets = []
+        try await harness.transaction { [cleared] update in try update.apply(cleared) }
+        try await harness.stack.flush()
+        #expect(try await context.snapshot(Person.self, id: ids.bob) == cleared)
+        #expect(try await context.snapshot(Pet.self, id: ids.tom)?.owner == nil)
+    }
+
+    @Test(arguments: Setup.all) @MainActor
+    func applyExpectingRefusesALostUpdate(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let ids = try await harness.write(Self.makePeople)
+        let context = try Context(stack: harness.stack)
+        let original = try #require(try await context.snapshot(Person.self, id: ids.ann))
+        var edited = original
+        edited.name = "Anne"
+
+        // Another writer changes the age after the client read.
+        try await harness.transaction { update in try #require(try update.fetch(Person.self, id: ids.ann)).age = 31 }
+        let error = await #expect(throws: MergeConflictError.self) {
+            try await harness.transaction { [edited, original] update in try update.apply(edited, expecting: original) }
+        }
+        #expect(error?.conflicts.map(\.key) == ["age"])
+        #expect(error?.conflicts.first?.snapshot == .integer(30))
+        #expect(error?.conflicts.first?.stored == .integer(31))
+        try await harness.stack.flush()
+        #expect(try await context.snapshot(Person.self, id: ids.ann)?.name == "Ann")
+
+        // From a fresh read, the same edit goes through.
+        let fresh = try #require(try await context.snapshot(Person.self, id: ids.ann))
+        var again = fresh
+        again.name = "Anne"
+        try await harness.transaction { [again, fresh] update in try update.apply(again, expecting: fresh) }
+        try await harness.stack.flush()
+        #expect(try await context.snapshot(Person.self, id: ids.ann) == again)
+
+        // A to-many change underneath is a conflict too.
+        try await harness.transaction { update in try #require(try update.fetch(Pet.self, id: ids.tom)).owner = nil }
+        let members = await #expect(throws: MergeConflictError.self) {
+            try await harness.transaction { [again, fresh] update in
+                var renamed = again
+                renamed.name = "Annie"
+                try update.apply(renamed, expecting: again)
+                _ = fresh
+            }
+        }
+        #expect(members?.conflicts.map(\.key) == ["pets"])
+
+        // A deleted object.
+        try await harness.transaction { update in try update.delete(try #require(try update.fetch(Person.self, id: ids.cy))) }
+        let cy = Person.Snapshot(id: ids.cy, name: "Cy", age: 15, location: nil, email: nil, friend: nil, friendOf: [], pets: [])
+        let deleted = await #expect(throws: MergeConflictError.self) {
+            try await harness.transaction { update in try update.apply(cy, expecting: cy) }
+        }
+        #expect(deleted?.conflicts.map(\.key) == ["<deleted>"])
+    }
+
+    /// The check happens again when the commit is saved: a change made between `apply` and
+    /// `commit()` is a conflict even under `.objectTrump`, which otherwise overwrites it.
+    @Test(arguments: Setup.all) @MainActor
+    func applyExpectingChecksAgainWhenTheCommitIsSaved(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let ids = try await harness.write(Self.makePeople)
+        let context = try Context(stack: harness.stack)
+        let original = try #require(try await context.snapshot(Person.self, id: ids.bob))
+        var edited = original
+        edited.age = 40
+        let slow = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
+        try slow.performAndWait { update in try update.apply(edited, expecting: original) }
+        try await harness.transaction { update in try #require(try update.fetch(Person.self, id: ids.bob)).location = "Lima" }
+        #expect(throws: MergeConflictError.self) {
+            try slow.performAndWait { update in try update.commit() }
+        }
+        try await harness.stack.flush()
+        let stored = try #require(try await context.snapshot(Person.self, id: ids.bob))
+        #expect(stored.age == 20 && stored.location == "Lima")
+    }
+
+    @Test(arguments: Setup.all) @MainActor
+    func applyNamingAMissingObjectChangesNothing(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let ids = try await harness.write(Self.makePeople)
+        let context = try Context(stack: harness.stack)
+        try await harness.transaction { update in try update.delete(try #require(try update.fetch(Pet.self, id: ids.tom))) }
+        var edited = try #require(try await context.snapshot(Person.self, id: ids.bob))
+        edited.age = 50
+        edited.pets = [ids.tom]
+        let error = await #expect(throws: MergeConflictError.self) {
+            try await harness.transaction { [edited] update in
+                do {
+                    try update.apply(edited)
+                } catch {
+                    // Nothing was changed before the error.
+                    #expect(try update.fetch(Person.self, id: ids.bob)?.hasChanges == false)
+                    throw error
+                }
+            }
+        }
+        #expect(error?.conflicts.map(\.ours) == [.text(ids.tom.description)])
+        #expect(try await context.snapshot(Person.self, id: ids.bob)?.age == 20)
+    }
+
+    @Test @MainActor func snapshotsRoundTripThroughJSON() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let ids = try world.beginUpdateAndWait(Self.makePeople)
+        let ann = try #require(try world.fetch(Person.self, id: ids.ann)).snapshot
+        let json = try JSONEncoder().encode(ann)
+        #expect(try JSONDecoder().decode(Person.Snapshot.self, from: json) == ann)
+        let object = try #require(try JSONSerialization.jsonObject(with: json) as? [String: Any])
+        #expect(object["id"] as? String == ids.ann.description)
+        #expect(object["friend"] as? String == ids.bob.description)
+        #expect(object["pets"] as? [String] == [ids.rex, ids.tom].sorted().map(\.description))
+
+        // Every attribute type, optionals and enums included.
+        let sample = try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            sample.flag = true; sample.int16 = -3; sample.double = 2.5; sample.date = Date(timeIntervalSince1970: 12.25)
+            sample.data = Data([1, 2, 3]); sample.decimal = Decimal(string: "1.10")!; sample.mood = .grumpy; sample.level = .high
+            sample.optionalMood = .cheerful; sample.optionalString = "x"; sample.optionalURL = URL(string: "https://swift.org")
+            try update.commit()
+            return sample.snapshot
+        }
+        let decoded = try JSONDecoder().decode(Sample.Snapshot.self, from: JSONEncoder().encode(sample))
+        #expect(decoded == sample)
+        #expect(decoded.mood == .grumpy && decoded.optionalMood == .cheerful && decoded.optionalInt == nil)
+
+        // A missing optional is nil; an ID of another entity, or not an ID, is refused.
+        let minimal = Data(#"{"id": "Pet/7", "name": "Rex", "age": 3}"#.utf8)
+        let pet = try JSONDecoder().decode(Pet.Snapshot.self, from: minimal)
+        #expect(pet.owner == nil && pet.id.primaryKey == 7)
+        #expect(throws: DecodingError.self) {
+            try JSONDecoder().decode(Pet.Snapshot.self, from: Data(#"{"id": "Person/7", "name": "Rex", "age": 3}"#.utf8))
+        }
+        #expect(throws: DecodingError.self) {
+            try JSONDecoder().decode(Pet.Snapshot.self, from: Data(#"{"id": "Pet/7", "name": "Rex", "age": 3, "owner": "7"}"#.utf8))
+        }
+    }
+
+    @Test @MainActor func objectIDsRoundTripThroughStrings() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let ids = try world.beginUpdateAndWait(Self.makePeople)
+        #expect(ObjectID(ids.ann.description) == ids.ann)
+        #expect(ObjectID(ids.rex.description) == ids.rex)
+        #expect(ObjectID("Nobody/1") == nil)
+        #expect(ObjectID("Person/x") == nil)
+        #expect(ObjectID("Person") == nil)
+        #expect(ObjectID("/1") == nil)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .withoutEscapingSlashes
+        let json = try encoder.encode([ids.ann, ids.rex])
+        #expect(String(decoding: json, as: UTF8.self) == #"["\#(ids.ann)","\#(ids.rex)"]"#)
+        #expect(try JSONDecoder().decode([ObjectID].self, from: json) == [ids.ann, ids.rex])
+        #expect(throws: DecodingError.self) { try JSONDecoder().decode(ObjectID.self, from: Data(#""Nobody/1""#.utf8)) }
+    }
+
+    /// A sub-entity shares its root's snapshot: the root's properties, for objects of the
+    /// sub-entity only.
+    @Test(arguments: StoreKind.available) @MainActor
+    func subEntitiesShareTheRootsSnapshot(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let team = try world.beginUpdateAndWait { update in
+            let team = try update.create(Team.self)
+            team.title = "Core"
+            let engineer = try update.create(Engineer.self)
+            engineer.name = "Eve"
+            engineer.team = team
+            try update.create(Manager.self).name = "Max"
+            try update.commit()
+            return team.objectID
+        }
+        let engineers: [Staff.Snapshot] = try await world.snapshots(Engineer.self)
+        #expect(engineers.map(\.name) == ["Eve"])
+        #expect(engineers.first?.team == team)
+        #expect(try await world.snapshots(Staff.self, orderBy: .ascending("name")).map(\.name) == ["Eve", "Max"])
+        #expect(try await world.snapshot(Team.self, id: team)?.members.count == 1)
+        let eve = try #require(engineers.first)
+        #expect(try await world.snapshot(Manager.self, id: eve.id) == nil)
+        #expect(try world.fetch(Engineer.self)?.snapshot == eve)
+    }
+
+    /// The async reads never need the main actor: they finish while it is blocked.
+    @Test @MainActor func asyncReadsRunOffTheMainActor() throws {
+        let store = try TestStore(.file)
+        let world = try MainContext(stack: store.stack)
+        _ = try world.beginUpdateAndWait(Self.makePeople)
+        let done = DispatchSemaphore(value: 0)
+        let result = Locked<[String]?>(nil)
+        Task.detached { [world] in
+            let names = try? await world.snapshots(Person.self, orderBy: .ascending("name")).map(\.name)
+            result.withLock { $0 = names }
+            done.signal()
+        }
+        // Blocks the main actor; a read that hopped to it would never finish. (The timeout
+        // only keeps a failure from hanging the run.)
+        #expect(done.wait(timeout: .now() + 60) == .success)
+        #expect(result.withLock { $0 } == ["Ann", "Bob", "Cy"])
+    }
+
+    /// Many readers against writers that move age between two people in one commit: every
+    /// snapshot read shows each commit wholly or not at all (the total never changes), with
+    /// more concurrent reads than the cooperative pool has threads.
+    @Test(arguments: StoreKind.available) @MainActor
+    func concurrentSnapshotsSeeWholeCommits(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        // Serial updates: each read-modify-write sees the one before it (concurrent ones would
+        // lose increments under .objectTrump, which is not what this test is about).
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false), updateOrder: .serial)
+        let (a, b) = try context.beginUpdateAndWait { update in
+            let a = try update.create(Person.self)
+            a.name = "a"; a.age = 500
+            let b = try update.create(Person.self)
+            b.name = "b"; b.age = 500
+            try update.commit()
+            return (a.objectID, b.objectID)
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for writer in 0..<2 {
+                group.addTask {
+                    for step in 0..<100 {
+                        try await context.transaction { update in
+                            let from = try #require(try update.fetch(Person.self, id: (writer + step).isMultiple(of: 2) ? a : b))
+                            let to = try #require(try update.fetch(Person.self, id: from.objectID == a ? b : a))
+                            from.age -= 1
+                            to.age += 1
+                        }
+                    }
+                }
+            }
+            for _ in 0..<16 {
+                group.addTask {
+                    for _ in 0..<40 {
+                        let pair = try await context.snapshots(Person.self, orderBy: .ascending("name"))
+                        #expect(pair.count == 2 && pair.reduce(0) { $0 + $1.age } == 1000)
+                        let total = try await context.aggregateValue(Person.self, .sum("age"))
+                        #expect(total == .integer(1000))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+}
