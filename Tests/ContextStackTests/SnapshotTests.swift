@@ -362,3 +362,18 @@ import Testing
         }
     }
 }
+
+/// A persisted property named `id` (or `snapshot`) would clash with the snapshot's own: such
+/// an entity gets no `Snapshot`, and still compiles and works.
+@Entity final class Ticket: ManagedObject {
+    var id: Int = 0
+}
+
+@Suite struct SnapshotNamingTests {
+    @Test func anEntityWithAnIDPropertyHasNoSnapshot() {
+        let types: [ManagedObject.Type] = [Ticket.self, Person.self, Engineer.self]
+        #expect(types.map { $0 is any SnapshotProviding.Type } == [false, true, true])
+        // A sub-entity shares its root's.
+        #expect(Engineer.Snapshot.self == Staff.Snapshot.self)
+    }
+}
