@@ -318,6 +318,16 @@ import Testing
         #expect(result.withLock { $0 } == ["Ann", "Bob", "Cy"])
     }
 
+    @Test func aCancelledTaskReadsNothing() async throws {
+        let store = try TestStore(.memory)
+        let context = try Context(stack: store.stack)
+        let task = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await context.snapshots(Person.self)
+        }
+        await #expect(throws: CancellationError.self) { try await task.value }
+    }
+
     /// Many readers against writers that move age between two people in one commit: every
     /// snapshot read shows each commit wholly or not at all (the total never changes), with
     /// more concurrent reads than the cooperative pool has threads.

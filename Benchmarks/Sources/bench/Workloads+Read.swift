@@ -60,6 +60,49 @@ final class FetchWorkload: ReadingWorkload, Workload {
     }
 }
 
+/// snapshots: every object as a Sendable value, read off the caller's thread (an `async`
+/// read, as a request handler does it). Raw steps the same rows into a struct on the calling
+/// thread; GRDB decodes records in `pool.read`, its fastest idiomatic read.
+final class SnapshotsWorkload: ReadingWorkload, Workload {
+    let id = "snapshots"
+    let summary = "N objects as Sendable values (await context.snapshots)"
+    let target = "≤ 1.3 × raw, < GRDB"
+
+    func run(_ contender: Contender) async throws -> Sample? {
+        switch contender {
+        case .raw:
+            let statement = try raw.prepare("SELECT \(Raw.columns) FROM \"Item\"")
+            var items: [RawItem] = []
+            let elapsed = try measure {
+                while try statement.step() { items.append(Raw.item(statement)) }
+                statement.reset()
+            }
+            try expect(items.count == n && items.last?.name.isEmpty == false)
+            return Sample(seconds: elapsed)
+        case .grdb:
+            let pool = pool!
+            var items: [GItem] = []
+            let elapsed = try measure { items = try pool.read { db in try GItem.fetchAll(db) } }
+            try expect(items.count == n && items.last?.name.isEmpty == false)
+            return Sample(seconds: elapsed)
+        case .contextStack:
+            let start = now()
+            let items = try await world.snapshots(Item.self)
+            let elapsed = seconds(since: start)
+            try expect(items.count == n && items.last?.name.isEmpty == false)
+            return Sample(seconds: elapsed)
+        }
+    }
+
+    func verdict(_ result: WorkloadResult) -> Verdict {
+        guard let raw = result.median(.raw), let grdb = result.median(.grdb), let cs = result.median(.contextStack) else {
+            return Verdict(met: nil, note: "missing samples")
+        }
+        return Verdict(met: cs <= 1.3 * raw && cs < grdb,
+                       note: String(format: "%.2f × raw; %@", cs / raw, cs < grdb ? "faster than GRDB" : String(format: "GRDB is %.2f × raw", grdb / raw)))
+    }
+}
+
 /// filter: an indexed predicate, a sort and a limit of 100, 1,000 times.
 final class FilterWorkload: ReadingWorkload, Workload {
     let id = "filter"

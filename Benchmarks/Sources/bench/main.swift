@@ -21,6 +21,7 @@ let workloads: [any Workload] = postgres.map { postgres in [
 ] } ?? [
     InsertWorkload(fixture, repetitions: reps(5)),
     FetchWorkload(fixture, repetitions: reps(9)),
+    SnapshotsWorkload(fixture, repetitions: reps(9)),
     FilterWorkload(fixture, repetitions: reps(5)),
     AggregateWorkload(fixture, repetitions: reps(5)),
     UpdateWorkload(fixture, repetitions: reps(7)),

@@ -19,6 +19,10 @@ import _ContextStackSQLite
 ///
 /// The macro turns each persisted property into accessors over the object's slots, generates
 /// the entity's static description, and restates `@unchecked Sendable` (see `ManagedObject`).
+/// For a root entity it also generates `Person.Snapshot` — a `Sendable`, `Hashable`, `Codable`
+/// copy of the object's values with relationships as `ObjectID`s — and `person.snapshot`
+/// (Docs/Servers.md); sub-entities share their root's, and an entity with a persisted property
+/// named `id` or `snapshot` gets none.
 /// Sub-entities: declare the parent without `final` and subclass it with `@Entity` too.
 ///
 /// - Parameters:
