@@ -18,6 +18,27 @@ import GRDB
     func finish() async throws {
         raw = nil; pool = nil; world = nil; stack = nil
     }
+
+    /// Raw's read of every row: each one stepped into a struct. Checked: N rows.
+    func rawReadAll() throws -> Sample {
+        let statement = try raw.prepare("SELECT \(Raw.columns) FROM \"Item\"")
+        var items: [RawItem] = []
+        let elapsed = try measure {
+            while try statement.step() { items.append(Raw.item(statement)) }
+            statement.reset()
+        }
+        try expect(items.count == n && items.last?.name.isEmpty == false)
+        return Sample(seconds: elapsed)
+    }
+
+    /// GRDB's read of every row: records decoded in `pool.read`. Checked: N rows.
+    func grdbReadAll() throws -> Sample {
+        let pool = pool!
+        var items: [GItem] = []
+        let elapsed = try measure { items = try pool.read { db in try GItem.fetchAll(db) } }
+        try expect(items.count == n && items.last?.name.isEmpty == false)
+        return Sample(seconds: elapsed)
+    }
 }
 
 /// fetch: every object with all attributes.
@@ -29,20 +50,9 @@ final class FetchWorkload: ReadingWorkload, Workload {
     func run(_ contender: Contender) async throws -> Sample? {
         switch contender {
         case .raw:
-            let statement = try raw.prepare("SELECT \(Raw.columns) FROM \"Item\"")
-            var items: [RawItem] = []
-            let elapsed = try measure {
-                while try statement.step() { items.append(Raw.item(statement)) }
-                statement.reset()
-            }
-            try expect(items.count == n)
-            return Sample(seconds: elapsed)
+            return try rawReadAll()
         case .grdb:
-            let pool = pool!
-            var items: [GItem] = []
-            let elapsed = try measure { items = try pool.read { db in try GItem.fetchAll(db) } }
-            try expect(items.count == n)
-            return Sample(seconds: elapsed)
+            return try grdbReadAll()
         case .contextStack:
             world.reset()
             var items: [Item] = []
@@ -71,20 +81,9 @@ final class SnapshotsWorkload: ReadingWorkload, Workload {
     func run(_ contender: Contender) async throws -> Sample? {
         switch contender {
         case .raw:
-            let statement = try raw.prepare("SELECT \(Raw.columns) FROM \"Item\"")
-            var items: [RawItem] = []
-            let elapsed = try measure {
-                while try statement.step() { items.append(Raw.item(statement)) }
-                statement.reset()
-            }
-            try expect(items.count == n && items.last?.name.isEmpty == false)
-            return Sample(seconds: elapsed)
+            return try rawReadAll()
         case .grdb:
-            let pool = pool!
-            var items: [GItem] = []
-            let elapsed = try measure { items = try pool.read { db in try GItem.fetchAll(db) } }
-            try expect(items.count == n && items.last?.name.isEmpty == false)
-            return Sample(seconds: elapsed)
+            return try grdbReadAll()
         case .contextStack:
             let start = now()
             let items = try await world.snapshots(Item.self)

@@ -111,8 +111,10 @@ def start_server(binary, name, store, work):
     return process, base
 
 
-def run_wrk(base, server, seed_first, requests, work, threads=2, connections=16):
-    out = Path(work) / f"wrk-{server}.log"
+def run_wrk(base, server, label, seed_first, requests, work, threads=2, connections=16):
+    out = Path(work) / f"wrk-{server}-{label}.log"
+    for marker in Path(work).glob(f"{out.name}.done.*"):
+        marker.unlink()
     env = dict(os.environ, SERVER=server, SEED_FIRST=str(seed_first), SEED_COUNT=str(SEEDS),
                REQUESTS=str(requests), OUT=str(out))
     process = subprocess.Popen(["wrk", "-t", str(threads), "-c", str(connections), "-d", "600s", "--latency",
@@ -164,8 +166,8 @@ def check_store(binary, store, label, work, requests):
             seed_first = key if seed_first is None else seed_first
             assert key == seed_first + index, "seeded people have consecutive keys"
 
-        wrk_a, log_a = run_wrk(base_a, "A", seed_first, requests, work)
-        wrk_b, log_b = run_wrk(base_b, "B", seed_first, requests, work)
+        wrk_a, log_a = run_wrk(base_a, "A", label, seed_first, requests, work)
+        wrk_b, log_b = run_wrk(base_b, "B", label, seed_first, requests, work)
         # Each wrk thread stops after its requests and leaves a marker; wrk itself then stops
         # on SIGINT (its -d is only an upper bound) and prints its statistics.
         for process, log in ((wrk_a, log_a), (wrk_b, log_b)):

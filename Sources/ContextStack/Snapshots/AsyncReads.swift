@@ -10,21 +10,43 @@ import _ContextStackModel
 /// before the call — written, or still on its way to the store — and no update's pending
 /// changes or main context's pinned view. See Docs/Servers.md.
 extension Stack {
+    /// The snapshots of `type`'s objects. Inlinable, so that making each snapshot from its row
+    /// is specialized for the concrete snapshot type in the caller's module; generic code here
+    /// went through the type's value witnesses for every field of every row.
+    @inlinable
     func snapshots<T: SnapshotProviding>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?,
                                          options: FetchOptions) async throws -> [T.Snapshot] {
-        try Task.checkCancellation()
-        let store = self.store
-        let entity = store.graph.entity(for: type)
-        return try await ReadThreads.shared.run {
-            try store.snapshots(T.Snapshot.self, entity: entity, condition: condition, orderBy: orderBy, options: options)
+        try await readSnapshotRows(type, condition, orderBy: orderBy, options: options) { rows in
+            rows.map(T.Snapshot.init(_cs_row:))
         }
     }
 
+    @inlinable
     func snapshot<T: SnapshotProviding>(_ type: T.Type, id: ObjectID) async throws -> T.Snapshot? {
+        try await readSnapshotRow(type, id: id) { row in row.map(T.Snapshot.init(_cs_row:)) }
+    }
+
+    /// Reads the rows on a read thread and makes the snapshots there with `make`.
+    @usableFromInline
+    func readSnapshotRows<T: SnapshotProviding, S: Sendable>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions,
+                                                            make: @escaping @Sendable ([_SnapshotRow]) -> S) async throws -> S {
         try Task.checkCancellation()
         let store = self.store
         let entity = store.graph.entity(for: type)
-        return try await ReadThreads.shared.run { try store.snapshot(T.Snapshot.self, entity: entity, id: id) }
+        let snapshotEntity = store.graph.entity(for: T.Snapshot.Entity.self)
+        return try await ReadThreads.shared.run {
+            make(try store.snapshotRows(of: snapshotEntity, entity: entity, condition: condition, orderBy: orderBy, options: options))
+        }
+    }
+
+    @usableFromInline
+    func readSnapshotRow<T: SnapshotProviding, S: Sendable>(_ type: T.Type, id: ObjectID,
+                                                           make: @escaping @Sendable (_SnapshotRow?) -> S) async throws -> S {
+        try Task.checkCancellation()
+        let store = self.store
+        let entity = store.graph.entity(for: type)
+        let snapshotEntity = store.graph.entity(for: T.Snapshot.Entity.self)
+        return try await ReadThreads.shared.run { make(try store.snapshotRow(of: snapshotEntity, entity: entity, id: id)) }
     }
 
     func count<T: ManagedObject>(_ type: T.Type, _ condition: Condition?) async throws -> Int {

@@ -17,12 +17,14 @@ extension Context {
     /// options that shape objects (`.batch`, `.prefetch`, `.propertiesOnly`) change nothing.
     ///
     /// - Throws: `QueryError` for a condition or order the store cannot read.
+    @inlinable
     public func snapshots<T: SnapshotProviding>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
                                                 options: FetchOptions = FetchOptions()) async throws -> [T.Snapshot] {
         try await stack.snapshots(type, condition, orderBy: orderBy, options: options)
     }
 
     /// The snapshot of the object with `id`, or `nil` when it does not exist (or is not a `T`).
+    @inlinable
     public func snapshot<T: SnapshotProviding>(_ type: T.Type, id: ObjectID) async throws -> T.Snapshot? {
         try await stack.snapshot(type, id: id)
     }
@@ -52,12 +54,14 @@ extension MainContext {
     /// store off the main actor, so they may be awaited from anywhere. They show every commit
     /// made before the call, even on a main context that does not merge (which fetches its
     /// pinned view).
+    @inlinable
     public nonisolated func snapshots<T: SnapshotProviding>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
                                                             options: FetchOptions = FetchOptions()) async throws -> [T.Snapshot] {
         try await stack.snapshots(type, condition, orderBy: orderBy, options: options)
     }
 
     /// The snapshot of the object with `id`, as `Context.snapshot(_:id:)`.
+    @inlinable
     public nonisolated func snapshot<T: SnapshotProviding>(_ type: T.Type, id: ObjectID) async throws -> T.Snapshot? {
         try await stack.snapshot(type, id: id)
     }

@@ -6,42 +6,40 @@ import _ContextStackCore
 /// store before the call — written or still queued for the writer — and never a context's
 /// pending changes or a pinned view.
 extension ObjectStore {
-    /// Snapshots of the objects of `entity` matching `condition`, in order and windowed as
-    /// `options` say, with their to-many members read in one statement per relationship.
-    package func snapshots<S: EntitySnapshot>(_ type: S.Type, entity: ResolvedEntity, condition: Condition?, orderBy: OrderBy?,
-                                              options: FetchOptions) throws -> [S] {
+    /// The rows of snapshots of the objects of `entity` matching `condition`, in order and
+    /// windowed as `options` say, with the members of `snapshotEntity`'s to-many relationships
+    /// read in one statement per relationship. The caller makes the snapshots from them where
+    /// the snapshot type is concrete (specialized), not here, where it would be generic.
+    package func snapshotRows(of snapshotEntity: ResolvedEntity, entity: ResolvedEntity, condition: Condition?,
+                              orderBy: OrderBy?, options: FetchOptions) throws -> [_SnapshotRow] {
         let request = FetchRequest(condition: condition, orderBy: orderBy, options: options)
         let query = try CompiledQuery(entity: entity, condition: request.condition, orderBy: request.orderBy,
                                       includesSubEntities: request.includesSubEntities, dialect: dialect)
-        let toMany = snapshotMembers(of: S.self)
+        let toMany = snapshotEntity.properties.filter(\.isToMany)
         return try read { session in
             var reader = RowReader(session: session, context: nil)
-            if toMany.isEmpty {
-                // Each row becomes its snapshot as it is read, while it is still in the cache.
-                var snapshots: [S] = []
-                try reader.select(query, offset: request.offset, limit: request.limit, columns: nil,
-                                  expecting: { snapshots.reserveCapacity($0) }) { id, row in
-                    snapshots.append(S(_cs_row: _SnapshotRow(id: id, entity: row.entity, values: row.values, members: [:])))
-                }
-                return snapshots
-            }
-            var rows: [(id: ObjectID, row: ObjectRow)] = []
+            var rows: [_SnapshotRow] = []
             try reader.select(query, offset: request.offset, limit: request.limit, columns: nil,
-                              expecting: { rows.reserveCapacity($0) }) { id, row in rows.append((id, row)) }
-            return try Self.snapshots(of: rows, toMany: toMany, reader: &reader)
+                              expecting: { rows.reserveCapacity($0) }) { id, row in
+                rows.append(_SnapshotRow(id: id, entity: row.entity, values: row.values, members: [:]))
+            }
+            try Self.addMembers(toMany, to: &rows, reader: &reader)
+            return rows
         }
     }
 
-    /// The snapshot of one object, or `nil` when it does not exist or is not of `entity` (or
-    /// an entity below it): a Pet's ID asked for as a Person finds nothing, as `fetch(_:id:)`.
-    package func snapshot<S: EntitySnapshot>(_ type: S.Type, entity: ResolvedEntity, id: ObjectID) throws -> S? {
+    /// The row of the snapshot of one object, or `nil` when it does not exist or is not of
+    /// `entity` (or an entity below it): a Pet's ID asked for as a Person finds nothing, as
+    /// `fetch(_:id:)`.
+    package func snapshotRow(of snapshotEntity: ResolvedEntity, entity: ResolvedEntity, id: ObjectID) throws -> _SnapshotRow? {
         guard id.rootEntity === entity.rootDescription else { return nil }
-        let toMany = snapshotMembers(of: S.self)
-        return try read { session -> S? in
+        let toMany = snapshotEntity.properties.filter(\.isToMany)
+        return try read { session -> _SnapshotRow? in
             var reader = RowReader(session: session, context: nil)
             guard let row = try reader.row(id), entity.includes(row.entity) else { return nil }
-            let found: [S] = try Self.snapshots(of: [(id, row)], toMany: toMany, reader: &reader)
-            return found.first
+            var rows = [_SnapshotRow(id: id, entity: row.entity, values: row.values, members: [:])]
+            try Self.addMembers(toMany, to: &rows, reader: &reader)
+            return rows[0]
         }
     }
 
@@ -61,23 +59,15 @@ extension ObjectStore {
         }
     }
 
-    /// The to-many relationships a snapshot of `S` holds (those of `S.Entity`).
-    private func snapshotMembers<S: EntitySnapshot>(of type: S.Type) -> [Property] {
-        graph.entity(for: S.Entity.self).properties.filter(\.isToMany)
-    }
-
-    private static func snapshots<S: EntitySnapshot>(of rows: [(id: ObjectID, row: ObjectRow)], toMany: [Property],
-                                                     reader: inout RowReader) throws -> [S] {
-        var members: [Int: [ObjectID: [ObjectID]]] = [:]
-        if !rows.isEmpty {
-            for property in toMany {
-                members[property.slot] = try reader.members(of: rows.map(\.id), property)
+    /// Reads the members of `toMany` for every row, in one statement per relationship.
+    private static func addMembers(_ toMany: [Property], to rows: inout [_SnapshotRow], reader: inout RowReader) throws {
+        guard !toMany.isEmpty, !rows.isEmpty else { return }
+        let ids = rows.map(\.id)
+        for property in toMany {
+            let members = try reader.members(of: ids, property)
+            for index in rows.indices {
+                rows[index].members[property.slot] = (members[rows[index].id] ?? []).sorted()
             }
-        }
-        return rows.map { id, row in
-            var owned: [Int: [ObjectID]] = [:]
-            for property in toMany { owned[property.slot] = (members[property.slot]?[id] ?? []).sorted() }
-            return S(_cs_row: _SnapshotRow(id: id, entity: row.entity, values: row.values, members: owned))
         }
     }
 }

@@ -33,7 +33,7 @@ public struct _SnapshotRow {
     public let id: ObjectID
     let entity: ResolvedEntity
     /// One value per slot: attributes, to-one relationships as the destination's key.
-    var values: ContiguousArray<Value>
+    @usableFromInline var values: ContiguousArray<Value>
     /// The members of to-many relationships, by slot.
     var members: [Int: [ObjectID]]
     /// The slots a snapshot wrote, in the order it wrote them.
@@ -76,7 +76,7 @@ public struct _SnapshotRow {
         members[slot] ?? []
     }
 
-    @usableFromInline
+    @inlinable
     func value(_ slot: Int) -> Value { values[slot] }
 
     @usableFromInline
