@@ -115,6 +115,13 @@ import Testing
         let held = try #require(try harness.world.fetch(Person.self, id: ids.bob))
         #expect(held.age == 21 && held.friend?.name == "Cy" && held.pets.map(\.name) == ["Tom"])
 
+        // A snapshot equal to what is stored changes nothing: the update has no changes.
+        let unchanged = try harness.update { update in
+            try update.apply(bob)
+            return try #require(try update.fetch(Person.self, id: ids.bob)).hasChanges
+        }
+        #expect(!unchanged)
+
         // Clearing: nil to-one, empty to-many.
         var cleared = bob
         cleared.friend = nil
@@ -248,6 +255,8 @@ import Testing
         let minimal = Data(#"{"id": "Pet/7", "name": "Rex", "age": 3}"#.utf8)
         let pet = try JSONDecoder().decode(Pet.Snapshot.self, from: minimal)
         #expect(pet.owner == nil && pet.id.primaryKey == 7)
+        let person = try JSONDecoder().decode(Person.Snapshot.self, from: Data(#"{"id": "Person/3", "name": "Ann", "age": 30}"#.utf8))
+        #expect(person.pets.isEmpty && person.friendOf.isEmpty && person.friend == nil && person.location == nil)
         #expect(throws: DecodingError.self) {
             try JSONDecoder().decode(Pet.Snapshot.self, from: Data(#"{"id": "Person/7", "name": "Rex", "age": 3}"#.utf8))
         }

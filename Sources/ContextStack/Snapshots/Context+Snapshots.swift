@@ -1,7 +1,18 @@
 import _ContextStackCore
 import _ContextStackModel
 
-extension Context {
+/// What the async reads need of a context: the stack it reads. `Context` and `MainContext`
+/// conform; on a `MainContext` the reads are not isolated to the main actor, so any task may
+/// await them.
+public protocol AsyncReading: AnyObject, Sendable {
+    /// The stack the context reads.
+    var stack: Stack { get }
+}
+
+extension Context: AsyncReading {}
+extension MainContext: AsyncReading {}
+
+extension AsyncReading {
     /// Snapshots of the objects matching `condition`, read straight from rows without making
     /// managed objects, off the cooperative pool and the main actor.
     ///
@@ -12,7 +23,8 @@ extension Context {
     ///                                                          orderBy: .ascending("name"), options: .limit(50))
     /// ```
     ///
-    /// The read sees every commit made before the call and no update's pending changes.
+    /// The read sees every commit made before the call and no update's pending changes — and,
+    /// on a main context that does not merge, not its pinned view but the latest state.
     /// `options` windows and filters the rows (`.limit`, `.offset`, `.noSubEntities`); the
     /// options that shape objects (`.batch`, `.prefetch`, `.propertiesOnly`) change nothing.
     ///
@@ -45,42 +57,7 @@ extension Context {
 
     /// The first value of the first row of an aggregate query, or `.null` when there is no row.
     public func aggregateValue<T: ManagedObject>(_ type: T.Type, _ select: Select, _ condition: Condition? = nil) async throws -> Value {
-        try await stack.aggregate(type, select, condition, orderBy: nil, groupBy: nil, having: nil, options: FetchOptions()).first?.values.first ?? .null
-    }
-}
-
-extension MainContext {
-    /// Snapshots of the objects matching `condition`, as `Context.snapshots`: read from the
-    /// store off the main actor, so they may be awaited from anywhere. They show every commit
-    /// made before the call, even on a main context that does not merge (which fetches its
-    /// pinned view).
-    @inlinable
-    public nonisolated func snapshots<T: SnapshotProviding>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
-                                                            options: FetchOptions = FetchOptions()) async throws -> [T.Snapshot] {
-        try await stack.snapshots(type, condition, orderBy: orderBy, options: options)
-    }
-
-    /// The snapshot of the object with `id`, as `Context.snapshot(_:id:)`.
-    @inlinable
-    public nonisolated func snapshot<T: SnapshotProviding>(_ type: T.Type, id: ObjectID) async throws -> T.Snapshot? {
-        try await stack.snapshot(type, id: id)
-    }
-
-    /// How many objects match `condition`, as `Context.count`.
-    public nonisolated func count<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil) async throws -> Int {
-        try await stack.count(type, condition)
-    }
-
-    /// Aggregate rows, as `query`, off the main actor.
-    public nonisolated func aggregate<T: ManagedObject>(_ type: T.Type, _ select: Select, _ condition: Condition? = nil,
-                                                        orderBy: OrderBy? = nil, groupBy: (any KeyListConvertible)? = nil,
-                                                        having: Condition? = nil, options: FetchOptions = FetchOptions()) async throws -> [Row] {
-        try await stack.aggregate(type, select, condition, orderBy: orderBy, groupBy: groupBy?.keyList, having: having, options: options)
-    }
-
-    /// The first value of the first row of an aggregate query, or `.null` when there is no row.
-    public nonisolated func aggregateValue<T: ManagedObject>(_ type: T.Type, _ select: Select, _ condition: Condition? = nil) async throws -> Value {
-        try await stack.aggregate(type, select, condition, orderBy: nil, groupBy: nil, having: nil, options: FetchOptions()).first?.values.first ?? .null
+        try await aggregate(type, select, condition).first?.values.first ?? .null
     }
 }
 

@@ -55,12 +55,7 @@ public struct _SnapshotRow {
     }
 
     public func attribute<T: RawRepresentable>(_ slot: Int) -> T where T.RawValue: AttributeValue {
-        if let raw = T.RawValue(storedValue: value(slot)), let value = T(rawValue: raw) { return value }
-        let raw: T.RawValue = fallback(slot)
-        guard let value = T(rawValue: raw) else {
-            preconditionFailure("\(entity.name).\(entity.properties[slot].name): the default raw value \(raw) is not a case of \(T.self).")
-        }
-        return value
+        ManagedObject.rawCase(values[slot], slot: slot, entity: entity)
     }
 
     public func attribute<T: RawRepresentable>(_ slot: Int) -> T? where T.RawValue: AttributeValue {
@@ -81,10 +76,7 @@ public struct _SnapshotRow {
 
     @usableFromInline
     func fallback<T: AttributeValue>(_ slot: Int) -> T {
-        guard let converted = T(storedValue: entity.defaults[slot]) else {
-            preconditionFailure("\(entity.name).\(entity.properties[slot].name): the stored value \(values[slot]) is not a \(T.self), and neither is the default.")
-        }
-        return converted
+        ManagedObject.fallback(entity.defaults[slot], slot: slot, entity: entity)
     }
 
     // MARK: Writing

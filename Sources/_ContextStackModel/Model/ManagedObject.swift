@@ -105,12 +105,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
 
     public final func _cs_get<T: RawRepresentable>(_ slot: Int) -> T where T.RawValue: AttributeValue {
         context.checkRead(self, slot: slot)
-        if let raw = T.RawValue(storedValue: values[slot]), let value = T(rawValue: raw) { return value }
-        let raw: T.RawValue = Self.fallback(entity.defaults[slot], slot: slot, entity: entity)
-        guard let value = T(rawValue: raw) else {
-            preconditionFailure("\(entity.name).\(entity.properties[slot].name): the default raw value \(raw) is not a case of \(T.self).")
-        }
-        return value
+        return Self.rawCase(values[slot], slot: slot, entity: entity)
     }
 
     public final func _cs_get<T: RawRepresentable>(_ slot: Int) -> T? where T.RawValue: AttributeValue {
@@ -178,7 +173,19 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
 
     // MARK: - Internal
 
-    private static func fallback<T: AttributeValue>(_ value: Value, slot: Int, entity: ResolvedEntity) -> T {
+    /// The case of `T` whose raw value `value` holds, or the entity's default's case.
+    static func rawCase<T: RawRepresentable>(_ value: Value, slot: Int, entity: ResolvedEntity) -> T where T.RawValue: AttributeValue {
+        if let raw = T.RawValue(storedValue: value), let value = T(rawValue: raw) { return value }
+        let raw: T.RawValue = fallback(entity.defaults[slot], slot: slot, entity: entity)
+        guard let value = T(rawValue: raw) else {
+            preconditionFailure("\(entity.name).\(entity.properties[slot].name): the default raw value \(raw) is not a case of \(T.self).")
+        }
+        return value
+    }
+
+    /// `value` as a `T`, or a precondition failure naming the attribute when even the default
+    /// is not one.
+    static func fallback<T: AttributeValue>(_ value: Value, slot: Int, entity: ResolvedEntity) -> T {
         guard let converted = T(storedValue: value) else {
             preconditionFailure("\(entity.name).\(entity.properties[slot].name): the stored value \(value) is not a \(T.self), and neither is the default.")
         }
