@@ -126,7 +126,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
                     self.init(_cs_row: object._cs_snapshotRow())
                 }
 
-                \(raw: access)init(_cs_row row: ContextStack._SnapshotRow) {
+                \(raw: access)init(_cs_row row: borrowing ContextStack._SnapshotRow) {
             \(raw: block(reads))
                 }
 

@@ -33,10 +33,20 @@ extension QueryConnection {
     }
 }
 
-/// The current row of a `QueryConnection.select`.
-package protocol QueryRow {
+/// The current row of a `QueryConnection.select`: one object the connection moves from row to
+/// row for the whole select, so that a reader that keeps it (`_SnapshotRow.stored`) sets it
+/// once, not once a row.
+@usableFromInline
+package protocol QueryRow: AnyObject {
     /// Column `column` (0-based) as a value.
     func value(_ column: Int) -> Value
+    /// Column `column` when it holds an integer, `nil` otherwise (null or another type): what
+    /// `value` would wrap in `.integer`, without making the `Value`.
+    func integer(_ column: Int) -> Int64?
+    /// Column `column` when it holds a double (`.double` of `value`), `nil` otherwise.
+    func double(_ column: Int) -> Double?
+    /// Column `column` when it holds text (`.text` of `value`), `nil` otherwise.
+    func text(_ column: Int) -> String?
     /// Column `column` as an integer; what a non-integer becomes is the client's conversion.
     func int64(_ column: Int) -> Int64
     func isNull(_ column: Int) -> Bool
@@ -45,6 +55,23 @@ package protocol QueryRow {
     /// Reads column `positions[i]` into `values[slots[i]]` for every `i`: a whole object's
     /// values in one call, so decoding a row costs one dynamic call rather than one a column.
     func read(_ positions: [Int], into values: inout ContiguousArray<Value>, slots: [Int])
+}
+
+extension QueryRow {
+    package func integer(_ column: Int) -> Int64? {
+        if case .integer(let integer) = value(column) { return integer }
+        return nil
+    }
+
+    package func double(_ column: Int) -> Double? {
+        if case .double(let double) = value(column) { return double }
+        return nil
+    }
+
+    package func text(_ column: Int) -> String? {
+        if case .text(let text) = value(column) { return text }
+        return nil
+    }
 }
 
 extension QueryConnection {

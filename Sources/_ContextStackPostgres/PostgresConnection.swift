@@ -153,7 +153,7 @@ package final class PostgresConnection {
                        _ body: (PostgresRow) throws -> Void) throws {
         let result = try executePrepared(sql, arguments)
         defer { PQclear(result) }
-        var row = PostgresRow(result: result)
+        let row = PostgresRow(result: result)
         let count = PQntuples(result)
         expecting(Int(count))
         var index: Int32 = 0

@@ -105,7 +105,7 @@ struct PostgresParameters {
 /// OIDs become `.integer`; `float4`, `float8` and `numeric` (what `avg` and `sum` of integers
 /// return) become `.double`; `bytea` becomes `.blob`; everything else `.text`. The same values
 /// a SQLite store would hand back for the same schema.
-package struct PostgresRow: QueryRow {
+package final class PostgresRow: QueryRow {
     private enum Kind { case integer, boolean, double, blob, text }
 
     private let result: OpaquePointer

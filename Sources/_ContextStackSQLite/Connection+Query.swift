@@ -7,7 +7,8 @@ extension Connection: QueryConnection {
         let statement = try cachedStatement(sql)
         defer { statement.reset() }
         try statement.bind(arguments)
-        while try statement.step() { try body(statement) }
+        let row: any QueryRow = statement  // made once: making it per row retains per row
+        while try statement.step() { try body(row) }
     }
 }
 

@@ -99,16 +99,37 @@ package final class Statement {
         switch sqlite3_column_type(handle, position) {
         case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, position))
         case SQLITE_FLOAT: return .double(sqlite3_column_double(handle, position))
-        case SQLITE_TEXT:
-            let count = Int(sqlite3_column_bytes(handle, position))
-            guard let bytes = sqlite3_column_text(handle, position) else { return .text("") }
-            return .text(String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self))
+        case SQLITE_TEXT: return .text(columnText(position))
         case SQLITE_BLOB:
             let count = Int(sqlite3_column_bytes(handle, position))
             guard count > 0, let bytes = sqlite3_column_blob(handle, position) else { return .blob(Data()) }
             return .blob(Data(bytes: bytes, count: count))
         default: return .null
         }
+    }
+
+    /// Column `index` when it holds an integer; `nil` when it holds anything else.
+    package func integer(_ index: Int) -> Int64? {
+        let position = Int32(index)
+        return sqlite3_column_type(handle, position) == SQLITE_INTEGER ? sqlite3_column_int64(handle, position) : nil
+    }
+
+    /// Column `index` when it holds a double; `nil` when it holds anything else.
+    package func double(_ index: Int) -> Double? {
+        let position = Int32(index)
+        return sqlite3_column_type(handle, position) == SQLITE_FLOAT ? sqlite3_column_double(handle, position) : nil
+    }
+
+    /// Column `index` when it holds text; `nil` when it holds anything else.
+    package func text(_ index: Int) -> String? {
+        let position = Int32(index)
+        return sqlite3_column_type(handle, position) == SQLITE_TEXT ? columnText(position) : nil
+    }
+
+    private func columnText(_ position: Int32) -> String {
+        let count = Int(sqlite3_column_bytes(handle, position))
+        guard let bytes = sqlite3_column_text(handle, position) else { return "" }
+        return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
     }
 
     /// Reads column `index` as an integer (SQLite converts as it does for `sqlite3_column_int64`).

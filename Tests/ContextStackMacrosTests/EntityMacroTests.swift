@@ -100,7 +100,7 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                         self.init(_cs_row: object._cs_snapshotRow())
                     }
 
-                    init(_cs_row row: ContextStack._SnapshotRow) {
+                    init(_cs_row row: borrowing ContextStack._SnapshotRow) {
                         id = row.id
                         name = row.attribute(0)
                         email = row.attribute(1)
@@ -205,7 +205,7 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                         self.init(_cs_row: object._cs_snapshotRow())
                     }
 
-                    init(_cs_row row: ContextStack._SnapshotRow) {
+                    init(_cs_row row: borrowing ContextStack._SnapshotRow) {
                         id = row.id
                         heading = row.attribute(0)
                     }
@@ -339,7 +339,7 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                         self.init(_cs_row: object._cs_snapshotRow())
                     }
 
-                    init(_cs_row row: ContextStack._SnapshotRow) {
+                    init(_cs_row row: borrowing ContextStack._SnapshotRow) {
                         id = row.id
                         name = row.attribute(0)
                     }
@@ -429,7 +429,7 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                         self.init(_cs_row: object._cs_snapshotRow())
                     }
 
-                    init(_cs_row row: ContextStack._SnapshotRow) {
+                    init(_cs_row row: borrowing ContextStack._SnapshotRow) {
                         id = row.id
                     }
 
@@ -529,7 +529,7 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                         self.init(_cs_row: object._cs_snapshotRow())
                     }
 
-                    init(_cs_row row: ContextStack._SnapshotRow) {
+                    init(_cs_row row: borrowing ContextStack._SnapshotRow) {
                         id = row.id
                     }
 
@@ -685,7 +685,7 @@ private func expect(_ source: String, expands expected: String, diagnostics: [Di
                         self.init(_cs_row: object._cs_snapshotRow())
                     }
 
-                    init(_cs_row row: ContextStack._SnapshotRow) {
+                    init(_cs_row row: borrowing ContextStack._SnapshotRow) {
                         id = row.id
                         first = row.attribute(0)
                         last = row.attribute(1)

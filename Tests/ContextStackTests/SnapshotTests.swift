@@ -1,5 +1,6 @@
 @testable import ContextStack
 import _ContextStackCore
+import _ContextStackSQLite
 @testable import _ContextStackModel
 import Dispatch
 import Foundation
@@ -281,6 +282,45 @@ import Testing
         #expect(String(decoding: json, as: UTF8.self) == #"["\#(ids.ann)","\#(ids.rex)"]"#)
         #expect(try JSONDecoder().decode([ObjectID].self, from: json) == [ids.ann, ids.rex])
         #expect(throws: DecodingError.self) { try JSONDecoder().decode(ObjectID.self, from: Data(#""Nobody/1""#.utf8)) }
+    }
+
+    /// Snapshots read straight from a statement's columns make exactly what the objects'
+    /// values make, whatever the columns hold: a column of another storage class than its
+    /// attribute's (SQLite lets another program write one), or NULL in a non-optional column,
+    /// takes the path through `Value` and its conversions and defaults, as objects do.
+    @Test @MainActor func snapshotsFromColumnsMatchObjectsWhateverTheColumnsHold() async throws {
+        let store = try TestStore(.file)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for index in 0..<3 {
+                let sample = try update.create(Sample.self)
+                sample.int = index; sample.string = "s\(index)"; sample.optionalString = "o\(index)"
+                sample.double = Double(index) + 0.5; sample.optionalInt = index; sample.flag = true
+            }
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let db = try Connection(path: try #require(store.url).path)
+        // Row 2: each column holds another storage class than its attribute's; row 3: NULLs.
+        try db.execute("""
+            UPDATE Sample SET int = 2.5, int64 = '7', double = 7, string = 12, flag = 2.0, date = 'noon',
+                optionalInt = 'x', optionalDouble = 3, optionalString = 4.5, optionalDate = 'later', optionalFlag = 'yes'
+            WHERE Z_PK = (SELECT Z_PK FROM Sample ORDER BY Z_PK LIMIT 1 OFFSET 1);
+            UPDATE Sample SET int = NULL, int64 = NULL, double = NULL, string = NULL, flag = NULL, date = NULL
+            WHERE Z_PK = (SELECT Z_PK FROM Sample ORDER BY Z_PK LIMIT 1 OFFSET 2)
+            """)
+        let snapshots = try await world.snapshots(Sample.self)
+        let objects = try MainContext(stack: store.stack).fetchAll(Sample.self)
+        #expect(snapshots.count == 3)
+        #expect(Set(snapshots) == Set(objects.map(\.snapshot)))
+        let byKey = snapshots.sorted { $0.id < $1.id }
+        let (odd, nulls) = (byKey[1], byKey[2])
+        // A REAL in an integer column truncates; text where a number or date belongs makes the
+        // default, or nil when optional (SQLite's affinity turned 12 into "12" and '7' into 7).
+        #expect(odd.int == 2 && odd.int64 == 7 && odd.string == "12" && odd.flag)
+        #expect(odd.date == Date(timeIntervalSince1970: 0) && odd.optionalDate == nil && odd.optionalInt == nil)
+        #expect(odd.optionalDouble == 3 && odd.optionalString == "4.5")
+        #expect(nulls.int == 0 && nulls.string == "default" && !nulls.flag && nulls.optionalString == "o2")
     }
 
     /// A sub-entity shares its root's snapshot: the root's properties, for objects of the

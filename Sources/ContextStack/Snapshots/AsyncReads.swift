@@ -11,31 +11,35 @@ import _ContextStackModel
 /// changes or main context's pinned view. See Docs/Servers.md.
 extension Stack {
     /// The snapshots of `type`'s objects. Inlinable, so that making each snapshot from its row
-    /// is specialized for the concrete snapshot type in the caller's module; generic code here
-    /// went through the type's value witnesses for every field of every row.
+    /// and appending it is specialized for the concrete snapshot type in the caller's module;
+    /// generic code here went through the type's value witnesses for every field of every row.
     @inlinable
     func snapshots<T: SnapshotProviding>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?,
                                          options: FetchOptions) async throws -> [T.Snapshot] {
-        try await readSnapshotRows(type, condition, orderBy: orderBy, options: options) { rows in
-            rows.map(T.Snapshot.init(_cs_row:))
+        try await readSnapshots(type, condition, orderBy: orderBy, options: options) { snapshots, row in
+            snapshots.append(T.Snapshot(_cs_row: row))
         }
     }
 
     @inlinable
     func snapshot<T: SnapshotProviding>(_ type: T.Type, id: ObjectID) async throws -> T.Snapshot? {
-        try await readSnapshotRow(type, id: id) { row in row.map(T.Snapshot.init(_cs_row:)) }
+        try await readSnapshotRow(type, id: id) { row in row.map { T.Snapshot(_cs_row: $0) } }
     }
 
-    /// Reads the rows on a read thread and makes the snapshots there with `make`.
+    /// Reads the rows on a read thread and makes the snapshots there, as each row is read,
+    /// with `add`.
     @usableFromInline
-    func readSnapshotRows<T: SnapshotProviding, S: Sendable>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions,
-                                                            make: @escaping @Sendable ([_SnapshotRow]) -> S) async throws -> S {
+    func readSnapshots<T: SnapshotProviding>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions,
+                                             add: @escaping @Sendable (inout [T.Snapshot], borrowing _SnapshotRow) -> Void) async throws -> [T.Snapshot] {
         try Task.checkCancellation()
         let store = self.store
         let entity = store.graph.entity(for: type)
         let snapshotEntity = store.graph.entity(for: T.Snapshot.Entity.self)
         return try await ReadThreads.shared.run {
-            make(try store.snapshotRows(of: snapshotEntity, entity: entity, condition: condition, orderBy: orderBy, options: options))
+            var snapshots: [T.Snapshot] = []
+            try store.eachSnapshotRow(of: snapshotEntity, entity: entity, condition: condition, orderBy: orderBy, options: options,
+                                      expecting: { snapshots.reserveCapacity($0) }) { row in add(&snapshots, row) }
+            return snapshots
         }
     }
 

@@ -6,25 +6,52 @@ import _ContextStackCore
 /// store before the call — written or still queued for the writer — and never a context's
 /// pending changes or a pinned view.
 extension ObjectStore {
-    /// The rows of snapshots of the objects of `entity` matching `condition`, in order and
-    /// windowed as `options` say, with the members of `snapshotEntity`'s to-many relationships
-    /// read in one statement per relationship. The caller makes the snapshots from them where
-    /// the snapshot type is concrete (specialized), not here, where it would be generic.
-    package func snapshotRows(of snapshotEntity: ResolvedEntity, entity: ResolvedEntity, condition: Condition?,
-                              orderBy: OrderBy?, options: FetchOptions) throws -> [_SnapshotRow] {
+    /// Hands `body` the row of the snapshot of each object of `entity` matching `condition`, in
+    /// order and windowed as `options` say; `expecting` learns how many will follow when the
+    /// store knows. The caller makes the snapshots in `body`, where the snapshot type is
+    /// concrete (specialized), not here, where it would be generic. The row is valid only
+    /// during the call; it is `inout` so that handing it on copies nothing, and `body` does not
+    /// change it.
+    ///
+    /// When nothing pending changes the answer and the snapshot has no to-many relationship,
+    /// each row is handed on as the statement steps, its fields read straight from the
+    /// statement's columns: no object, no values per row, no second pass. Otherwise the rows are merged with the
+    /// pending commits first, and the members of `snapshotEntity`'s to-many relationships are
+    /// read in one statement per relationship.
+    package func eachSnapshotRow(of snapshotEntity: ResolvedEntity, entity: ResolvedEntity, condition: Condition?,
+                                 orderBy: OrderBy?, options: FetchOptions, expecting: (Int) -> Void,
+                                 _ body: (inout _SnapshotRow) throws -> Void) throws {
         let request = FetchRequest(condition: condition, orderBy: orderBy, options: options)
         let query = try CompiledQuery(entity: entity, condition: request.condition, orderBy: request.orderBy,
                                       includesSubEntities: request.includesSubEntities, dialect: dialect)
         let toMany = snapshotEntity.properties.filter(\.isToMany)
-        return try read { session in
+        try read { session in
             var reader = RowReader(session: session, context: nil)
+            if toMany.isEmpty {
+                var row = _SnapshotRow(id: ObjectID(rootEntity: entity.rootDescription, primaryKey: 0), entity: entity,
+                                       stored: nil, positions: entity.slotPositions)
+                var current = Unmanaged.passUnretained(entity)
+                let readInPlace = try reader.selectInPlace(query, offset: request.offset, limit: request.limit, expecting: expecting) { id, rowEntity, stored in
+                    if rowEntity.toOpaque() != current.toOpaque() {
+                        current = rowEntity
+                        row.entity = rowEntity.takeUnretainedValue()
+                        row.positions = row.entity.slotPositions
+                    }
+                    row.id = id
+                    // The connection moves one row object along the result: set it once.
+                    if row.stored !== stored { row.stored = stored }
+                    try body(&row)
+                }
+                if readInPlace { return }
+            }
             var rows: [_SnapshotRow] = []
             try reader.select(query, offset: request.offset, limit: request.limit, columns: nil,
                               expecting: { rows.reserveCapacity($0) }) { id, row in
                 rows.append(_SnapshotRow(id: id, entity: row.entity, values: row.values, members: [:]))
             }
             try Self.addMembers(toMany, to: &rows, reader: &reader)
-            return rows
+            expecting(rows.count)
+            for var row in rows { try body(&row) }
         }
     }
 

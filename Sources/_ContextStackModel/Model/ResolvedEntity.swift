@@ -22,6 +22,9 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
     /// For each of `storedSlots`, its column's position in a whole-row SELECT of the table
     /// (`Z_PK`, then `Z_ENT` when the table has it, then the table's columns).
     nonisolated(unsafe) private(set) var storedPositions: [Int] = []
+    /// For each slot, the position of its column in a whole-row SELECT of the table; -1 for a
+    /// slot with no column (a to-many relationship).
+    nonisolated(unsafe) private(set) var slotPositions: [Int] = []
     /// The uniqueness constraints rows of this entity obey: its own and its parents'.
     package nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
     /// The slots that take part in a uniqueness constraint.
@@ -57,6 +60,7 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
         self.storedSlots = properties.filter { $0.isStored }.map(\.slot)
         let base = table.hasEntityColumn ? 2 : 1
         self.storedPositions = storedSlots.map { base + properties[$0].column }
+        self.slotPositions = properties.map { $0.isStored ? base + $0.column : -1 }
     }
 
     package func property(named name: String) -> Property? {
