@@ -95,41 +95,44 @@ package final class Statement {
 
     /// Reads column `index` (0-based) of the current row.
     package func column(_ index: Int) -> Value {
-        let position = Int32(index)
-        switch sqlite3_column_type(handle, position) {
-        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, position))
-        case SQLITE_FLOAT: return .double(sqlite3_column_double(handle, position))
-        case SQLITE_TEXT: return .text(columnText(position))
+        let value = sqlite3_column_value(handle, Int32(index))
+        switch sqlite3_value_type(value) {
+        case SQLITE_INTEGER: return .integer(sqlite3_value_int64(value))
+        case SQLITE_FLOAT: return .double(sqlite3_value_double(value))
+        case SQLITE_TEXT: return .text(Self.string(of: value))
         case SQLITE_BLOB:
-            let count = Int(sqlite3_column_bytes(handle, position))
-            guard count > 0, let bytes = sqlite3_column_blob(handle, position) else { return .blob(Data()) }
-            return .blob(Data(bytes: bytes, count: count))
+            guard let bytes = sqlite3_value_blob(value) else { return .blob(Data()) }
+            return .blob(Data(bytes: bytes, count: Int(sqlite3_value_bytes(value))))
         default: return .null
         }
     }
 
+    // The reads of a column ask for its value once and read its type and contents from it:
+    // `sqlite3_column_type` then `sqlite3_column_int64` each find the column and enter and
+    // leave the connection, and that second lookup was a sixth of reading snapshots.
+
     /// Column `index` when it holds an integer; `nil` when it holds anything else.
     package func integer(_ index: Int) -> Int64? {
-        let position = Int32(index)
-        return sqlite3_column_type(handle, position) == SQLITE_INTEGER ? sqlite3_column_int64(handle, position) : nil
+        let value = sqlite3_column_value(handle, Int32(index))
+        return sqlite3_value_type(value) == SQLITE_INTEGER ? sqlite3_value_int64(value) : nil
     }
 
     /// Column `index` when it holds a double; `nil` when it holds anything else.
     package func double(_ index: Int) -> Double? {
-        let position = Int32(index)
-        return sqlite3_column_type(handle, position) == SQLITE_FLOAT ? sqlite3_column_double(handle, position) : nil
+        let value = sqlite3_column_value(handle, Int32(index))
+        return sqlite3_value_type(value) == SQLITE_FLOAT ? sqlite3_value_double(value) : nil
     }
 
     /// Column `index` when it holds text; `nil` when it holds anything else.
     package func text(_ index: Int) -> String? {
-        let position = Int32(index)
-        return sqlite3_column_type(handle, position) == SQLITE_TEXT ? columnText(position) : nil
+        let value = sqlite3_column_value(handle, Int32(index))
+        return sqlite3_value_type(value) == SQLITE_TEXT ? Self.string(of: value) : nil
     }
 
-    private func columnText(_ position: Int32) -> String {
-        let count = Int(sqlite3_column_bytes(handle, position))
-        guard let bytes = sqlite3_column_text(handle, position) else { return "" }
-        return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
+    /// The text of a value that holds text.
+    private static func string(of value: OpaquePointer?) -> String {
+        guard let bytes = sqlite3_value_text(value) else { return "" }
+        return String(decoding: UnsafeBufferPointer(start: bytes, count: Int(sqlite3_value_bytes(value))), as: UTF8.self)
     }
 
     /// Reads column `index` as an integer (SQLite converts as it does for `sqlite3_column_int64`).
