@@ -15,9 +15,9 @@ extension ObjectStore {
     ///
     /// When nothing pending changes the answer and the snapshot has no to-many relationship,
     /// each row is handed on as the statement steps, its fields read straight from the
-    /// statement's columns: no object, no values per row, no second pass. Otherwise the rows are merged with the
-    /// pending commits first, and the members of `snapshotEntity`'s to-many relationships are
-    /// read in one statement per relationship.
+    /// statement's columns: no object, no values per row, no second pass. Otherwise the rows
+    /// are merged with the pending commits first, and the members of `snapshotEntity`'s
+    /// to-many relationships are read in one statement per relationship.
     package func eachSnapshotRow(of snapshotEntity: ResolvedEntity, entity: ResolvedEntity, condition: Condition?,
                                  orderBy: OrderBy?, options: FetchOptions, expecting: (Int) -> Void,
                                  _ body: (inout _SnapshotRow) throws -> Void) throws {
@@ -30,6 +30,7 @@ extension ObjectStore {
             if toMany.isEmpty {
                 var row = _SnapshotRow(id: ObjectID(rootEntity: entity.rootDescription, primaryKey: 0), entity: entity,
                                        stored: nil, positions: entity.slotPositions)
+                // `row.entity`, compared without retaining it for every row.
                 var current = Unmanaged.passUnretained(entity)
                 let readInPlace = try reader.selectInPlace(query, offset: request.offset, limit: request.limit, expecting: expecting) { id, rowEntity, stored in
                     if rowEntity.toOpaque() != current.toOpaque() {
