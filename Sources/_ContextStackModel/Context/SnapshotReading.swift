@@ -29,7 +29,7 @@ extension ObjectStore {
             var reader = RowReader(session: session, context: nil)
             if toMany.isEmpty {
                 var row = _SnapshotRow(id: ObjectID(rootEntity: entity.rootDescription, primaryKey: 0), entity: entity,
-                                       stored: nil, positions: entity.slotPositions)
+                                       positions: entity.slotPositions)
                 // `row.entity`, compared without retaining it for every row.
                 var current = Unmanaged.passUnretained(entity)
                 let readInPlace = try reader.selectInPlace(query, offset: request.offset, limit: request.limit, expecting: expecting) { id, rowEntity, stored in

@@ -57,10 +57,10 @@ public struct _SnapshotRow {
         self.members = members
     }
 
-    /// A row read from `stored`'s columns at `positions`.
-    init(id: ObjectID, entity: ResolvedEntity, stored: (any QueryRow)?, positions: [Int]) {
+    /// A row to be read from a statement's current rows (`stored`, set for each row), its
+    /// slots at `positions`.
+    init(id: ObjectID, entity: ResolvedEntity, positions: [Int]) {
         self.init(id: id, entity: entity, values: [], members: [:])
-        self.stored = stored
         self.positions = positions
     }
 

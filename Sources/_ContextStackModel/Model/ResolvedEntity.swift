@@ -59,8 +59,8 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
         self.table = table
         self.storedSlots = properties.filter { $0.isStored }.map(\.slot)
         let base = table.hasEntityColumn ? 2 : 1
-        self.storedPositions = storedSlots.map { base + properties[$0].column }
         self.slotPositions = properties.map { $0.isStored ? base + $0.column : -1 }
+        self.storedPositions = storedSlots.map { slotPositions[$0] }
     }
 
     package func property(named name: String) -> Property? {
