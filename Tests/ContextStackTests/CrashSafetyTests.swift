@@ -182,7 +182,7 @@ import Testing
         for child in children { child.send("go") }
         for child in children {
             child.process.waitUntilExit()
-            #expect(child.process.terminationReason == .exit && child.process.terminationStatus == 0, "writer failed: \(child.errorText)")
+            #expect(child.exitedCleanly, "writer failed: \(child.errorText)")
         }
         let db = try Connection(path: url.path)
         for writer in 1...2 {

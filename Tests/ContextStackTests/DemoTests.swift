@@ -7,16 +7,9 @@ import Testing
     /// The demo's output, once it exited; throws if it failed.
     static func run(_ arguments: [String]) throws -> String {
         let demo = try stressWriter().deletingLastPathComponent().appendingPathComponent("demo")
-        let process = Process()
-        process.executableURL = demo
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw ChildProcessError(message: "demo failed: \(text)") }
+        let process = try ChildProcess([demo.path] + arguments, errors: .output)
+        let text = String(decoding: process.output?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
+        guard process.waitUntilExit() == 0 else { throw ChildProcessError(message: "demo failed: \(text)") }
         return text
     }
 

@@ -176,9 +176,9 @@ enum PostgresServer {
     /// Runs a server binary to completion (as `nobody` when we are root), throwing its output
     /// when it fails.
     ///
-    /// It uses `posix_spawn` and `waitpid`, not Foundation's `Process`: `pg_ctl start` leaves a
-    /// server behind that inherits its output, and `Process.waitUntilExit` was seen never to
-    /// return for it here. Output goes to a file, not a pipe, for the same reason.
+    /// Its output goes to a file, not a pipe: `pg_ctl start` leaves a server behind that
+    /// inherits it, so a pipe would never reach its end (`Process.waitUntilExit` was also seen
+    /// never to return for it; `ChildProcess` waits for the child alone).
     @discardableResult
     fileprivate static func run(_ executable: URL, _ arguments: [String]) throws -> String {
         let command = runsAsNobody
@@ -189,19 +189,12 @@ enum PostgresServer {
         let output = open(log.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard output >= 0 else { throw Unavailable(description: "could not create \(log.path)") }
         defer { close(output) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, output, 1)
-        posix_spawn_file_actions_adddup2(&actions, output, 2)
-        let argv: [UnsafeMutablePointer<CChar>?] = command.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, command[0], &actions, nil, argv, environ)
-        guard spawned == 0 else { throw Unavailable(description: "could not run \(command[0]): error \(spawned)") }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let status: Int32
+        do {
+            status = try ChildProcess(command, output: .descriptor(output), errors: .output).waitUntilExit()
+        } catch {
+            throw Unavailable(description: "\(error)")
+        }
         let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
         // Exited normally with status 0: the low 7 bits (the signal) and the exit code are 0.
         guard status == 0 else {

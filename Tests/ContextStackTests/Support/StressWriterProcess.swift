@@ -20,23 +20,14 @@ func stressWriter() throws -> URL {
     throw ChildProcessError(message: "stress-writer not found in \(directories.map(\.path)); `swift build` builds it")
 }
 
-struct ChildProcessError: Error, CustomStringConvertible {
-    let message: String
-    var description: String { message }
-}
-
-/// A running `stress-writer`, its input, output and errors in pipes.
+/// A running `stress-writer`, its input, output and errors in pipes (a `ChildProcess`).
 ///
 /// Every child is killed with SIGKILL after `timeLimit` seconds if it is still running, so a
 /// test whose child hangs fails instead of hanging the suite.
 final class StressWriterProcess: @unchecked Sendable {
     // @unchecked Sendable: `pending` is touched only by the thread that runs the test; the
-    // watchdog reads nothing but `process`, whose `isRunning` and `processIdentifier` are
-    // safe from any thread.
-    let process = Process()
-    let input = Pipe()
-    let output = Pipe()
-    let errors = Pipe()
+    // watchdog uses nothing but `process`, which is Sendable.
+    let process: ChildProcess
     /// Output read from the pipe but not yet returned as a line.
     private var pending = Data()
 
@@ -44,20 +35,11 @@ final class StressWriterProcess: @unchecked Sendable {
     /// util-linux's `setpriv`), which only root may do.
     init(_ arguments: [String], asUser user: (uid: UInt32, gid: UInt32)? = nil, timeLimit: Double = 120) throws {
         let executable = try stressWriter()
-        if let user {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            process.arguments = ["--reuid=\(user.uid)", "--regid=\(user.gid)", "--clear-groups", executable.path] + arguments
-        } else {
-            process.executableURL = executable
-            process.arguments = arguments
-        }
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let process = self.process
+        let command = user.map { ["/usr/bin/setpriv", "--reuid=\($0.uid)", "--regid=\($0.gid)", "--clear-groups", executable.path] } ?? [executable.path]
+        let process = try ChildProcess(command + arguments, input: .pipe)
+        self.process = process
         DispatchQueue.global().asyncAfter(deadline: .now() + timeLimit) {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            if process.isRunning { process.kill() }
         }
     }
 
@@ -69,7 +51,7 @@ final class StressWriterProcess: @unchecked Sendable {
                 pending = Data(pending[(newline + 1)...])
                 return line
             }
-            let chunk = output.fileHandleForReading.availableData
+            let chunk = process.output?.availableData ?? Data()
             if chunk.isEmpty { return nil }
             pending.append(chunk)
         }
@@ -86,13 +68,13 @@ final class StressWriterProcess: @unchecked Sendable {
 
     /// Writes a line to the process's standard input.
     func send(_ line: String) {
-        input.fileHandleForWriting.write(Data((line + "\n").utf8))
+        process.input?.write(Data((line + "\n").utf8))
     }
 
     /// Kills the process with SIGKILL, waits for it, and returns every line it wrote that was
     /// not read yet.
     func killAndCollect() -> [String] {
-        kill(process.processIdentifier, SIGKILL)
+        process.kill()
         process.waitUntilExit()
         return remainingLines()
     }
@@ -116,11 +98,11 @@ final class StressWriterProcess: @unchecked Sendable {
         return lines
     }
 
-    var wasKilled: Bool { process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL }
-    var exitedCleanly: Bool { process.terminationReason == .exit && process.terminationStatus == 0 }
+    var wasKilled: Bool { process.terminationSignal == SIGKILL }
+    var exitedCleanly: Bool { process.exitCode == 0 }
 
     /// What the process wrote to its standard error.
-    var errorText: String { String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+    var errorText: String { String(decoding: process.errors?.readDataToEndOfFile() ?? Data(), as: UTF8.self) }
 }
 
 /// The entries a `stress-writer` commits per batch, in one commit.
