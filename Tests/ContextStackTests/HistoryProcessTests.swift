@@ -10,7 +10,7 @@ import Testing
 /// History with real processes (Docs/History.md): a `stress-writer` child (Tests/StressWriter)
 /// commits, this process follows; children killed with SIGKILL never leave data without its
 /// history or history without its data. The child's model is `CrashEntry` and `CrashTally`.
-@Suite(.timeLimit(.minutes(3))) struct HistoryProcessTests {
+@Suite(.timeLimit(.minutes(5))) struct HistoryProcessTests {
     /// What one commit did, by primary key: as the writer printed it, as a remote `Commit`
     /// said it, or as a history transaction recorded it.
     struct Changes: Equatable, CustomStringConvertible {

@@ -10,7 +10,11 @@ import Testing
 /// stacks' commits reaching this stack's contexts, results and observers. Two stacks on one
 /// file stand for two processes here (they share nothing but the file); real processes are in
 /// `HistoryProcessTests`.
-@Suite(.timeLimit(.minutes(2))) struct HistoryTests {
+///
+/// The time limit is generous: each `await` of a `@MainActor` test waits for its turn behind
+/// every test body queued on the main actor meanwhile, which in a full run on 2 cores was seen
+/// to take over a minute and a half.
+@Suite(.timeLimit(.minutes(5))) struct HistoryTests {
     static let kinds = StoreKind.available.filter { $0 != .memory }
 
     @Test(arguments: kinds) @MainActor

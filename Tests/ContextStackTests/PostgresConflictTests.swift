@@ -38,8 +38,7 @@ struct PostgresConflictTests {
             try update.commit()
         }
         #expect(held.age == 61, "shown at once")
-        #expect(try await waitForALockWaiter(url, blockedBy: otherProcess.backendPID), "the writer never waited for the other process's row")
-        try otherProcess.execute("COMMIT")
+        #expect(try await commitOnceAWriterWaits(otherProcess, url: url), "the writer never waited for the other process's row")
         if policy == .error {
             await #expect(throws: MergeConflictError.self) { try await store.stack.flush() }
         } else {

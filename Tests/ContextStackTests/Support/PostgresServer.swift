@@ -350,6 +350,17 @@ func waitForALockWaiter(_ url: URL, blockedBy holder: Int32) async throws -> Boo
     return false
 }
 
+/// Waits until a connection waits for `holder`'s locks (`waitForALockWaiter`), then commits
+/// `holder`'s transaction, returning whether one waited. All of it off the main actor: a
+/// `@MainActor` test that waited and then committed would hold the lock while it waits for its
+/// turn on the main actor, which the other tests running at once can keep for longer than a
+/// statement may wait for a lock (`statement_timeout`).
+func commitOnceAWriterWaits(_ holder: sending PostgresConnection, url: URL) async throws -> Bool {
+    let waited = try await waitForALockWaiter(url, blockedBy: holder.backendPID)
+    try holder.execute("COMMIT")
+    return waited
+}
+
 /// Waits until every transaction the server had started when called has ended (any database,
 /// any test): PostgreSQL's history returns a transaction only once every older one has ended
 /// (Docs/History.md, "Tokens"), so a test that compares the history with the rows waits for
