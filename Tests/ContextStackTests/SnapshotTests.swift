@@ -323,6 +323,42 @@ import Testing
         #expect(nulls.int == 0 && nulls.string == "default" && !nulls.flag && nulls.optionalString == "o2")
     }
 
+    /// A window (`limit`, `offset`) of snapshots read straight from the statement's columns
+    /// (nothing pending, no to-many relationship) holds what the same window of objects holds,
+    /// past the end too; and after a commit that moves rows across the windows, written or
+    /// still queued for the writer (then the rows are merged with it first).
+    @Test(arguments: StoreKind.available) @MainActor
+    func windowsOfSnapshotsMatchTheSameWindowsOfObjects(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for index in 0..<12 {
+                let sample = try update.create(Sample.self)
+                (sample.int, sample.string, sample.optionalString) = (index, "s\(index)", index.isMultiple(of: 3) ? nil : "o\(index)")
+            }
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let windows: [FetchOptions] = [.limit(3), .limit(3) | .offset(2), .limit(5) | .offset(9), .offset(7), .limit(4) | .offset(20)]
+        func expectWindowsMatch(_ comment: Comment) async throws {
+            for window in windows {
+                let snapshots = try await world.snapshots(Sample.self, %"int" >= 1, orderBy: .descending("int"), options: window)
+                // A context of its own: what the store holds, whatever `world` merged so far.
+                let objects = try MainContext(stack: store.stack).fetchAll(Sample.self, %"int" >= 1, orderBy: .descending("int"), options: window)
+                #expect(snapshots == objects.map(\.snapshot), comment)
+            }
+        }
+        try await expectWindowsMatch("read from the columns")
+        #expect(try await world.snapshots(Sample.self, %"int" >= 1, orderBy: .descending("int"), options: .limit(3) | .offset(2)).map(\.int) == [9, 8, 7])
+        // A commit that moves rows in and out of the windows.
+        let other = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try other.beginUpdateAndWait { update in
+            for sample in try update.fetchAll(Sample.self, %"int" >= 9) { sample.int -= 20 }
+            try update.commit()
+        }
+        try await expectWindowsMatch("merged with a queued commit")
+    }
+
     /// A sub-entity shares its root's snapshot: the root's properties, for objects of the
     /// sub-entity only.
     @Test(arguments: StoreKind.available) @MainActor
