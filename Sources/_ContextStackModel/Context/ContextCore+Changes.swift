@@ -138,9 +138,7 @@ extension ContextCore {
 
     /// Drops every object: later use of them is a precondition failure.
     package func reset() {
-        for entry in registry.values {
-            entry.object?.state = .invalidated
-        }
+        registry.forEachObject { $0.state = .invalidated }
         for object in changed.values { object.state = .invalidated }
         accessorFailure = nil
         registry.removeAll()

@@ -26,7 +26,7 @@ package final class ContextCore: @unchecked Sendable {
     let host: any ContextHost
     package let graph: ModelGraph
     /// Every object of this context, held weakly unless it has changes.
-    var registry: [ObjectID: WeakObject] = [:]
+    var registry = Registry()
     private var registrySweepThreshold = 1024
     /// Inserted, updated and deleted objects, held strongly until commit or rollback.
     var changed: [ObjectID: ManagedObject] = [:]
@@ -193,7 +193,7 @@ package final class ContextCore: @unchecked Sendable {
     // MARK: - Registry
 
     package func registered(_ id: ObjectID) -> ManagedObject? {
-        registry[id]?.object
+        registry.object(id)
     }
 
     /// Forgets a registered object (deleted below this context).
@@ -202,11 +202,11 @@ package final class ContextCore: @unchecked Sendable {
     }
 
     func register(_ object: ManagedObject) {
-        registry[object.objectID] = WeakObject(object: object)
+        registry.register(object, as: object.objectID)
         // Objects with changes are held strongly, so only the others can have gone: creating
         // many objects in one update no longer sweeps a registry with nothing to drop.
         if registry.count - changed.count >= registrySweepThreshold {
-            registry = registry.filter { $0.value.object != nil }
+            registry.removeAll { $0.object == nil }
             registrySweepThreshold = max(1024, registry.count * 2)
         }
     }
@@ -308,7 +308,7 @@ package final class ContextCore: @unchecked Sendable {
     func reserveRegistrations(_ count: Int) {
         guard count > 64 else { return }
         if registry.count - changed.count + count >= registrySweepThreshold {
-            registry = registry.filter { $0.value.object != nil }
+            registry.removeAll { $0.object == nil }
             registrySweepThreshold = max(1024, (registry.count + count) * 2)
         }
         // Geometric, as growing would be: reserving exactly what one fetch needs would
