@@ -47,34 +47,61 @@ import Testing
                 for key in reference.keys { #expect(registry.object(key) === reference[key]) }
             }
         }
-        // A sweep drops the picked objects' slots and keeps every other one findable.
-        let dropped = pool[0]
-        registry.removeAll { $0.object === dropped }
-        reference = reference.filter { $0.value !== dropped }
-        #expect(registry.count == reference.count)
-        for key in reference.keys { #expect(registry.object(key) === reference[key]) }
         registry.reserveCapacity(registry.count + 10_000)
+        #expect(registry.count == reference.count)
         for key in reference.keys { #expect(registry.object(key) === reference[key]) }
     }
 
-    /// The registry holds its objects weakly: once released, an object is not found.
-    @Test @MainActor func theRegistryHoldsObjectsWeakly() throws {
+    /// The registry holds its objects weakly: once released, an object is not found, and the
+    /// table drops its slot when it next grows, rather than growing for it.
+    @Test @MainActor func theRegistryHoldsObjectsWeaklyAndDropsTheGoneWhenItGrows() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let id = try world.beginUpdateAndWait { update in
-            let person = try update.create(Person.self)
+        let ids = try world.beginUpdateAndWait { update in
+            let people = try (0..<1_000).map { _ in try update.create(Person.self) }
             try update.commit()
-            return person.objectID
+            return people.map(\.objectID)
         }
         var registry = Registry()
+        var kept: [ManagedObject] = []
         do {
-            let person = try #require(try MainContext(stack: store.stack).fetch(Person.self, id: id))
-            registry[id] = ContextCore.WeakObject(object: person)
-            #expect(registry.object(id) === person)
+            let reader = try MainContext(stack: store.stack)
+            var alive: [ManagedObject] = []
+            for (index, id) in ids.enumerated() {
+                let person = try #require(try reader.fetch(Person.self, id: id))
+                registry.register(person, as: id)
+                alive.append(person)
+                if index < 10 { kept.append(person) }
+            }
+            #expect(registry.object(ids[999]) != nil)
         }
-        #expect(registry.object(id) == nil)
-        #expect(registry.count == 1, "the slot stays until a sweep")
-        registry.removeAll { $0.object == nil }
-        #expect(registry.count == 0)
+        #expect(registry.object(ids[999]) == nil, "released")
+        #expect(registry.object(ids[0]) === kept[0])
+        #expect(registry.count == 1_000, "slots stay until the table next grows")
+        // While a fetch registers (`sweepsWhenGrowing` off), growing keeps every slot.
+        var fetching = registry
+        fetching.sweepsWhenGrowing = false
+        let room = fetching.capacity - fetching.count + 1
+        let placeholders = try world.beginUpdateAndWait { update in
+            let made = try (0..<room).map { _ in try update.create(Sample.self) as ManagedObject }
+            try update.commit()
+            return made
+        }
+        for object in placeholders { fetching.register(object, as: object.objectID) }
+        #expect(fetching.count == 1_000 + room, "the 990 gone stay while sweeps are off")
+        #expect(fetching.object(ids[0]) === kept[0] && fetching.object(ids[999]) == nil)
+        for object in placeholders { #expect(fetching.object(object.objectID) === object) }
+
+        let capacity = registry.capacity
+        let (other, sameID) = try world.beginUpdateAndWait { update in
+            let more = try (0..<capacity).map { _ in try update.create(Pet.self) }
+            try update.commit()
+            return (more as [ManagedObject], more[0].objectID)
+        }
+        for object in other { registry.register(object, as: object.objectID) }
+        #expect(registry.count == 10 + other.count, "growing dropped the 990 gone")
+        #expect(registry.capacity < 4 * (10 + other.count))
+        #expect(registry.object(sameID) === other[0])
+        for (index, object) in kept.enumerated() { #expect(registry.object(ids[index]) === object) }
     }
 }

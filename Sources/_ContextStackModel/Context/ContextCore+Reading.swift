@@ -88,6 +88,9 @@ extension ContextCore {
                 // rows first and making the objects in a second pass (and casting them in a
                 // third) went through memory three times.
                 var objects: [T] = []
+                // Every object registered from here on is held by `objects`.
+                registry.sweepsWhenGrowing = false
+                defer { registry.sweepsWhenGrowing = true }
                 try selectRows(query, offset: request.offset, limit: request.limit, columns: nil, reader: &reader,
                                expecting: { count in
                                    objects.reserveCapacity(count)

@@ -27,7 +27,6 @@ package final class ContextCore: @unchecked Sendable {
     package let graph: ModelGraph
     /// Every object of this context, held weakly unless it has changes.
     var registry = Registry()
-    private var registrySweepThreshold = 1024
     /// Inserted, updated and deleted objects, held strongly until commit or rollback.
     var changed: [ObjectID: ManagedObject] = [:]
     /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
@@ -201,14 +200,10 @@ package final class ContextCore: @unchecked Sendable {
         registry[id] = nil
     }
 
+    /// Registers `object` (held weakly; the registry drops the objects that went away when it
+    /// grows).
     func register(_ object: ManagedObject) {
         registry.register(object, as: object.objectID)
-        // Objects with changes are held strongly, so only the others can have gone: creating
-        // many objects in one update no longer sweeps a registry with nothing to drop.
-        if registry.count - changed.count >= registrySweepThreshold {
-            registry.removeAll { $0.object == nil }
-            registrySweepThreshold = max(1024, registry.count * 2)
-        }
     }
 
     /// The context's object for a row it read: the registered one (refreshed when it has no
@@ -303,19 +298,12 @@ package final class ContextCore: @unchecked Sendable {
     }
 
     /// Makes room in the registry for `count` objects about to be registered: at most one
-    /// sweep and one allocation, where registering them one by one grew (and swept) the
-    /// registry again at every doubling — a tenth of a 100,000-object fetch.
+    /// rebuild, where registering them one by one grew the registry again at every doubling.
     func reserveRegistrations(_ count: Int) {
-        guard count > 64 else { return }
-        if registry.count - changed.count + count >= registrySweepThreshold {
-            registry.removeAll { $0.object == nil }
-            registrySweepThreshold = max(1024, (registry.count + count) * 2)
-        }
+        guard count > 64, registry.capacity < registry.count + count else { return }
         // Geometric, as growing would be: reserving exactly what one fetch needs would
-        // reallocate on every fetch of a loop.
-        if registry.capacity < registry.count + count {
-            registry.reserveCapacity(max(registry.count + count, registry.capacity * 2))
-        }
+        // rebuild on every fetch of a loop.
+        registry.reserveCapacity(max(registry.count + count, registry.capacity * 2))
     }
 
     /// How many objects match `query`; a `count(*)` when nothing is pending.
