@@ -170,7 +170,7 @@ final class LiveWorkload: WorkloadBase, Workload {
 final class MemoryWorkload: WorkloadBase, Workload {
     let id = "memory"
     let summary = "iterate 10 × N objects, .batch(1000) (fetchCursor)"
-    let target = "peak RSS growth ≤ 64 MiB"
+    let target = "≤ 3 × raw time, peak RSS growth ≤ 64 MiB"
     private var raw: RawDatabase!
     private var pool: DatabasePool!
     private var stack: Stack!
@@ -229,9 +229,11 @@ final class MemoryWorkload: WorkloadBase, Workload {
     }
 
     func verdict(_ result: WorkloadResult) -> Verdict {
-        guard let cs = result.median(.contextStack, extra: "peakGrowthMiB") else { return Verdict(met: nil, note: "missing samples") }
+        guard let cs = result.median(.contextStack, extra: "peakGrowthMiB"), let csTime = result.median(.contextStack),
+              let rawTime = result.median(.raw) else { return Verdict(met: nil, note: "missing samples") }
         let raw = result.median(.raw, extra: "peakGrowthMiB") ?? .nan
         let grdb = result.median(.grdb, extra: "peakGrowthMiB") ?? .nan
-        return Verdict(met: cs <= 64, note: String(format: "peak RSS growth: CS %.1f MiB (raw %.1f, GRDB %.1f)", cs, raw, grdb))
+        return Verdict(met: cs <= 64 && csTime <= 3 * rawTime,
+                       note: String(format: "peak RSS growth: CS %.1f MiB (raw %.1f, GRDB %.1f)", cs, raw, grdb))
     }
 }

@@ -45,7 +45,7 @@ import GRDB
 final class FetchWorkload: ReadingWorkload, Workload {
     let id = "fetch"
     let summary = "fetch N objects with all attributes"
-    let target = "≤ 2.0 × raw (goal: < GRDB)"
+    let target = "≤ 1.6 × raw and < GRDB"
 
     func run(_ contender: Contender) async throws -> Sample? {
         switch contender {
@@ -66,7 +66,7 @@ final class FetchWorkload: ReadingWorkload, Workload {
         guard let raw = result.median(.raw), let grdb = result.median(.grdb), let cs = result.median(.contextStack) else {
             return Verdict(met: nil, note: "missing samples")
         }
-        return Verdict(met: cs <= 2 * raw, note: cs < grdb ? "faster than GRDB" : String(format: "GRDB is %.2f × raw", grdb / raw))
+        return Verdict(met: cs <= 1.6 * raw && cs < grdb, note: cs < grdb ? "faster than GRDB" : String(format: "GRDB is %.2f × raw", grdb / raw))
     }
 }
 
@@ -106,7 +106,7 @@ final class SnapshotsWorkload: ReadingWorkload, Workload {
 final class FilterWorkload: ReadingWorkload, Workload {
     let id = "filter"
     let summary = "indexed predicate (N/500 rows) + sort + limit 100, 1,000 times"
-    let target = "≤ 1.5 × raw"
+    let target = "≤ 1.3 × raw"
     let queries = 1000
 
     func run(_ contender: Contender) async throws -> Sample? {
@@ -149,7 +149,7 @@ final class FilterWorkload: ReadingWorkload, Workload {
 
     func verdict(_ result: WorkloadResult) -> Verdict {
         guard let raw = result.median(.raw), let cs = result.median(.contextStack) else { return Verdict(met: nil, note: "missing samples") }
-        return Verdict(met: cs <= 1.5 * raw, note: String(format: "%.1f µs per query", cs / Double(queries) * 1e6))
+        return Verdict(met: cs <= 1.3 * raw, note: String(format: "%.1f µs per query", cs / Double(queries) * 1e6))
     }
 }
 
@@ -157,7 +157,7 @@ final class FilterWorkload: ReadingWorkload, Workload {
 final class AggregateWorkload: ReadingWorkload, Workload {
     let id = "aggregate"
     let summary = "query with groupBy and average (10 times)"
-    let target = "≤ 1.2 × raw SQL"
+    let target = "≤ 1.1 × raw SQL"
     let queries = 10
 
     func run(_ contender: Contender) async throws -> Sample? {
@@ -200,7 +200,7 @@ final class AggregateWorkload: ReadingWorkload, Workload {
 
     func verdict(_ result: WorkloadResult) -> Verdict {
         guard let raw = result.median(.raw), let cs = result.median(.contextStack) else { return Verdict(met: nil, note: "missing samples") }
-        return Verdict(met: cs <= 1.2 * raw, note: String(format: "%.1f ms per query", cs / Double(queries) * 1e3))
+        return Verdict(met: cs <= 1.1 * raw, note: String(format: "%.1f ms per query", cs / Double(queries) * 1e3))
     }
 }
 
@@ -208,7 +208,7 @@ final class AggregateWorkload: ReadingWorkload, Workload {
 final class LookupWorkload: ReadingWorkload, Workload {
     let id = "lookup"
     let summary = "fetch(id:) of 10,000 random objects not yet registered"
-    let target = "≤ 3 × raw; registered: no SQL"
+    let target = "≤ 2 × raw; registered: no SQL"
     private var keys: [Int64] = []
     private var ids: [ObjectID] = []
 
@@ -269,7 +269,7 @@ final class LookupWorkload: ReadingWorkload, Workload {
               let registered = result.median(.contextStack, extra: "registered") else { return Verdict(met: nil, note: "missing samples") }
         let perRegistered = registered / Double(keys.count)
         let statements = result.samples[.contextStack]?.compactMap { $0.extra["registeredStatements"] }.max() ?? .infinity
-        return Verdict(met: cs <= 3 * raw && statements == 0,
+        return Verdict(met: cs <= 2 * raw && statements == 0,
                        note: String(format: "registered: %.2f µs per lookup, %.0f SQL statements (raw SQL %.1f µs)",
                                     perRegistered * 1e6, statements, raw / Double(keys.count) * 1e6))
     }
