@@ -104,4 +104,29 @@ import Testing
         #expect(registry.object(sameID) === other[0])
         for (index, object) in kept.enumerated() { #expect(registry.object(ids[index]) === object) }
     }
+
+    /// A fetch grows the registry without looking for gone objects only while it registers
+    /// the ones it returns: afterwards the context's registry drops the gone again when it grows.
+    @Test @MainActor func aFetchTurnsSweepingBackOn() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for index in 0..<300 { try update.create(Person.self).name = "p\(index)" }
+            try update.commit()
+        }
+        do {
+            let people = try world.fetchAll(Person.self)
+            #expect(people.count == 300)
+        }
+        #expect(world.core.registry.sweepsWhenGrowing)
+        #expect(world.core.registry.count == 300, "the fetched people's slots stay until the registry grows")
+        // Registering past the capacity grows the registry, which drops the 300 gone.
+        let pets = try world.beginUpdateAndWait { update in
+            let pets = try (0..<400).map { _ in try update.create(Pet.self) }
+            try update.commit()
+            return pets.map(\.objectID)
+        }
+        let held = try pets.map { try #require(try world.fetch(Pet.self, id: $0)) }
+        #expect(world.core.registry.count == held.count)
+    }
 }

@@ -5,7 +5,7 @@
 /// quarters full. A `Dictionary<ObjectID, WeakObject>` did the same job, but a fetch of
 /// 100,000 objects into an empty context spent a third of its time in the dictionary growing:
 /// at each doubling it hashes every ID again with `Hasher` (SipHash). Here an ID's slot is its
-/// key and entity folded into one word and multiplied by 2⁶⁴/φ, keeping the top bits
+/// `ObjectID.word` (key and entity in one word) multiplied by 2⁶⁴/φ, keeping the top bits
 /// (Fibonacci hashing): a multiplication, and IDs with consecutive keys, which are the common
 /// case, spread evenly over the table. Growing moves each weak reference to its new slot
 /// without copying it.
@@ -111,8 +111,7 @@ struct Registry: Sequence {
     }
 
     private static func home(_ id: ObjectID, shift: UInt64) -> Int {
-        let word = UInt64(bitPattern: id.primaryKey) &+ UInt64(UInt(bitPattern: ObjectIdentifier(id.rootEntity))) &* 0x9E37_79B9_7F4A_7C15
-        return Int(truncatingIfNeeded: (word &* 0x9E37_79B9_7F4A_7C15) >> shift)
+        Int(truncatingIfNeeded: (id.word &* 0x9E37_79B9_7F4A_7C15) >> shift)
     }
 
     /// The slot holding `id` and `true`, or the free slot where it would go and `false`. The

@@ -30,11 +30,15 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible, Comparable,
         lhs.primaryKey == rhs.primaryKey && lhs.rootEntity === rhs.rootEntity
     }
 
-    /// One word: the key with the entity's address folded in (multiplied by an odd constant, so
-    /// that two entities' keys do not line up). Every context's registry hashes each ID it
-    /// registers, and again at every doubling; hashing two words cost a fifth more.
+    /// The ID in one word: the key with the entity's address folded in, multiplied by an odd
+    /// constant so that two entities' keys do not line up. What `hash(into:)` feeds `Hasher`
+    /// (hashing two words cost a fifth more), and what `Registry` places IDs by.
+    package var word: UInt64 {
+        UInt64(bitPattern: primaryKey) &+ UInt64(UInt(bitPattern: ObjectIdentifier(rootEntity))) &* 0x9E37_79B9_7F4A_7C15
+    }
+
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(UInt64(bitPattern: primaryKey) &+ UInt64(UInt(bitPattern: ObjectIdentifier(rootEntity))) &* 0x9E37_79B9_7F4A_7C15)
+        hasher.combine(word)
     }
 
     /// Orders by entity name, then primary key.
