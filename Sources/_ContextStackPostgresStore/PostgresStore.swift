@@ -278,10 +278,16 @@ package final class PostgresStore: QueuedStore {
     /// `SAVEPOINT` (`execute`), so its `BEGIN` goes without the bound — as it must: each of its
     /// commits has its statements answered at its `RELEASE`, outside the state lock, and a lock
     /// timeout there would fail that commit instead of being waited out.
+    ///
+    /// A transaction PostgreSQL fails to break a deadlock (or for a serialization failure) is
+    /// rolled back and written again, up to `transactionAttempts` times in all: nothing of it
+    /// was stored, and the transaction it lost to goes through meanwhile.
     package func writeTransaction(_ body: (inout PostgresConnection) throws -> Void, commit: (() throws -> Void) throws -> Void) throws {
         try writer.withLock { slot in
             var patient = false
+            var attempts = 0
             while true {
+                attempts += 1
                 var connection = try Self.usable(&slot, settings: settings, tracer: tracer)
                 if !connection.isAlive() {
                     // Closed by the server since the last write (a restart, a failover): nothing
@@ -311,6 +317,11 @@ package final class PostgresStore: QueuedStore {
                     }
                     if !patient, slot != nil, let error = error as? PostgresError, error.code == .lockNotAvailable {
                         patient = true
+                        continue
+                    }
+                    if slot != nil, abandonsTransaction(error), attempts < Self.transactionAttempts {
+                        // Rolled back whole, its locks released: the other transaction goes
+                        // through, and this one is written again after it.
                         continue
                     }
                     throw error
@@ -383,21 +394,40 @@ package final class PostgresStore: QueuedStore {
         return correction
     }
 
-    /// Locks the rows `changes` updates or deletes, table by table in key order (so that two
-    /// writers locking the same rows never wait for each other in a circle), until the
-    /// transaction ends. Another process's commit to them waits for this one, and this one's
-    /// reads of them see the latest committed values.
+    /// Locks the rows `changes` updates or deletes until the transaction ends: another
+    /// process's commit to them waits for this one, and this one's reads of them see the
+    /// latest committed values. In the one order every writer keeps (`LockSet`).
     private func lock(_ changes: ChangeSet, on connection: PostgresConnection) throws {
-        var keys: [String: (table: Table, keys: Set<Int64>)] = [:]
-        for update in changes.updates { keys[update.entity.table.name, default: (update.entity.table, [])].keys.insert(update.id.primaryKey) }
-        for delete in changes.deletes { keys[delete.entity.table.name, default: (delete.entity.table, [])].keys.insert(delete.id.primaryKey) }
-        for name in keys.keys.sorted() {
-            let (table, set) = keys[name]!
-            try InLists.each(set.sorted()) { placeholders, arguments in
-                try connection.run("SELECT 1 FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders)) ORDER BY \"Z_PK\" FOR UPDATE", arguments)
-            }
-        }
+        var rows = LockSet()
+        rows.add(changes)
+        try rows.each { sql, arguments in try connection.run(sql, arguments) }
     }
+
+    /// Locks, before a group of commits is written, the rows all of them update or delete, in
+    /// the one order every writer keeps (`LockSet`). Locked one commit at a time instead, two
+    /// processes' groups could each hold a row the other's next commit needs — a deadlock,
+    /// which PostgreSQL breaks only after `deadlock_timeout` (a second), by failing one of them.
+    ///
+    /// The keys go in the statement's text (they are integers), through the simple protocol:
+    /// so the group's `BEGIN` goes out alone, without the lock wait bound of a commit alone
+    /// (`writeTransaction`).
+    package func lockRows(of batch: [QueueItem], writer: inout PostgresConnection) throws {
+        var rows = LockSet()
+        for item in batch where item.batch == nil { rows.add(item.changes) }
+        try rows.each(inline: true) { sql, _ in try writer.execute(sql) }
+    }
+
+    /// A deadlock PostgreSQL broke by failing this transaction, or a serialization failure:
+    /// the whole transaction is lost, not one commit, and writing it again succeeds once the
+    /// other transaction is through.
+    package func abandonsTransaction(_ error: any Error) -> Bool {
+        guard let error = error as? PostgresError else { return false }
+        return error.code == .deadlockDetected || error.code == .serializationFailure
+    }
+
+    /// How many times a transaction PostgreSQL failed to break a deadlock (or for a
+    /// serialization failure) is written again before its error reaches the committers.
+    static let transactionAttempts = 5
 
     /// A unique index PostgreSQL found violated while writing — by a row another process or
     /// machine saved after this commit was checked — as the `SaveError` the check would have
@@ -409,5 +439,38 @@ package final class PostgresStore: QueuedStore {
         return SaveError(.uniquenessViolated,
                          "Cannot save a commit: \(constraint.label) is unique, and another writer of the store saved the same values first. Nothing of this commit was saved.",
                          entityName: constraint.entity.name, keys: constraint.keys)
+    }
+}
+
+/// The rows a writer locks before it writes them (`FOR UPDATE`), in the one order every
+/// writer of the database locks in — table by table in name order, each table's rows in key
+/// order — so that two writers (two processes, two machines) never each hold a row the other
+/// waits for.
+private struct LockSet {
+    private var tables: [String: (table: Table, keys: Set<Int64>)] = [:]
+
+    mutating func add(_ changes: ChangeSet) {
+        for update in changes.updates { tables[update.entity.table.name, default: (update.entity.table, [])].keys.insert(update.id.primaryKey) }
+        for delete in changes.deletes { tables[delete.entity.table.name, default: (delete.entity.table, [])].keys.insert(delete.id.primaryKey) }
+    }
+
+    /// Hands `body` the statements that lock the rows, in order: with `?` placeholders and
+    /// their arguments, or, `inline`, with the keys in the text and no arguments.
+    func each(inline: Bool = false, _ body: (_ sql: String, _ arguments: [Value]) throws -> Void) throws {
+        for name in tables.keys.sorted() {
+            let (table, keys) = tables[name]!
+            func statement(_ list: String) -> String {
+                "SELECT 1 FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(list)) ORDER BY \"Z_PK\" FOR UPDATE"
+            }
+            let sorted = keys.sorted()
+            if inline {
+                for start in stride(from: 0, to: sorted.count, by: InLists.maximumWidth) {
+                    let chunk = sorted[start..<min(start + InLists.maximumWidth, sorted.count)]
+                    try body(statement(chunk.map(String.init).joined(separator: ", ")), [])
+                }
+            } else {
+                try InLists.each(sorted) { placeholders, arguments in try body(statement(placeholders), arguments) }
+            }
+        }
     }
 }

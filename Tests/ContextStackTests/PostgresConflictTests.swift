@@ -143,4 +143,129 @@ struct PostgresConflictTests {
         #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Other")]])
         #expect(try store.writtenRows("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]])
     }
+    /// Two processes' group commits that change the same rows in opposite orders. Each writer
+    /// locks all of its group's rows first, in the one order every writer keeps, so neither
+    /// holds a row the other waits for: no deadlock for PostgreSQL to break (after a second) by
+    /// failing one group, and every commit is stored. Before, each commit's rows were locked
+    /// as the writer came to it, and one group failed with "deadlock detected".
+    @Test func groupsOfTwoProcessesChangingTheSameRowsInOppositeOrdersAreAllStored() async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let seeding = try ContextStack.Context(stack: store.stack)
+        let keys = try seeding.beginUpdateAndWait { update -> [ObjectID] in
+            let people = try (0..<8).map { index in
+                let person = try update.create(Person.self)
+                (person.name, person.age) = ("Person \(index)", 0)
+                return person
+            }
+            try update.commit()
+            return people.map(\.objectID)
+        }
+        let (heldByA, heldByB, shared) = (keys[0], keys[1], Array(keys[2...]))
+        let other = try store.reopen()
+        other.onError = { recorder.record($0) }
+        // Commits that go to the root, which writes them in the background: they return at once.
+        let a = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: .objectTrump)
+        let b = try ContextStack.Context(stack: other, updateTarget: .rootContext(autoMerge: false), mergePolicy: .objectTrump)
+
+        // Another connection holds a row of each writer's first commit, so that each writer's
+        // next commits queue up behind it and go out together, as one group.
+        let holder = try PostgresConnection(PostgresSettings(url: url))
+        try holder.execute("BEGIN")
+        try holder.run("UPDATE \"Person\" SET age = age WHERE \"Z_PK\" IN (?, ?)", [.integer(heldByA.primaryKey), .integer(heldByB.primaryKey)])
+        func change(_ id: ObjectID, in context: ContextStack.Context, _ body: @escaping @Sendable (Person) -> Void) throws {
+            try context.beginUpdateAndWait { update in
+                body(try #require(try update.fetch(Person.self, id: id)))
+                try update.commit()
+            }
+        }
+        try change(heldByA, in: a) { $0.location = "A" }
+        #expect(try await waitForLockWaiters(1, url: url, blockedBy: holder.backendPID), "A's writer never waited for the held row")
+        for (index, id) in shared.enumerated() { try change(id, in: a) { $0.age = index + 1 } }
+        try change(heldByB, in: b) { $0.location = "B" }
+        #expect(try await waitForLockWaiters(2, url: url, blockedBy: holder.backendPID), "B's writer never waited for the held row")
+        for id in shared.reversed() { try change(id, in: b) { $0.location = "by B" } }
+        try holder.execute("COMMIT")
+
+        try await store.stack.flush()
+        try await other.flush()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        let list = shared.map { String($0.primaryKey) }.joined(separator: ", ")
+        let rows = try store.writtenRows("SELECT age, location FROM \"Person\" WHERE \"Z_PK\" IN (\(list)) ORDER BY \"Z_PK\"")
+        #expect(rows == shared.indices.map { [.integer(Int64($0 + 1)), .text("by B")] })
+    }
+    /// A deadlock no lock order prevents — a commit of a group waits on the unique index for
+    /// another transaction's uncommitted value while that transaction waits for a row the group
+    /// locked — is broken by PostgreSQL failing the writer's transaction. The writer rolls the
+    /// whole group back, which lets the other transaction through, and writes it again: every
+    /// commit of the group is stored, none fails alone with "deadlock detected".
+    @Test func aGroupPostgreSQLFailsToBreakADeadlockIsWrittenAgainWhole() async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let seeding = try ContextStack.Context(stack: store.stack)
+        let (held, locked) = try seeding.beginUpdateAndWait { update -> (ObjectID, ObjectID) in
+            let held = try update.create(Person.self)
+            let locked = try update.create(Person.self)
+            (held.name, held.age, locked.name, locked.age) = ("Held", 0, "Locked", 0)
+            try update.commit()
+            return (held.objectID, locked.objectID)
+        }
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: .objectTrump)
+
+        // One connection holds a row of the writer's first commit, so that the next two queue
+        // up behind it and go out together; another has inserted, and not committed, the
+        // email the second of them inserts.
+        let holder = try PostgresConnection(PostgresSettings(url: url))
+        try holder.execute("BEGIN")
+        try holder.run("UPDATE \"Person\" SET age = age WHERE \"Z_PK\" = ?", [.integer(held.primaryKey)])
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.run("INSERT INTO \"Person\" (\"Z_PK\", \"Z_VERSION\", name, age, email) VALUES (?, 1, 'Other', 0, ?)",
+                             [.integer(1_000_000), .text("monk@example.com")])
+        try context.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: held)).location = "Kyoto"
+            try update.commit()
+        }
+        #expect(try await waitForLockWaiters(1, url: url, blockedBy: holder.backendPID), "the writer never waited for the held row")
+        try context.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: locked)).age = 1
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.email) = ("Monk", "monk@example.com")
+            try update.commit()
+        }
+        try holder.execute("COMMIT")
+
+        // The group locked `locked` and waits for the other transaction's email; the other
+        // transaction now waits for `locked`: a deadlock, which the writer, waiting longer,
+        // finds first (after `deadlock_timeout`) and is failed for.
+        #expect(try await waitForLockWaiters(1, url: url, blockedBy: otherProcess.backendPID), "the group never waited for the other transaction")
+        let handedOver = HandedOver(otherProcess)
+        let otherUpdated = Locked(false)
+        Thread.detachNewThread {
+            _ = try? handedOver.connection.run("UPDATE \"Person\" SET location = 'Nara' WHERE \"Z_PK\" = ?", [.integer(locked.primaryKey)])
+            otherUpdated.withLock { $0 = true }
+        }
+        while !otherUpdated.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+        try otherProcess.execute("ROLLBACK")
+
+        try await store.stack.flush()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT name, age, email FROM \"Person\" WHERE name <> 'Held' ORDER BY name")
+                == [[.text("Locked"), .integer(1), .null], [.text("Monk"), .integer(0), .text("monk@example.com")]])
+    }
+}
+
+/// A connection handed to another thread for one blocking statement.
+// @unchecked Sendable: the test does not touch the connection from the moment it hands it over
+// until the thread says, through a lock, that it is done with it.
+private final class HandedOver: @unchecked Sendable {
+    let connection: PostgresConnection
+    init(_ connection: PostgresConnection) { self.connection = connection }
 }

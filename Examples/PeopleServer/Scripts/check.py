@@ -211,7 +211,7 @@ def check_store(binary, store, label, work, requests):
         wait_until("B's live stream to show every write made through A",
                    lambda: made_by_a <= writes(live_path, author="A", remote=True))
         if problems:
-            sys.exit("check: " + "\n       ".join(problems))
+            sys.exit("check: " + "\n       ".join(problems + server_failures(work)))
         for name, output in (("A", output_a), ("B", output_b)):
             rate, p99 = summary(output)
             statuses = dict(sorted(results[name][0].items()))
@@ -226,6 +226,15 @@ def check_store(binary, store, label, work, requests):
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def server_failures(work):
+    """The failures the servers logged (a 500's error, a failed background save), so that a
+    failed run says why without its logs."""
+    found = []
+    for log in sorted(Path(work).glob("server-*.log")):
+        found += [f"{log.name}: {line}" for line in log.read_text(errors="replace").splitlines() if " failed" in line][:10]
+    return found
 
 
 def writes(live_path, author, remote):

@@ -38,10 +38,16 @@ extension QueuedStore {
     /// each commit gets a savepoint, so that one failing commit fails alone. `COMMIT` runs under
     /// the state lock and the written commits leave the overlay in the same breath, so no read
     /// sees the database ahead of the overlay or behind it.
+    ///
+    /// Together, the rows the commits change are locked first, all at once (`lockRows`), and a
+    /// commit whose error ends the whole transaction (`abandonsTransaction`) fails the group,
+    /// which `writeTransaction` may then write again from the start.
     private func write(_ batch: [QueueItem], upTo last: UInt64) -> BatchOutcome {
         var outcome = BatchOutcome()
         do {
             try writeTransaction({ writer in
+                // Written again from the start when `writeTransaction` retries.
+                outcome = BatchOutcome()
                 if batch.count == 1 {
                     do {
                         let written = try writeItem(batch[0], writer: &writer)
@@ -51,6 +57,7 @@ extension QueuedStore {
                     }
                     return
                 }
+                try lockRows(of: batch, writer: &writer)
                 for (index, item) in batch.enumerated() {
                     let savepoint = "commit\(index)"
                     try execute("SAVEPOINT \(savepoint)", writer: &writer)
@@ -58,6 +65,8 @@ extension QueuedStore {
                         let written = try writeItem(item, writer: &writer)
                         outcome.record(item, written, token: try recordHistory(item, written, writer: &writer))
                         try execute("RELEASE \(savepoint)", writer: &writer)
+                    } catch where abandonsTransaction(error) {
+                        throw error
                     } catch {
                         try execute("ROLLBACK TO \(savepoint)", writer: &writer)
                         try execute("RELEASE \(savepoint)", writer: &writer)

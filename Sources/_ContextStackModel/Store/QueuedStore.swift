@@ -52,6 +52,23 @@ package protocol QueuedStore: ObjectStore {
     /// The error a failed write becomes for its caller: a database's unique-index violation as
     /// the `SaveError` the store's own check would have thrown, anything else as it is.
     func saveError(_ error: any Error) -> any Error
+
+    /// Takes, before a group of commits is written in one transaction, the row locks its
+    /// commits would otherwise take one by one — in one order that every writer of the
+    /// database keeps, so that two processes' groups never wait for each other in a circle.
+    /// A store whose writer holds the whole database (SQLite) has nothing to lock.
+    func lockRows(of batch: [QueueItem], writer: inout Writer) throws
+
+    /// Whether `error`, thrown while one commit of a group was written, means the database
+    /// gave up on the whole transaction (it broke a deadlock with it, say) rather than on the
+    /// commit: the group then fails whole, and `writeTransaction` may write it again, instead
+    /// of the commit failing alone while the group keeps the locks that caused it.
+    func abandonsTransaction(_ error: any Error) -> Bool
+}
+
+extension QueuedStore {
+    package func lockRows(of batch: [QueueItem], writer: inout Writer) throws {}
+    package func abandonsTransaction(_ error: any Error) -> Bool { false }
 }
 
 /// The state every `QueuedStore` keeps under its lock.

@@ -350,6 +350,18 @@ func waitForALockWaiter(_ url: URL, blockedBy holder: Int32) async throws -> Boo
     return false
 }
 
+/// Waits until `count` connections wait for `holder`'s locks at once; whether they did
+/// within five seconds (a guard against hanging, not a timing assertion).
+func waitForLockWaiters(_ count: Int, url: URL, blockedBy holder: Int32) async throws -> Bool {
+    let watcher = try PostgresConnection(PostgresSettings(url: url))
+    for _ in 0..<500 {
+        if let waiting = try watcher.scalar("SELECT count(*) FROM pg_stat_activity WHERE \(holder) = ANY(pg_blocking_pids(pid))").int64Value,
+           waiting >= count { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return false
+}
+
 /// Waits until a connection waits for `holder`'s locks (`waitForALockWaiter`), then commits
 /// `holder`'s transaction, returning whether one waited. All of it off the main actor: a
 /// `@MainActor` test that waited and then committed would hold the lock while it waits for its

@@ -15,7 +15,8 @@ if let url = options.postgresURL {
 // Request handlers read and write through one Context: reads are async snapshots served by
 // the store's reader pool; writes are transactions that are durable when they return.
 let context = try Context(stack: stack, updateTarget: .persistentStore, author: options.name)
-stack.onError = { error in print("PeopleServer: a background save failed: \(error)") }
+// Standard error, unbuffered: a line buffered in standard output is lost when the server is stopped.
+stack.onError = { error in FileHandle.standardError.write(Data("PeopleServer: a background save failed: \(error)\n".utf8)) }
 
 let router = Router()
 router.middlewares.add(LogRequestsMiddleware(.debug))
@@ -26,6 +27,8 @@ LiveStream(stack: stack).register(on: router)
 let app = Application(
     router: router,
     configuration: .init(address: .hostname(options.host, port: options.port), serverName: "PeopleServer \(options.name)"),
-    onServerRunning: { _ in print("PeopleServer \(options.name) listening on http://\(options.host):\(options.port)") }
+    onServerRunning: { _ in
+        FileHandle.standardError.write(Data("PeopleServer \(options.name) listening on http://\(options.host):\(options.port)\n".utf8))
+    }
 )
 try await app.runService()
