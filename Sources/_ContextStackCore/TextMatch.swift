@@ -36,6 +36,24 @@ package enum TextMatch {
         }
     }
 
+    /// The least text greater than every text that begins with `prefix`, in the order of
+    /// scalar values (which is UTF-8's byte order): `prefix` with its last scalar raised by
+    /// one, after dropping trailing U+10FFFF (which has no successor), surrogates skipped.
+    /// `nil` when there is none (an empty prefix, or one of U+10FFFF only): every text from
+    /// `prefix` up begins with it.
+    package static func prefixSuccessor(_ prefix: String) -> String? {
+        var scalars = Array(prefix.unicodeScalars)
+        while let last = scalars.popLast() {
+            guard last.value < 0x10FFFF else { continue }
+            let next = last.value == 0xD7FF ? 0xE000 : last.value + 1
+            scalars.append(Unicode.Scalar(next)!)
+            var result = ""
+            result.unicodeScalars.append(contentsOf: scalars)
+            return result
+        }
+        return nil
+    }
+
     /// The text with case and/or diacritics folded away, as the options ask; unchanged otherwise
     /// (so comparison stays exact, scalar by scalar).
     package static func fold(_ text: String, _ options: MatchOptions) -> String {

@@ -10,7 +10,8 @@ import _ContextStackCore
 /// - the median is `percentile_cont(0.5)`, the standard deviation `stddev_pop`, and a sum is a
 ///   double that is 0 over no rows, like SQLite's `total`;
 /// - the string operators without options translate exactly: CONTAINS is `strpos`,
-///   BEGINSWITH `starts_with`, ENDSWITH compares the text's end, and LIKE's `*` and `?` become
+///   BEGINSWITH a constant on a column the range of texts that begin with it (`prefixRange`,
+///   which an index serves), otherwise `starts_with`, ENDSWITH compares the text's end, and LIKE's `*` and `?` become
 ///   `%` and `_` with PostgreSQL's own wildcards escaped. MATCHES (ICU regular expressions) and
 ///   the `[c]`/`[d]` folding have no exact PostgreSQL equivalent, so `canMatchText` and
 ///   `canFold` refuse them, and fetches filter those conditions in memory.
@@ -36,6 +37,10 @@ package struct PostgresDialect: SQLDialect {
                            arguments: inout [Value]) -> String {
         precondition(canMatchText(op, options, constantPattern: { if case .constant = pattern { true } else { false } }()),
                      "PostgresDialect cannot express \(op.rawValue)\(options.formatSuffix): CompiledQuery checks canMatchText before it writes SQL.")
+        if op == .beginsWith, case .constant(let prefix) = pattern,
+           let range = prefixRange(text, prefix, typed: "?::text", arguments: &arguments) {
+            return range
+        }
         let value = text(&arguments)
         /// The pattern's SQL, binding it when it is a constant (once per use).
         func patternSQL(_ rewrite: (String) -> String = { $0 }) -> String {

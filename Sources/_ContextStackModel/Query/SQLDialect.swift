@@ -63,6 +63,29 @@ package protocol SQLDialect: Sendable {
     var havingNamesAliases: Bool { get }
 }
 
+extension SQLDialect {
+    /// BEGINSWITH a constant prefix, without options, on a column, as the range of texts that
+    /// begin with it (`column >= prefix AND column < successor`): a comparison an index on the
+    /// column serves, where a function call per row reads every row. Exact on both stores,
+    /// whose text comparison goes by bytes (SQLite's binary collation, PostgreSQL's "C"):
+    /// UTF-8's byte order is the order of scalar values, and `TextMatch.prefixSuccessor` is
+    /// the first text past every text that begins with `prefix`. A value that is not text is
+    /// below every text on SQLite (so outside the range, as `TextMatch` has it), and NULL
+    /// stays NULL. `nil` for anything but a column (a subquery, a computed text): no index
+    /// serves it, and the range would compute it twice.
+    ///
+    /// `typed` is how a bound text is written (PostgreSQL's `?::text`).
+    func prefixRange(_ text: (inout [Value]) -> String, _ prefix: String, typed: String, arguments: inout [Value]) -> String? {
+        var own: [Value] = []
+        let column = text(&own)
+        guard own.isEmpty, !column.contains("("), !column.contains(" ") else { return nil }
+        arguments.append(.text(prefix))
+        guard let successor = TextMatch.prefixSuccessor(prefix) else { return "(\(column) >= \(typed))" }
+        arguments.append(.text(successor))
+        return "(\(column) >= \(typed) AND \(column) < \(typed))"
+    }
+}
+
 /// The pattern of a string operator: a string to bind, or SQL that reads it (a column).
 package enum TextPattern {
     case constant(String)
@@ -88,6 +111,10 @@ package struct SQLiteDialect: SQLDialect {
     package func canMatchText(_ op: TextOperator, _ options: MatchOptions, constantPattern: Bool) -> Bool { true }
     package func textMatch(_ text: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions, pattern: TextPattern,
                            arguments: inout [Value]) -> String {
+        if op == .beginsWith, options.isEmpty, case .constant(let prefix) = pattern,
+           let range = prefixRange(text, prefix, typed: "?", arguments: &arguments) {
+            return range
+        }
         arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue))]
         let value = text(&arguments)
         switch pattern {

@@ -1,0 +1,81 @@
+@testable import ContextStack
+import _ContextStackCore
+@testable import _ContextStackModel
+import _ContextStackPostgres
+import Foundation
+import Testing
+
+/// BEGINSWITH a constant without options is the range of texts that begin with the prefix
+/// (`name >= prefix AND name < successor`), which an index on the column serves
+/// (Docs/Predicates.md, "String operators"). It must select exactly what the in-memory
+/// evaluator selects, on texts at the edges of that range.
+struct TextPrefixTests {
+    @Test func theSuccessorOfAPrefixIsTheFirstTextPastEveryTextThatBeginsWithIt() {
+        #expect(TextMatch.prefixSuccessor("a") == "b")
+        #expect(TextMatch.prefixSuccessor("Mo")?.unicodeScalars.elementsEqual("Mp".unicodeScalars) == true)
+        #expect(TextMatch.prefixSuccessor("a\u{10FFFF}")?.unicodeScalars.elementsEqual("b".unicodeScalars) == true)
+        #expect(TextMatch.prefixSuccessor("\u{D7FF}")?.unicodeScalars.elementsEqual("\u{E000}".unicodeScalars) == true)
+        #expect(TextMatch.prefixSuccessor("e\u{301}")?.unicodeScalars.elementsEqual("e\u{302}".unicodeScalars) == true)
+        #expect(TextMatch.prefixSuccessor("") == nil)
+        #expect(TextMatch.prefixSuccessor("\u{10FFFF}\u{10FFFF}") == nil)
+    }
+
+    /// Texts at the edges: a prefix's successor itself, U+10FFFF (no successor), the scalars
+    /// around the surrogates, a decomposed accent (Swift's `==` would call it equal to the
+    /// composed one; the store compares scalars), U+0000 where the store holds it.
+    static let texts = ["", "a", "ab", "a\u{10FFFF}", "a\u{10FFFF}z", "b", "\u{D7FF}", "\u{D7FF}x", "\u{E000}",
+                        "\u{10FFFF}", "\u{10FFFF}\u{10FFFF}", "M", "Mo", "Monk", "Mp", "é", "e\u{301}", "e\u{302}", "e", "a\u{0}b"]
+
+    @Test(arguments: StoreKind.available)
+    func beginsWithSelectsWhatTheInMemoryEvaluatorSelects(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let texts = kind == .postgres ? Self.texts.filter { !$0.unicodeScalars.contains("\u{0}") } : Self.texts
+        let world = try ContextStack.Context(stack: store.stack)
+        let ids = try world.beginUpdateAndWait { update -> [ObjectID] in
+            let tags = try texts.map { text in
+                let tag = try update.create(Tag.self)
+                tag.name = text
+                return tag
+            }
+            try update.commit()
+            return tags.map(\.objectID)
+        }
+        for prefix in texts + ["Mon", "é"] {
+            let expected = Set(zip(texts, ids).filter { TextMatch.evaluate(.beginsWith, [], $0.0, prefix) }.map(\.1))
+            let fetched = try world.beginUpdateAndWait { update in
+                Set(try update.fetchAll(Tag.self, (%"name").beginsWith(prefix)).map(\.objectID))
+            }
+            #expect(fetched == expected, "BEGINSWITH \(prefix.unicodeScalars.map { String($0.value, radix: 16) })")
+            let counted = try world.beginUpdateAndWait { update in try update.fetchCount(Tag.self, !(%"name").beginsWith(prefix)) }
+            #expect(counted == texts.count - expected.count, "NOT BEGINSWITH \(prefix.unicodeScalars.map { String($0.value, radix: 16) })")
+        }
+    }
+
+    /// The index on `Tag.name` serves a prefix query: the statement the fetch runs is a range
+    /// on the column, and the database's plan for it reads the index. (The in-memory store
+    /// runs the same SQLite statement as the file.)
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func anIndexServesAPrefixQuery(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try ContextStack.Context(stack: store.stack)
+        let counter = StatementCounter(store.stack)
+        let statements = try counter.during {
+            _ = try world.beginUpdateAndWait { update in try update.fetchAll(Tag.self, (%"name").beginsWith("Mo")) }
+        }
+        store.stack.trace(nil)
+        let sql = try #require(statements.first { $0.contains("FROM \"Tag\"") })
+        #expect(sql.contains("\"name\" >= ?") && sql.contains("\"name\" < ?"), "\(sql)")
+        #expect(!sql.contains("cs_text") && !sql.contains("starts_with"), "\(sql)")
+        let plan: String
+        if let database = store.database {
+            let db = try PostgresConnection(PostgresSettings(url: database.url))
+            try db.execute("SET enable_seqscan = off")
+            let literal = sql.replacingOccurrences(of: "?::text", with: "'Mo'::text").replacingOccurrences(of: "?", with: "NULL")
+            plan = try db.allRows("EXPLAIN " + literal).map { "\($0)" }.joined(separator: "\n")
+            #expect(plan.contains("Index"), "\(plan)")
+        } else {
+            plan = try store.rawConnection().rows("EXPLAIN QUERY PLAN " + sql).map { "\($0)" }.joined(separator: "\n")
+            #expect(plan.contains("USING INDEX") || plan.contains("USING COVERING INDEX"), "\(plan)")
+        }
+    }
+}
