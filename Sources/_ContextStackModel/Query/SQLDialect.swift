@@ -115,6 +115,15 @@ package struct SQLiteDialect: SQLDialect {
            let range = prefixRange(text, prefix, typed: "?", arguments: &arguments) {
             return range
         }
+        if op == .contains, options.isEmpty, case .constant(let wanted) = pattern {
+            // SQLite's own substring search, without a call into Swift per row: `instr`
+            // compares bytes (NUL included) at every character boundary, which for UTF-8 is
+            // every place a valid pattern can match (`TextMatch.contains`); NULL stays NULL,
+            // and an empty pattern is at position 1.
+            let value = text(&arguments)
+            arguments.append(.text(wanted))
+            return "(instr(\(value), ?) > 0)"
+        }
         arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue))]
         let value = text(&arguments)
         switch pattern {

@@ -5,11 +5,12 @@ import _ContextStackPostgres
 import Foundation
 import Testing
 
-/// BEGINSWITH a constant without options is the range of texts that begin with the prefix
-/// (`name >= prefix AND name < successor`), which an index on the column serves
-/// (Docs/Predicates.md, "String operators"). It must select exactly what the in-memory
-/// evaluator selects, on texts at the edges of that range.
-struct TextPrefixTests {
+/// The string operators SQL answers without a call into Swift per row (Docs/Predicates.md,
+/// "String operators"): BEGINSWITH a constant without options is the range of texts that
+/// begin with the prefix (`name >= prefix AND name < successor`), which an index on the
+/// column serves; CONTAINS a constant without options is SQLite's `instr`. Each must select
+/// exactly what the in-memory evaluator selects, on texts at the edges.
+struct TextOperatorSQLTests {
     @Test func theSuccessorOfAPrefixIsTheFirstTextPastEveryTextThatBeginsWithIt() {
         #expect(TextMatch.prefixSuccessor("a") == "b")
         #expect(TextMatch.prefixSuccessor("Mo")?.unicodeScalars.elementsEqual("Mp".unicodeScalars) == true)
@@ -77,5 +78,35 @@ struct TextPrefixTests {
             plan = try store.rawConnection().rows("EXPLAIN QUERY PLAN " + sql).map { "\($0)" }.joined(separator: "\n")
             #expect(plan.contains("USING INDEX") || plan.contains("USING COVERING INDEX"), "\(plan)")
         }
+    }
+
+    /// CONTAINS a constant without options is SQLite's `instr` (PostgreSQL's `strpos`), with
+    /// the evaluator's answers: NUL inside a text, an empty pattern, a decomposed accent.
+    @Test(arguments: StoreKind.available)
+    func containsIsTheDatabasesOwnSubstringSearch(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let texts = kind == .postgres ? Self.texts.filter { !$0.unicodeScalars.contains("\u{0}") } : Self.texts
+        let world = try ContextStack.Context(stack: store.stack)
+        let ids = try world.beginUpdateAndWait { update -> [ObjectID] in
+            let tags = try texts.map { text in
+                let tag = try update.create(Tag.self)
+                tag.name = text
+                return tag
+            }
+            try update.commit()
+            return tags.map(\.objectID)
+        }
+        let counter = StatementCounter(store.stack)
+        for pattern in texts + ["on", "\u{301}", "\u{0}b", "\u{10FFFF}z"] where kind != .postgres || !pattern.unicodeScalars.contains("\u{0}") {
+            let expected = Set(zip(texts, ids).filter { TextMatch.evaluate(.contains, [], $0.0, pattern) }.map(\.1))
+            let fetched = try world.beginUpdateAndWait { update in
+                Set(try update.fetchAll(Tag.self, (%"name").contains(pattern)).map(\.objectID))
+            }
+            #expect(fetched == expected, "CONTAINS \(pattern.unicodeScalars.map { String($0.value, radix: 16) })")
+        }
+        store.stack.trace(nil)
+        let sql = try #require(counter.all.first { $0.contains("FROM \"Tag\"") })
+        #expect(sql.contains(kind == .postgres ? "strpos(" : "instr("), "\(sql)")
+        #expect(!sql.contains("cs_text"), "\(sql)")
     }
 }
