@@ -7,6 +7,59 @@ import Foundation
 import Testing
 
 @Suite struct FetchOrCreateTests {
+    /// On a unique key, `fetchOrCreate` finds this update's pending objects through an index
+    /// kept up to date lazily, not by evaluating each of them: it must still find exactly what
+    /// a fetch finds — objects whose unique value was set or changed after they were made or
+    /// fetched, and never an object whose value changed away or that was deleted.
+    @Test(arguments: StoreKind.available)
+    func onAUniqueKeyFindsPendingObjectsByTheirCurrentValues(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try ContextStack.Context(stack: store.stack)
+        let stored = try context.beginUpdateAndWait { update -> ObjectID in
+            let stored = try update.create(Person.self)
+            (stored.name, stored.email) = ("Stored", "stored@example.com")
+            try update.commit()
+            return stored.objectID
+        }
+        try context.beginUpdateAndWait { update in
+            let a = try update.fetchOrCreate(Person.self, %"email" == "a@example.com")
+            #expect(a.isInserted)
+            #expect(try update.fetchOrCreate(Person.self, %"email" == "a@example.com") === a)
+            // Its unique value changes after the index filed it.
+            a.email = "b@example.com"
+            #expect(try update.fetchOrCreate(Person.self, %"email" == "b@example.com") === a)
+            let another = try update.fetchOrCreate(Person.self, %"email" == "a@example.com")
+            #expect(another !== a && another.isInserted)
+            // Made with `create`, its value set afterwards.
+            let made = try update.create(Person.self)
+            made.email = "made@example.com"
+            #expect(try update.fetchOrCreate(Person.self, %"email" == "made@example.com") === made)
+            // A stored object whose value this update changes: found by its new value only.
+            let changed = try #require(try update.fetch(Person.self, id: stored))
+            changed.email = "changed@example.com"
+            #expect(try update.fetchOrCreate(Person.self, %"email" == "changed@example.com") === changed)
+            let replacement = try update.fetchOrCreate(Person.self, %"email" == "stored@example.com")
+            #expect(replacement !== changed && replacement.isInserted)
+            // Deleted: not found again.
+            try update.delete(another)
+            let third = try update.fetchOrCreate(Person.self, %"email" == "a@example.com")
+            #expect(third !== another && third.isInserted)
+            // The other equality terms still count.
+            let named = try update.fetchOrCreate(Person.self, %"email" == "n@example.com" && %"name" == "Ann")
+            #expect(try update.fetchOrCreate(Person.self, %"email" == "n@example.com" && %"name" == "Ann") === named)
+            named.name = "Bob"
+            #expect(try update.fetch(Person.self, %"email" == "n@example.com" && %"name" == "Ann") == nil)
+            update.rollback()
+        }
+        // A new update starts without the last one's index.
+        let (found, made) = try context.beginUpdateAndWait { update in
+            (try update.fetchOrCreate(Person.self, %"email" == "stored@example.com").objectID,
+             try update.fetchOrCreate(Person.self, %"email" == "a@example.com").isInserted)
+        }
+        #expect(found == stored)
+        #expect(made)
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func createsWithTheEqualityValuesThenFindsTheSameObject(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

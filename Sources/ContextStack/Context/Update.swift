@@ -42,7 +42,14 @@ public struct Update: Sendable {
         core.checkExecution("update.fetchOrCreate(\(T.self).self, …)")
         let entity = core.graph.entity(for: type)
         let assignments = try FetchOrCreate.assignments(of: condition, in: entity)
-        if let existing = try core.fetchFirst(type, condition, orderBy: nil, options: FetchOptions()) {
+        if let (constraint, values) = Self.pinnedConstraint(of: entity, assignments) {
+            // A look-up, not a fetch that evaluates every pending object: imports of many
+            // objects by unique key in one update stay linear.
+            if let existing = try core.uniqueMatch(type, condition, entity: entity, constraint: constraint,
+                                                   values: values, assignments: assignments) {
+                return existing
+            }
+        } else if let existing = try core.fetchFirst(type, condition, orderBy: nil, options: FetchOptions()) {
             return existing
         }
         // Relationship targets must exist: check them before anything is created.
@@ -68,6 +75,17 @@ public struct Update: Sendable {
             }
         }
         return object as! T
+    }
+
+    /// The first uniqueness constraint whose keys all have non-nil `==` values in a
+    /// `fetchOrCreate` condition, with those values.
+    private static func pinnedConstraint(of entity: ResolvedEntity, _ assignments: [(Int, Value)]) -> (UniqueConstraint, [Value])? {
+        var values = ContiguousArray<Value>(repeating: .null, count: entity.defaults.count)
+        for (slot, value) in assignments where slot < values.count { values[slot] = value }
+        for constraint in entity.uniqueConstraints {
+            if let key = constraint.key(in: values) { return (constraint, key) }
+        }
+        return nil
     }
 
     /// The unique values a `fetchOrCreate` condition pins down: one claim per uniqueness

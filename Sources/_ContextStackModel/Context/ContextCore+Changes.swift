@@ -105,6 +105,7 @@ extension ContextCore {
         }
         changed.removeAll()
         upserts.removeAll()
+        pendingUnique = nil
         links.removeAll()
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
@@ -130,6 +131,7 @@ extension ContextCore {
         accessorFailure = nil
         changed.removeAll()
         upserts.removeAll()
+        pendingUnique = nil
         links.removeAll()
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
@@ -144,6 +146,7 @@ extension ContextCore {
         registry.removeAll()
         changed.removeAll()
         upserts.removeAll()
+        pendingUnique = nil
         links.removeAll()
         linkEnds.removeAll()
         expectsStoredRow.removeAll()

@@ -31,6 +31,8 @@ package final class ContextCore: @unchecked Sendable {
     var changed: [ObjectID: ManagedObject] = [:]
     /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
     package var upserts: [ObjectID: [Int]] = [:]
+    /// This update's pending objects by their unique values, once a `fetchOrCreate` needed it.
+    var pendingUnique: PendingUniqueIndex?
     /// Join-table pairs added (`true`) or removed (`false`) since the last commit.
     var links: [LinkKey: Bool] = [:]
     var linkEnds: [LinkKey: LinkEnds] = [:]
@@ -170,6 +172,7 @@ package final class ContextCore: @unchecked Sendable {
     /// Starts tracking `object`'s changes (no checks: internal upkeep of inverses and deletes).
     func markChanged(_ object: ManagedObject) {
         if object.fault != nil { fulfill(object, slot: nil) }
+        if pendingUnique != nil { pendingUnique!.touch(object) }
         if object.state == .clean {
             object.beforeImage = object.values
             object.state = .updated
@@ -228,6 +231,7 @@ package final class ContextCore: @unchecked Sendable {
         object.state = .inserted
         register(object)
         changed[id] = object
+        if pendingUnique != nil { pendingUnique!.touch(object) }
         return object
     }
 
