@@ -42,14 +42,12 @@ package enum TextMatch {
     /// `nil` when there is none (an empty prefix, or one of U+10FFFF only): every text from
     /// `prefix` up begins with it.
     package static func prefixSuccessor(_ prefix: String) -> String? {
-        var scalars = Array(prefix.unicodeScalars)
-        while let last = scalars.popLast() {
+        var scalars = prefix.unicodeScalars
+        while let last = scalars.last {
+            scalars.removeLast()
             guard last.value < 0x10FFFF else { continue }
-            let next = last.value == 0xD7FF ? 0xE000 : last.value + 1
-            scalars.append(Unicode.Scalar(next)!)
-            var result = ""
-            result.unicodeScalars.append(contentsOf: scalars)
-            return result
+            scalars.append(Unicode.Scalar(last.value == 0xD7FF ? 0xE000 : last.value + 1)!)
+            return String(scalars)
         }
         return nil
     }

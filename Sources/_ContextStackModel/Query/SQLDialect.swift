@@ -78,7 +78,7 @@ extension SQLDialect {
     func prefixRange(_ text: (inout [Value]) -> String, _ prefix: String, typed: String, arguments: inout [Value]) -> String? {
         var own: [Value] = []
         let column = text(&own)
-        guard own.isEmpty, !column.contains("("), !column.contains(" ") else { return nil }
+        guard own.isEmpty, !column.utf8.contains(where: { $0 == UInt8(ascii: "(") || $0 == UInt8(ascii: " ") }) else { return nil }
         arguments.append(.text(prefix))
         guard let successor = TextMatch.prefixSuccessor(prefix) else { return "(\(column) >= \(typed))" }
         arguments.append(.text(successor))
