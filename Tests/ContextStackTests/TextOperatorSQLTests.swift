@@ -27,11 +27,10 @@ struct TextOperatorSQLTests {
     static let texts = ["", "a", "ab", "a\u{10FFFF}", "a\u{10FFFF}z", "b", "\u{D7FF}", "\u{D7FF}x", "\u{E000}",
                         "\u{10FFFF}", "\u{10FFFF}\u{10FFFF}", "M", "Mo", "Monk", "Mp", "é", "e\u{301}", "e\u{302}", "e", "a\u{0}b"]
 
-    @Test(arguments: StoreKind.available)
-    func beginsWithSelectsWhatTheInMemoryEvaluatorSelects(kind: StoreKind) throws {
-        let store = try TestStore(kind)
+    /// Stores a tag named after each text (those without U+0000 on PostgreSQL, which refuses
+    /// it); the texts stored and their tags' IDs.
+    static func storeTexts(_ kind: StoreKind, in world: ContextStack.Context) throws -> ([String], [ObjectID]) {
         let texts = kind == .postgres ? Self.texts.filter { !$0.unicodeScalars.contains("\u{0}") } : Self.texts
-        let world = try ContextStack.Context(stack: store.stack)
         let ids = try world.beginUpdateAndWait { update -> [ObjectID] in
             let tags = try texts.map { text in
                 let tag = try update.create(Tag.self)
@@ -41,6 +40,14 @@ struct TextOperatorSQLTests {
             try update.commit()
             return tags.map(\.objectID)
         }
+        return (texts, ids)
+    }
+
+    @Test(arguments: StoreKind.available)
+    func beginsWithSelectsWhatTheInMemoryEvaluatorSelects(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try ContextStack.Context(stack: store.stack)
+        let (texts, ids) = try Self.storeTexts(kind, in: world)
         for prefix in texts + ["Mon", "é"] {
             let expected = Set(zip(texts, ids).filter { TextMatch.evaluate(.beginsWith, [], $0.0, prefix) }.map(\.1))
             let fetched = try world.beginUpdateAndWait { update in
@@ -85,17 +92,8 @@ struct TextOperatorSQLTests {
     @Test(arguments: StoreKind.available)
     func containsIsTheDatabasesOwnSubstringSearch(kind: StoreKind) throws {
         let store = try TestStore(kind)
-        let texts = kind == .postgres ? Self.texts.filter { !$0.unicodeScalars.contains("\u{0}") } : Self.texts
         let world = try ContextStack.Context(stack: store.stack)
-        let ids = try world.beginUpdateAndWait { update -> [ObjectID] in
-            let tags = try texts.map { text in
-                let tag = try update.create(Tag.self)
-                tag.name = text
-                return tag
-            }
-            try update.commit()
-            return tags.map(\.objectID)
-        }
+        let (texts, ids) = try Self.storeTexts(kind, in: world)
         let counter = StatementCounter(store.stack)
         for pattern in texts + ["on", "\u{301}", "\u{0}b", "\u{10FFFF}z"] where kind != .postgres || !pattern.unicodeScalars.contains("\u{0}") {
             let expected = Set(zip(texts, ids).filter { TextMatch.evaluate(.contains, [], $0.0, pattern) }.map(\.1))

@@ -136,15 +136,22 @@ struct GItem: FetchableRecord, PersistableRecord, Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         seeds = (0..<n).map(RawItem.init(index:))
         model = try Model(Item.self)
-        // Read the DDL back from a store ContextStack made.
+        ddl = try schema(of: "Item", in: model)
+    }
+
+    /// The CREATE TABLE and CREATE INDEX statements of `table`, read back from a store
+    /// ContextStack made for `model`.
+    func schema(of table: String, in model: Model) throws -> [String] {
         let url = newURL("schema")
         do {
             let stack = try Stack(model: model)
             try stack.addDatabaseStore(at: url)
         }
         let db = try RawDatabase(path: url.path)
-        let statement = try db.prepare("SELECT sql FROM sqlite_master WHERE tbl_name = 'Item' AND sql IS NOT NULL ORDER BY type DESC")
+        let statement = try db.prepare("SELECT sql FROM sqlite_master WHERE tbl_name = '\(table)' AND sql IS NOT NULL ORDER BY type DESC")
+        var ddl: [String] = []
         while try statement.step() { ddl.append(statement.text(0)) }
+        return ddl
     }
 
     func removeAll() {

@@ -85,18 +85,11 @@ extension Contact {
 /// every contender (raw inserts, keys 1…count).
 @MainActor final class ContactFiles {
     let model: Model
-    private(set) var ddl: [String] = []
+    let ddl: [String]
 
     init() throws {
         model = try Model(Contact.self)
-        let url = fixture.newURL("contact-schema")
-        do {
-            let stack = try Stack(model: model)
-            try stack.addDatabaseStore(at: url)
-        }
-        let db = try RawDatabase(path: url.path)
-        let statement = try db.prepare("SELECT sql FROM sqlite_master WHERE tbl_name = 'Contact' AND sql IS NOT NULL ORDER BY type DESC")
-        while try statement.step() { ddl.append(statement.text(0)) }
+        ddl = try fixture.schema(of: "Contact", in: model)
     }
 
     /// A raw/GRDB file holding contacts 0..<count.
