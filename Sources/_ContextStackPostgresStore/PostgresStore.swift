@@ -417,9 +417,11 @@ package final class PostgresStore: QueuedStore {
         try rows.each(inline: true) { sql, _ in try writer.execute(sql) }
     }
 
-    /// A deadlock PostgreSQL broke by failing this transaction, or a serialization failure:
-    /// the whole transaction is lost, not one commit, and writing it again succeeds once the
-    /// other transaction is through.
+    /// A deadlock PostgreSQL broke by failing this transaction's statement, or a serialization
+    /// failure. Inside a commit's savepoint only the savepoint is aborted, but rolling back to
+    /// it would keep the locks the group's earlier commits took — which the other transaction
+    /// may be waiting for — so the whole transaction is rolled back, and written again once the
+    /// other is through.
     package func abandonsTransaction(_ error: any Error) -> Bool {
         guard let error = error as? PostgresError else { return false }
         return error.code == .deadlockDetected || error.code == .serializationFailure

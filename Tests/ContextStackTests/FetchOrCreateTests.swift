@@ -60,6 +60,35 @@ import Testing
         #expect(made)
     }
 
+    /// A batch operation of the update writes values into its objects, and deletes some,
+    /// without the setters that keep `fetchOrCreate`'s index of pending objects current: the
+    /// next `fetchOrCreate` still finds what a fetch finds.
+    @Test(arguments: StoreKind.available)
+    func onAUniqueKeyFollowsTheUpdatesBatchOperations(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try ContextStack.Context(stack: store.stack)
+        let (kept, gone) = try context.beginUpdateAndWait { update -> (ObjectID, ObjectID) in
+            let kept = try update.create(Person.self)
+            (kept.name, kept.email) = ("Kept", "kept@example.com")
+            let gone = try update.create(Person.self)
+            (gone.name, gone.email) = ("Gone", "gone@example.com")
+            try update.commit()
+            return (kept.objectID, gone.objectID)
+        }
+        try context.beginUpdateAndWait { update in
+            // Both changed in this update, and filed by a first fetchOrCreate.
+            try #require(try update.fetch(Person.self, id: kept)).age = 1
+            try #require(try update.fetch(Person.self, id: gone)).age = 1
+            _ = try update.fetchOrCreate(Person.self, %"email" == "other@example.com")
+            #expect(try update.batchUpdate(Person.self, %"email" == "kept@example.com", set: ["email": .text("moved@example.com")]) == 1)
+            #expect(try update.batchDelete(Person.self, %"email" == "gone@example.com") == 1)
+            #expect(try update.fetchOrCreate(Person.self, %"email" == "moved@example.com").objectID == kept)
+            let again = try update.fetchOrCreate(Person.self, %"email" == "gone@example.com")
+            #expect(again.objectID != gone && again.isInserted)
+            update.rollback()
+        }
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func createsWithTheEqualityValuesThenFindsTheSameObject(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

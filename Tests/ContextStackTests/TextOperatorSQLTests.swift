@@ -107,4 +107,28 @@ struct TextOperatorSQLTests {
         #expect(sql.contains(kind == .postgres ? "strpos(" : "instr("), "\(sql)")
         #expect(!sql.contains("cs_text"), "\(sql)")
     }
+
+    /// In `having:` a string operator may meet a grouped number or an aggregate's number,
+    /// which is not text: it keeps `cs_text`'s answer (false), where a range or `instr` would
+    /// compare or convert the number. (SQLite only: PostgreSQL refuses a string function on a
+    /// number.)
+    @Test(arguments: StoreKind.available.filter { $0 != .postgres })
+    func havingKeepsTheEvaluatorsAnswerOnNumbers(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try ContextStack.Context(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for age in [3, 31, 12] {
+                let person = try update.create(Person.self)
+                (person.name, person.age) = ("P\(age)", age)
+            }
+            try update.commit()
+        }
+        let (prefixed, contained) = try world.beginUpdateAndWait { update in
+            (try update.query(Person.self, .select("age"), groupBy: %"age", having: (%"age").beginsWith("3")).count,
+             try update.query(Person.self, .select("age") | .sum("age", alias: "total"), groupBy: %"age",
+                              having: (%"total").contains("1")).count)
+        }
+        #expect(prefixed == 0)
+        #expect(contained == 0)
+    }
 }

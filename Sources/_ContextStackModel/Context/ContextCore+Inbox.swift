@@ -54,6 +54,9 @@ extension ContextCore {
             changed[delete.id] = nil
         }
         generation += 1
+        // Values and deletions written without `markChanged`: `fetchOrCreate` files the
+        // pending objects again when it next needs them.
+        pendingUnique = nil
     }
 
     /// Applies commits to registered objects: changed values, deletions.

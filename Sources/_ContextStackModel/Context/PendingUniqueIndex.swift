@@ -89,7 +89,8 @@ extension ContextCore {
             if let object = try object(for: id) as? T { return object }
         }
         if pendingUnique == nil { pendingUnique = PendingUniqueIndex(changed) }
-        for object in pendingUnique!.objects(constraint, values, pending: changed) where entity.includes(object.entity) {
+        for object in pendingUnique!.objects(constraint, values, pending: changed)
+        where entity.includes(object.entity) && object.state != .deleted && changed[object.objectID] === object {
             if assignments.allSatisfy({ object.values[$0.0] == $0.1 }), let object = object as? T { return object }
         }
         return nil

@@ -168,6 +168,8 @@ extension CompiledQuery {
         case .text(let value, let op, let pattern, let options):
             let text = { (arguments: inout [Value]) in term(value, arguments: &arguments) }
             if case .value(.text(let constant)) = pattern {
+                // The value is a text attribute's (resolution refuses other keys).
+                if let sql = dialect.textAttributeMatch(text, op, options, constant: constant, arguments: &arguments) { return sql }
                 return dialect.textMatch(text, op, options, pattern: .constant(constant), arguments: &arguments)
             }
             // A pattern read from a column binds nothing (resolution refuses a SUBQUERY there).

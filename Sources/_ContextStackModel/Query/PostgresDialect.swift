@@ -37,10 +37,6 @@ package struct PostgresDialect: SQLDialect {
                            arguments: inout [Value]) -> String {
         precondition(canMatchText(op, options, constantPattern: { if case .constant = pattern { true } else { false } }()),
                      "PostgresDialect cannot express \(op.rawValue)\(options.formatSuffix): CompiledQuery checks canMatchText before it writes SQL.")
-        if op == .beginsWith, case .constant(let prefix) = pattern,
-           let range = prefixRange(text, prefix, typed: "?::text", arguments: &arguments) {
-            return range
-        }
         let value = text(&arguments)
         /// The pattern's SQL, binding it when it is a constant (once per use).
         func patternSQL(_ rewrite: (String) -> String = { $0 }) -> String {
@@ -64,6 +60,14 @@ package struct PostgresDialect: SQLDialect {
         case .matches:
             preconditionFailure("unreachable: canMatchText refuses MATCHES")
         }
+    }
+
+    /// BEGINSWITH as a range an index serves (`prefixRange`); the other operators are exact in
+    /// `textMatch` already.
+    package func textAttributeMatch(_ text: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions,
+                                    constant: String, arguments: inout [Value]) -> String? {
+        guard op == .beginsWith, options.isEmpty else { return nil }
+        return prefixRange(text, constant, typed: "?::text", arguments: &arguments)
     }
 
     /// PostgreSQL has no folding that matches `TextMatch.fold` (Unicode case folding after

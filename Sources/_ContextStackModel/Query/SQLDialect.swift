@@ -34,6 +34,13 @@ package protocol SQLDialect: Sendable {
     /// own, so the dialect calls it where the text goes.
     func textMatch(_ value: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions, pattern: TextPattern,
                    arguments: inout [Value]) -> String
+    /// A string operator on the value of a text attribute (a `String` or `URL` key, which holds
+    /// text or NULL) with a constant pattern, written so that the database answers it itself
+    /// — a range an index serves, a built-in substring search — with exactly `TextMatch`'s
+    /// answers; `nil` to use `textMatch`. Not for other values (an aggregate's alias in
+    /// `having:`), on which a comparison or a built-in would not answer as `TextMatch` does.
+    func textAttributeMatch(_ value: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions,
+                            constant: String, arguments: inout [Value]) -> String?
     /// Whether `fold` folds text exactly as `TextMatch.fold` does, for comparisons with options
     /// (`name ==[c] 'ada'`).
     var canFold: Bool { get }
@@ -111,19 +118,6 @@ package struct SQLiteDialect: SQLDialect {
     package func canMatchText(_ op: TextOperator, _ options: MatchOptions, constantPattern: Bool) -> Bool { true }
     package func textMatch(_ text: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions, pattern: TextPattern,
                            arguments: inout [Value]) -> String {
-        if op == .beginsWith, options.isEmpty, case .constant(let prefix) = pattern,
-           let range = prefixRange(text, prefix, typed: "?", arguments: &arguments) {
-            return range
-        }
-        if op == .contains, options.isEmpty, case .constant(let wanted) = pattern {
-            // SQLite's own substring search, without a call into Swift per row: `instr`
-            // compares bytes (NUL included) at every character boundary, which for UTF-8 is
-            // every place a valid pattern can match (`TextMatch.contains`); NULL stays NULL,
-            // and an empty pattern is at position 1.
-            let value = text(&arguments)
-            arguments.append(.text(wanted))
-            return "(instr(\(value), ?) > 0)"
-        }
         arguments += [.integer(Int64(TextMatch.code(of: op))), .integer(Int64(options.rawValue))]
         let value = text(&arguments)
         switch pattern {
@@ -132,6 +126,24 @@ package struct SQLiteDialect: SQLDialect {
             return "cs_text(?, ?, \(value), ?)"
         case .sql(let sql):
             return "cs_text(?, ?, \(value), \(sql))"
+        }
+    }
+    /// BEGINSWITH as a range an index serves (`prefixRange`); CONTAINS as SQLite's own
+    /// substring search, without a call into Swift per row: `instr` compares bytes (NUL
+    /// included) at every character boundary, which for UTF-8 is every place a valid pattern
+    /// can match (`TextMatch.contains`); NULL stays NULL, and an empty pattern is at position 1.
+    package func textAttributeMatch(_ text: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions,
+                                    constant: String, arguments: inout [Value]) -> String? {
+        guard options.isEmpty else { return nil }
+        switch op {
+        case .beginsWith:
+            return prefixRange(text, constant, typed: "?", arguments: &arguments)
+        case .contains:
+            let value = text(&arguments)
+            arguments.append(.text(constant))
+            return "(instr(\(value), ?) > 0)"
+        default:
+            return nil
         }
     }
     package var canFold: Bool { true }
