@@ -339,17 +339,13 @@ package final class PostgresStore: QueuedStore {
         try writer.execute(sql)
     }
 
-    /// Writes one commit — under a policy that compares with the store, after locking the rows
-    /// it changes and applying the policy again to what is stored now — or runs one batch
-    /// operation.
+    /// Writes one commit — under a policy that compares with the store, applying the policy
+    /// again to what is stored now, in rows `lockRows` locked — or runs one batch operation.
     package func writeItem(_ item: QueueItem, writer: inout PostgresConnection) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer)) }
         var changes = item.changes
         var correction = ChangeSet()
         if changes.checksStore(under: item.policy) {
-            // Only a policy that compares with the store needs the rows still as they are when
-            // it compares (`.objectTrump` writes the changed values whatever is stored).
-            try lock(changes, on: writer)
             var reader = RowReader(stored: writer, graph: graph)
             changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
             correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
@@ -394,27 +390,30 @@ package final class PostgresStore: QueuedStore {
         return correction
     }
 
-    /// Locks the rows `changes` updates or deletes until the transaction ends: another
-    /// process's commit to them waits for this one, and this one's reads of them see the
-    /// latest committed values. In the one order every writer keeps (`LockSet`).
-    private func lock(_ changes: ChangeSet, on connection: PostgresConnection) throws {
-        var rows = LockSet()
-        rows.add(changes)
-        try rows.each { sql, arguments in try connection.run(sql, arguments) }
-    }
-
-    /// Locks, before a group of commits is written, the rows all of them update or delete, in
-    /// the one order every writer keeps (`LockSet`). Locked one commit at a time instead, two
-    /// processes' groups could each hold a row the other's next commit needs — a deadlock,
-    /// which PostgreSQL breaks only after `deadlock_timeout` (a second), by failing one of them.
+    /// Locks, before a transaction's commits are written, the rows they update or delete,
+    /// until the transaction ends — in the one order every writer keeps (`LockSet`): another
+    /// process's commit to them waits for this one, and the merge policy (`writeItem`) reads
+    /// them as they are stored now.
     ///
-    /// The keys go in the statement's text (they are integers), through the simple protocol:
-    /// so the group's `BEGIN` goes out alone, without the lock wait bound of a commit alone
-    /// (`writeTransaction`).
+    /// - A commit alone is locked only under a policy that compares with the store
+    ///   (`.objectTrump` writes the changed values whatever is stored, and its save stays one
+    ///   round trip), through a prepared statement, so that its `BEGIN` carries the lock wait
+    ///   bound (`writeTransaction`).
+    /// - A group locks every row of all its commits first. Locked one commit at a time
+    ///   instead, two processes' groups could each hold a row the other's next commit needs —
+    ///   a deadlock, which PostgreSQL breaks only after `deadlock_timeout` (a second), by
+    ///   failing one of them. The keys go in the statement's text (they are integers), through
+    ///   the simple protocol, so the group's `BEGIN` goes out without the bound (see there).
     package func lockRows(of batch: [QueueItem], writer: inout PostgresConnection) throws {
         var rows = LockSet()
-        for item in batch where item.batch == nil { rows.add(item.changes) }
-        try rows.each(inline: true) { sql, _ in try writer.execute(sql) }
+        if batch.count == 1 {
+            guard let item = batch.first, item.batch == nil, item.changes.checksStore(under: item.policy) else { return }
+            rows.add(item.changes)
+            try rows.each { sql, arguments in try writer.run(sql, arguments) }
+        } else {
+            for item in batch where item.batch == nil { rows.add(item.changes) }
+            try rows.each(inline: true) { sql, _ in try writer.execute(sql) }
+        }
     }
 
     /// A deadlock PostgreSQL broke by failing this transaction's statement, or a serialization

@@ -42,7 +42,8 @@ public struct Update: Sendable {
         core.checkExecution("update.fetchOrCreate(\(T.self).self, …)")
         let entity = core.graph.entity(for: type)
         let assignments = try FetchOrCreate.assignments(of: condition, in: entity)
-        if let (constraint, values) = Self.pinnedConstraint(of: entity, assignments) {
+        let pinned = Self.pinnedConstraints(of: entity, assignments)
+        if let (constraint, values) = pinned.first {
             // A look-up, not a fetch that evaluates every pending object: imports of many
             // objects by unique key in one update stay linear.
             if let existing = try core.uniqueMatch(type, condition, entity: entity, constraint: constraint,
@@ -63,7 +64,7 @@ public struct Update: Sendable {
             }
             targets[slot] = target
         }
-        let claims = Self.claims(of: entity, assignments)
+        let claims = pinned.isEmpty ? nil : pinned.map { UniqueClaim(index: $0.0.indexName, entity: entity.name, values: $0.1) }
         let object = try core.create(entity, id: try claims.map { try claimedID(for: entity, $0) })
         if claims != nil { core.upserts[object.objectID] = assignments.map(\.0) }
         for (slot, value) in assignments {
@@ -77,28 +78,13 @@ public struct Update: Sendable {
         return object as! T
     }
 
-    /// The first uniqueness constraint whose keys all have non-nil `==` values in a
-    /// `fetchOrCreate` condition, with those values.
-    private static func pinnedConstraint(of entity: ResolvedEntity, _ assignments: [(Int, Value)]) -> (UniqueConstraint, [Value])? {
+    /// The uniqueness constraints whose keys all have non-nil `==` values in a `fetchOrCreate`
+    /// condition, with those values: what it looks up by, and claims for the object it makes.
+    private static func pinnedConstraints(of entity: ResolvedEntity, _ assignments: [(Int, Value)]) -> [(UniqueConstraint, [Value])] {
+        guard !entity.uniqueConstraints.isEmpty else { return [] }
         var values = ContiguousArray<Value>(repeating: .null, count: entity.defaults.count)
         for (slot, value) in assignments where slot < values.count { values[slot] = value }
-        for constraint in entity.uniqueConstraints {
-            if let key = constraint.key(in: values) { return (constraint, key) }
-        }
-        return nil
-    }
-
-    /// The unique values a `fetchOrCreate` condition pins down: one claim per uniqueness
-    /// constraint whose keys all have non-nil `==` values; `nil` when there is none.
-    private static func claims(of entity: ResolvedEntity, _ assignments: [(Int, Value)]) -> [UniqueClaim]? {
-        var values: [Int: Value] = [:]
-        for (slot, value) in assignments { values[slot] = value }
-        let claims = entity.uniqueConstraints.compactMap { constraint -> UniqueClaim? in
-            let key = constraint.slots.compactMap { values[$0] }
-            guard key.count == constraint.slots.count, !key.contains(where: \.isNull) else { return nil }
-            return UniqueClaim(index: constraint.indexName, entity: entity.name, values: key)
-        }
-        return claims.isEmpty ? nil : claims
+        return entity.uniqueConstraints.compactMap { constraint in constraint.key(in: values).map { (constraint, $0) } }
     }
 
     /// The ID for an object `fetchOrCreate` makes: the one a concurrent `fetchOrCreate` of the

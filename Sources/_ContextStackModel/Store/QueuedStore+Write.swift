@@ -39,15 +39,16 @@ extension QueuedStore {
     /// the state lock and the written commits leave the overlay in the same breath, so no read
     /// sees the database ahead of the overlay or behind it.
     ///
-    /// Together, the rows the commits change are locked first, all at once (`lockRows`), and a
-    /// commit whose error ends the whole transaction (`abandonsTransaction`) fails the group,
-    /// which `writeTransaction` may then write again from the start.
+    /// The rows the commits change are locked first, all at once (`lockRows`), and a commit
+    /// of a group whose error ends the whole transaction (`abandonsTransaction`) fails the
+    /// group, which `writeTransaction` may then write again from the start.
     private func write(_ batch: [QueueItem], upTo last: UInt64) -> BatchOutcome {
         var outcome = BatchOutcome()
         do {
             try writeTransaction({ writer in
                 // Written again from the start when `writeTransaction` retries.
                 outcome = BatchOutcome()
+                try lockRows(of: batch, writer: &writer)
                 if batch.count == 1 {
                     do {
                         let written = try writeItem(batch[0], writer: &writer)
@@ -57,7 +58,6 @@ extension QueuedStore {
                     }
                     return
                 }
-                try lockRows(of: batch, writer: &writer)
                 for (index, item) in batch.enumerated() {
                     let savepoint = "commit\(index)"
                     try execute("SAVEPOINT \(savepoint)", writer: &writer)

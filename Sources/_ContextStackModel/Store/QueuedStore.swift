@@ -53,10 +53,10 @@ package protocol QueuedStore: ObjectStore {
     /// the `SaveError` the store's own check would have thrown, anything else as it is.
     func saveError(_ error: any Error) -> any Error
 
-    /// Takes, before a group of commits is written in one transaction, the row locks its
-    /// commits would otherwise take one by one — in one order that every writer of the
-    /// database keeps, so that two processes' groups never wait for each other in a circle.
-    /// A store whose writer holds the whole database (SQLite) has nothing to lock.
+    /// Takes, before the commits of a transaction are written, the row locks they need — all
+    /// at once for a group, in one order that every writer of the database keeps, so that two
+    /// processes' groups never wait for each other in a circle. A store whose writer holds the
+    /// whole database (SQLite) has nothing to lock.
     func lockRows(of batch: [QueueItem], writer: inout Writer) throws
 
     /// Whether `error`, thrown while one commit of a group was written, means the database
