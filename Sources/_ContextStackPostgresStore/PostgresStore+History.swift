@@ -208,15 +208,11 @@ extension PostgresStore {
         return connection
     }
 
-    package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) {
+    package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
         guard tracksHistory else { return }
-        do {
-            let listener = try PostgresHistoryListener(store: self, deliver: deliver)
-            listeners.withLock { $0.append(listener) }
-            listener.start()
-        } catch {
-            reportError(error)
-        }
+        let listener = try PostgresHistoryListener(store: self, after: startOfFollowing(), deliver: deliver)
+        listeners.withLock { $0.append(listener) }
+        listener.start()
     }
 }
 
@@ -291,40 +287,44 @@ struct HistoryDoorbell {
 ///
 /// A thread of its own (waiting on a socket must not hold a thread of Swift's cooperative
 /// pool) keeps a connection that `LISTEN`s on the history channel and waits on its socket.
-/// A notification — or `catchUpInterval` without one — makes it read the history after its
-/// last token: the notification is only a doorbell, the history is the truth, so a lost
-/// notification, a transaction held back by an older one still running, or a reconnect after
-/// the server went away delays a change and never loses it.
+/// A notification from another stack — or `catchUpInterval` without one — makes it read the
+/// history after its last token: the notification is only a doorbell, the history is the
+/// truth, so a lost notification, a transaction held back by an older one still running, or a
+/// reconnect after the server went away delays a change and never loses it.
+///
+/// The thread opens its connection itself (a `MainContext` made on the main actor does not
+/// wait for it), and reads the history as soon as it listens, for what was committed between
+/// the start and then; the same after every reconnect.
 ///
 /// Its reads run on its own connection, which the statement trace does not see. Notifications
 /// carry the writing stack's instance: when only this stack's own commits rang, it reads
-/// nothing.
+/// nothing — until the catch-up is due, which they never push back, so another stack's
+/// transaction held back at one read is read at the next catch-up however often this stack
+/// commits meanwhile.
 ///
-/// `@unchecked Sendable`: `last` and `connection` are set in `init`, then used by the
-/// listener's thread only; `store` is weak and set once; the pipe's descriptors are
-/// immutable, and written to only.
+/// `@unchecked Sendable`: `last` and `connection` are used by the listener's thread only;
+/// `store` is weak and set once; the pipe's descriptors are immutable, and written to only.
 final class PostgresHistoryListener: @unchecked Sendable {
-    /// How long the listener waits for a notification before it reads the history anyway.
-    static let catchUpInterval: Int32 = 500
+    /// How long the listener waits for another stack's notification before it reads the
+    /// history anyway, in milliseconds.
+    static let catchUpInterval: UInt64 = 500
 
     private weak var store: PostgresStore?
     private let instance: String
     private var last: HistoryToken?
-    /// Listening from `init` on, so that nothing committed after it goes unrung.
+    /// The listening connection; `nil` until the thread opens it, and after it broke.
     private var connection: PostgresConnection?
     private let deliver: @Sendable ([RemoteTransaction]) -> Void
     /// A pipe whose write end `stop()` writes to, to wake the thread at once.
     private let wake: (read: Int32, write: Int32)
 
-    /// A listener that delivers what is committed after the call: it listens first, then takes
-    /// the newest settled transaction as where it starts, on its own connection.
-    init(store: PostgresStore, deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
+    /// A listener that delivers the transactions after `start` (the newest settled one when
+    /// following began).
+    init(store: PostgresStore, after start: HistoryToken?, deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
         self.store = store
         self.instance = store.instance
         self.deliver = deliver
-        let connection = try store.listeningConnection()
-        self.connection = connection
-        last = try PostgresStore.lastHistoryToken(on: connection)
+        last = start
         var descriptors: [Int32] = [0, 0]
         guard pipe(&descriptors) == 0 else { throw StoreError(.cannotOpen, "Cannot start following the history: no pipe (\(String(cString: strerror(errno)))).") }
         wake = (descriptors[0], descriptors[1])
@@ -350,6 +350,8 @@ final class PostgresHistoryListener: @unchecked Sendable {
     /// Until the store is gone: listen, wait, read.
     private func run() {
         var failures = 0
+        /// When the history is read even if no other stack rings (monotonic nanoseconds).
+        var catchUp: UInt64 = 0
         // The store is held only while it is used, never while the thread waits: its deinit
         // must be able to run (and stop this thread) at any time.
         while store != nil {
@@ -357,22 +359,31 @@ final class PostgresHistoryListener: @unchecked Sendable {
                 if connection == nil || connection?.isBroken == true {
                     guard let fresh = try store?.listeningConnection() else { return }
                     connection = fresh
+                    // Listening now: read what was committed before.
                 } else if let listening = connection {
-                    var descriptors = [pollfd(fd: listening.socket, events: Int16(POLLIN), revents: 0),
-                                       pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
-                    _ = poll(&descriptors, 2, Self.catchUpInterval)
-                    if descriptors[1].revents != 0 { return }
-                    let rang = try listening.takeNotifications()
-                    // Only this stack's own commits rang: nothing to read (the catch-up reads
-                    // past them later).
-                    if !rang.isEmpty && rang.allSatisfy({ $0 == instance }) { continue }
+                    // Rings that came in with the last read's results wait in libpq's buffer,
+                    // not on the socket.
+                    var rang = try listening.takeNotifications()
+                    if rang.isEmpty {
+                        let now = DispatchTime.now().uptimeNanoseconds
+                        let wait = catchUp > now ? Int32(clamping: (catchUp - now) / 1_000_000 + 1) : 0
+                        var descriptors = [pollfd(fd: listening.socket, events: Int16(POLLIN), revents: 0),
+                                           pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+                        _ = poll(&descriptors, 2, wait)
+                        if descriptors[1].revents != 0 { return }
+                        rang = try listening.takeNotifications()
+                    }
+                    // Nothing, or only this stack's own commits, rang: nothing to read before
+                    // the catch-up is due.
+                    if rang.allSatisfy({ $0 == instance }) && DispatchTime.now().uptimeNanoseconds < catchUp { continue }
                 }
                 guard let store, let connection else { return }
                 last = try store.deliverRemoteTransactions(after: last, on: connection, deliver)
+                catchUp = DispatchTime.now().uptimeNanoseconds + Self.catchUpInterval * 1_000_000
                 failures = 0
             } catch let error as HistoryError where error.code == .expired {
                 store?.reportError(error)
-                last = try? connection.flatMap { try PostgresStore.lastHistoryToken(on: $0) }
+                if let newest = try? connection.flatMap({ try PostgresStore.lastHistoryToken(on: $0) }) { last = newest }
             } catch {
                 // The server went away, or refused: try again, less and less often (up to every
                 // few seconds), and catch up from the last token — nothing is lost, so a lost

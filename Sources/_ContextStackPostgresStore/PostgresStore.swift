@@ -239,6 +239,28 @@ package final class PostgresStore: QueuedStore {
         return try Self.connect(settings, tracer: tracer)
     }
 
+    /// The newest settled transaction, where a history listener starts: read with a reader of
+    /// the pool, outside any transaction and outside `stack.trace` (following the history runs
+    /// nothing the trace shows). A pooled reader the server closed since its last use is
+    /// replaced once, as for any read.
+    func startOfFollowing() throws -> HistoryToken? {
+        var connection = try takeReader()
+        var retried = false
+        while true {
+            connection.tracer = nil
+            defer { connection.tracer = tracer }
+            do {
+                let token = try Self.lastHistoryToken(on: connection)
+                finishReading(connection)
+                return token
+            } catch {
+                guard !retried, connection.isBroken else { throw error }
+                retried = true
+                connection = try Self.connect(settings, tracer: tracer)
+            }
+        }
+    }
+
     /// Ends a reader's transaction and puts it back in the pool, unless it broke. The `COMMIT`
     /// is sent without waiting for its answer (a read-only transaction has nothing to save):
     /// the caller goes on at once, and the next read on the connection checks the answer

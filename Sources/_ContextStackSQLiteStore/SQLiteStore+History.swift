@@ -125,15 +125,11 @@ extension SQLiteStore {
         try db.scalar("SELECT max(Z_TOKEN) FROM Z_HISTORY").int64Value.map { HistoryToken(position: $0) }
     }
 
-    package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) {
+    package func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws {
         guard tracksHistory, let url = parts.first?.url else { return }
-        do {
-            let watcher = try SQLiteHistoryWatcher(store: self, url: url, deliver: deliver)
-            watchers.withLock { $0.append(watcher) }
-            watcher.start()
-        } catch {
-            reportError(error)
-        }
+        let watcher = try SQLiteHistoryWatcher(store: self, url: url, deliver: deliver)
+        watchers.withLock { $0.append(watcher) }
+        watcher.start()
     }
 }
 
@@ -148,8 +144,12 @@ extension SQLiteStore {
 /// one read of the store (with this process's queued commits on top) and hands over what other
 /// stacks wrote. Its statements are not in `stack.trace`.
 ///
-/// `@unchecked Sendable`: `connection`, `dataVersion` and `last` are used only on `queue`;
-/// the rest is immutable.
+/// A number counts as seen only once the history after it was read: a read that fails (the
+/// file busy longer than the busy timeout, say) is made again at the next poll, not left for
+/// some later commit to trigger. The first error of a run of failures goes to `onError`.
+///
+/// `@unchecked Sendable`: `dataVersion`, `last` and `failing` are used only on `queue` after
+/// `init`; the rest is immutable (the connection is used only on `queue` too).
 final class SQLiteHistoryWatcher: @unchecked Sendable {
     /// How often the watcher looks: the latency of a remote commit is about half of it plus
     /// the read (Docs/History.md).
@@ -159,9 +159,15 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
     private let queue = DispatchQueue(label: "ContextStack.SQLiteStore.history", qos: .userInitiated)
     private let timer: any DispatchSourceTimer
     private let connection: Connection
+    /// The `data_version` whose history was read.
     private var dataVersion: Int64?
     private var last: HistoryToken?
+    /// Whether the last poll failed (its error was reported; the next ones of the run are not).
+    private var failing = false
     private let deliver: @Sendable ([RemoteTransaction]) -> Void
+    /// How many of the next history reads fail as a file busy beyond the busy timeout would:
+    /// the tests' way to make the failure this watcher must ride out.
+    let failingReads = Locked(0)
 
     /// A watcher that delivers what is committed after the call: the newest transaction now
     /// is where it starts (read on its own connection, after `data_version`, so nothing
@@ -171,9 +177,11 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
         self.deliver = deliver
         connection = try Connection(path: url.path, readOnly: true, create: false)
         connection.setBusyTimeout(milliseconds: SQLiteStore.busyTimeout)
-        timer = DispatchSource.makeTimerSource(queue: queue)
         dataVersion = try connection.scalar("PRAGMA data_version").int64Value
         last = try SQLiteStore.lastHistoryToken(on: connection)
+        // Made last: a watcher whose start failed has no timer to release (libdispatch traps on
+        // releasing a source that was never resumed).
+        timer = DispatchSource.makeTimerSource(queue: queue)
     }
 
     func start() {
@@ -194,15 +202,20 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
         do {
             let version = try connection.scalar("PRAGMA data_version").int64Value
             guard version != dataVersion else { return }
-            dataVersion = version
+            if failingReads.withLock({ count in defer { count = max(count - 1, 0) }; return count > 0 }) {
+                throw SQLiteError(code: .busy, message: "database is locked (a failure the tests asked for)")
+            }
             last = try store.deliverRemoteTransactions(after: last, on: connection, deliver)
+            dataVersion = version
+            failing = false
         } catch let error as HistoryError where error.code == .expired {
             // Deleted before this watcher read it: what changed cannot be known. Say so, and
             // go on from the newest transaction.
             store.reportError(error)
-            last = try? SQLiteStore.lastHistoryToken(on: connection)
+            if let newest = try? SQLiteStore.lastHistoryToken(on: connection) { last = newest }
         } catch {
-            store.reportError(error)
+            if !failing { store.reportError(error) }
+            failing = true
         }
     }
 }

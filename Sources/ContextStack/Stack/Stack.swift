@@ -242,13 +242,23 @@ public final class Stack: Sendable {
         followHistoryIfWanted()
     }
 
+    /// Starts following the store's history once something wants remote commits. If it cannot
+    /// start (the newest transaction cannot be read), the error goes to `onError`, and the
+    /// next thing that wants remote commits (a `MainContext`, `observeCommit`, `allCommits`)
+    /// tries again.
     private func followHistoryIfWanted() {
         let store = state.withLock { state -> (any ObjectStore)? in
             guard state.wantsRemoteCommits, !state.followsHistory, let store = state.store, store.tracksHistory else { return nil }
             state.followsHistory = true
             return store
         }
-        store?.followHistory { [weak self] transactions in self?.receiveRemote(transactions) }
+        guard let store else { return }
+        do {
+            try store.followHistory { [weak self] transactions in self?.receiveRemote(transactions) }
+        } catch {
+            state.withLock { $0.followsHistory = false }
+            report(error)
+        }
     }
 
     /// Registers a three-tier main context, for remote commits.

@@ -71,7 +71,13 @@ package protocol ObjectStore: AnyObject, Sendable {
     /// Starts following the transactions other stacks (processes, machines) write: `deliver`
     /// receives them in history order, from a queue of the store's, from the newest
     /// transaction at the time of the call on. Own commits are never delivered.
-    func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void)
+    ///
+    /// The follower opens its own connection where it runs, not on the caller's thread, and
+    /// opens it again, and reads what it missed, whenever it cannot read: once following
+    /// started, a failure delays remote commits and never loses them.
+    /// - Throws: when the newest transaction, where following starts, cannot be read; nothing
+    ///   was started then.
+    func followHistory(_ deliver: @escaping @Sendable ([RemoteTransaction]) -> Void) throws
 }
 
 extension ObjectStore {

@@ -1,0 +1,114 @@
+@testable import ContextStack
+import _ContextStackCore
+@testable import _ContextStackModel
+@testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
+@testable import _ContextStackSQLiteStore
+import Foundation
+import Testing
+
+/// Following other stacks' history through what goes wrong on the way (Docs/History.md,
+/// "Failure modes"): a failed read, a follower that cannot start, another stack's transaction
+/// held back while this stack keeps committing. Once following started, remote commits are
+/// delayed by such things and never lost.
+///
+/// These tests count deliveries off the main actor, so a busy main actor cannot make them slow.
+/// The waits for a delivery are bounds against hanging (ten seconds for what takes
+/// milliseconds), not timing assertions.
+@Suite(.timeLimit(.minutes(2))) struct HistoryFollowingTests {
+    /// Waits until `delivered` holds at least `count` transactions, or ten seconds passed.
+    private func wait(for count: Int, in delivered: Locked<[RemoteTransaction]>) async throws {
+        for _ in 0..<1000 where delivered.withLock({ $0.count }) < count {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// Commits one person in `stack`, durably.
+    private func commitAPerson(in stack: Stack, named name: String) throws {
+        try Context(stack: stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            try update.create(Person.self).name = name
+            try update.commit()
+        }
+    }
+
+    /// SQLite: the watcher saw the file change, then failed to read the history. It reads
+    /// again at its next look, though nothing else is committed; the failures are one error.
+    @Test func aFailedHistoryReadIsReadAgainWithoutAnotherCommit() async throws {
+        let store = try TestStore(.file, tracksHistory: true)
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        let delivered = Locked<[RemoteTransaction]>([])
+        try store.stack.store.followHistory { transactions in delivered.withLock { $0 += transactions } }
+        let watcher = try #require(store.stack.sqliteStore.watchers.withLock { $0.last })
+        watcher.failingReads.withLock { $0 = 3 }
+
+        let other = try store.reopen()
+        try commitAPerson(in: other, named: "Elsewhere")
+        try await wait(for: 1, in: delivered)
+
+        #expect(delivered.withLock { $0.count } == 1, "the failed reads consumed the change: the commit was never read")
+        #expect(watcher.failingReads.withLock { $0 } == 0)
+        #expect(errors.all.count == 1, "three failed reads in a row are one error: \(errors.all)")
+    }
+
+    /// A stack that cannot start following (the newest transaction cannot be read) says so
+    /// through `onError`, and the next thing that wants remote commits starts it.
+    @Test @MainActor func aFollowerThatCouldNotStartStartsWhenNextWanted() async throws {
+        let store = try TestStore(.file, tracksHistory: true)
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        let raw = try store.rawConnection()
+        try raw.execute("ALTER TABLE Z_HISTORY RENAME TO Z_HISTORY_AWAY")
+        let world = try MainContext(stack: store.stack)
+        #expect(errors.all.count == 1, "the failure to start reached onError")
+        try raw.execute("ALTER TABLE Z_HISTORY_AWAY RENAME TO Z_HISTORY")
+
+        var commits = store.stack.allCommits.makeAsyncIterator()
+        #expect(store.stack.sqliteStore.watchers.withLock { $0.count } == 1, "asking for the commits started following")
+        let other = try store.reopen()
+        try commitAPerson(in: other, named: "Elsewhere")
+        let commit = try #require(await commits.next())
+        #expect(commit.isRemote)
+        #expect(try world.fetchAll(Person.self).map(\.name) == ["Elsewhere"])
+    }
+
+    /// PostgreSQL: another stack's transaction is held back at the listener's read by an older
+    /// one still open, and this stack keeps committing (its own notifications wake the
+    /// listener). Once the older one ends — which rings nobody — the catch-up reads the held
+    /// transaction within its interval, while this stack's commits go on.
+    @Test(.enabled(if: PostgresServer.isAvailable, "PostgreSQL suites need a server"))
+    func ownCommitsDoNotPostponeTheCatchUp() async throws {
+        let store = try TestStore(.postgres, tracksHistory: true)
+        let url = try #require(store.database?.url)
+        let delivered = Locked<[RemoteTransaction]>([])
+        try store.stack.store.followHistory { transactions in delivered.withLock { $0 += transactions } }
+        let other = try store.reopen()
+
+        let older = try PostgresConnection(PostgresSettings(url: url))
+        try older.execute("BEGIN")
+        _ = try older.scalar("SELECT pg_current_xact_id()")    // holds back every later transaction
+        try commitAPerson(in: other, named: "Elsewhere")          // rings, is read, is not settled
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(delivered.withLock { $0.isEmpty }, "a transaction was delivered before every older one ended")
+
+        // Own commits every 50 ms, until the held transaction arrives or ten seconds pass.
+        let stack = store.stack
+        let ownCommits = Task.detached {
+            var count = 0
+            while delivered.withLock({ $0.isEmpty }) && count < 200 {
+                try Context(stack: stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+                    try update.create(Person.self).name = "own \(count)"
+                    try update.commit()
+                }
+                count += 1
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            return count
+        }
+        try older.execute("COMMIT")
+        let committed = try await ownCommits.value
+        #expect(delivered.withLock { $0.count } == 1, "the held transaction was read while this stack committed")
+        #expect(committed < 200, "this stack's commits kept postponing the catch-up")
+        #expect(delivered.withLock { $0.first?.transaction.changes.map(\.kind) } == [.insert], "the other stack's one insert")
+    }
+}
