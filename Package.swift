@@ -76,10 +76,12 @@ let package = Package(
         // plain `swift build` or `swift test` builds it next to the test bundle, where the
         // tests look for it.
         .executableTarget(name: "stress-writer", dependencies: ["ContextStack", "ContextStackPostgres"], path: "Tests/StressWriter"),
+        // Sets how many tests run at once before Swift Testing starts (Tests/TestRunnerSettings/settings.c).
+        .target(name: "TestRunnerSettings", path: "Tests/TestRunnerSettings"),
         .testTarget(
             name: "ContextStackTests",
             dependencies: ["ContextStack", "_ContextStackCore", "_ContextStackSQLite", "_ContextStackModel", "_ContextStackSQLiteStore",
-                           "_ContextStackPostgres", "_ContextStackPostgresStore", "ContextStackPostgres"]
+                           "_ContextStackPostgres", "_ContextStackPostgresStore", "ContextStackPostgres", "TestRunnerSettings"]
         ),
         .testTarget(
             name: "ContextStackMacrosTests",
@@ -93,7 +95,7 @@ let package = Package(
 )
 
 // One place for the settings every target shares.
-for target in package.targets where target.type != .system {
+for target in package.targets where target.type != .system && target.name != "TestRunnerSettings" {
     var settings = target.swiftSettings ?? []
     settings.append(.enableUpcomingFeature("ExistentialAny"))
     target.swiftSettings = settings

@@ -298,6 +298,11 @@ final class TestSchema: Sendable {
 
     /// The database every test schema lives in, created once per test process and dropped
     /// when it exits.
+    /// The database every test schema lives in.
+    static var sharedDatabase: URL {
+        get throws { try database.get() }
+    }
+
     private static let database: Result<URL, PostgresServer.Unavailable> = {
         do {
             let admin = try PostgresServer.adminURL
@@ -317,22 +322,36 @@ final class TestSchema: Sendable {
     init() throws {
         let database = try Self.database.get()
         name = "cs_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased()
-        try PostgresConnection(PostgresSettings(url: database)).execute("CREATE SCHEMA \"\(name)\"")
+        try Self.creator.execute("CREATE SCHEMA \"\(name)\"")
         var parts = URLComponents(url: database, resolvingAgainstBaseURL: false)!
         parts.queryItems = [URLQueryItem(name: "options", value: "-csearch_path=\(name)"), URLQueryItem(name: "application_name", value: name)]
         url = parts.url!
     }
+
+    /// One connection to the shared database for the schemas' `CREATE` and one for their
+    /// `DROP`, instead of a new one each: a connection costs PostgreSQL a process, 15–20 ms on
+    /// this 2-core machine, and most suites make their stores on the main actor, where every
+    /// millisecond delays every other `@MainActor` test of the run.
+    private static let creator = SharedConnection()
+    private static let dropper = SharedConnection()
+    /// Where schemas are dropped: off the thread that ends the test (often the main actor),
+    /// one at a time.
+    private static let dropQueue = DispatchQueue(label: "ContextStackTests.TestSchema.drop")
 
     private static func dropDatabase() {
         guard let admin = try? PostgresServer.adminURL, let connection = try? PostgresConnection(PostgresSettings(url: admin)) else { return }
         try? connection.execute("DROP DATABASE IF EXISTS \"cs_stores_\(getpid())\" WITH (FORCE)")
     }
 
+    /// Ends the schema's connections and drops it, on `dropQueue`: the test does not wait for
+    /// it (what is left at the end goes with the database, `dropDatabase`).
     func drop() {
         guard dropped.withLock({ let was = $0; $0 = true; return !was }) else { return }
-        guard let database = try? Self.database.get(), let connection = try? PostgresConnection(PostgresSettings(url: database)) else { return }
-        _ = try? connection.run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ? AND pid <> pg_backend_pid()", [.text(name)])
-        try? connection.execute("DROP SCHEMA IF EXISTS \"\(name)\" CASCADE")
+        let name = name
+        Self.dropQueue.async {
+            try? Self.dropper.run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ? AND pid <> pg_backend_pid()", [.text(name)])
+            try? Self.dropper.execute("DROP SCHEMA IF EXISTS \"\(name)\" CASCADE")
+        }
     }
 
     deinit { drop() }
@@ -394,5 +413,29 @@ extension TestStore {
     /// `settleHistory` for a PostgreSQL store; nothing to wait for on SQLite.
     func settleHistory() async throws {
         if let database { try await ContextStackTests.settleHistory(database.url) }
+    }
+}
+
+/// A connection to the tests' shared database (`TestSchema`), used by one caller at a time and
+/// opened again when it broke (a fault test restarts no shared server, but a statement may
+/// still fail it).
+final class SharedConnection: Sendable {
+    private let connection = Locked<PostgresConnection?>(nil)
+
+    func execute(_ sql: String) throws {
+        try use { try $0.execute(sql) }
+    }
+
+    func run(_ sql: String, _ arguments: [Value]) throws {
+        try use { _ = try $0.run(sql, arguments) }
+    }
+
+    private func use(_ body: (PostgresConnection) throws -> Void) throws {
+        try connection.withLock { connection in
+            if connection == nil || connection?.isBroken == true {
+                connection = try PostgresConnection(PostgresSettings(url: TestSchema.sharedDatabase))
+            }
+            try body(connection!)
+        }
     }
 }
