@@ -11,7 +11,11 @@
 //
 // A width set in the environment wins: SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=1 runs one
 // test at a time, for instance.
+//
+// SIGPIPE is ignored: tests write to the pipes of child processes, and a child that died (a test
+// failure) must fail its test with EPIPE, not end the whole run with signal 13 and no message.
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "TestRunnerSettings.h"
@@ -19,8 +23,9 @@
 const int contextstack_test_parallelization_width = 8;
 
 __attribute__((constructor))
-static void contextstack_set_test_parallelization_width(void) {
+static void contextstack_set_test_run_settings(void) {
     char width[16];
     snprintf(width, sizeof width, "%d", contextstack_test_parallelization_width);
     setenv("SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH", width, 0);
+    signal(SIGPIPE, SIG_IGN);
 }

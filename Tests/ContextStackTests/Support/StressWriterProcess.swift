@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -66,9 +67,14 @@ final class StressWriterProcess: @unchecked Sendable {
         throw ChildProcessError(message: "stress-writer ended before saying \"\(expected)\": \(errorText)")
     }
 
-    /// Writes a line to the process's standard input.
+    /// Writes a line to the process's standard input; records an issue if the process is gone
+    /// (the write fails with EPIPE: settings.c ignores SIGPIPE, which would end the whole run).
     func send(_ line: String) {
-        process.input?.write(Data((line + "\n").utf8))
+        do {
+            try process.input?.write(contentsOf: Data((line + "\n").utf8))
+        } catch {
+            Issue.record("stress-writer is gone, it could not be sent \"\(line)\" (\(error)): \(errorText)")
+        }
     }
 
     /// Kills the process with SIGKILL, waits for it, and returns every line it wrote that was
