@@ -26,6 +26,8 @@ struct Registry: Sequence {
     /// reference at every doubling (a cache miss apiece) cost a 100,000-object fetch a seventh
     /// of its time. The next growth after it looks again.
     var sweepsWhenGrowing = true
+    /// `count` when the table was last rebuilt without the gone objects' IDs (or was new).
+    private var countAfterSweep = 0
 
     /// How many IDs fit before the table grows.
     var capacity: Int { ids.count / 4 * 3 }
@@ -68,6 +70,21 @@ struct Registry: Sequence {
         var size = Swift.max(8, ids.count)
         while size / 4 * 3 < minimumCapacity { size *= 2 }
         resize(to: size)
+    }
+
+    /// Drops the IDs of objects that are gone when a quarter of the table's room was taken
+    /// since it last did, so that the cost (reading every weak reference) is spread over the
+    /// registrations that made the need. Called before a fetch turns `sweepsWhenGrowing` off:
+    /// without it, a loop of fetches whose objects are let go between them grew the table for
+    /// the dead IDs alone, fetch after fetch (a filter loop of 1,000 × 100 objects ended with
+    /// 100,000 of them, probed with a cache miss apiece, each keeping its weak reference's
+    /// side table allocated).
+    mutating func dropGoneIfDue() {
+        guard count >= 8, count - countAfterSweep >= capacity / 4 else { return }
+        let sweeps = sweepsWhenGrowing
+        sweepsWhenGrowing = true
+        resize(to: ids.count)
+        sweepsWhenGrowing = sweeps
     }
 
     /// Frees every slot and the table's memory.
@@ -163,15 +180,20 @@ struct Registry: Sequence {
         }
     }
 
-    /// Makes room for one more ID when the table is full: rebuilds it twice as large without
-    /// the IDs whose objects are gone, then, if those were most of them, at its old size
-    /// again. So the table grows only for objects that are alive, and a long-lived context
-    /// that keeps registering and releasing objects stays at about twice what it holds alive —
-    /// with no sweep of its own, which ran as often and copied every weak reference.
+    /// Makes room for one more ID when the table is full: rebuilds it at its size without the
+    /// IDs whose objects are gone, and twice as large only if those were fewer than a third of
+    /// them. So the table grows only for objects that are alive, and a long-lived context
+    /// that keeps registering and releasing objects (a cursor) stays at about twice what it
+    /// holds alive, with one rebuild per quarter of the table registered. (It used to double
+    /// first and shrink back: two rebuilds, one of twice the size, each time the table filled,
+    /// a seventh of walking a cursor.)
     private mutating func makeRoom() {
         let size = ids.count
+        if sweepsWhenGrowing && size >= 8 {
+            resize(to: size)
+            if count <= size / 2 { return }
+        }
         resize(to: Swift.max(8, size * 2))
-        if sweepsWhenGrowing && size >= 8 && count <= size / 2 { resize(to: size) }
     }
 
     /// Rebuilds the table with `size` slots (a power of two, room for every live ID), moving
@@ -210,6 +232,7 @@ struct Registry: Sequence {
         }
         grown.count = moved
         grown.sweepsWhenGrowing = sweepsWhenGrowing
+        grown.countAfterSweep = sweeps ? moved : countAfterSweep
         self = grown
     }
 }
