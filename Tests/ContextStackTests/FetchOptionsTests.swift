@@ -243,4 +243,21 @@ import Testing
         #expect(statements.count == 3, "three batches of rows: \(statements)")
         #expect(try cursor.next() == nil)
     }
+
+    /// A cursor's batches come back in the cursor's order whatever the order of the keys (here
+    /// the reverse), and skip an object deleted below the context after the cursor was made.
+    @Test(arguments: Setup.all) @MainActor
+    func cursorsKeepTheirOrderAndSkipWhatWasDeletedSince(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        try await harness.write(Fixtures.chain)
+        var cursor = try harness.world.fetchCursor(Person.self, orderBy: .descending("age"), options: .batch(4))
+        try await harness.write { update in
+            try update.delete(#require(try update.fetch(Person.self, %"age" == 20)))
+            try update.commit()
+        }
+        try await harness.store.stack.flush()
+        var ages: [Int] = []
+        while let person = try cursor.next() { ages.append(person.age) }
+        #expect(ages == Array((0..<25).reversed()).filter { $0 != 20 })
+    }
 }

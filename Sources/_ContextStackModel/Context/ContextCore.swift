@@ -241,32 +241,64 @@ package final class ContextCore: @unchecked Sendable {
         if let object = registered(id) {
             return object.state == .deleted ? nil : object
         }
-        return try objects(for: [id]).first
+        let object: ManagedObject
+        if let row = prefetchedRow(id) {
+            object = materialize(id, row)
+        } else {
+            // One statement by primary key, as the reading context sees the row (its changes,
+            // a pinned view, the writer's pending commits), without `objects(for:)`'s lists.
+            guard let row = try read(oneStatement: true, { session in
+                var reader = RowReader(session: session, context: self)
+                return try reader.row(id)
+            }) else { return nil }
+            object = materialize(id, row)
+        }
+        return object.state == .deleted ? nil : object
     }
 
     /// The objects for `ids`, in order, skipping those that do not exist; one read for all.
     func objects(for ids: [ObjectID]) throws -> [ManagedObject] {
-        var found: [ObjectID: ManagedObject] = [:]
-        var unread: [ObjectID] = []
-        for id in ids {
+        var found = [ManagedObject?](repeating: nil, count: ids.count)
+        /// The positions in `ids` of the objects to read.
+        var unread: [Int] = []
+        for (position, id) in ids.enumerated() {
             if let object = registered(id) {
-                found[id] = object
+                found[position] = object
             } else if let row = prefetchedRow(id) {
-                found[id] = materialize(id, row)
+                found[position] = materialize(id, row)
             } else {
-                unread.append(id)
+                unread.append(position)
             }
         }
         if !unread.isEmpty {
             // Rows of one family, in one IN list, are one statement (`RowReader.rows(for:)`).
-            let oneStatement = unread.count <= InLists.maximumWidth && unread.allSatisfy { $0.rootEntity === unread[0].rootEntity }
-            let rows = try read(oneStatement: oneStatement) { session in
+            let root = ids[unread[0]].rootEntity
+            let oneFamily = unread.allSatisfy { ids[$0].rootEntity === root }
+            try read(oneStatement: oneFamily && unread.count <= InLists.maximumWidth) { session in
                 var reader = RowReader(session: session, context: self)
-                return try reader.rows(for: unread)
+                if oneFamily, let entity = graph.entity(for: root), reader.seesStoredRows(of: root) {
+                    // Nothing pending can change these rows: they come straight from SQL, in
+                    // key order, and each becomes its object as it is read, matched to its
+                    // positions through the keys' order (a batch of a cursor loaded a thousand
+                    // rows through four dictionaries of a thousand IDs each before).
+                    let order = unread.sorted { ids[$0].primaryKey < ids[$1].primaryKey }
+                    var next = 0
+                    try reader.eachStoredRow(of: entity, ascendingKeys: order.map { ids[$0].primaryKey }) { id, row in
+                        while next < order.count && ids[order[next]].primaryKey < id.primaryKey { next += 1 }
+                        while next < order.count && ids[order[next]].primaryKey == id.primaryKey {
+                            found[order[next]] = materialize(id, row)
+                            next += 1
+                        }
+                    }
+                } else {
+                    let rows = try reader.rows(for: unread.map { ids[$0] })
+                    for position in unread {
+                        if let row = rows[ids[position]] { found[position] = materialize(ids[position], row) }
+                    }
+                }
             }
-            for (id, row) in rows { found[id] = materialize(id, row) }
         }
-        return ids.compactMap { id in found[id].flatMap { $0.state == .deleted ? nil : $0 } }
+        return found.compactMap { object in object.flatMap { $0.state == .deleted ? nil : $0 } }
     }
 
     // MARK: - Fetching

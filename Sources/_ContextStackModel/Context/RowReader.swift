@@ -99,6 +99,22 @@ package struct RowReader {
         return result
     }
 
+    /// Whether every row of `root`'s table reads as SQL returns it: nothing of it is pending in
+    /// the overlay, no view is pinned, and the reading context has no changes.
+    func seesStoredRows(of root: EntityDescription) -> Bool {
+        session.overlay.rows(of: root).isEmpty && (session.pinned?.isEmpty ?? true) && (context?.changed.isEmpty ?? true)
+    }
+
+    /// The stored rows of `keys` (ascending, primary keys of `root`'s family), in key order,
+    /// decoded whole: for a reader that `seesStoredRows(of:)` the family.
+    func eachStoredRow(of root: ResolvedEntity, ascendingKeys keys: [Int64], _ body: (ObjectID, ObjectRow) throws -> Void) throws {
+        let table = root.table!
+        let identify = RowIdentifier(root)
+        try eachRow(keys: keys, sql: { "SELECT \(table.wholeRowSelectList) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" IN (\($0)) ORDER BY t0.\"Z_PK\"" }) { row in
+            if let (id, decoded) = decode(row, identify, columns: nil) { try body(id, decoded) }
+        }
+    }
+
     /// The row of `id` as the reading context sees it; `nil` when it does not exist or is deleted.
     package mutating func row(_ id: ObjectID) throws -> ObjectRow? {
         if let cached = cache[id] { return cached }
@@ -145,9 +161,12 @@ package struct RowReader {
         if let read = stored[id] { return read }
         guard let root = graph.entity(for: id.rootEntity) else { return nil }
         let table = root.table!
-        let sql = CompiledQuery.SQL(text: "SELECT \(selectColumns(table, alias: "t0")) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" = ?",
-                                    arguments: [.integer(id.primaryKey)])
-        return try rows(sql, table: table).first?.row
+        let identify = RowIdentifier(root)
+        var found: ObjectRow?
+        try session.connection.select(table.selectByKeySQL, [.integer(id.primaryKey)]) { row in
+            found = decode(row, identify, columns: nil)?.row
+        }
+        return found
     }
 
     /// Objects of `root`'s table whose rows, as this reader sees them, may differ from what

@@ -20,6 +20,9 @@ package final class Table: Sendable {
     /// `t0."Z_PK", [t0."Z_ENT",] t0."a", …`: every column, made once, because reads by key
     /// need it on every call.
     let wholeRowSelectList: String
+    /// The whole row of one key: `SELECT <wholeRowSelectList> FROM "T" AS t0 WHERE t0."Z_PK" = ?`,
+    /// made once, because every read of one object by its ID runs it.
+    let selectByKeySQL: String
     /// The unique indexes on the table; written once in `Model.init`, before it is shared.
     package nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
 
@@ -32,6 +35,7 @@ package final class Table: Sendable {
         if familyCount > 1 { list.append("t0.\"Z_ENT\"") }
         list += columns.map { "t0.\($0.name.quotedIdentifier)" }
         wholeRowSelectList = list.joined(separator: ", ")
+        selectByKeySQL = "SELECT \(wholeRowSelectList) FROM \(name.quotedIdentifier) AS t0 WHERE t0.\"Z_PK\" = ?"
     }
 
     package var quotedName: String { name.quotedIdentifier }
