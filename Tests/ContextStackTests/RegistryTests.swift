@@ -129,4 +129,22 @@ import Testing
         let held = try pets.map { try #require(try world.fetch(Pet.self, id: $0)) }
         #expect(world.core.registry.count == held.count)
     }
+
+    /// A loop of fetches whose objects are let go between them keeps the registry at the size
+    /// of what is alive: each fetch registers its objects with sweeping off, so without a look
+    /// for gone objects before it (`dropGoneIfDue`), the table grew for the dead IDs alone.
+    @Test @MainActor func fetchesWhoseObjectsAreLetGoDoNotGrowTheRegistry() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for index in 0..<5_000 { try update.create(Person.self).age = index }
+            try update.commit()
+        }
+        world.reset()
+        for round in 0..<50 {
+            let people = try world.fetchAll(Person.self, %"age" >= round * 100 && %"age" < round * 100 + 100)
+            #expect(people.count == 100)
+        }
+        #expect(world.core.registry.capacity < 1_000, "the registry grew for 5,000 gone objects: \(world.core.registry.capacity)")
+    }
 }
