@@ -134,9 +134,11 @@ package final class PostgresRow: QueryRow {
 
     package func value(_ column: Int) -> Value {
         let field = Int32(column)
-        if PQgetisnull(result, index, field) == 1 { return .null }
+        let length = Int(PQgetlength(result, index, field))
+        // NULL reads as an empty value: only an empty one needs asking.
+        if length == 0 && PQgetisnull(result, index, field) == 1 { return .null }
         let start = UnsafeRawPointer(PQgetvalue(result, index, field)!)
-        let bytes = UnsafeRawBufferPointer(start: start, count: Int(PQgetlength(result, index, field)))
+        let bytes = UnsafeRawBufferPointer(start: start, count: length)
         switch kinds[column] {
         case .integer:
             return Self.integer(bytes).map(Value.integer) ?? .text(String(decoding: bytes, as: UTF8.self))
@@ -152,7 +154,13 @@ package final class PostgresRow: QueryRow {
     }
 
     package func int64(_ column: Int) -> Int64 {
-        switch value(column) {
+        // An integer column's digits, parsed where they lie: every row's key is read this way.
+        let field = Int32(column)
+        if kinds[column] == .integer, PQgetisnull(result, index, field) == 0,
+           let integer = Self.integer(UnsafeRawBufferPointer(start: PQgetvalue(result, index, field), count: Int(PQgetlength(result, index, field)))) {
+            return integer
+        }
+        return switch value(column) {
         case .integer(let integer): integer
         case .double(let double): Int64(exactly: double.rounded(.towardZero)) ?? 0
         case .text(let text): Int64(text) ?? 0
