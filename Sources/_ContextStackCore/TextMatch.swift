@@ -41,13 +41,22 @@ package enum TextMatch {
     /// one, after dropping trailing U+10FFFF (which has no successor), surrogates skipped.
     /// `nil` when there is none (an empty prefix, or one of U+10FFFF only): every text from
     /// `prefix` up begins with it.
+    ///
+    /// The kept scalars are copied as they lie (their UTF-8 bytes, one copy): removing scalars
+    /// from a `String.UnicodeScalarView` one at a time was a tenth of a short prefix query.
     package static func prefixSuccessor(_ prefix: String) -> String? {
-        var scalars = prefix.unicodeScalars
-        while let last = scalars.last {
-            scalars.removeLast()
-            guard last.value < 0x10FFFF else { continue }
-            scalars.append(Unicode.Scalar(last.value == 0xD7FF ? 0xE000 : last.value + 1)!)
-            return String(scalars)
+        let scalars = prefix.unicodeScalars
+        var end = scalars.endIndex
+        while end > scalars.startIndex {
+            let lastIndex = scalars.index(before: end)
+            let last = scalars[lastIndex]
+            guard last.value < 0x10FFFF else {
+                end = lastIndex
+                continue
+            }
+            var successor = String(scalars[..<lastIndex])
+            successor.unicodeScalars.append(Unicode.Scalar(last.value == 0xD7FF ? 0xE000 : last.value + 1)!)
+            return successor
         }
         return nil
     }
