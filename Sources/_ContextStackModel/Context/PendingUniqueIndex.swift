@@ -85,9 +85,13 @@ extension ContextCore {
     /// current values, through the index, like any pending object.
     package func uniqueMatch<T: ManagedObject>(_ type: T.Type, _ condition: Condition, entity: ResolvedEntity,
                                                constraint: UniqueConstraint, values: [Value], assignments: [(Int, Value)]) throws -> T? {
-        for id in try fetchIDs(type, condition, orderBy: nil, options: .noPendingChanges) where changed[id] == nil {
-            if let object = try object(for: id) as? T { return object }
-        }
+        // The stored rows come whole, with their objects, in one read (their IDs first and then
+        // each object by ID took two). A row whose object this update changed is left for the
+        // index below, which judges it by its current values.
+        beginRead()
+        defer { endRead() }
+        let stored = try fetchObjects(type, FetchRequest(condition: condition, orderBy: nil, options: .noPendingChanges))
+        if let object = stored.first(where: { changed[$0.objectID] == nil }) { return object }
         if pendingUnique == nil { pendingUnique = PendingUniqueIndex(changed) }
         for object in pendingUnique!.objects(constraint, values, pending: changed)
         where entity.includes(object.entity) && object.state != .deleted && changed[object.objectID] === object {
