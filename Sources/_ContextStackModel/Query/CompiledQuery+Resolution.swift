@@ -11,8 +11,8 @@ extension CompiledQuery {
         let aliasPrefix: String
         /// In a SUBQUERY's condition, the entity of the object outside it, which bare keys read.
         let outerEntity: ResolvedEntity?
-        /// `now()`, in seconds since 1970: one instant for the whole query.
-        let now: Double
+        /// `now()`: one instant for the whole query.
+        let now: Instant
         var uses: [(hops: [Property], property: Property, inner: CompiledQuery?)] = []
         var chains: [String: [Property]] = [:]
         /// The keys of the outer object the condition reads (their joins are the outer query's).
@@ -20,7 +20,7 @@ extension CompiledQuery {
         /// Nested queries made so far (quantifiers, subqueries), for unique table aliases.
         var nested = 0
 
-        init(entity: ResolvedEntity, dialect: any SQLDialect, aliasPrefix: String, outerEntity: ResolvedEntity?, now: Double) {
+        init(entity: ResolvedEntity, dialect: any SQLDialect, aliasPrefix: String, outerEntity: ResolvedEntity?, now: Instant) {
             self.entity = entity
             self.dialect = dialect
             self.aliasPrefix = aliasPrefix
@@ -173,7 +173,7 @@ extension CompiledQuery {
                 throw unboundVariable(name)
             case .now:
                 names.append("now()")
-                return .value(.double(now), .date)
+                return .value(.double(now.value), .date)
             case .outer(let key):
                 guard let outerEntity else {
                     throw QueryError(.unsupported, "'\(key)' reads the object outside a SUBQUERY from inside a quantifier (ANY, ALL, NONE) on \(entity.name): write the quantifier as a nested SUBQUERY(…).@count > 0 instead.", key: key, entity: entity.name)
@@ -264,6 +264,8 @@ extension CompiledQuery {
     /// `friend.pets`, or `pets` itself), which makes a comparison a question about members.
     /// `pets.@count` and `pets.@sum.age` read a number and do not.
     static func crossesToMany(_ key: String, in entity: ResolvedEntity) -> Bool {
+        // Most keys name one of the entity's own properties: no splitting for those.
+        if !key.utf8.contains(UInt8(ascii: ".")) { return entity.property(named: key)?.isToMany == true }
         let parts = key.split(separator: ".", omittingEmptySubsequences: false)
         var current = entity
         for (index, part) in parts.enumerated() {

@@ -167,7 +167,7 @@ package struct CompiledQuery: Sendable {
 
     package init(entity: ResolvedEntity, condition: Condition?, orderBy: OrderBy?, extraKeys: [String] = [],
          aliasPrefix: String = "", includesSubEntities: Bool = true, dialect: any SQLDialect = SQLiteDialect(),
-         outerEntity: ResolvedEntity? = nil, now: Double = Date().timeIntervalSince1970) throws(QueryError) {
+         outerEntity: ResolvedEntity? = nil, now: Instant = Instant()) throws(QueryError) {
         self.entity = entity
         self.dialect = dialect
         self.includesSubEntities = includesSubEntities
@@ -220,12 +220,32 @@ package struct CompiledQuery: Sendable {
         self.tableAliases = aliases
     }
 
+    /// `now()` for one query and the queries nested in it: read from the clock the first time
+    /// a condition asks for it (most never do), then the same for all of them.
+    package final class Instant {
+        private var seconds: Double?
+
+        package init() {}
+
+        /// Seconds since 1970.
+        var value: Double {
+            if let seconds { return seconds }
+            let now = Date().timeIntervalSince1970
+            seconds = now
+            return now
+        }
+    }
+
     /// The most tables SQLite joins in one `SELECT` (its limit, 64, is the width of a bitmask).
     static let maximumTables = 64
 
     // MARK: - Resolution
 
     package static func resolvePath(_ key: String, in entity: ResolvedEntity) throws(QueryError) -> ResolvedPath {
+        // One of the entity's own attributes or to-one relationships: no splitting for those.
+        if !key.utf8.contains(UInt8(ascii: ".")), let property = entity.property(named: key), !property.isToMany {
+            return ResolvedPath(key: key, hops: [], leaf: property)
+        }
         let parts = key.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         var current = entity
         var hops: [Property] = []
