@@ -72,7 +72,10 @@ extension Value: Hashable {
         case .null: hasher.combine(0)
         case .integer(let value): hasher.combine(Double(value))
         case .double(let value): hasher.combine(value)
-        case .text(let value): hasher.combine(2); value.utf8.forEach { hasher.combine($0) }
+        case .text(let value):
+            hasher.combine(2)
+            var text = value
+            text.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
         case .blob(let value): hasher.combine(3); hasher.combine(value)
         }
     }
@@ -85,7 +88,7 @@ extension Value: Hashable {
         case (.null, .null): true
         case (.integer(let a), .integer(let b)): a == b
         case (.double(let a), .double(let b)): a == b || (a.isNaN && b.isNaN)
-        case (.text(let a), .text(let b)): a.utf8.elementsEqual(b.utf8)
+        case (.text(let a), .text(let b)): Self.compareText(a, b) == 0
         case (.blob(let a), .blob(let b)): a == b
         default: false
         }
@@ -106,10 +109,10 @@ extension Value: Hashable {
         case (.double(let a), .integer(let b)): return compareNumeric(a, b)
         case (.integer, _), (.double, _): return -1
         case (_, .integer), (_, .double): return 1
-        case (.text(let a), .text(let b)): return compareBytes(a.utf8, b.utf8)
+        case (.text(let a), .text(let b)): return compareText(a, b)
         case (.text, .blob): return -1
         case (.blob, .text): return 1
-        case (.blob(let a), .blob(let b)): return compareBytes(a, b)
+        case (.blob(let a), .blob(let b)): return a.withUnsafeBytes { x in b.withUnsafeBytes { y in compareBytes(x, y) } }
         }
     }
 
@@ -124,17 +127,23 @@ extension Value: Hashable {
         return fraction > 0 ? 1 : (fraction < 0 ? -1 : 0)
     }
 
-    private static func compareBytes<C: Collection<UInt8>>(_ a: C, _ b: C) -> Int {
-        var left = a.makeIterator()
-        var right = b.makeIterator()
-        while true {
-            switch (left.next(), right.next()) {
-            case (nil, nil): return 0
-            case (nil, _): return -1
-            case (_, nil): return 1
-            case (let x?, let y?): if x != y { return x < y ? -1 : 1 }
-            }
+    /// Two texts by their UTF-8 bytes. `withUTF8` hands out a string's own bytes (a native
+    /// string's always lie in one piece), so this is one `memcmp`, not a loop of iterators,
+    /// which change detection, unique keys and sorting in memory paid for every text.
+    @inline(__always)
+    private static func compareText(_ a: String, _ b: String) -> Int {
+        var left = a, right = b
+        return left.withUTF8 { x in right.withUTF8 { y in compareBytes(UnsafeRawBufferPointer(x), UnsafeRawBufferPointer(y)) } }
+    }
+
+    /// Two runs of bytes, as `memcmp` orders them; a run that is a prefix of the other first.
+    private static func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+        let common = min(a.count, b.count)
+        if common > 0 {
+            let order = memcmp(a.baseAddress!, b.baseAddress!, common)
+            if order != 0 { return order < 0 ? -1 : 1 }
         }
+        return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
     }
 }
 
