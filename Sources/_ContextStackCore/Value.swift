@@ -156,3 +156,19 @@ extension Value: ExpressibleByNilLiteral, ExpressibleByIntegerLiteral, Expressib
     public init(stringLiteral value: String) { self = .text(value) }
     public init(booleanLiteral value: Bool) { self = .integer(value ? 1 : 0) }
 }
+
+extension ContiguousArray where Element == Value {
+    /// `count` NULLs: an object's or a row's slots before they are filled.
+    ///
+    /// Made by reserving and appending, which the compiler specializes for `Value` here, so the
+    /// storage's type is looked up once and cached. `init(repeating:count:)` allocates through
+    /// the standard library's unspecialized `_allocateBufferUninitialized`, which looks the
+    /// type of `_ContiguousArrayStorage<Value>` up in the runtime's metadata cache on every
+    /// call: 4 % of a 100,000-object fetch, once for each row.
+    package static func nulls(_ count: Int) -> ContiguousArray<Value> {
+        var values = ContiguousArray<Value>()
+        values.reserveCapacity(count)
+        for _ in 0..<count { values.append(.null) }
+        return values
+    }
+}

@@ -61,13 +61,13 @@ package struct RowReader {
         guard let (id, member) = identify(row) else { return nil }
         let entity = member.takeUnretainedValue()
         guard let columns else {
-            var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
+            var values = ContiguousArray<Value>.nulls(entity.properties.count)
             row.read(entity.storedPositions, into: &values, slots: entity.storedSlots)
             return (id, ObjectRow(entity: entity, values: values))
         }
         guard !columns.isEmpty else { return (id, ObjectRow(entity: entity, values: [])) }
         let base = identify.family == nil ? 1 : 2
-        var values = ContiguousArray<Value>(repeating: .null, count: entity.properties.count)
+        var values = ContiguousArray<Value>.nulls(entity.properties.count)
         for slot in entity.storedSlots {
             if let position = columns.firstIndex(of: entity.properties[slot].column) {
                 values[slot] = row.value(base + position)
