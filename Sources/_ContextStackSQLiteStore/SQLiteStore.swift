@@ -87,6 +87,9 @@ package final class SQLiteStore: QueuedStore {
         /// Reads one row of every database, so the read transaction holds a snapshot of each
         /// (SQLite starts an attached database's snapshot only when it is first read).
         let snapshotSQL: String
+        /// Whether the stack keeps one file, so that a read's first statement takes the one
+        /// snapshot it needs (with attached files, each would be taken when first read).
+        let readsOneFile: Bool
     }
 
     private struct KeyBlock: Sendable {
@@ -210,7 +213,13 @@ package final class SQLiteStore: QueuedStore {
     /// With `pin`, the session also carries the before-images of that pinned view.
     /// `whileLocked` runs under the lock that fixes the snapshot (main contexts take the
     /// commits handed to them there, so they apply exactly what the snapshot shows).
-    /// `oneStatement` changes nothing here: a read transaction costs SQLite no round trip.
+    ///
+    /// When nothing must be kept in step with the snapshot — no overlay that it must lack
+    /// exactly, no pinned view's before-images, no handed-over commits to catch up with — any
+    /// later snapshot is as right as one taken under the lock (a commit that lands before it
+    /// could as well have landed before the lock was taken), so the read's own first statement
+    /// takes it: `BEGIN` outside the lock and no pinning `SELECT`, or, for a read of one
+    /// statement (`oneStatement`), no transaction at all. As on PostgreSQL (`PostgresStore.read`).
     package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
         if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
@@ -225,13 +234,19 @@ package final class SQLiteStore: QueuedStore {
         let db = reader.connection
         let result: T
         do {
-            let (overlay, pinned) = try state.withLock { state -> (Overlay, PinnedImages?) in
+            let (overlay, pinned, later) = try state.withLock { state -> (Overlay, PinnedImages?, Bool) in
+                if whileLocked == nil && pin == nil && state.overlay.isEmpty && reader.readsOneFile {
+                    return (state.overlay, nil, true)
+                }
                 // Start the read transaction under the same lock the writer commits under.
                 try db.execute("BEGIN DEFERRED")
                 _ = try db.scalar(reader.snapshotSQL)
                 whileLocked?()
-                return (state.overlay, pin.flatMap { state.pins[$0] })
+                return (state.overlay, pin.flatMap { state.pins[$0] }, false)
             }
+            // A snapshot the read's first statement takes: several statements share it in a
+            // transaction; one statement needs none (SQLite's autocommit).
+            if later && !oneStatement { try db.execute("BEGIN DEFERRED") }
             result = try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))
         } catch {
             finishReading(reader)
@@ -284,7 +299,7 @@ package final class SQLiteStore: QueuedStore {
         let snapshot = parts.count == 1
             ? "SELECT 1 FROM sqlite_master LIMIT 1"
             : "SELECT " + parts.map { "(SELECT 1 FROM \($0.database.quotedIdentifier).sqlite_master LIMIT 1)" }.joined(separator: ", ")
-        return Reader(connection: db, generation: generation, snapshotSQL: snapshot)
+        return Reader(connection: db, generation: generation, snapshotSQL: snapshot, readsOneFile: parts.count == 1)
     }
 
     /// Ends `reader`'s read transaction and puts it back in the pool.
