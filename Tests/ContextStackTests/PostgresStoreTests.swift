@@ -138,24 +138,8 @@ struct PostgresStoreTests {
     /// its transaction, so they share one snapshot (Docs/Postgres.md, "Why libpq").
     @Test func aLookupByIDIsOneStatementWithoutATransaction() throws {
         let store = try TestStore(.postgres)
-        let writer = try ContextStack.Context(stack: store.stack)
-        let id = try writer.beginUpdateAndWait { update -> ObjectID in
-            let monk = try update.create(Person.self)
-            monk.name = "Monk"
-            try update.commit()
-            return monk.objectID
-        }
-        let statements = Locked<[String]>([])
-        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
-        let reader = try ContextStack.Context(stack: store.stack)
-        #expect(try reader.beginUpdateAndWait { update in try update.fetch(Person.self, id: id)?.name } == "Monk")
-        let lookup = statements.withLock { $0 }
-        #expect(lookup.count == 1 && lookup[0].hasPrefix("SELECT"), "\(lookup)")
-
-        statements.withLock { $0.removeAll() }
-        _ = try reader.beginUpdateAndWait { update in try update.fetchAll(Person.self, %"name" == "Monk") }
-        let fetch = statements.withLock { $0 }
+        let (lookup, fetch) = try statementsOfReadsWithNothingToKeepInStep(store)
+        #expect(lookup.count == 1 && lookup.first?.hasPrefix("SELECT") == true, "\(lookup)")
         #expect(fetch.first?.hasPrefix("BEGIN") == true && fetch.last == "COMMIT", "\(fetch)")
-        store.stack.trace(nil)
     }
 }

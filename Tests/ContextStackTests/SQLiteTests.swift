@@ -100,28 +100,13 @@ import Testing
     /// pins its snapshot there (Docs/Performance.md, "What was changed").
     @Test @MainActor func aReadWithNothingToKeepInStepTakesItsSnapshotWithItsFirstStatement() throws {
         let store = try TestStore(.file)
-        let writer = try ContextStack.Context(stack: store.stack)
-        let id = try writer.beginUpdateAndWait { update -> ObjectID in
-            let monk = try update.create(Person.self)
-            monk.name = "Monk"
-            try update.commit()
-            return monk.objectID
-        }
-        try store.stack.flushAndWait()
+        let (lookup, fetch) = try statementsOfReadsWithNothingToKeepInStep(store)
+        #expect(lookup.count == 1 && lookup.first?.hasPrefix("SELECT") == true, "\(lookup)")
+        #expect(fetch.first == "BEGIN DEFERRED" && fetch.last == "COMMIT" && fetch.count == 3, "\(fetch)")
+
         let statements = Locked<[String]>([])
         store.stack.trace { sql in statements.withLock { $0.append(sql) } }
         defer { store.stack.trace(nil) }
-        let reader = try ContextStack.Context(stack: store.stack)
-        #expect(try reader.beginUpdateAndWait { update in try update.fetch(Person.self, id: id)?.name } == "Monk")
-        let lookup = statements.withLock { $0 }
-        #expect(lookup.count == 1 && lookup[0].hasPrefix("SELECT"), "\(lookup)")
-
-        statements.withLock { $0.removeAll() }
-        _ = try reader.beginUpdateAndWait { update in try update.fetchAll(Person.self, %"name" == "Monk") }
-        let fetch = statements.withLock { $0 }
-        #expect(fetch.first == "BEGIN DEFERRED" && fetch.last == "COMMIT" && fetch.count == 3, "\(fetch)")
-
-        statements.withLock { $0.removeAll() }
         let world = try MainContext(stack: store.stack)
         _ = try world.fetchAll(Person.self)
         #expect(statements.withLock { $0 }.contains { $0.contains("sqlite_master") }, "\(statements.withLock { $0 })")
