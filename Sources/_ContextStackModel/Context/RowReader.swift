@@ -469,8 +469,24 @@ extension RowReader {
 
     /// The SELECT of `query`'s window from the store alone.
     private func storedWindow(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?) -> CompiledQuery.SQL {
-        var sql = query.fromWhere()
-        sql.text = "SELECT \(selectColumns(query.entity.table!, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
+        let table = query.entity.table!
+        var sql: CompiledQuery.SQL
+        if columns == nil && query.hopChains.isEmpty && query.tableAliases[""] == "t0" {
+            // Whole rows of the table alone: the `SELECT … FROM` the table made once.
+            var arguments: [Value] = []
+            let conditions = query.whereTerms(arguments: &arguments)
+            var text = table.selectWholeRowsFrom
+            if !conditions.isEmpty {
+                text += " WHERE "
+                text += conditions.count == 1 ? conditions[0] : conditions.joined(separator: " AND ")
+            }
+            text += " "
+            text += query.orderBySQL()
+            sql = CompiledQuery.SQL(text: text, arguments: arguments)
+        } else {
+            sql = query.fromWhere()
+            sql.text = "SELECT \(selectColumns(table, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
+        }
         if limit != nil || offset > 0 {
             sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
         }

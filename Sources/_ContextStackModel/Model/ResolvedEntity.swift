@@ -92,6 +92,8 @@ package final class Property: Sendable {
 
     package let slot: Int
     package let name: String
+    /// `name` as an SQL identifier, made once: every query that reads the property writes it.
+    package let quotedName: String
     package let declared: PropertyDescription
     package let attributeKind: AttributeKind?
     package let isOptional: Bool
@@ -112,6 +114,7 @@ package final class Property: Sendable {
     init(slot: Int, declared: PropertyDescription) {
         self.slot = slot
         self.name = declared.name
+        quotedName = declared.name.quotedIdentifier
         self.declared = declared
         switch declared.kind {
         case .attribute(let kind, let isOptional, _, let options):

@@ -20,9 +20,14 @@ package final class Table: Sendable {
     /// `t0."Z_PK", [t0."Z_ENT",] t0."a", …`: every column, made once, because reads by key
     /// need it on every call.
     let wholeRowSelectList: String
-    /// The whole row of one key: `SELECT <wholeRowSelectList> FROM "T" AS t0 WHERE t0."Z_PK" = ?`,
-    /// made once, because every read of one object by its ID runs it.
+    /// `SELECT <wholeRowSelectList> FROM "T" AS t0`, made once: every fetch of whole objects
+    /// that joins no other table starts with it.
+    let selectWholeRowsFrom: String
+    /// The whole row of one key: `<selectWholeRowsFrom> WHERE t0."Z_PK" = ?`, made once,
+    /// because every read of one object by its ID runs it.
     let selectByKeySQL: String
+    /// The table's name as an SQL identifier, made once.
+    package let quotedName: String
     /// The unique indexes on the table; written once in `Model.init`, before it is shared.
     package nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
 
@@ -35,10 +40,10 @@ package final class Table: Sendable {
         if familyCount > 1 { list.append("t0.\"Z_ENT\"") }
         list += columns.map { "t0.\($0.name.quotedIdentifier)" }
         wholeRowSelectList = list.joined(separator: ", ")
-        selectByKeySQL = "SELECT \(wholeRowSelectList) FROM \(name.quotedIdentifier) AS t0 WHERE t0.\"Z_PK\" = ?"
+        quotedName = name.quotedIdentifier
+        selectWholeRowsFrom = "SELECT \(wholeRowSelectList) FROM \(quotedName) AS t0"
+        selectByKeySQL = "\(selectWholeRowsFrom) WHERE t0.\"Z_PK\" = ?"
     }
-
-    package var quotedName: String { name.quotedIdentifier }
 }
 
 /// The table of a many-to-many relationship (or a to-many one without inverse): one row per

@@ -39,7 +39,7 @@ extension CompiledQuery {
                 prefix = prefix.isEmpty ? hop.name : prefix + "." + hop.name
                 if joined.insert(prefix).inserted {
                     let alias = aliases[prefix]!
-                    text += " LEFT JOIN \(hop.destination!.table.quotedName) AS \(alias) ON \(alias).\"Z_PK\" = \(parentAlias).\(hop.name.quotedIdentifier)"
+                    text += " LEFT JOIN \(hop.destination!.table.quotedName) AS \(alias) ON \(alias).\"Z_PK\" = \(parentAlias).\(hop.quotedName)"
                 }
             }
         }
@@ -64,6 +64,7 @@ extension CompiledQuery {
 
     /// `ORDER BY …, t0."Z_PK"`.
     func orderBySQL() -> String {
+        if order.isEmpty { return "ORDER BY " + dialect.orderTerm("\(tableAliases[""]!).\"Z_PK\"", ascending: true) }
         let terms = order.map { dialect.orderTerm(columnSQL($0.path), ascending: $0.ascending) }
         return "ORDER BY " + (terms + [dialect.orderTerm("\(tableAliases[""]!).\"Z_PK\"", ascending: true)]).joined(separator: ", ")
     }
@@ -85,7 +86,7 @@ extension CompiledQuery {
     /// subquery over the relationship's members.
     static func column(_ path: ResolvedPath, _ aliases: [String: String], dialect: any SQLDialect, arguments: inout [Value]) -> String {
         let owner = aliases[path.joinKey]!
-        guard let collection = path.collection else { return "\(owner).\(path.leaf.name.quotedIdentifier)" }
+        guard let collection = path.collection else { return "\(owner).\(path.leaf.quotedName)" }
         let property = path.leaf
         let destination = property.destination!
         if collection.function == .count, collection.filter == nil, property.storage == .joinTable {
@@ -109,7 +110,7 @@ extension CompiledQuery {
                 terms.append("\(members).\"Z_ENT\" IN (\(destination.family.map { String($0.entityCode) }.joined(separator: ", ")))")
             }
         }
-        let value = collection.member.map { "\(members).\($0.name.quotedIdentifier)" } ?? "*"
+        let value = collection.member.map { "\(members).\($0.quotedName)" } ?? "*"
         from += " WHERE " + terms.joined(separator: " AND ")
         return "(SELECT \(dialect.collectionAggregate(collection.function, of: value, kind: collection.kind)) \(from))"
     }

@@ -14,7 +14,7 @@ package struct ResolvedPath: Sendable {
     var kind: AttributeKind? { collection.map(\.kind) ?? leaf.attributeKind }
 
     /// The alias of the table the leaf is read from: one alias per distinct hop prefix.
-    var joinKey: String { hops.map(\.name).joined(separator: ".") }
+    var joinKey: String { hops.isEmpty ? "" : hops.map(\.name).joined(separator: ".") }
 }
 
 /// `@count`, `@sum`, `@avg`, `@min` or `@max` over the members of a to-many relationship.
