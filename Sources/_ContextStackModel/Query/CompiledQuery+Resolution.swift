@@ -121,15 +121,16 @@ extension CompiledQuery {
         /// whichever way it was written, gets its meaning.
         func resolveComparison(_ left: Condition.Expression, _ op: Condition.PredicateOperator, _ right: Condition.Expression,
                                _ options: MatchOptions) throws(QueryError) -> Node {
-            let spelled = op.spelling + options.formatSuffix
-            for case .variable(let name) in [left, right] {
-                throw unboundVariable(name)
-            }
+            // For messages only: made when one is thrown.
+            var spelled: String { op.spelling + options.formatSuffix }
+            if case .variable(let name) = left { throw unboundVariable(name) }
+            if case .variable(let name) = right { throw unboundVariable(name) }
             // A key through a to-many relationship asks about members: `%@ IN pets`, `'Rex' IN
             // pets.name` and `pets CONTAINS %@` ask whether one of them is the value, and any other
             // comparison (`pets.name BEGINSWITH 'R'`) whether one of them matches (ANY).
             var toMany: [String] = []
-            for case .key(let key) in [left, right] where crossesToMany(key, in: entity) { toMany.append(key) }
+            if case .key(let key) = left, crossesToMany(key, in: entity) { toMany.append(key) }
+            if case .key(let key) = right, crossesToMany(key, in: entity) { toMany.append(key) }
             if let key = toMany.first {
                 guard toMany.count == 1 else {
                     throw QueryError(.unsupported, "\(entity.name): \(toMany[0]) \(spelled) \(toMany[1]) compares two to-many key paths; compare one of them with a quantifier (ANY, ALL, NONE) against values.", key: key, entity: entity.name)
@@ -316,7 +317,9 @@ extension CompiledQuery {
     /// `lhs op rhs` once both sides are resolved.
     static func comparison(_ lhs: Side, _ op: Condition.PredicateOperator, _ rhs: Side, _ options: MatchOptions,
                            names: [String], in entity: ResolvedEntity) throws(QueryError) -> Node {
-        let spelled = op.spelling + options.formatSuffix
+        // For messages only, as written (before a flip below): made when one is thrown.
+        let written = op
+        var spelled: String { written.spelling + options.formatSuffix }
         var lhs = lhs
         var rhs = rhs
         var op = op

@@ -203,8 +203,8 @@ package struct CompiledQuery: Sendable {
         self.toManyUses = resolver.uses
         self.outerPaths = resolver.outerPaths
         let chains = resolver.chains
-        self.hopChains = chains.keys.sorted().map { chains[$0]! }
-        var aliases: [String: String] = ["": "\(aliasPrefix)t0"]
+        self.hopChains = chains.isEmpty ? [] : chains.keys.sorted().map { chains[$0]! }
+        var aliases: [String: String] = ["": aliasPrefix.isEmpty ? "t0" : "\(aliasPrefix)t0"]
         for chain in hopChains {
             var prefix = ""
             for hop in chain {
