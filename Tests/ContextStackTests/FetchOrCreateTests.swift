@@ -11,6 +11,30 @@ import Testing
     /// kept up to date lazily, not by evaluating each of them: it must still find exactly what
     /// a fetch finds — objects whose unique value was set or changed after they were made or
     /// fetched, and never an object whose value changed away or that was deleted.
+    /// On a unique key, a stored match is read whole in one statement — the object comes with
+    /// the row the look-up found, not by a second read of its ID (Docs/Performance.md, "What
+    /// was changed": imports read the store once per row).
+    @Test(arguments: StoreKind.available)
+    func onAUniqueKeyAStoredMatchIsReadOnce(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try ContextStack.Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            let stored = try update.create(Person.self)
+            (stored.name, stored.email) = ("Stored", "stored@example.com")
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let statements = Locked<[String]>([])
+        try ContextStack.Context(stack: store.stack).beginUpdateAndWait { update in
+            store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+            defer { store.stack.trace(nil) }
+            let found = try update.fetchOrCreate(Person.self, %"email" == "stored@example.com")
+            #expect(!found.isInserted && found.name == "Stored")
+        }
+        let reads = statements.withLock { $0 }.filter { $0.contains("FROM \"Person\"") }
+        #expect(reads.count == 1, "\(reads)")
+    }
+
     @Test(arguments: StoreKind.available)
     func onAUniqueKeyFindsPendingObjectsByTheirCurrentValues(kind: StoreKind) throws {
         let store = try TestStore(kind)
