@@ -241,18 +241,14 @@ package final class ContextCore: @unchecked Sendable {
         if let object = registered(id) {
             return object.state == .deleted ? nil : object
         }
-        let object: ManagedObject
-        if let row = prefetchedRow(id) {
-            object = materialize(id, row)
-        } else {
-            // One statement by primary key, as the reading context sees the row (its changes,
-            // a pinned view, the writer's pending commits), without `objects(for:)`'s lists.
-            guard let row = try read(oneStatement: true, { session in
-                var reader = RowReader(session: session, context: self)
-                return try reader.row(id)
-            }) else { return nil }
-            object = materialize(id, row)
+        // Else one statement by primary key, as the reading context sees the row (its changes,
+        // a pinned view, the writer's pending commits), without `objects(for:)`'s lists.
+        let row = try prefetchedRow(id) ?? read(oneStatement: true) { session in
+            var reader = RowReader(session: session, context: self)
+            return try reader.row(id)
         }
+        guard let row else { return nil }
+        let object = materialize(id, row)
         return object.state == .deleted ? nil : object
     }
 

@@ -110,7 +110,7 @@ package struct RowReader {
     func eachStoredRow(of root: ResolvedEntity, ascendingKeys keys: [Int64], _ body: (ObjectID, ObjectRow) throws -> Void) throws {
         let table = root.table!
         let identify = RowIdentifier(root)
-        try eachRow(keys: keys, sql: { "SELECT \(table.wholeRowSelectList) FROM \(table.quotedName) AS t0 WHERE t0.\"Z_PK\" IN (\($0)) ORDER BY t0.\"Z_PK\"" }) { row in
+        try eachRow(keys: keys, sql: { "\(table.selectWholeRowsFrom) WHERE t0.\"Z_PK\" IN (\($0)) ORDER BY t0.\"Z_PK\"" }) { row in
             if let (id, decoded) = decode(row, identify, columns: nil) { try body(id, decoded) }
         }
     }
@@ -410,8 +410,8 @@ extension RowReader {
             try eachRow(sql, table: table, columns: columns, expecting: expecting, sink)
             return columns == nil
         }
-        var sql = query.fromWhere()
-        sql.text = "SELECT \(selectColumns(table, alias: "t0")) \(sql.text) \(query.orderBySQL())"
+        var sql = query.fromWhere(selecting: selectColumns(table, alias: "t0"))
+        sql.text += " " + query.orderBySQL()
         // Each pending object can push at most one stored row out of the window, so the
         // first offset + limit + pending stored rows hold every row the window can need —
         // unless SQL selects a superset that memory filters, when any row may drop out.
@@ -469,24 +469,8 @@ extension RowReader {
 
     /// The SELECT of `query`'s window from the store alone.
     private func storedWindow(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?) -> CompiledQuery.SQL {
-        let table = query.entity.table!
-        var sql: CompiledQuery.SQL
-        if columns == nil && query.hopChains.isEmpty && query.tableAliases[""] == "t0" {
-            // Whole rows of the table alone: the `SELECT … FROM` the table made once.
-            var arguments: [Value] = []
-            let conditions = query.whereTerms(arguments: &arguments)
-            var text = table.selectWholeRowsFrom
-            if !conditions.isEmpty {
-                text += " WHERE "
-                text += conditions.count == 1 ? conditions[0] : conditions.joined(separator: " AND ")
-            }
-            text += " "
-            text += query.orderBySQL()
-            sql = CompiledQuery.SQL(text: text, arguments: arguments)
-        } else {
-            sql = query.fromWhere()
-            sql.text = "SELECT \(selectColumns(table, alias: "t0", columns: columns)) \(sql.text) \(query.orderBySQL())"
-        }
+        var sql = query.fromWhere(selecting: selectColumns(query.entity.table!, alias: "t0", columns: columns))
+        sql.text += " " + query.orderBySQL()
         if limit != nil || offset > 0 {
             sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
         }

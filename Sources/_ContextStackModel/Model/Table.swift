@@ -20,8 +20,9 @@ package final class Table: Sendable {
     /// `t0."Z_PK", [t0."Z_ENT",] t0."a", …`: every column, made once, because reads by key
     /// need it on every call.
     let wholeRowSelectList: String
-    /// `SELECT <wholeRowSelectList> FROM "T" AS t0`, made once: every fetch of whole objects
-    /// that joins no other table starts with it.
+    /// `FROM "T" AS t0`, made once: the `FROM` of every query that joins no other table.
+    let fromT0: String
+    /// `SELECT <wholeRowSelectList> FROM "T" AS t0`, made once: reads by key start with it.
     let selectWholeRowsFrom: String
     /// The whole row of one key: `<selectWholeRowsFrom> WHERE t0."Z_PK" = ?`, made once,
     /// because every read of one object by its ID runs it.
@@ -41,7 +42,8 @@ package final class Table: Sendable {
         list += columns.map { "t0.\($0.name.quotedIdentifier)" }
         wholeRowSelectList = list.joined(separator: ", ")
         quotedName = name.quotedIdentifier
-        selectWholeRowsFrom = "SELECT \(wholeRowSelectList) FROM \(quotedName) AS t0"
+        fromT0 = "FROM \(quotedName) AS t0"
+        selectWholeRowsFrom = "SELECT \(wholeRowSelectList) \(fromT0)"
         selectByKeySQL = "\(selectWholeRowsFrom) WHERE t0.\"Z_PK\" = ?"
     }
 }
