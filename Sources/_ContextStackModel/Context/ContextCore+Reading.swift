@@ -104,28 +104,30 @@ extension ContextCore {
             let (rows, complete) = try selectRows(query, offset: request.offset, limit: request.limit, columns: columns, reader: &reader)
             reserveRegistrations(rows.count)
             if complete {
-                let objects = rows.map { cast(materialize($0.id, $0.row), to: T.self) }
+                let objects = rows.map { checked(materialize($0.id, $0.row), is: T.self) }
                 if !prefetch.isEmpty { try loadPrefetch(prefetch, from: rows.map { ($0.id, $0.row) }, reader: &reader) }
-                return objects
+                return reinterpret(objects, as: T.self)
             }
             // Partly loaded objects prefetch now (they hold the foreign keys); faults when
             // their group loads.
             let partial = columns?.isEmpty == false
             if partial { try loadPrefetch(prefetch, from: rows.map { ($0.id, $0.row) }, reader: &reader) }
             let size = request.batchSize ?? 1
-            var objects: [T] = []
+            var objects: [ManagedObject] = []
             objects.reserveCapacity(rows.count)
             for start in stride(from: 0, to: rows.count, by: size) {
                 let batch = rows[start..<min(start + size, rows.count)]
                 let group = FaultGroup(ids: batch.map(\.id), loadedSlots: loadedSlots, prefetch: partial ? [] : prefetch)
-                for row in batch { objects.append(cast(materializeFault(row.id, row.row, group: group), to: T.self)) }
+                for row in batch { objects.append(checked(materializeFault(row.id, row.row, group: group), is: T.self)) }
             }
-            return objects
+            return reinterpret(objects, as: T.self)
         }
     }
 }
 
-/// `object`, trapping unless it is a `T`, for a list that `reinterpret` hands out as `[T]`.
+/// `object`, trapping unless it is a `T`, for a list that `reinterpret` hands out as `[T]`. A
+/// fetch of `T` makes only `T`s (and sub-entities, its subclasses): an object of exactly `T`
+/// skips the generic cast, whose metadata lookups took a sixth of a 100,000-object fetch.
 @inline(__always)
 private func checked<T: ManagedObject>(_ object: ManagedObject, is type: T.Type) -> ManagedObject {
     if ObjectIdentifier(Swift.type(of: object)) != ObjectIdentifier(type) { _ = object as! T }
@@ -139,12 +141,4 @@ private func checked<T: ManagedObject>(_ object: ManagedObject, is type: T.Type)
 /// metadata up in the runtime's cache for every object: 4 % of a 100,000-object fetch.
 private func reinterpret<T: ManagedObject>(_ objects: [ManagedObject], as type: T.Type) -> [T] {
     unsafeBitCast(objects, to: [T].self)
-}
-
-/// `object` as `T`. A fetch of `T` makes only `T`s (and sub-entities, its subclasses); an
-/// object of exactly `T` skips the generic cast, whose metadata lookups took a sixth of a
-/// 100,000-object fetch.
-@inline(__always)
-private func cast<T: ManagedObject>(_ object: ManagedObject, to type: T.Type) -> T {
-    ObjectIdentifier(Swift.type(of: object)) == ObjectIdentifier(type) ? unsafeDowncast(object, to: T.self) : object as! T
 }
