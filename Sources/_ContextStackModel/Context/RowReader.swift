@@ -468,13 +468,17 @@ extension RowReader {
     }
 
     /// The SELECT of `query`'s window from the store alone.
+    /// Whole rows reuse the text of an earlier query of the same shape (`CompiledQuery.windowSQL`).
     private func storedWindow(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?) -> CompiledQuery.SQL {
-        var sql = query.fromWhere(selecting: selectColumns(query.entity.table!, alias: "t0", columns: columns))
-        sql.text += " " + query.orderBySQL()
-        if limit != nil || offset > 0 {
-            sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
+        let write = { () -> CompiledQuery.SQL in
+            var sql = query.fromWhere(selecting: selectColumns(query.entity.table!, alias: "t0", columns: columns))
+            sql.text += " " + query.orderBySQL()
+            if limit != nil || offset > 0 {
+                sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
+            }
+            return sql
         }
-        return sql
+        return columns == nil ? query.windowSQL(offset: offset, limit: limit, write: write) : write()
     }
 }
 

@@ -30,6 +30,10 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
     /// The slots that take part in a uniqueness constraint.
     package nonisolated(unsafe) var uniqueSlots: Set<Int> = []
 
+    /// The SQL text of this entity's queries for stored windows, by the shape of their
+    /// condition (`CompiledQuery.windowSQL`). Shared by every context and store of the model.
+    let windowTexts = Locked<[CompiledQuery.Shape: String]>([:])
+
     package var description: String { name }
     package var rootDescription: EntityDescription { description_.root }
 

@@ -184,7 +184,11 @@ extension CompiledQuery {
             let text = { (arguments: inout [Value]) in term(value, arguments: &arguments) }
             if case .value(.text(let constant)) = pattern {
                 // The value is a text attribute's (resolution refuses other keys).
-                if let sql = dialect.textAttributeMatch(text, op, options, constant: constant, arguments: &arguments) { return sql }
+                if let match = dialect.textAttributeMatch(op, options, constant: constant, column: value.isColumn) {
+                    let sql = match.sql(text(&arguments))
+                    match.bind(into: &arguments)
+                    return sql
+                }
                 return dialect.textMatch(text, op, options, pattern: .constant(constant), arguments: &arguments)
             }
             // A pattern read from a column binds nothing (resolution refuses a SUBQUERY there).

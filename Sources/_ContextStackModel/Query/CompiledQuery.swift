@@ -120,6 +120,15 @@ package struct CompiledQuery: Sendable {
 
         var isOuter: Bool { if case .outer = self { true } else { false } }
 
+        /// Whether the term is a column as it is stored (`t0."name"`), not a subquery over a
+        /// collection, a bound value or a computation.
+        var isColumn: Bool {
+            switch self {
+            case .path(let path), .outer(let path): path.collection == nil
+            case .value, .identity, .arithmetic: false
+            }
+        }
+
         /// Whether the term reads text, so that options fold it.
         var isText: Bool {
             switch self {

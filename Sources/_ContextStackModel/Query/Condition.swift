@@ -70,7 +70,7 @@ public struct Condition: Sendable, CustomStringConvertible {
     }
 
     /// An arithmetic operator of a format string.
-    package enum ArithmeticOperator: String, Sendable {
+    package enum ArithmeticOperator: String, Sendable, CaseIterable {
         case add = "+"
         case subtract = "-"
         case multiply = "*"
@@ -172,7 +172,7 @@ public struct Condition: Sendable, CustomStringConvertible {
     }
 }
 
-package enum ComparisonOperator: String, Sendable {
+package enum ComparisonOperator: String, Sendable, CaseIterable {
     case equal = "=="
     case notEqual = "!="
     case less = "<"

@@ -10,7 +10,7 @@ import _ContextStackCore
 /// - the median is `percentile_cont(0.5)`, the standard deviation `stddev_pop`, and a sum is a
 ///   double that is 0 over no rows, like SQLite's `total`;
 /// - the string operators without options translate exactly: CONTAINS is `strpos`,
-///   BEGINSWITH a constant on a column the range of texts that begin with it (`prefixRange`,
+///   BEGINSWITH a constant on a column the range of texts that begin with it (`TextAttributeMatch`,
 ///   which an index serves), otherwise `starts_with`, ENDSWITH compares the text's end, and LIKE's `*` and `?` become
 ///   `%` and `_` with PostgreSQL's own wildcards escaped. MATCHES (ICU regular expressions) and
 ///   the `[c]`/`[d]` folding have no exact PostgreSQL equivalent, so `canMatchText` and
@@ -62,12 +62,11 @@ package struct PostgresDialect: SQLDialect {
         }
     }
 
-    /// BEGINSWITH as a range an index serves (`prefixRange`); the other operators are exact in
-    /// `textMatch` already.
-    package func textAttributeMatch(_ text: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions,
-                                    constant: String, arguments: inout [Value]) -> String? {
-        guard op == .beginsWith, options.isEmpty else { return nil }
-        return prefixRange(text, constant, typed: "?::text", arguments: &arguments)
+    /// BEGINSWITH as a range an index serves (`TextAttributeMatch.prefixRange`); the other
+    /// operators are exact in `textMatch` already.
+    package func textAttributeMatch(_ op: TextOperator, _ options: MatchOptions, constant: String, column: Bool) -> TextAttributeMatch? {
+        guard op == .beginsWith, options.isEmpty, column else { return nil }
+        return .range(beginningWith: constant, typed: "?::text")
     }
 
     /// PostgreSQL has no folding that matches `TextMatch.fold` (Unicode case folding after

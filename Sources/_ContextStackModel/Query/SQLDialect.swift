@@ -37,10 +37,11 @@ package protocol SQLDialect: Sendable {
     /// A string operator on the value of a text attribute (a `String` or `URL` key, which holds
     /// text or NULL) with a constant pattern, written so that the database answers it itself
     /// — a range an index serves, a built-in substring search — with exactly `TextMatch`'s
-    /// answers; `nil` to use `textMatch`. Not for other values (an aggregate's alias in
-    /// `having:`), on which a comparison or a built-in would not answer as `TextMatch` does.
-    func textAttributeMatch(_ value: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions,
-                            constant: String, arguments: inout [Value]) -> String?
+    /// answers; `nil` to use `textMatch`. `column` says whether the value is the attribute's
+    /// column itself (not a subquery or a computed text), which a range needs. Not for other
+    /// values (an aggregate's alias in `having:`), on which a comparison or a built-in would not
+    /// answer as `TextMatch` does.
+    func textAttributeMatch(_ op: TextOperator, _ options: MatchOptions, constant: String, column: Bool) -> TextAttributeMatch?
     /// Whether `fold` folds text exactly as `TextMatch.fold` does, for comparisons with options
     /// (`name ==[c] 'ada'`).
     var canFold: Bool { get }
@@ -70,26 +71,53 @@ package protocol SQLDialect: Sendable {
     var havingNamesAliases: Bool { get }
 }
 
-extension SQLDialect {
+/// How a dialect writes a string operator with a constant pattern on a text attribute
+/// (`SQLDialect.textAttributeMatch`): the decision, the values it binds and its text apart, so
+/// that a query of a known shape binds its values without writing the text again
+/// (`CompiledQuery.windowSQL`).
+package enum TextAttributeMatch {
     /// BEGINSWITH a constant prefix, without options, on a column, as the range of texts that
     /// begin with it (`column >= prefix AND column < successor`): a comparison an index on the
     /// column serves, where a function call per row reads every row. Exact on both stores,
     /// whose text comparison goes by bytes (SQLite's binary collation, PostgreSQL's "C"):
     /// UTF-8's byte order is the order of scalar values, and `TextMatch.prefixSuccessor` is
-    /// the first text past every text that begins with `prefix`. A value that is not text is
-    /// below every text on SQLite (so outside the range, as `TextMatch` has it), and NULL
-    /// stays NULL. `nil` for anything but a column (a subquery, a computed text): no index
-    /// serves it, and the range would compute it twice.
+    /// the first text past every text that begins with `prefix` (none: no upper bound). A
+    /// value that is not text is below every text on SQLite (so outside the range, as
+    /// `TextMatch` has it), and NULL stays NULL. Only on a column: no index serves a subquery
+    /// or a computed text, and the range would compute it twice.
     ///
     /// `typed` is how a bound text is written (PostgreSQL's `?::text`).
-    func prefixRange(_ text: (inout [Value]) -> String, _ prefix: String, typed: String, arguments: inout [Value]) -> String? {
-        var own: [Value] = []
-        let column = text(&own)
-        guard own.isEmpty, !column.utf8.contains(where: { $0 == UInt8(ascii: "(") || $0 == UInt8(ascii: " ") }) else { return nil }
-        arguments.append(.text(prefix))
-        guard let successor = TextMatch.prefixSuccessor(prefix) else { return "(\(column) >= \(typed))" }
-        arguments.append(.text(successor))
-        return "(\(column) >= \(typed) AND \(column) < \(typed))"
+    case prefixRange(String, successor: String?, typed: String)
+    /// CONTAINS as SQLite's own substring search, without a call into Swift per row: `instr`
+    /// compares bytes (NUL included) at every character boundary, which for UTF-8 is every
+    /// place a valid pattern can match (`TextMatch.contains`); NULL stays NULL, and an empty
+    /// pattern is at position 1.
+    case instr(String)
+
+    /// The range of texts that begin with `prefix`.
+    static func range(beginningWith prefix: String, typed: String) -> Self {
+        .prefixRange(prefix, successor: TextMatch.prefixSuccessor(prefix), typed: typed)
+    }
+
+    /// Appends the values the match binds after its value's own.
+    func bind(into arguments: inout [Value]) {
+        switch self {
+        case .prefixRange(let prefix, let successor, _):
+            arguments.append(.text(prefix))
+            if let successor { arguments.append(.text(successor)) }
+        case .instr(let pattern):
+            arguments.append(.text(pattern))
+        }
+    }
+
+    /// The match on `value`, the SQL of the attribute.
+    func sql(_ value: String) -> String {
+        switch self {
+        case .prefixRange(_, let successor, let typed):
+            successor == nil ? "(\(value) >= \(typed))" : "(\(value) >= \(typed) AND \(value) < \(typed))"
+        case .instr:
+            "(instr(\(value), ?) > 0)"
+        }
     }
 }
 
@@ -128,22 +156,14 @@ package struct SQLiteDialect: SQLDialect {
             return "cs_text(?, ?, \(value), \(sql))"
         }
     }
-    /// BEGINSWITH as a range an index serves (`prefixRange`); CONTAINS as SQLite's own
-    /// substring search, without a call into Swift per row: `instr` compares bytes (NUL
-    /// included) at every character boundary, which for UTF-8 is every place a valid pattern
-    /// can match (`TextMatch.contains`); NULL stays NULL, and an empty pattern is at position 1.
-    package func textAttributeMatch(_ text: (inout [Value]) -> String, _ op: TextOperator, _ options: MatchOptions,
-                                    constant: String, arguments: inout [Value]) -> String? {
+    /// BEGINSWITH as a range an index serves; CONTAINS as SQLite's own substring search
+    /// (`TextAttributeMatch`).
+    package func textAttributeMatch(_ op: TextOperator, _ options: MatchOptions, constant: String, column: Bool) -> TextAttributeMatch? {
         guard options.isEmpty else { return nil }
         switch op {
-        case .beginsWith:
-            return prefixRange(text, constant, typed: "?", arguments: &arguments)
-        case .contains:
-            let value = text(&arguments)
-            arguments.append(.text(constant))
-            return "(instr(\(value), ?) > 0)"
-        default:
-            return nil
+        case .beginsWith where column: return .range(beginningWith: constant, typed: "?")
+        case .contains: return .instr(constant)
+        default: return nil
         }
     }
     package var canFold: Bool { true }

@@ -1,0 +1,98 @@
+@testable import ContextStack
+import _ContextStackCore
+@testable import _ContextStackModel
+import Foundation
+import Testing
+
+/// A query of a shape already asked reuses its SQL text and binds its own values
+/// (`CompiledQuery.windowSQL`; Docs/Performance.md, "What was changed"). Debug builds also
+/// compare every reuse with a fresh write, so the whole suite checks the shapes; these tests
+/// ask, on every store, the questions whose text depends on their values.
+@Suite @MainActor struct QueryShapeTests {
+    /// People named A1…A3, B1, B2, one without a location, and one whose name begins with the
+    /// last scalar there is (a prefix of it has no successor).
+    private static func people(_ kind: StoreKind) throws -> (TestStore, MainContext) {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for (index, name) in ["A1", "A2", "A3", "B1", "B2", "\u{10FFFF}\u{10FFFF}x"].enumerated() {
+                let person = try update.create(Person.self)
+                person.name = name
+                person.age = index
+                person.location = index == 3 ? nil : "L\(index % 2)"
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        return (store, world)
+    }
+
+    private static func names(_ people: [Person]) -> [String] { people.map(\.name) }
+
+    @Test(arguments: StoreKind.available)
+    func aShapeAskedAgainGetsTheRowsOfItsOwnValues(kind: StoreKind) throws {
+        let (store, world) = try Self.people(kind)
+        defer { withExtendedLifetime(store) {} }
+        let byName: OrderBy = .ascending("name")
+        #expect(Self.names(try world.fetchAll(Person.self, %"age" > 3, orderBy: byName)) == ["B2", "\u{10FFFF}\u{10FFFF}x"])
+        #expect(Self.names(try world.fetchAll(Person.self, %"age" > 1, orderBy: byName)) == ["A3", "B1", "B2", "\u{10FFFF}\u{10FFFF}x"])
+        // == nil is IS NULL, == a value binds it.
+        #expect(Self.names(try world.fetchAll(Person.self, %"location" == "L0", orderBy: byName)) == ["A1", "A3", "B2"])
+        #expect(Self.names(try world.fetchAll(Person.self, %"location" == nil, orderBy: byName)) == ["B1"])
+        #expect(Self.names(try world.fetchAll(Person.self, %"location" == "L1", orderBy: byName)) == ["A2", "\u{10FFFF}\u{10FFFF}x"])
+        // An IN list has a placeholder a member; none matches nothing.
+        #expect(Self.names(try world.fetchAll(Person.self, (%"name").in(["A1", "B1"]), orderBy: byName)) == ["A1", "B1"])
+        #expect(Self.names(try world.fetchAll(Person.self, (%"name").in(["A2", "B2", "A3"]), orderBy: byName)) == ["A2", "A3", "B2"])
+        #expect(Self.names(try world.fetchAll(Person.self, (%"name").in([String]()), orderBy: byName)) == [])
+        // A prefix range has an upper bound unless the prefix has no successor.
+        #expect(Self.names(try world.fetchAll(Person.self, (%"name").beginsWith("A"), orderBy: byName)) == ["A1", "A2", "A3"])
+        #expect(Self.names(try world.fetchAll(Person.self, (%"name").beginsWith("\u{10FFFF}\u{10FFFF}"), orderBy: byName)) == ["\u{10FFFF}\u{10FFFF}x"])
+        #expect(Self.names(try world.fetchAll(Person.self, (%"name").beginsWith("B"), orderBy: byName)) == ["B1", "B2"])
+        // Windows: limited, offset, neither.
+        let under5 = %"age" < 5
+        #expect(Self.names(try world.fetchAll(Person.self, under5, orderBy: byName, options: .limit(2))) == ["A1", "A2"])
+        #expect(Self.names(try world.fetchAll(Person.self, under5, orderBy: byName, options: .limit(2) | .offset(3))) == ["B1", "B2"])
+        #expect(Self.names(try world.fetchAll(Person.self, under5, orderBy: byName)) == ["A1", "A2", "A3", "B1", "B2"])
+        #expect(Self.names(try world.fetchAll(Person.self, under5, orderBy: byName, options: .offset(4))) == ["B2"])
+        // The same keys and values, other trees.
+        #expect(Self.names(try world.fetchAll(Person.self, %"age" > 3 || %"name" == "A1", orderBy: byName)) == ["A1", "B2", "\u{10FFFF}\u{10FFFF}x"])
+        #expect(Self.names(try world.fetchAll(Person.self, %"age" > 3 && %"name" == "B2", orderBy: byName)) == ["B2"])
+        #expect(Self.names(try world.fetchAll(Person.self, !(%"age" > 0) || %"name" == "B2", orderBy: byName)) == ["A1", "B2"])
+    }
+
+    /// Values that change the text make shapes of their own; others share one. Fails if the
+    /// texts are not kept (no entry) or if a value the text depends on is left out of the shape
+    /// (one entry where there must be two).
+    @Test(arguments: StoreKind.available)
+    func valuesTheTextDependsOnMakeShapesOfTheirOwn(kind: StoreKind) throws {
+        let (store, world) = try Self.people(kind)
+        defer { withExtendedLifetime(store) {} }
+        let entity = store.stack.graph.entity(for: Person.self)
+        let shapes = { entity.windowTexts.withLock { $0.count } }
+        #expect(shapes() == 0)
+        _ = try world.fetchAll(Person.self, %"age" > 3)
+        _ = try world.fetchAll(Person.self, %"age" > 1)
+        #expect(shapes() == 1)
+        _ = try world.fetchAll(Person.self, %"location" == "L0")
+        _ = try world.fetchAll(Person.self, %"location" == "L1")
+        #expect(shapes() == 2)
+        _ = try world.fetchAll(Person.self, %"location" == nil)
+        #expect(shapes() == 3)
+        _ = try world.fetchAll(Person.self, (%"name").in(["A1", "B1"]))
+        _ = try world.fetchAll(Person.self, (%"name").in(["A2", "B2"]))
+        #expect(shapes() == 4)
+        _ = try world.fetchAll(Person.self, (%"name").in(["A2", "B2", "A3"]))
+        #expect(shapes() == 5)
+        _ = try world.fetchAll(Person.self, (%"name").beginsWith("A"))
+        _ = try world.fetchAll(Person.self, (%"name").beginsWith("B"))
+        #expect(shapes() == 6)
+        _ = try world.fetchAll(Person.self, (%"name").beginsWith("\u{10FFFF}"))
+        #expect(shapes() == 7)
+        _ = try world.fetchAll(Person.self, %"age" > 3, options: .limit(1))
+        _ = try world.fetchAll(Person.self, %"age" > 5, options: .limit(4))
+        #expect(shapes() == 8)
+        // A quantifier is written afresh every time.
+        _ = try world.fetchAll(Person.self, %"pets.age"%.any > 1)
+        #expect(shapes() == 8)
+    }
+}
