@@ -148,9 +148,9 @@ package struct RowReader {
             return row
         case .deleted?:
             return nil
-        case .updated(_, let slots)?:
+        case .updated(_, let slots, let values)?:
             guard var row = try storedRow(id) else { return nil }
-            for (slot, value) in slots where slot < row.values.count { row.values[slot] = value }
+            for (slot, value) in zip(slots, values) where slot < row.values.count { row.values[slot] = value }
             return row
         case nil:
             return try storedRow(id)

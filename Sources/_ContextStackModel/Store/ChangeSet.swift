@@ -146,8 +146,9 @@ package struct PinnedImages: Sendable {
 package struct Overlay: Sendable {
     package enum Pending: Sendable {
         case inserted(ObjectRow)
-        /// Changed slots only: unchanged ones come from the store.
-        case updated(ResolvedEntity, [Int: Value])
+        /// Changed slots only, with their values (the change set's own arrays, not copied):
+        /// unchanged ones come from the store.
+        case updated(ResolvedEntity, slots: [Int], values: [Value])
         case deleted(ResolvedEntity)
     }
 
@@ -155,10 +156,35 @@ package struct Overlay: Sendable {
         package var pending: Pending
         /// The sequence number of the last commit that touched the entry.
         var sequence: UInt64
+
+        /// Takes a later commit's changes to the same row (none to a deleted one).
+        mutating func merge(_ update: ChangeSet.RowUpdate, sequence: UInt64) {
+            switch pending {
+            case .inserted(var row):
+                for (slot, value) in zip(update.slots, update.values) { row.values[slot] = value }
+                pending = .inserted(row)
+            case .updated(let entity, var slots, var values):
+                for (slot, value) in zip(update.slots, update.values) {
+                    if let index = slots.firstIndex(of: slot) {
+                        values[index] = value
+                    } else {
+                        slots.append(slot)
+                        values.append(value)
+                    }
+                }
+                pending = .updated(entity, slots: slots, values: values)
+            case .deleted:
+                return
+            }
+            self.sequence = sequence
+        }
     }
 
     /// Pending rows by the root entity of their table.
     private(set) var rows: [ObjectIdentifier: [ObjectID: Entry]] = [:]
+    /// The sequence number of the last commit that touched each table of `rows`: once it is
+    /// written, the table's rows all go at once.
+    private var lastSequences: [ObjectIdentifier: UInt64] = [:]
     private(set) var links: [LinkKey: (present: Bool, sequence: UInt64)] = [:]
 
     package init() {}
@@ -178,45 +204,61 @@ package struct Overlay: Sendable {
     }
 
     package mutating func apply(_ changes: ChangeSet, sequence: UInt64) {
+        // One allocation for a large commit's rows (they mostly share one table), instead of
+        // growing and rehashing at every doubling.
         if changes.inserts.count > 64, let first = changes.inserts.first {
-            // One allocation for a large commit's new rows (they mostly share one table),
-            // instead of growing and rehashing at every doubling.
-            let root = ObjectIdentifier(first.id.rootEntity)
-            rows[root, default: [:]].reserveCapacity((rows[root]?.count ?? 0) + changes.inserts.count)
+            reserve(changes.inserts.count, for: ObjectIdentifier(first.id.rootEntity))
+        }
+        if changes.updates.count > 64, let first = changes.updates.first {
+            reserve(changes.updates.count, for: ObjectIdentifier(first.id.rootEntity))
+        }
+        // The tables the commit touches (rows of one table mostly come together).
+        var touched: ObjectIdentifier?
+        func touch(_ root: ObjectIdentifier) {
+            guard root != touched else { return }
+            lastSequences[root] = sequence
+            touched = root
         }
         for insert in changes.inserts {
-            rows[ObjectIdentifier(insert.id.rootEntity), default: [:]][insert.id] = Entry(pending: .inserted(insert.row), sequence: sequence)
+            let root = ObjectIdentifier(insert.id.rootEntity)
+            rows[root, default: [:]][insert.id] = Entry(pending: .inserted(insert.row), sequence: sequence)
+            touch(root)
         }
         for update in changes.updates {
             let root = ObjectIdentifier(update.id.rootEntity)
-            var entry = rows[root]?[update.id]
-            switch entry?.pending {
-            case .inserted(var row)?:
-                for (slot, value) in zip(update.slots, update.values) { row.values[slot] = value }
-                entry = Entry(pending: .inserted(row), sequence: sequence)
-            case .updated(let entity, var slots)?:
-                for (slot, value) in zip(update.slots, update.values) { slots[slot] = value }
-                entry = Entry(pending: .updated(entity, slots), sequence: sequence)
-            case .deleted?:
-                continue
-            case nil:
-                entry = Entry(pending: .updated(update.entity, Dictionary(uniqueKeysWithValues: zip(update.slots, update.values))), sequence: sequence)
-            }
-            rows[root, default: [:]][update.id] = entry
+            Self.merge(update, sequence: sequence, into: &rows[root, default: [:]])
+            touch(root)
         }
         for delete in changes.deletes {
-            rows[ObjectIdentifier(delete.id.rootEntity), default: [:]][delete.id] = Entry(pending: .deleted(delete.entity), sequence: sequence)
+            let root = ObjectIdentifier(delete.id.rootEntity)
+            rows[root, default: [:]][delete.id] = Entry(pending: .deleted(delete.entity), sequence: sequence)
+            touch(root)
         }
         for link in changes.links {
             links[link.key] = (link.present, sequence)
         }
     }
 
+    private mutating func reserve(_ count: Int, for root: ObjectIdentifier) {
+        rows[root, default: [:]].reserveCapacity((rows[root]?.count ?? 0) + count)
+    }
+
+    /// An update of a row: its changed slots, or merged into what is pending for the row.
+    private static func merge(_ update: ChangeSet.RowUpdate, sequence: UInt64, into entries: inout [ObjectID: Entry]) {
+        if let index = entries.index(forKey: update.id) {
+            entries.values[index].merge(update, sequence: sequence)
+        } else {
+            entries[update.id] = Entry(pending: .updated(update.entity, slots: update.slots, values: update.values), sequence: sequence)
+        }
+    }
+
     /// Forgets what commits up to `sequence` changed: they are in the store now.
     package mutating func removeWritten(upTo sequence: UInt64) {
-        for (root, entries) in rows {
-            let remaining = entries.filter { $0.value.sequence > sequence }
+        for (root, last) in lastSequences {
+            // Every row of the table was written when its last commit was: no need to look at each.
+            let remaining = last <= sequence ? [:] : (rows[root] ?? [:]).filter { $0.value.sequence > sequence }
             rows[root] = remaining.isEmpty ? nil : remaining
+            if remaining.isEmpty { lastSequences[root] = nil }
         }
         links = links.filter { $0.value.sequence > sequence }
     }

@@ -276,7 +276,7 @@ extension QueuedStore {
             switch entry.pending {
             case .inserted:
                 break
-            case .updated(_, let slots) where constraint.slots.contains(where: { slots[$0] != nil }):
+            case .updated(_, let slots, _) where constraint.slots.contains(where: slots.contains):
                 break
             default:
                 continue
