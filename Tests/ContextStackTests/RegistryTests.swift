@@ -105,6 +105,30 @@ import Testing
         for (index, object) in kept.enumerated() { #expect(registry.object(ids[index]) === object) }
     }
 
+    /// Registering objects the caller holds (an update's created objects, `alive`) grows the
+    /// table once per doubling: rebuilding it at its size first could not free enough room.
+    /// Without the hint a full table is rebuilt at its size, then doubled.
+    @Test @MainActor func objectsKnownAliveGrowTheTableOnceADoubling() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let made = try world.beginUpdateAndWait { update in
+            let made = try (0..<1_000).map { _ in try update.create(Person.self) as ManagedObject }
+            try update.commit()
+            return made
+        }
+        var hinted = Registry()
+        var unhinted = Registry()
+        for (index, object) in made.enumerated() {
+            hinted.register(object, as: object.objectID, alive: index)
+            unhinted.register(object, as: object.objectID)
+        }
+        #expect(hinted.count == 1_000 && unhinted.count == 1_000)
+        // 8, 16, …, 2048 slots: nine doublings from empty.
+        #expect(hinted.rebuilds == 9)
+        #expect(unhinted.rebuilds > hinted.rebuilds + 4)
+        for object in made { #expect(hinted.object(object.objectID) === object) }
+    }
+
     /// A fetch grows the registry without looking for gone objects only while it registers
     /// the ones it returns: afterwards the context's registry drops the gone again when it grows.
     @Test @MainActor func aFetchTurnsSweepingBackOn() throws {

@@ -229,7 +229,8 @@ package final class ContextCore: @unchecked Sendable {
         let id = try id ?? ObjectID(rootEntity: entity.rootDescription, primaryKey: store.reserveKey(for: entity.rootDescription))
         let object = entity.type.init(_ObjectSeed(id: id, entity: entity, context: self, values: entity.defaults))
         object.state = .inserted
-        register(object)
+        // The changed objects are held: past half the table, sweeping it would free too little.
+        registry.register(object, as: id, alive: changed.count)
         changed[id] = object
         if pendingUnique != nil { pendingUnique!.touch(object) }
         return object

@@ -29,6 +29,8 @@ struct Registry: Sequence {
     var sweepsWhenGrowing = true
     /// `count` when the table was last rebuilt without the gone objects' IDs (or was new).
     private var countAfterSweep = 0
+    /// How many times the table was rebuilt (for tests of when it grows).
+    private(set) var rebuilds = 0
 
     /// How many IDs fit before the table grows.
     var capacity: Int { ids.count / 4 * 3 }
@@ -46,8 +48,14 @@ struct Registry: Sequence {
     }
 
     /// Registers `object` under `id`, in place of whatever was.
-    mutating func register(_ object: ManagedObject, as id: ObjectID) {
-        insert(object, for: id)
+    ///
+    /// `alive`: how many registered objects the caller knows to be alive (held strongly
+    /// elsewhere, as an update holds the objects it changed). When they fill more than half of
+    /// a full table, rebuilding it at its size without the gone ones cannot make enough room,
+    /// so it grows at once: an update that creates 100,000 objects rebuilt the table twice at
+    /// every doubling, the first time for nothing.
+    mutating func register(_ object: ManagedObject, as id: ObjectID, alive: Int = 0) {
+        insert(object, for: id, alive: alive)
     }
 
     /// Calls `body` with every registered object still alive, reading each weak reference in
@@ -154,12 +162,12 @@ struct Registry: Sequence {
 
     /// Sets the weak reference in `id`'s slot (assigning a strong reference to it makes no copy
     /// of another weak one).
-    private mutating func insert(_ object: ManagedObject?, for id: ObjectID) {
+    private mutating func insert(_ object: ManagedObject?, for id: ObjectID, alive: Int = 0) {
         if count > 0, case (let slot, true) = find(id) {
             objects[slot].object = object
             return
         }
-        if count + 1 > capacity { makeRoom() }
+        if count + 1 > capacity { makeRoom(alive: alive) }
         let slot = find(id).slot
         ids[slot] = id
         objects[slot].object = object
@@ -195,10 +203,11 @@ struct Registry: Sequence {
     /// that keeps registering and releasing objects (a cursor) stays at about twice what it
     /// holds alive, with one rebuild per quarter of the table registered. (It used to double
     /// first and shrink back: two rebuilds, one of twice the size, each time the table filled,
-    /// a seventh of walking a cursor.)
-    private mutating func makeRoom() {
+    /// a seventh of walking a cursor.) With `alive` objects known alive filling more than
+    /// half the table, the rebuild at its size is skipped: it could not free enough.
+    private mutating func makeRoom(alive: Int) {
         let size = ids.count
-        if sweepsWhenGrowing && size >= 8 {
+        if sweepsWhenGrowing && size >= 8 && alive <= size / 2 {
             resize(to: size)
             if count <= size / 2 { return }
         }
@@ -242,6 +251,7 @@ struct Registry: Sequence {
         grown.count = moved
         grown.sweepsWhenGrowing = sweepsWhenGrowing
         grown.countAfterSweep = sweeps ? moved : countAfterSweep
+        grown.rebuilds = rebuilds + 1
         self = grown
     }
 }

@@ -114,8 +114,18 @@ package struct ChangeSet: Sendable {
     /// Whether the commit sets values that a uniqueness constraint covers (an insert whose
     /// constrained values are all `nil` cannot conflict).
     package var touchesUniqueKeys: Bool {
-        inserts.contains { insert in insert.row.entity.uniqueConstraints.contains { $0.key(in: insert.row.values) != nil } }
-            || updates.contains { $0.slots.contains(where: $0.entity.uniqueSlots.contains) }
+        // By index, reading only what is needed: iterating copies each element (a retain and a
+        // release of its ID's entity, its row's entity and its values), which for an import of
+        // 100,000 rows without a constraint was all the work.
+        for index in inserts.indices where !inserts[index].row.entity.uniqueConstraints.isEmpty {
+            let row = inserts[index].row
+            if row.entity.uniqueConstraints.contains(where: { $0.key(in: row.values) != nil }) { return true }
+        }
+        for index in updates.indices where !updates[index].entity.uniqueSlots.isEmpty {
+            let update = updates[index]
+            if update.slots.contains(where: update.entity.uniqueSlots.contains) { return true }
+        }
+        return false
     }
 }
 
