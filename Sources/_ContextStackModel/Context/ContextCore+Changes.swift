@@ -82,6 +82,14 @@ extension ContextCore {
                 continue
             }
         }
+        // In key order, table by table, not the dictionary's: a B-tree takes rows in key order
+        // at its right edge and updates them a page at a time, where rows in hash order land all
+        // over the table. With a table larger than SQLite's page cache, each of those read and
+        // wrote pages back: an import of 100,000 objects made twelve times raw's `pread` and
+        // `pwrite` calls. (The order is also the same from one run to the next.)
+        changes.inserts.sort { $0.id < $1.id }
+        changes.updates.sort { $0.id < $1.id }
+        changes.deletes.sort { $0.id < $1.id }
         for (id, slots) in upserts where changed[id]?.state == .inserted { changes.upserts[id] = slots }
         for (key, present) in links {
             if present && (gone.contains(key.source) || gone.contains(key.target)) { continue }
