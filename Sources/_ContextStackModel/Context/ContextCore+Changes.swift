@@ -87,9 +87,9 @@ extension ContextCore {
         // over the table. With a table larger than SQLite's page cache, each of those read and
         // wrote pages back: an import of 100,000 objects made twelve times raw's `pread` and
         // `pwrite` calls. (The order is also the same from one run to the next.)
-        changes.inserts.sort { $0.id < $1.id }
-        changes.updates.sort { $0.id < $1.id }
-        changes.deletes.sort { $0.id < $1.id }
+        changes.inserts = changes.inserts.inStoreOrder(\.id)
+        changes.updates = changes.updates.inStoreOrder(\.id)
+        changes.deletes = changes.deletes.inStoreOrder(\.id)
         for (id, slots) in upserts where changed[id]?.state == .inserted { changes.upserts[id] = slots }
         for (key, present) in links {
             if present && (gone.contains(key.source) || gone.contains(key.target)) { continue }
@@ -166,5 +166,37 @@ extension ContextCore {
             store.unpin(old)
             pin = store.pin()
         }
+    }
+}
+
+extension Array {
+    /// The elements in the order of their IDs (`ObjectID.<`: tables by name, then keys),
+    /// sorting the keys alone and moving each element once: sorting the elements themselves
+    /// (an ID, an entity and a row each) moved every one a dozen times, 14 % of an import of
+    /// 100,000 objects.
+    func inStoreOrder(_ id: (Element) -> ObjectID) -> [Element] {
+        guard count > 1 else { return self }
+        // Each element's table (as its rank among the tables, by name), key and position.
+        var tables: [EntityDescription] = []
+        var order: [(table: Int, key: Int64, position: Int)] = []
+        order.reserveCapacity(count)
+        var current: (entity: EntityDescription, rank: Int)?
+        for position in indices {
+            let objectID = id(self[position])
+            if current?.entity !== objectID.rootEntity {
+                let rank = tables.firstIndex { $0 === objectID.rootEntity } ?? tables.count
+                if rank == tables.count { tables.append(objectID.rootEntity) }
+                current = (objectID.rootEntity, rank)
+            }
+            order.append((current!.rank, objectID.primaryKey, position))
+        }
+        if tables.count > 1 {
+            let byName = tables.indices.sorted { tables[$0].name < tables[$1].name }
+            var rank = [Int](repeating: 0, count: tables.count)
+            for (place, table) in byName.enumerated() { rank[table] = place }
+            for index in order.indices { order[index].table = rank[order[index].table] }
+        }
+        order.sort { ($0.table, $0.key) < ($1.table, $1.key) }
+        return order.map { self[$0.position] }
     }
 }
