@@ -21,6 +21,12 @@ import Testing
         return changeSet
     }
 
+    private func deletion(_ key: Int64) -> ChangeSet {
+        var changeSet = ChangeSet()
+        changeSet.deletes = [(id(key), person)]
+        return changeSet
+    }
+
     /// The changed slots of a pending update, as a dictionary, or nil for another entry.
     private func pendingSlots(_ overlay: Overlay, _ key: Int64) -> [Int: Value]? {
         guard case .updated(_, let slots, let values)? = overlay.entry(for: id(key))?.pending else { return nil }
@@ -58,9 +64,7 @@ import Testing
     /// when the delete is written even if the table has later commits pending.
     @Test func aDeletedRowIgnoresLaterUpdatesAndLeavesWhenWritten() {
         var overlay = Overlay()
-        var delete = ChangeSet()
-        delete.deletes = [(id(1), person)]
-        overlay.apply(delete, sequence: 1)
+        overlay.apply(deletion(1), sequence: 1)
         overlay.apply(update(1, [(age, .integer(40))]), sequence: 2)
         overlay.apply(update(2, [(age, .integer(50))]), sequence: 3)
         guard case .deleted? = overlay.entry(for: id(1))?.pending else {
@@ -78,9 +82,7 @@ import Testing
     /// delete alone empties the table, and later writes find nothing to remove.
     @Test func aTableEmptiedBeforeItsLastCommitIsWrittenStaysEmpty() {
         var overlay = Overlay()
-        var delete = ChangeSet()
-        delete.deletes = [(id(1), person)]
-        overlay.apply(delete, sequence: 1)
+        overlay.apply(deletion(1), sequence: 1)
         overlay.apply(update(1, [(age, .integer(40))]), sequence: 2)
         overlay.removeWritten(upTo: 1)
         #expect(overlay.isEmpty)
