@@ -23,15 +23,8 @@ extension CompiledQuery {
         var conditions = whereTerms(arguments: &arguments)
         conditions += extraWhere
         arguments += extraArguments
-        let table = entity.table!
-        var text = if let columns {
-            // Whole rows of one table, not nested: the text the table made once. Building the
-            // select list around the rest again cost a prefix query 4 % of its instructions.
-            columns == table.wholeRowSelectList && hopChains.isEmpty && aliasPrefix.isEmpty
-                ? table.selectWholeRowsFrom : "SELECT \(columns) \(fromClause())"
-        } else {
-            fromClause()
-        }
+        // A query of a known shape does not come here for its text (`windowSQL`).
+        var text = columns.map { "SELECT \($0) \(fromClause())" } ?? fromClause()
         for (index, condition) in conditions.enumerated() {
             text += index == 0 ? " WHERE " : " AND "
             text += condition

@@ -22,7 +22,7 @@ extension CompiledQuery {
     /// What the text of a query's stored window depends on, as a list of numbers: the dialect,
     /// the options of the window, then the condition's and the order's tree with each key as
     /// its properties' identities and each constant as the class of value the text depends on.
-    package struct Shape: Hashable, Sendable {
+    struct Shape: Hashable, Sendable {
         fileprivate var tokens: [Int] = []
     }
 
@@ -33,7 +33,7 @@ extension CompiledQuery {
 
     /// The SQL `write` gives for this query's window of whole rows (`offset`, `limit`), with
     /// the text of an earlier query of the same shape when there is one, and its own arguments.
-    package func windowSQL(offset: Int, limit: Int?, write: () -> SQL) -> SQL {
+    func windowSQL(offset: Int, limit: Int?, write: () -> SQL) -> SQL {
         guard let shape = windowShape(offset: offset, limit: limit) else { return write() }
         if let text = entity.windowTexts.withLock({ $0[shape] }) {
             let arguments = windowArguments(offset: offset, limit: limit)
@@ -51,7 +51,7 @@ extension CompiledQuery {
 
     /// The shape of this query's window of whole rows, or `nil` for a query whose text is
     /// always written afresh (see above).
-    package func windowShape(offset: Int, limit: Int?) -> Shape? {
+    private func windowShape(offset: Int, limit: Int?) -> Shape? {
         guard aliasPrefix.isEmpty, outerPaths.isEmpty else { return nil }
         var shape = Shape()
         shape.tokens.reserveCapacity(16)
@@ -68,7 +68,7 @@ extension CompiledQuery {
 
     /// The values `RowReader.storedWindow` binds for this query, in order, without its text.
     /// Only for a query that has a `windowShape`.
-    package func windowArguments(offset: Int, limit: Int?) -> [Value] {
+    private func windowArguments(offset: Int, limit: Int?) -> [Value] {
         var arguments: [Value] = []
         if let node { collectArguments(node, positive: true, into: &arguments) }
         if limit != nil || offset > 0 { _ = dialect.window(limit: limit, offset: offset, arguments: &arguments) }
@@ -77,9 +77,9 @@ extension CompiledQuery {
 
     /// Whether `text` and `arguments` are exactly what writing the window afresh gives: what a
     /// debug build asserts on every reuse.
-    package func writesSameWindow(_ text: String, _ arguments: [Value], as fresh: SQL) -> Bool {
+    private func writesSameWindow(_ text: String, _ arguments: [Value], as fresh: SQL) -> Bool {
         text == fresh.text && arguments.count == fresh.arguments.count
-            && zip(arguments, fresh.arguments).allSatisfy { Self.identical($0, $1) }
+            && zip(arguments, fresh.arguments).allSatisfy { $0.isIdentical(to: $1) }
     }
 
     // MARK: - The shape
@@ -232,18 +232,6 @@ extension CompiledQuery {
             collectArguments(b, folding: [], into: &arguments)
         case .outer:
             preconditionFailure("unreachable: a condition of an outer query has no shape")
-        }
-    }
-
-    /// The same storage class and the same bits (`==` holds 1 and 1.0 equal, and NaN unequal).
-    private static func identical(_ a: Value, _ b: Value) -> Bool {
-        switch (a, b) {
-        case (.null, .null): true
-        case (.integer(let x), .integer(let y)): x == y
-        case (.double(let x), .double(let y)): x.bitPattern == y.bitPattern
-        case (.text(let x), .text(let y)): Array(x.utf8) == Array(y.utf8)
-        case (.blob(let x), .blob(let y)): x == y
-        default: false
         }
     }
 }
