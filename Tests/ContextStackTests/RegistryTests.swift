@@ -129,6 +129,28 @@ import Testing
         for object in made { #expect(hinted.object(object.objectID) === object) }
     }
 
+    /// The look for gone objects before a fetch (`dropGoneIfDue`) is skipped when the objects
+    /// the caller holds leave too few to free: an import by `fetchOrCreate` reads once per
+    /// object with all of its objects held, and rebuilt the table for nothing each time a
+    /// quarter of it had been registered.
+    @Test @MainActor func aSweepThatCannotFreeEnoughIsSkipped() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let made = try world.beginUpdateAndWait { update in
+            let made = try (0..<1_200).map { _ in try update.create(Person.self) as ManagedObject }
+            try update.commit()
+            return made
+        }
+        var registry = Registry()
+        for (index, object) in made.enumerated() { registry.register(object, as: object.objectID, alive: index) }
+        let rebuilds = registry.rebuilds
+        registry.dropGoneIfDue(alive: made.count)
+        #expect(registry.rebuilds == rebuilds, "every registered object is held: nothing to drop")
+        registry.dropGoneIfDue()
+        #expect(registry.rebuilds == rebuilds + 1, "a quarter of the table was registered since the last sweep")
+        #expect(registry.count == made.count)
+    }
+
     /// A fetch grows the registry without looking for gone objects only while it registers
     /// the ones it returns: afterwards the context's registry drops the gone again when it grows.
     @Test @MainActor func aFetchTurnsSweepingBackOn() throws {

@@ -89,7 +89,7 @@ extension ContextCore {
                 // third) went through memory three times.
                 var objects: [ManagedObject] = []
                 // Every object registered from here on is held by `objects`.
-                registry.dropGoneIfDue()
+                registry.dropGoneIfDue(alive: changed.count)
                 registry.sweepsWhenGrowing = false
                 defer { registry.sweepsWhenGrowing = true }
                 try selectRows(query, offset: request.offset, limit: request.limit, columns: nil, reader: &reader,

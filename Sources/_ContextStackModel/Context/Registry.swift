@@ -88,8 +88,13 @@ struct Registry: Sequence {
     /// the dead IDs alone, fetch after fetch (a filter loop of 1,000 × 100 objects ended with
     /// 100,000 of them, probed with a cache miss apiece, each keeping its weak reference's
     /// side table allocated).
-    mutating func dropGoneIfDue() {
-        guard count >= 8, count - countAfterSweep >= capacity / 4 else { return }
+    ///
+    /// `alive`: how many registered objects the caller knows to be alive (an update's changed
+    /// objects). When the rest could not free the quarter, the sweep is skipped: an import by
+    /// `fetchOrCreate`, whose every read came here with all of its objects held, rebuilt the
+    /// table for nothing once a quarter of it had been registered.
+    mutating func dropGoneIfDue(alive: Int = 0) {
+        guard count >= 8, count - countAfterSweep >= capacity / 4, count - alive >= capacity / 4 else { return }
         let sweeps = sweepsWhenGrowing
         sweepsWhenGrowing = true
         resize(to: ids.count)
