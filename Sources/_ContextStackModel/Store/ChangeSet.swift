@@ -234,9 +234,10 @@ package struct Overlay: Sendable {
             rows[root, default: [:]][insert.id] = Entry(pending: .inserted(insert.row), sequence: sequence)
             touch(root)
         }
-        for update in changes.updates {
-            let root = ObjectIdentifier(update.id.rootEntity)
-            Self.merge(update, sequence: sequence, into: &rows[root, default: [:]])
+        // By index: `for update in` copies each update (six references) only to read it.
+        for index in changes.updates.indices {
+            let root = ObjectIdentifier(changes.updates[index].id.rootEntity)
+            Self.merge(changes.updates[index], sequence: sequence, into: &rows[root, default: [:]])
             touch(root)
         }
         for delete in changes.deletes {
