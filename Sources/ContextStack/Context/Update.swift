@@ -41,12 +41,14 @@ public struct Update: Sendable {
     public func fetchOrCreate<T: ManagedObject>(_ type: T.Type, _ condition: Condition) throws -> T {
         core.checkExecution("update.fetchOrCreate(\(T.self).self, …)")
         let entity = core.graph.entity(for: type)
+        // Compiling checks every key and value type first; the look-up below reads with it.
+        let query = try core.compile(type, condition, nil)
         let assignments = try FetchOrCreate.assignments(of: condition, in: entity)
         let pinned = Self.pinnedConstraints(of: entity, assignments)
         if let (constraint, values) = pinned.first {
             // A look-up, not a fetch that evaluates every pending object: imports of many
             // objects by unique key in one update stay linear.
-            if let existing = try core.uniqueMatch(type, condition, entity: entity, constraint: constraint,
+            if let existing = try core.uniqueMatch(type, condition, compiled: query, entity: entity, constraint: constraint,
                                                    values: values, assignments: assignments) {
                 return existing
             }
@@ -194,9 +196,9 @@ public struct Update: Sendable {
 
 /// The `==` terms of a `fetchOrCreate` condition, as slot values for the new object.
 enum FetchOrCreate {
+    /// The `key == constant` terms of `condition`, which the caller has compiled (checking
+    /// every key and value type).
     static func assignments(of condition: Condition, in entity: ResolvedEntity) throws(QueryError) -> [(Int, Value)] {
-        // Resolving checks every key and value type first.
-        _ = try CompiledQuery(entity: entity, condition: condition, orderBy: nil)
         var result: [(Int, Value)] = []
         func collect(_ node: Condition.Node) throws(QueryError) {
             switch node {

@@ -2,7 +2,7 @@ import _ContextStackCore
 
 /// The typed reads shared by `MainContext` and `Update`.
 extension ContextCore {
-    func compile<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, _ orderBy: OrderBy?,
+    package func compile<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, _ orderBy: OrderBy?,
                                    includesSubEntities: Bool = true) throws -> CompiledQuery {
         try CompiledQuery(entity: graph.entity(for: type), condition: condition, orderBy: orderBy,
                           includesSubEntities: includesSubEntities, dialect: store.dialect)
@@ -54,9 +54,11 @@ extension ContextCore {
 
     /// The objects `request` asks for: whole, partly loaded (`propertiesOnly`) or faults
     /// (`noPropertyValues`, `batchSize`), with the relationships it prefetches.
-    func fetchObjects<T: ManagedObject>(_ type: T.Type, _ request: FetchRequest) throws -> [T] {
+    ///
+    /// `compiled`: `request`'s condition and order, already compiled by the caller.
+    func fetchObjects<T: ManagedObject>(_ type: T.Type, _ request: FetchRequest, compiled: CompiledQuery? = nil) throws -> [T] {
         let entity = graph.entity(for: type)
-        let query = try compile(type, request.condition, request.orderBy, includesSubEntities: request.includesSubEntities)
+        let query = try compiled ?? compile(type, request.condition, request.orderBy, includesSubEntities: request.includesSubEntities)
         let prefetch = try prefetchPaths(request.prefetch, in: entity)
         // Which columns the fetch reads: all, some (`propertiesOnly`), or none (faults).
         var columns: [Int]?

@@ -83,14 +83,17 @@ extension ContextCore {
     /// update has not changed, else a pending object holding `values` (through the index)
     /// whose assigned values all match. A stored row this update changed is judged by its
     /// current values, through the index, like any pending object.
-    package func uniqueMatch<T: ManagedObject>(_ type: T.Type, _ condition: Condition, entity: ResolvedEntity,
+    ///
+    /// `query`: `condition` compiled (`compile(type, condition, nil)`), which `fetchOrCreate`
+    /// needs anyway to check the condition's keys and values.
+    package func uniqueMatch<T: ManagedObject>(_ type: T.Type, _ condition: Condition, compiled query: CompiledQuery, entity: ResolvedEntity,
                                                constraint: UniqueConstraint, values: [Value], assignments: [(Int, Value)]) throws -> T? {
         // The stored rows come whole, with their objects, in one read (their IDs first and then
         // each object by ID took two). A row whose object this update changed is left for the
         // index below, which judges it by its current values.
         beginRead()
         defer { endRead() }
-        let stored = try fetchObjects(type, FetchRequest(condition: condition, orderBy: nil, options: .noPendingChanges))
+        let stored = try fetchObjects(type, FetchRequest(condition: condition, orderBy: nil, options: .noPendingChanges), compiled: query)
         if let object = stored.first(where: { changed[$0.objectID] == nil }) { return object }
         if pendingUnique == nil { pendingUnique = PendingUniqueIndex(changed) }
         for object in pendingUnique!.objects(constraint, values, pending: changed)
