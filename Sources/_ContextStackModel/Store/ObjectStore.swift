@@ -111,6 +111,13 @@ package struct UniqueClaim: Hashable, Sendable {
         self.entity = entity
         self.values = values
     }
+
+    /// The index and the values: the entity, compared by `==`, differs only between entities
+    /// that share a parent's constraint, and hashing its name as well cost every claim.
+    package func hash(into hasher: inout Hasher) {
+        hasher.combine(index)
+        hasher.combine(values)
+    }
 }
 
 /// One read of a store: what its SQL runs on, and what that SQL cannot see yet.
