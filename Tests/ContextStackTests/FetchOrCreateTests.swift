@@ -84,6 +84,44 @@ import Testing
         #expect(made)
     }
 
+    /// The index files an object under each constraint whose values it holds: a compound
+    /// constraint by all of its values, an entity with two constraints under both, and two
+    /// pending objects that share a key (a commit would refuse them) under that key together
+    /// until one of them changes away.
+    @Test(arguments: StoreKind.available)
+    func onAUniqueKeyFindsPendingObjectsByEveryConstraint(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: uniquenessTypes)
+        let context = try ContextStack.Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            let ada = try update.fetchOrCreate(Member.self, %"first" == "Ada" && %"last" == "Lovelace")
+            #expect(try update.fetchOrCreate(Member.self, %"first" == "Ada" && %"last" == "Lovelace") === ada)
+            let byron = try update.fetchOrCreate(Member.self, %"first" == "Ada" && %"last" == "Byron")
+            #expect(byron !== ada && byron.isInserted)
+            // Two pending objects with one key: the look-up finds one of them, and after one
+            // changes away, the other.
+            let twin = try update.create(Member.self)
+            (twin.first, twin.last) = ("Ada", "Lovelace")
+            let found = try update.fetchOrCreate(Member.self, %"first" == "Ada" && %"last" == "Lovelace")
+            #expect(found === ada || found === twin)
+            ada.last = "King"
+            #expect(try update.fetchOrCreate(Member.self, %"first" == "Ada" && %"last" == "Lovelace") === twin)
+            #expect(try update.fetchOrCreate(Member.self, %"first" == "Ada" && %"last" == "King") === ada)
+            twin.last = "Byron"
+            let third = try update.fetchOrCreate(Member.self, %"first" == "Ada" && %"last" == "Lovelace")
+            #expect(third !== ada && third !== twin && third !== byron && third.isInserted)
+            // Two constraints: found by either.
+            let phone = try update.create(Phone.self)
+            (phone.serial, phone.number) = ("S1", "555")
+            #expect(try update.fetchOrCreate(Phone.self, %"serial" == "S1") === phone)
+            #expect(try update.fetchOrCreate(Phone.self, %"number" == "555") === phone)
+            phone.number = "556"
+            #expect(try update.fetchOrCreate(Phone.self, %"serial" == "S1") === phone)
+            #expect(try update.fetchOrCreate(Phone.self, %"number" == "556") === phone)
+            #expect(try update.fetchOrCreate(Phone.self, %"number" == "555") !== phone)
+            update.rollback()
+        }
+    }
+
     /// A batch operation of the update writes values into its objects, and deletes some,
     /// without the setters that keep `fetchOrCreate`'s index of pending objects current: the
     /// next `fetchOrCreate` still finds what a fetch finds.
