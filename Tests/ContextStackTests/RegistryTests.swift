@@ -106,8 +106,8 @@ import Testing
     }
 
     /// Registering objects the caller holds (an update's created objects, `alive`) grows the
-    /// table once per doubling: rebuilding it at its size first could not free enough room.
-    /// Without the hint a full table is rebuilt at its size, then doubled.
+    /// table once per doubling: sweeping it first could not free enough room. Without the
+    /// hint a full table is swept, then doubled.
     @Test @MainActor func objectsKnownAliveGrowTheTableOnceADoubling() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
@@ -124,9 +124,34 @@ import Testing
         }
         #expect(hinted.count == 1_000 && unhinted.count == 1_000)
         // 8, 16, …, 2048 slots: nine doublings from empty.
-        #expect(hinted.rebuilds == 9)
-        #expect(unhinted.rebuilds > hinted.rebuilds + 4)
+        #expect(hinted.rebuilds == 9 && hinted.sweeps == 0)
+        #expect(unhinted.rebuilds == 9 && unhinted.sweeps == 8)
         for object in made { #expect(hinted.object(object.objectID) === object) }
+    }
+
+    /// A context that registers one object at a time and lets each go keeps its first table:
+    /// a full table is swept in place, where it was rebuilt with new arrays every few objects.
+    /// The sweep removes gone IDs from the middle of runs (every ID of a block shares its
+    /// home) and keeps every live one findable.
+    @Test @MainActor func objectsLetGoOneAtATimeAreSweptInPlace() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let made = try world.beginUpdateAndWait { update in
+            let made = try (0..<200).map { _ in try update.create(Person.self).objectID }
+            try update.commit()
+            return made
+        }
+        world.reset()
+        var kept: [Person] = []
+        for (index, id) in made.enumerated() {
+            let person = try #require(try world.fetch(Person.self, id: id))
+            if index % 50 == 0 { kept.append(person) }
+        }
+        let registry = world.core.registry
+        #expect(registry.rebuilds <= 2, "\(registry.rebuilds) new tables for at most five live objects")
+        #expect(registry.sweeps > 20)
+        #expect(registry.count < 16)
+        for person in kept { #expect(registry.object(person.objectID) === person) }
     }
 
     /// The look for gone objects before a fetch (`dropGoneIfDue`) is skipped when the objects
@@ -143,11 +168,11 @@ import Testing
         }
         var registry = Registry()
         for (index, object) in made.enumerated() { registry.register(object, as: object.objectID, alive: index) }
-        let rebuilds = registry.rebuilds
+        let sweeps = registry.sweeps
         registry.dropGoneIfDue(alive: made.count)
-        #expect(registry.rebuilds == rebuilds, "every registered object is held: nothing to drop")
+        #expect(registry.sweeps == sweeps, "every registered object is held: nothing to drop")
         registry.dropGoneIfDue()
-        #expect(registry.rebuilds == rebuilds + 1, "a quarter of the table was registered since the last sweep")
+        #expect(registry.sweeps == sweeps + 1, "a quarter of the table was registered since the last sweep")
         #expect(registry.count == made.count)
     }
 
