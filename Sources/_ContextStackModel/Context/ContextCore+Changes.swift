@@ -63,9 +63,12 @@ extension ContextCore {
         // over the table. With a table larger than SQLite's page cache, each of those read and
         // wrote pages back: an import of 100,000 objects made twelve times raw's `pread` and
         // `pwrite` calls. (The order is also the same from one run to the next.) The objects
-        // are put in order before their rows are made: sorting the rows moved each one (an
-        // update's six references) once more, a sixth of committing an update of 10,000 objects.
-        for object in Array(changed.values).inStoreOrder(\.objectID) {
+        // are put in order before their rows are made, by their places in `changed`: sorting
+        // the rows moved each one (an update's six references) once more, a sixth of
+        // committing an update of 10,000 objects, and an array of the objects retained and
+        // released each of them through its weak reference's side table, another third.
+        for index in changed.keys.indicesInStoreOrder() {
+            let object = changed.values[index]
             switch object.state {
             case .inserted:
                 changes.inserts.append((object.objectID, ObjectRow(entity: object.entity, values: object.values)))
@@ -168,34 +171,33 @@ extension ContextCore {
     }
 }
 
-extension Array {
-    /// The elements in the order of their IDs (`ObjectID.<`: tables by name, then keys),
-    /// sorting the keys alone and moving each element once: sorting the elements themselves
+extension Swift.Collection where Element == ObjectID {
+    /// The indices of the IDs in the order of the IDs (`ObjectID.<`: tables by name, then
+    /// keys), sorting small tuples of ranks, keys and indices: sorting the elements themselves
     /// (an ID, an entity and a row each) moved every one a dozen times, 14 % of an import of
     /// 100,000 objects.
-    func inStoreOrder(_ id: (Element) -> ObjectID) -> [Element] {
-        guard count > 1 else { return self }
-        // Each element's table (as its rank among the tables, by name), key and position.
+    func indicesInStoreOrder() -> [Index] {
+        // Each ID's table (as its rank among the tables, by name), key and index.
         var tables: [EntityDescription] = []
-        var order: [(table: Int, key: Int64, position: Int)] = []
+        var order: [(table: Int, key: Int64, index: Index)] = []
         order.reserveCapacity(count)
         var current: (entity: EntityDescription, rank: Int)?
-        for position in indices {
-            let objectID = id(self[position])
+        for index in indices {
+            let objectID = self[index]
             if current?.entity !== objectID.rootEntity {
                 let rank = tables.firstIndex { $0 === objectID.rootEntity } ?? tables.count
                 if rank == tables.count { tables.append(objectID.rootEntity) }
                 current = (objectID.rootEntity, rank)
             }
-            order.append((current!.rank, objectID.primaryKey, position))
+            order.append((current!.rank, objectID.primaryKey, index))
         }
         if tables.count > 1 {
             let byName = tables.indices.sorted { tables[$0].name < tables[$1].name }
             var rank = [Int](repeating: 0, count: tables.count)
             for (place, table) in byName.enumerated() { rank[table] = place }
-            for index in order.indices { order[index].table = rank[order[index].table] }
+            for position in order.indices { order[position].table = rank[order[position].table] }
         }
         order.sort { ($0.table, $0.key) < ($1.table, $1.key) }
-        return order.map { self[$0.position] }
+        return order.map(\.index)
     }
 }
