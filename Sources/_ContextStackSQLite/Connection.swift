@@ -13,6 +13,14 @@ package final class Connection {
     /// Past this many cached statements the cache starts over (generated SQL varies, in
     /// `IN (…)` lists for instance, and must not grow the cache without bound).
     package static let statementCacheLimit = 512
+    /// The statements used last, looked through before `statements`. A read runs the same few
+    /// texts again and again (BEGIN, the snapshot's SELECT, the query, COMMIT), most of them
+    /// the very strings used the time before, which compare by identity, or of another
+    /// length, which compare at once; hashing each text with SipHash cost a look-up by key
+    /// about a tenth of its instructions.
+    private var recent: [(sql: String, statement: Statement)] = []
+    private var nextRecent = 0
+    private static let recentCount = 8
 
     /// Opens (or creates, when `create` is true) the database at `path`.
     package init(path: String, readOnly: Bool = false, create: Bool = true) throws(SQLiteError) {
@@ -34,6 +42,7 @@ package final class Connection {
     }
 
     deinit {
+        recent.removeAll()
         statements.removeAll()
         sqlite3_close_v2(handle)
     }
@@ -52,15 +61,28 @@ package final class Connection {
 
     /// A prepared statement for `sql`, prepared on first use and reused afterwards.
     package func cachedStatement(_ sql: String) throws(SQLiteError) -> Statement {
-        if let statement = statements[sql] {
-            return statement
+        for index in recent.indices where recent[index].sql == sql {
+            return recent[index].statement
         }
-        let statement = try Statement(connection: self, sql: sql)
-        if statements.count >= Self.statementCacheLimit {
-            // Statements in use stay alive through their callers' references.
-            statements.removeAll(keepingCapacity: true)
+        let statement: Statement
+        if let cached = statements[sql] {
+            statement = cached
+        } else {
+            statement = try Statement(connection: self, sql: sql)
+            if statements.count >= Self.statementCacheLimit {
+                // Statements in use stay alive through their callers' references.
+                statements.removeAll(keepingCapacity: true)
+                recent.removeAll(keepingCapacity: true)
+                nextRecent = 0
+            }
+            statements[sql] = statement
         }
-        statements[sql] = statement
+        if recent.count < Self.recentCount {
+            recent.append((sql, statement))
+        } else {
+            recent[nextRecent] = (sql, statement)
+            nextRecent = (nextRecent + 1) % Self.recentCount
+        }
         return statement
     }
 

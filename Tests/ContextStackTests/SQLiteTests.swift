@@ -40,6 +40,26 @@ import Testing
         #expect(try db.cachedStatement("SELECT 2") !== first)
     }
 
+    /// The few statements used last are found before the cache by text; both give the
+    /// statement of the same text, built anew or not, and starting the cache over (past its
+    /// limit) starts both over.
+    @Test func recentStatementsAndTheCacheAgree() throws {
+        let db = try Connection(path: ":memory:")
+        let texts = (0..<20).map { "SELECT \($0) + 0" }
+        let statements = try texts.map { try db.cachedStatement($0) }
+        for round in 0..<3 {
+            for (index, text) in texts.enumerated().shuffled() {
+                let again = try db.cachedStatement(String(decoding: Array(text.utf8), as: UTF8.self))
+                #expect(again === statements[index], "round \(round), \(text)")
+                #expect(try db.scalar(text) == .integer(Int64(index)))
+            }
+        }
+        for index in 0...Connection.statementCacheLimit { _ = try db.cachedStatement("SELECT \(index) * 2") }
+        let fresh = try db.cachedStatement(texts[0])
+        #expect(fresh !== statements[0], "the cache started over")
+        #expect(try db.scalar(texts[0]) == .integer(0))
+    }
+
     @Test func writeTransactionRollsBackWhenTheBodyThrows() throws {
         struct Boom: Error {}
         let db = try Connection(path: ":memory:")
