@@ -131,8 +131,6 @@ import Testing
 
     /// A context that registers one object at a time and lets each go keeps its first table:
     /// a full table is swept in place, where it was rebuilt with new arrays every few objects.
-    /// The sweep removes gone IDs from the middle of runs (every ID of a block shares its
-    /// home) and keeps every live one findable.
     @Test @MainActor func objectsLetGoOneAtATimeAreSweptInPlace() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
@@ -152,6 +150,39 @@ import Testing
         #expect(registry.sweeps > 20)
         #expect(registry.count < 16)
         for person in kept { #expect(registry.object(person.objectID) === person) }
+    }
+
+    /// A sweep frees exactly the slots of gone objects and leaves every live one findable, in
+    /// a table three quarters full, whose runs cross blocks and wrap past its end.
+    @Test(arguments: [1, 2, 3] as [UInt64]) @MainActor
+    func aSweepDropsExactlyTheGone(seed: UInt64) throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        var random = SeededGenerator(seed: seed)
+        for round in 0..<20 {
+            var objects: [ManagedObject?] = try world.beginUpdateAndWait { update in
+                let made = try (0..<96).map { _ in try update.create(Person.self) as ManagedObject }
+                try update.commit()
+                return made
+            }
+            let ids = objects.map { $0!.objectID }
+            var registry = Registry()
+            registry.reserveCapacity(96)
+            for object in objects { registry.register(object!, as: object!.objectID, alive: 96) }
+            #expect(registry.count == 96 && registry.capacity == 96, "round \(round): the table is full")
+            for index in objects.indices where Bool.random(using: &random) { objects[index] = nil }
+            let alive = objects.compactMap { $0 }
+            registry.sweep()
+            #expect(registry.count == alive.count, "round \(round)")
+            for (index, id) in ids.enumerated() {
+                if let object = objects[index] {
+                    #expect(registry.object(id) === object, "round \(round): \(id) lost")
+                } else {
+                    #expect(registry[id] == nil, "round \(round): \(id) kept")
+                }
+            }
+            #expect(Set(registry.map(\.key)) == Set(alive.map(\.objectID)))
+        }
     }
 
     /// The look for gone objects before a fetch (`dropGoneIfDue`) is skipped when the objects

@@ -27,7 +27,8 @@ struct Registry: Sequence {
     /// reference at every doubling (a cache miss apiece) cost a 100,000-object fetch a seventh
     /// of its time. The next growth after it looks again.
     var sweepsWhenGrowing = true
-    /// `count` when the table was last rebuilt without the gone objects' IDs (or was new).
+    /// `count` when the gone objects' IDs were last dropped (by a sweep, or a rebuild that
+    /// looked), or when the table was new.
     private var countAfterSweep = 0
     /// How many times the table was rebuilt (new arrays), and how many times it was swept in
     /// place (for tests of when it grows).
@@ -53,9 +54,9 @@ struct Registry: Sequence {
     ///
     /// `alive`: how many registered objects the caller knows to be alive (held strongly
     /// elsewhere, as an update holds the objects it changed). When they fill more than half of
-    /// a full table, rebuilding it at its size without the gone ones cannot make enough room,
-    /// so it grows at once: an update that creates 100,000 objects rebuilt the table twice at
-    /// every doubling, the first time for nothing.
+    /// a full table, sweeping out the gone ones cannot make enough room, so it grows at once:
+    /// an update that creates 100,000 objects rebuilt the table twice at every doubling, the
+    /// first time for nothing.
     mutating func register(_ object: ManagedObject, as id: ObjectID, alive: Int = 0) {
         insert(object, for: id, alive: alive)
     }
@@ -205,7 +206,7 @@ struct Registry: Sequence {
     /// objects are gone (`sweep`), and doubles the table only if those were fewer than a third
     /// of them. So the table grows only for objects that are alive, and a long-lived context
     /// that keeps registering and releasing objects (a cursor) stays at about twice what it
-    /// holds alive, with one rebuild per quarter of the table registered. (It used to double
+    /// holds alive, with one sweep per quarter of the table registered. (It used to double
     /// first and shrink back: two rebuilds, one of twice the size, each time the table filled,
     /// a seventh of walking a cursor.) With `alive` objects known alive filling more than
     /// half the table, the sweep is skipped: it could not free enough.
@@ -225,7 +226,7 @@ struct Registry: Sequence {
     ///
     /// Removing the ID in `slot` may move a later ID of its run into it, which is looked at
     /// next; IDs only move back towards their home, so none is skipped.
-    private mutating func sweep() {
+    mutating func sweep() {
         var slot = 0
         while slot < ids.count {
             if let id = ids[slot], object(at: slot) == nil {

@@ -230,7 +230,12 @@ extension QueuedStore {
         }
         guard !rows.isEmpty else { return }
 
-        // Within the commit.
+        // Within the commit. Each constraint's tables are sized once, for the rows it covers:
+        // growing them by doubling rehashed every key of an import.
+        var covered: [ObjectIdentifier: Int] = [:]
+        for row in rows {
+            for constraint in row.constraints { covered[ObjectIdentifier(constraint), default: 0] += 1 }
+        }
         var mine: [ObjectIdentifier: [[Value]: ObjectID]] = [:]
         var checked: [ObjectIdentifier: Set<ObjectID>] = [:]
         for row in rows {
@@ -238,9 +243,8 @@ extension QueuedStore {
                 guard let key = constraint.key(in: row.values) else { continue }
                 let slot = ObjectIdentifier(constraint)
                 if mine[slot] == nil {
-                    // Sized once: growing them by doubling rehashed every key of an import.
-                    mine[slot] = Dictionary(minimumCapacity: rows.count)
-                    checked[slot] = Set(minimumCapacity: rows.count)
+                    mine[slot] = Dictionary(minimumCapacity: covered[slot] ?? 0)
+                    checked[slot] = Set(minimumCapacity: covered[slot] ?? 0)
                 }
                 if let other = mine[slot]![key], other != row.id {
                     throw violation(constraint, key, row.id, other)
