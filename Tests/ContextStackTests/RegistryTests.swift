@@ -111,11 +111,7 @@ import Testing
     @Test @MainActor func objectsKnownAliveGrowTheTableOnceADoubling() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let made = try world.beginUpdateAndWait { update in
-            let made = try (0..<1_000).map { _ in try update.create(Person.self) as ManagedObject }
-            try update.commit()
-            return made
-        }
+        let made = try people(1_000, in: world)
         var hinted = Registry()
         var unhinted = Registry()
         for (index, object) in made.enumerated() {
@@ -134,11 +130,7 @@ import Testing
     @Test @MainActor func objectsLetGoOneAtATimeAreSweptInPlace() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let made = try world.beginUpdateAndWait { update in
-            let made = try (0..<200).map { _ in try update.create(Person.self).objectID }
-            try update.commit()
-            return made
-        }
+        let made = try people(200, in: world).map(\.objectID)
         world.reset()
         var kept: [Person] = []
         for (index, id) in made.enumerated() {
@@ -160,11 +152,7 @@ import Testing
         let world = try MainContext(stack: store.stack)
         var random = SeededGenerator(seed: seed)
         for round in 0..<20 {
-            var objects: [ManagedObject?] = try world.beginUpdateAndWait { update in
-                let made = try (0..<96).map { _ in try update.create(Person.self) as ManagedObject }
-                try update.commit()
-                return made
-            }
+            var objects: [ManagedObject?] = try people(96, in: world)
             let ids = objects.map { $0!.objectID }
             var registry = Registry()
             registry.reserveCapacity(96)
@@ -192,11 +180,7 @@ import Testing
     @Test @MainActor func aSweepThatCannotFreeEnoughIsSkipped() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let made = try world.beginUpdateAndWait { update in
-            let made = try (0..<1_200).map { _ in try update.create(Person.self) as ManagedObject }
-            try update.commit()
-            return made
-        }
+        let made = try people(1_200, in: world)
         var registry = Registry()
         for (index, object) in made.enumerated() { registry.register(object, as: object.objectID, alive: index) }
         let sweeps = registry.sweeps
@@ -248,5 +232,14 @@ import Testing
             #expect(people.count == 100)
         }
         #expect(world.core.registry.capacity < 1_000, "the registry grew for 5,000 gone objects: \(world.core.registry.capacity)")
+    }
+
+    /// `count` people made and committed in one update of `world`, held by the caller.
+    @MainActor private func people(_ count: Int, in world: MainContext) throws -> [ManagedObject] {
+        try world.beginUpdateAndWait { update in
+            let made = try (0..<count).map { _ in try update.create(Person.self) as ManagedObject }
+            try update.commit()
+            return made
+        }
     }
 }
