@@ -41,7 +41,7 @@ public struct Update: Sendable {
     public func fetchOrCreate<T: ManagedObject>(_ type: T.Type, _ condition: Condition) throws -> T {
         core.checkExecution("update.fetchOrCreate(\(T.self).self, …)")
         let entity = core.graph.entity(for: type)
-        // Compiling checks every key and value type first; the look-up below reads with it.
+        // Compiling checks every key and value type first; the read below uses it.
         let query = try core.compile(type, condition, nil)
         let assignments = try FetchOrCreate.assignments(of: condition, in: entity)
         let pinned = Self.pinnedConstraints(of: entity, assignments)
@@ -52,7 +52,7 @@ public struct Update: Sendable {
                                                    values: values, assignments: assignments) {
                 return existing
             }
-        } else if let existing = try core.fetchFirst(type, condition, orderBy: nil, options: FetchOptions()) {
+        } else if let existing = try core.fetchFirst(type, condition, orderBy: nil, options: FetchOptions(), compiled: query) {
             return existing
         }
         // Relationship targets must exist: check them before anything is created.

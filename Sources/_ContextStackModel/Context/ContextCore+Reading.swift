@@ -15,13 +15,16 @@ extension ContextCore {
         return try fetchObjects(type, FetchRequest(condition: condition, orderBy: orderBy, options: options))
     }
 
-    package func fetchFirst<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions) throws -> T? {
+    /// `compiled`: `condition` and `orderBy`, already compiled by the caller
+    /// (`compile(type, condition, orderBy)`).
+    package func fetchFirst<T: ManagedObject>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions,
+                                              compiled: CompiledQuery? = nil) throws -> T? {
         checkExecution("fetch(\(T.self).self, …)")
         beginRead()
         defer { endRead() }
         var request = FetchRequest(condition: condition, orderBy: orderBy, options: options)
         request.limit = min(request.limit ?? 1, 1)
-        return try fetchObjects(type, request).first
+        return try fetchObjects(type, request, compiled: compiled).first
     }
 
     package func fetchCount<T: ManagedObject>(_ type: T.Type, _ condition: Condition?) throws -> Int {

@@ -38,7 +38,7 @@ struct PendingUniqueIndex {
 
     /// What is filed under one key, or the keys one object is filed under: one, far more
     /// often than not (two pending objects with one key fail their commit unless one changes).
-    private enum OneOrMore<Element> {
+    fileprivate enum OneOrMore<Element> {
         case one(Element)
         case many([Element])
 
@@ -83,7 +83,7 @@ struct PendingUniqueIndex {
             for object in refiling {
                 let current = object.state != .deleted && changed[object.objectID] === object ? Self.keys(of: object) : nil
                 let filed = keys[object.objectID]
-                guard !Self.same(current, filed) else { continue }
+                guard current != filed else { continue }
                 if let filed { unfile(object.objectID, from: filed) }
                 if let current { file(object, under: current) }
             }
@@ -101,15 +101,6 @@ struct PendingUniqueIndex {
         if constraints.count == 1 { return Key(constraints[0], in: object.values).map { .one($0) } }
         let all = constraints.compactMap { Key($0, in: object.values) }
         return all.isEmpty ? nil : all.count == 1 ? .one(all[0]) : .many(all)
-    }
-
-    private static func same(_ a: OneOrMore<Key>?, _ b: OneOrMore<Key>?) -> Bool {
-        switch (a, b) {
-        case (nil, nil): true
-        case (.one(let x), .one(let y)): x == y
-        case (.many(let x), .many(let y)): x == y
-        default: false
-        }
     }
 
     private mutating func file(_ object: ManagedObject, under filed: OneOrMore<Key>) {
@@ -159,3 +150,6 @@ extension ContextCore {
         } as? T
     }
 }
+
+/// Two filings of an object are the same keys when `==`: `keys(of:)` never makes `.many` of one.
+extension PendingUniqueIndex.OneOrMore: Equatable where Element: Equatable {}

@@ -81,7 +81,7 @@ struct Registry: Sequence {
         guard minimumCapacity > capacity else { return }
         var size = Swift.max(8, ids.count)
         while size / 4 * 3 < minimumCapacity { size *= 2 }
-        resize(to: size)
+        resize(to: size, droppingGone: sweepsWhenGrowing)
     }
 
     /// Drops the IDs of objects that are gone when a quarter of the table's room was taken
@@ -212,11 +212,14 @@ struct Registry: Sequence {
     /// half the table, the sweep is skipped: it could not free enough.
     private mutating func makeRoom(alive: Int) {
         let size = ids.count
+        var swept = false
         if sweepsWhenGrowing && size >= 8 && alive <= size / 2 {
             sweep()
             if count <= size / 2 { return }
+            swept = true
         }
-        resize(to: Swift.max(8, size * 2))
+        // Just swept: growing need not read every weak reference again.
+        resize(to: Swift.max(8, size * 2), droppingGone: sweepsWhenGrowing && !swept)
     }
 
     /// Frees the slots of the IDs whose objects are gone, in place (backward-shift removal of
@@ -240,13 +243,12 @@ struct Registry: Sequence {
     }
 
     /// Rebuilds the table with `size` slots (a power of two, room for every live ID), moving
-    /// the references of the objects still alive over and dropping the others (all of them
-    /// when `sweepsWhenGrowing` is off).
+    /// the references over; with `droppingGone`, only those of the objects still alive.
     ///
     /// Through buffer pointers: each reference is read and moved where it lies. Through the
     /// arrays' subscripts the optimizer copied references (and, once, a whole array), which
     /// cost a fetch of 100,000 objects a third of its time.
-    private mutating func resize(to size: Int) {
+    private mutating func resize(to size: Int, droppingGone: Bool) {
         var grown = Registry()
         grown.ids = Array(repeating: nil, count: size)
         grown.objects = Array(unsafeUninitializedCapacity: size) { buffer, initialized in
@@ -254,7 +256,7 @@ struct Registry: Sequence {
             initialized = size
         }
         grown.shift = UInt64(64 - size.trailingZeroBitCount)
-        let (mask, shift, sweeps) = (size - 1, grown.shift, sweepsWhenGrowing)
+        let (mask, shift) = (size - 1, grown.shift)
         var moved = 0
         ids.withUnsafeBufferPointer { ids in
             objects.withUnsafeMutableBufferPointer { objects in
@@ -262,7 +264,7 @@ struct Registry: Sequence {
                     grown.objects.withUnsafeMutableBufferPointer { grownObjects in
                         for slot in ids.indices {
                             guard let id = ids[slot] else { continue }
-                            if sweeps && (objects.baseAddress! + slot).pointee.object == nil { continue }
+                            if droppingGone && (objects.baseAddress! + slot).pointee.object == nil { continue }
                             var target = Self.home(id, shift: shift)
                             while grownIDs[target] != nil { target = (target + 1) & mask }
                             grownIDs[target] = id
@@ -275,9 +277,9 @@ struct Registry: Sequence {
         }
         grown.count = moved
         grown.sweepsWhenGrowing = sweepsWhenGrowing
-        grown.countAfterSweep = sweeps ? moved : countAfterSweep
+        grown.countAfterSweep = droppingGone ? moved : countAfterSweep
         grown.rebuilds = rebuilds + 1
-        grown.sweeps = self.sweeps
+        grown.sweeps = sweeps
         self = grown
     }
 }

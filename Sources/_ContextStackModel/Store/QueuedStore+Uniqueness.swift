@@ -236,16 +236,12 @@ extension QueuedStore {
         for row in rows {
             for constraint in row.constraints { covered[ObjectIdentifier(constraint), default: 0] += 1 }
         }
-        var mine: [ObjectIdentifier: [[Value]: ObjectID]] = [:]
-        var checked: [ObjectIdentifier: Set<ObjectID>] = [:]
+        var mine = covered.mapValues { [[Value]: ObjectID](minimumCapacity: $0) }
+        var checked = covered.mapValues { Set<ObjectID>(minimumCapacity: $0) }
         for row in rows {
             for constraint in row.constraints {
                 guard let key = constraint.key(in: row.values) else { continue }
                 let slot = ObjectIdentifier(constraint)
-                if mine[slot] == nil {
-                    mine[slot] = Dictionary(minimumCapacity: covered[slot] ?? 0)
-                    checked[slot] = Set(minimumCapacity: covered[slot] ?? 0)
-                }
                 if let other = mine[slot]![key], other != row.id {
                     throw violation(constraint, key, row.id, other)
                 }
