@@ -11,11 +11,7 @@ import Testing
     @Test @MainActor func aCommitListsItsRowsInKeyOrderTableByTable() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let ids = try world.beginUpdateAndWait { update in
-            let people = try (0..<200).map { _ in try update.create(Person.self) }
-            try update.commit()
-            return people.map(\.objectID)
-        }
+        let ids = try world.committedPeople(200).map(\.objectID)
         try world.beginUpdateAndWait { update in
             for _ in 0..<100 {
                 _ = try update.create(Pet.self)

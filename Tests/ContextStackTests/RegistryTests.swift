@@ -57,11 +57,7 @@ import Testing
     @Test @MainActor func theRegistryHoldsObjectsWeaklyAndDropsTheGoneWhenItGrows() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let ids = try world.beginUpdateAndWait { update in
-            let people = try (0..<1_000).map { _ in try update.create(Person.self) }
-            try update.commit()
-            return people.map(\.objectID)
-        }
+        let ids = try world.committedPeople(1_000).map(\.objectID)
         var registry = Registry()
         var kept: [ManagedObject] = []
         do {
@@ -111,7 +107,7 @@ import Testing
     @Test @MainActor func objectsKnownAliveGrowTheTableOnceADoubling() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let made = try people(1_000, in: world)
+        let made = try world.committedPeople(1_000)
         var hinted = Registry()
         var unhinted = Registry()
         for (index, object) in made.enumerated() {
@@ -130,7 +126,7 @@ import Testing
     @Test @MainActor func objectsLetGoOneAtATimeAreSweptInPlace() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let made = try people(200, in: world).map(\.objectID)
+        let made = try world.committedPeople(200).map(\.objectID)
         world.reset()
         var kept: [Person] = []
         for (index, id) in made.enumerated() {
@@ -152,7 +148,7 @@ import Testing
         let world = try MainContext(stack: store.stack)
         var random = SeededGenerator(seed: seed)
         for round in 0..<20 {
-            var objects: [ManagedObject?] = try people(96, in: world)
+            var objects: [ManagedObject?] = try world.committedPeople(96)
             let ids = objects.map { $0!.objectID }
             var registry = Registry()
             registry.reserveCapacity(96)
@@ -180,7 +176,7 @@ import Testing
     @Test @MainActor func aSweepThatCannotFreeEnoughIsSkipped() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let made = try people(1_200, in: world)
+        let made = try world.committedPeople(1_200)
         var registry = Registry()
         for (index, object) in made.enumerated() { registry.register(object, as: object.objectID, alive: index) }
         let sweeps = registry.sweeps
@@ -232,14 +228,5 @@ import Testing
             #expect(people.count == 100)
         }
         #expect(world.core.registry.capacity < 1_000, "the registry grew for 5,000 gone objects: \(world.core.registry.capacity)")
-    }
-
-    /// `count` people made and committed in one update of `world`, held by the caller.
-    @MainActor private func people(_ count: Int, in world: MainContext) throws -> [ManagedObject] {
-        try world.beginUpdateAndWait { update in
-            let made = try (0..<count).map { _ in try update.create(Person.self) as ManagedObject }
-            try update.commit()
-            return made
-        }
     }
 }

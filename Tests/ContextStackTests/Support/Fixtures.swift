@@ -62,3 +62,15 @@ enum Fixtures {
         try update.commit()
     }
 }
+
+extension MainContext {
+    /// `count` new people, made in one update and committed, for tests that hold them (or
+    /// their IDs).
+    func committedPeople(_ count: Int) throws -> [Person] {
+        try beginUpdateAndWait { update in
+            let made = try (0..<count).map { _ in try update.create(Person.self) }
+            try update.commit()
+            return made
+        }
+    }
+}
