@@ -142,12 +142,14 @@ package final class PostgresStore: QueuedStore {
     /// Such a read that runs one statement (`oneStatement`) needs no transaction at all: the
     /// statement's own snapshot is the read's, and it goes out alone, in autocommit.
     package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
+        var time = SnapshotTime.now
         let (connection, (overlay, pinned)) = try withReadTransaction(snapshotTime: { state in
             // Nothing to keep in step with the snapshot: no overlay that it must lack exactly,
             // no pinned view's before-images, no handed-over commits to catch up with. Any
             // later snapshot is then as right as one taken now.
             guard whileLocked == nil && pin == nil && state.overlay.isEmpty else { return .now }
-            return oneStatement ? .byTheStatement : .atTheFirstStatement
+            time = oneStatement ? .byTheStatement : .atTheFirstStatement
+            return time
         }) { state, _ in
             whileLocked?()
             return (state.overlay, pin.flatMap { state.pins[$0] })
@@ -155,7 +157,7 @@ package final class PostgresStore: QueuedStore {
         defer { finishReading(connection) }
         let before = connection.preparedStatementsRun
         let result = try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
-        assert(!oneStatement || connection.preparedStatementsRun - before <= 1,
+        assert(time != .byTheStatement || connection.preparedStatementsRun - before <= 1,
                "A read said to run one statement ran \(connection.preparedStatementsRun - before): its snapshot may not have held for all of them.")
         return result
     }

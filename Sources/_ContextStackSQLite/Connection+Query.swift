@@ -8,9 +8,28 @@ extension Connection: QueryConnection {
         defer { statement.reset() }
         try statement.bind(arguments)
         let row: any QueryRow = statement  // made once: making it per row retains per row
-        while try statement.step() { try body(row) }
+        var more = try statement.step()
+        // SQLite took the statement's snapshot in that first step; no row has been handed on.
+        if let check = snapshotCheck { try confirmSnapshot(check) }
+        while more {
+            try body(row)
+            more = try statement.step()
+        }
+    }
+
+    private func confirmSnapshot(_ check: () -> Bool) throws {
+        guard check() else {
+            snapshotMoved = true
+            throw SnapshotMoved()
+        }
+        // In a transaction its first statement fixed the snapshot for the rest of it.
+        if isInTransaction { snapshotCheck = nil }
     }
 }
+
+/// A select abandoned because `Connection.snapshotCheck` found its snapshot was not the one
+/// its read asked for. The read that set the check catches it and reads again.
+package struct SnapshotMoved: Error {}
 
 extension Statement: QueryRow {
     package func value(_ column: Int) -> Value { self.column(column) }

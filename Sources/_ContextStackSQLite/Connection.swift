@@ -22,6 +22,14 @@ package final class Connection {
     private var recent: [(sql: String, statement: Statement)] = []
     private var nextRecent = 0
     private static let recentCount = 8
+    /// Asked after the first step of each `select` — once SQLite has taken that statement's
+    /// snapshot, before any row reaches the caller — whether the snapshot is the one the read
+    /// wants; `false` abandons the select with `SnapshotMoved` and sets `snapshotMoved`. Inside
+    /// a transaction it is asked once (the first statement fixes the transaction's snapshot);
+    /// outside one, of every statement. A store's read sets it and clears it.
+    package var snapshotCheck: (() -> Bool)?
+    /// Whether a select was abandoned by `snapshotCheck` since the read that set it began.
+    package var snapshotMoved = false
 
     /// Opens (or creates, when `create` is true) the database at `path`.
     package init(path: String, readOnly: Bool = false, create: Bool = true) throws(SQLiteError) {

@@ -211,15 +211,26 @@ package final class SQLiteStore: QueuedStore {
     /// exactly what the connection's snapshot lacks: every commit is seen wholly or not at all.
     ///
     /// With `pin`, the session also carries the before-images of that pinned view.
-    /// `whileLocked` runs under the lock that fixes the snapshot (main contexts take the
+    /// `whileLocked` runs under the lock the writer commits under (main contexts take the
     /// commits handed to them there, so they apply exactly what the snapshot shows).
     ///
-    /// When nothing must be kept in step with the snapshot — no overlay that it must lack
-    /// exactly, no pinned view's before-images, no handed-over commits to catch up with — any
-    /// later snapshot is as right as one taken under the lock (a commit that lands before it
-    /// could as well have landed before the lock was taken), so the read's own first statement
-    /// takes it: `BEGIN` outside the lock and no pinning `SELECT`, or, for a read of one
-    /// statement (`oneStatement`), no transaction at all. As on PostgreSQL (`PostgresStore.read`).
+    /// The snapshot must match what was taken under that lock. It is taken there (`BEGIN` and
+    /// a `SELECT` that pins it) only when it must be: with a pinned view, or a stack of several
+    /// files. Otherwise the read's own first statement takes it, outside the lock:
+    /// - With nothing to keep in step — no overlay that it must lack exactly, no handed-over
+    ///   commits to catch up with — any later snapshot is as right as one taken under the lock
+    ///   (a commit that lands before it could as well have landed before the lock was taken).
+    /// - Otherwise the lock's `writeEpoch` is noted, and checked again after the first step of
+    ///   the read's first statement (`Connection.snapshotCheck`), before any row is used.
+    ///   Unchanged, nothing was written in between, so the snapshot is the one the lock would
+    ///   have given. Changed, the statement is abandoned and the read runs again with its
+    ///   snapshot taken under the lock. What the first attempt did stays right: it applied
+    ///   commits handed over up to the lock, and objects it made hold rows of that moment;
+    ///   the second attempt applies the commits after it.
+    ///
+    /// A read of one statement (`oneStatement`, with an empty overlay) then needs no transaction
+    /// at all (SQLite's autocommit); others share the first statement's snapshot in a deferred
+    /// transaction. As on PostgreSQL (`PostgresStore.read`).
     package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
         if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
@@ -231,29 +242,60 @@ package final class SQLiteStore: QueuedStore {
             }
         }
         let reader = try takeReader()
-        let db = reader.connection
-        let result: T
-        do {
-            let (overlay, pinned, later) = try state.withLock { state -> (Overlay, PinnedImages?, Bool) in
-                if whileLocked == nil && pin == nil && state.overlay.isEmpty && reader.readsOneFile {
-                    return (state.overlay, nil, true)
-                }
-                // Start the read transaction under the same lock the writer commits under.
-                try db.execute("BEGIN DEFERRED")
-                _ = try db.scalar(reader.snapshotSQL)
-                whileLocked?()
-                return (state.overlay, pin.flatMap { state.pins[$0] }, false)
-            }
-            // A snapshot the read's first statement takes: several statements share it in a
-            // transaction; one statement needs none (SQLite's autocommit).
-            if later && !oneStatement { try db.execute("BEGIN DEFERRED") }
-            result = try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))
-        } catch {
-            finishReading(reader)
-            throw error
+        defer { finishReading(reader) }
+        if let result = try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: false, body) {
+            return result
         }
-        finishReading(reader)
+        // A write landed between the lock and the first statement's snapshot: again, with the
+        // snapshot taken under the lock.
+        if reader.connection.isInTransaction { try reader.connection.execute("COMMIT") }
+        guard let result = try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: true, body) else {
+            preconditionFailure("a read whose snapshot was taken under the store's lock was abandoned as moved")
+        }
         return result
+    }
+
+    /// One attempt of `read` on `reader`; `nil` when its snapshot turned out not to be the one
+    /// it needed. `underLock` takes the snapshot under the lock whatever the read needs.
+    private func read<T>(on reader: Reader, pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, underLock: Bool,
+                         _ body: (ReadSession) throws -> T) throws -> T? {
+        let db = reader.connection
+        let (overlay, pinned, start) = try state.withLock { state -> (Overlay, PinnedImages?, SnapshotStart) in
+            if pin == nil && reader.readsOneFile && !underLock {
+                if whileLocked == nil && state.overlay.isEmpty { return (state.overlay, nil, .anyLater) }
+                whileLocked?()
+                return (state.overlay, nil, .checked(epoch: state.writeEpoch))
+            }
+            // Start the read transaction under the same lock the writer commits under.
+            try db.execute("BEGIN DEFERRED")
+            _ = try db.scalar(reader.snapshotSQL)
+            whileLocked?()
+            return (state.overlay, pin.flatMap { state.pins[$0] }, .taken)
+        }
+        // A snapshot the read's first statement takes: several statements share it in a
+        // transaction; one statement needs none (SQLite's autocommit).
+        if start != .taken && !(oneStatement && overlay.isEmpty) { try db.execute("BEGIN DEFERRED") }
+        db.snapshotMoved = false
+        if case .checked(let epoch) = start {
+            let state = self.state
+            db.snapshotCheck = { state.withLock { $0.writeEpoch } == epoch }
+        }
+        defer { db.snapshotCheck = nil }
+        do {
+            let result = try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))
+            return db.snapshotMoved ? nil : result
+        } catch where db.snapshotMoved {
+            return nil
+        }
+    }
+
+    private enum SnapshotStart: Equatable {
+        /// Under the store's lock.
+        case taken
+        /// By the read's first statement, whenever it runs.
+        case anyLater
+        /// By the read's first statement, if nothing was written since `epoch`.
+        case checked(epoch: UInt64)
     }
 
     /// Runs `body` under the state lock with a reader that sees exactly what is committed now:

@@ -85,7 +85,12 @@ extension ContextCore {
             columns = wanted.sorted()
         }
         if !prefetch.isEmpty { prefetched = PrefetchCache(generation: generation) }
-        return try read { session -> [T] in
+        // Whole objects, nothing to prefetch and nothing pending to merge: the query alone
+        // (`RowReader.select` runs one statement when nothing is pending to recheck).
+        let oneStatement = columns == nil && prefetch.isEmpty && !query.filtersInMemory
+            && query.hopChains.isEmpty && query.toManyUses.isEmpty
+            && (!request.includesPendingChanges || changed.isEmpty)
+        return try read(oneStatement: oneStatement) { session -> [T] in
             var reader = RowReader(session: session, context: request.includesPendingChanges ? self : nil)
             if columns == nil && prefetch.isEmpty {
                 // Whole objects and nothing to prefetch: each row becomes its object as it is

@@ -343,7 +343,7 @@ package final class ContextCore: @unchecked Sendable {
     func fetchCount(_ query: CompiledQuery) throws -> Int {
         // Any pending change may matter (through a key path, a quantifier, a count): only a
         // context and store with nothing pending can trust count(*) alone.
-        if changed.isEmpty && links.isEmpty && !query.filtersInMemory, let count = try read({ session -> Int? in
+        if changed.isEmpty && links.isEmpty && !query.filtersInMemory, let count = try read(oneStatement: true, { session -> Int? in
             guard session.overlay.isEmpty, session.pinned?.isEmpty ?? true else { return nil }
             let sql = query.fromWhere()
             return Int(try session.connection.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)

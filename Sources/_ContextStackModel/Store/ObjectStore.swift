@@ -25,8 +25,9 @@ package protocol ObjectStore: AnyObject, Sendable {
     /// before-images. `whileLocked` runs where the session's snapshot is fixed; without it, a
     /// store may fix the snapshot later, at the session's first statement, when nothing it
     /// holds must match the snapshot exactly (PostgreSQL, with nothing pending or pinned).
-    /// `oneStatement` says that `body` runs at most one statement, whose own snapshot is then
-    /// all the session needs: such a store may run it outside any transaction.
+    /// `oneStatement` says that `body` runs at most one statement when the session's overlay
+    /// is empty and nothing is pinned, whose own snapshot is then all the session needs: such
+    /// a store may run it outside any transaction.
     func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T
 
     /// Pins a view of the store as it is now; reads with the ID see it until `unpin`.

@@ -75,6 +75,7 @@ extension QueuedStore {
                 }
             }, commit: { commit in
                 try self.state.withLock { state in
+                    state.writeEpoch &+= 1
                     try commit()
                     state.overlay.removeWritten(upTo: last)
                 }

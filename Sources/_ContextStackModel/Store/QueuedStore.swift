@@ -89,6 +89,12 @@ package struct QueueState: Sendable {
     /// How many write transactions the writer has committed (group commit makes it fewer
     /// than the commits it wrote).
     package var transactionCount = 0
+    /// Moves on whenever the writer ends a transaction, in the same hold of this lock as its
+    /// `COMMIT`. A read that took what it keeps in step with its snapshot (the overlay, the
+    /// commits handed to its context) under this lock, and its snapshot only later, outside
+    /// it, finds this unchanged when nothing was written in between: its snapshot is then
+    /// the one it would have taken under the lock (`SQLiteStore.read`).
+    package var writeEpoch: UInt64 = 0
     /// Unique values claimed by `fetchOrCreate`, with the ID of the object made for them.
     var claims: [UniqueClaim: ObjectID] = [:]
     var claimOrder: [UniqueClaim] = []

@@ -2,10 +2,12 @@
 import _ContextStackCore
 @testable import _ContextStackModel
 
-/// The statements `stack.trace` shows for two reads of an update context with nothing queued,
-/// pinned or handed over: a read by ID of an object it does not hold, then a fetch. What each
-/// store's tests expect of them: one statement for the first, a transaction for the second.
-func statementsOfReadsWithNothingToKeepInStep(_ store: TestStore) throws -> (lookup: [String], fetch: [String]) {
+/// The statements `stack.trace` shows for three reads of an update context with nothing queued,
+/// pinned or handed over: a read by ID of an object it does not hold, a fetch whose query is
+/// all it runs, and a fetch through a to-one key path (which may read the rows a pending
+/// change reaches first). What each store's tests expect of them: one statement for the first
+/// two, a transaction for the third.
+func statementsOfReadsWithNothingToKeepInStep(_ store: TestStore) throws -> (lookup: [String], fetch: [String], acrossKeyPath: [String]) {
     let writer = try ContextStack.Context(stack: store.stack)
     let id = try writer.beginUpdateAndWait { update -> ObjectID in
         let monk = try update.create(Person.self)
@@ -19,10 +21,13 @@ func statementsOfReadsWithNothingToKeepInStep(_ store: TestStore) throws -> (loo
     defer { store.stack.trace(nil) }
     let reader = try ContextStack.Context(stack: store.stack)
     guard try reader.beginUpdateAndWait({ update in try update.fetch(Person.self, id: id)?.name }) == "Monk" else {
-        return ([], [])
+        return ([], [], [])
     }
     let lookup = statements.withLock { $0 }
     statements.withLock { $0.removeAll() }
     _ = try reader.beginUpdateAndWait { update in try update.fetchAll(Person.self, %"name" == "Monk") }
-    return (lookup, statements.withLock { $0 })
+    let fetch = statements.withLock { $0 }
+    statements.withLock { $0.removeAll() }
+    _ = try reader.beginUpdateAndWait { update in try update.fetchAll(Person.self, %"friend.name" == "Monk") }
+    return (lookup, fetch, statements.withLock { $0 })
 }
