@@ -174,7 +174,7 @@ package final class PostgresStore: QueuedStore {
 
     package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
         let (connection, result) = try withReadTransaction { state, connection in
-            var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
+            var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.queued), context: nil)
             return try body(&state, &reader)
         }
         finishReading(connection)

@@ -10,7 +10,7 @@ import _ContextStackSQLite
 /// busy are written together in one transaction (group commit), each in its own savepoint so
 /// that one failing commit fails alone. Until a commit is written it sits in the `Overlay`,
 /// which every read merges in, so a commit is visible to all contexts as soon as it is handed
-/// over. File stores read through a small pool of reader connections (WAL: readers never wait
+/// over (one that waits to be written, once written: `QueueState.overlay`). File stores read through a small pool of reader connections (WAL: readers never wait
 /// for the writer); in-memory stores share one connection.
 package final class SQLiteStore: QueuedStore {
     package typealias Writer = WriterState
@@ -308,7 +308,7 @@ package final class SQLiteStore: QueuedStore {
             return try writer.withLock { writerState in
                 try state.withLock { state in
                     let db = writerState.connection
-                    var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
+                    var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.queued), context: nil)
                     return try body(&state, &reader)
                 }
             }
@@ -319,7 +319,7 @@ package final class SQLiteStore: QueuedStore {
         return try state.withLock { state in
             try db.execute("BEGIN DEFERRED")
             _ = try db.scalar(connection.snapshotSQL)
-            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
+            var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.queued), context: nil)
             return try body(&state, &reader)
         }
     }

@@ -25,6 +25,86 @@ import Testing
         #expect(recorder.all.isEmpty)
     }
 
+    /// A commit that waits to be written (`.persistentStore`) is seen by reads only once it is
+    /// in SQLite, when its receivers hear of it: while the writer writes it, another context
+    /// reads the row as it was, so no read can show a commit whose write then fails. (Not in
+    /// memory, where reads wait for the writer's connection.)
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aCommitThatWaitsIsReadOnlyOnceWritten(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let writer = try ContextStack.Context(stack: store.stack)
+        let id = try writer.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            monk.age = 1
+            try update.commit()
+            return monk.objectID
+        }
+        let reader = try ContextStack.Context(stack: store.stack)
+        let seen = Locked<[Int]>([])
+        let armed = Locked(true)
+        store.stack.trace { sql in
+            // The writer runs the commit's statement: it is queued, not yet written.
+            guard sql.hasPrefix("UPDATE"), armed.withLock({ let was = $0; $0 = false; return was }) else { return }
+            let done = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                if let age = try? reader.beginUpdateAndWait({ update in try update.fetch(Person.self, id: id)?.age }) {
+                    seen.withLock { $0.append(age) }
+                }
+                done.signal()
+            }
+            done.wait()
+        }
+        defer { store.stack.trace(nil) }
+        try writer.beginUpdateAndWait { update in
+            try update.fetch(Person.self, id: id)?.age = 2
+            try update.commit()
+        }
+        store.stack.trace(nil)
+        #expect(seen.withLock { $0 } == [1])
+        #expect(try reader.beginUpdateAndWait { update in try update.fetch(Person.self, id: id)?.age } == 2)
+    }
+
+    /// Main-context reads while its updates commit on another thread: every commit changes two
+    /// people together, so after any read the two held people show the same commit — whichever
+    /// way each read's snapshot was taken. With a root, a commit is handed to the main context
+    /// when queued and written later; without one, it is handed over once written, and reads
+    /// see it only from then on (before, the queue showed it to reads first).
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }, [Stack.RootContext.shared, .none]) @MainActor
+    func mainContextReadsNeverShowHalfACommit(kind: StoreKind, root: Stack.RootContext) throws {
+        let store = try TestStore(kind, rootContext: root)
+        let world = try MainContext(stack: store.stack)
+        let ids = try world.beginUpdateAndWait { update in
+            let first = try update.create(Person.self)
+            first.name = "first"
+            let second = try update.create(Person.self)
+            second.name = "second"
+            try update.commit()
+            return [first.objectID, second.objectID]
+        }
+        let second = try #require(try world.fetch(Person.self, id: ids[1]))
+        let finished = Locked(false)
+        DispatchQueue.global().async {
+            for age in 1...300 {
+                try? world.beginUpdateAndWait { update in
+                    for id in ids { try update.fetch(Person.self, id: id)?.age = age }
+                    try update.commit()
+                }
+            }
+            finished.withLock { $0 = true }
+        }
+        var reads = 0
+        var last = false
+        while !last {
+            last = finished.withLock { $0 }
+            let first = try #require(try world.fetch(Person.self, %"name" == "first"))
+            #expect(first.age == second.age, "read \(reads) showed half a commit")
+            reads += 1
+            if first.age != second.age { break }
+        }
+        try store.stack.flushAndWait()
+        #expect(try world.fetch(Person.self, %"name" == "first")?.age == 300)
+    }
+
     /// A public read that never reaches the store must not leave the main context to catch up
     /// in the middle of later code (a relationship load, say).
     @Test @MainActor func heldObjectsChangeOnlyAtReads() throws {

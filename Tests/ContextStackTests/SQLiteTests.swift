@@ -182,42 +182,5 @@ import Testing
         #expect(read.filter { $0.contains("sqlite_master") }.count == 1, "\(read)")
     }
 
-    /// Main-context reads while its updates commit on another thread and the root writes them:
-    /// every commit changes two people together, so after any read the two held people show
-    /// the same commit — whichever way each read's snapshot was taken.
-    @Test @MainActor func mainContextReadsNeverShowHalfACommit() throws {
-        let store = try TestStore(.file)
-        let world = try MainContext(stack: store.stack)
-        let ids = try world.beginUpdateAndWait { update in
-            let first = try update.create(Person.self)
-            first.name = "first"
-            let second = try update.create(Person.self)
-            second.name = "second"
-            try update.commit()
-            return [first.objectID, second.objectID]
-        }
-        let second = try #require(try world.fetch(Person.self, id: ids[1]))
-        let finished = Locked(false)
-        DispatchQueue.global().async {
-            for age in 1...300 {
-                try? world.beginUpdateAndWait { update in
-                    for id in ids { try update.fetch(Person.self, id: id)?.age = age }
-                    try update.commit()
-                }
-            }
-            finished.withLock { $0 = true }
-        }
-        var reads = 0
-        var last = false
-        while !last {
-            last = finished.withLock { $0 }
-            let first = try #require(try world.fetch(Person.self, %"name" == "first"))
-            #expect(first.age == second.age, "read \(reads) showed half a commit")
-            reads += 1
-            if first.age != second.age { break }
-        }
-        try store.stack.flushAndWait()
-        #expect(try world.fetch(Person.self, %"name" == "first")?.age == 300)
-    }
 }
 

@@ -59,12 +59,13 @@ extension QueuedStore {
         return submission
     }
 
-    /// Appends a resolved commit to the queue and the overlay; says whether a drain must start.
+    /// Appends a resolved commit to the queue and the overlays (reads' only when it is visible
+    /// now, not once written); says whether a drain must start.
     static func append(_ item: QueueItem, to state: inout QueueState, announce: (ChangeSet) -> Void) -> (Submission, Bool) {
         state.lastSequence += 1
         var item = item
         item.sequence = state.lastSequence
-        state.overlay.apply(item.changes, sequence: item.sequence)
+        state.queue(item.changes, sequence: item.sequence, visible: item.afterWrite == nil)
         releaseClaims(of: item.changes, in: &state)
         state.queue.append(item)
         announce(item.changes)

@@ -11,7 +11,7 @@ extension QueuedStore {
             let outcome = write(batch, upTo: last)
             undoAnnounced(batch, outcome)
             for failure in outcome.failures where !failure.claimed { reportError(failure.error) }
-            for waiter in finish(batch, outcome, upTo: last) { waiter.resume(state: state) }
+            for waiter in finish(outcome, upTo: last) { waiter.resume(state: state) }
         }
     }
 
@@ -77,14 +77,17 @@ extension QueuedStore {
                 try self.state.withLock { state in
                     state.writeEpoch &+= 1
                     try commit()
-                    state.overlay.removeWritten(upTo: last)
+                    state.removeWritten(upTo: last)
+                    // In the same hold of the lock as `COMMIT`: no read can take a snapshot
+                    // that shows these commits while their receivers still lack them.
+                    Self.announceWritten(batch, outcome, in: &state)
                 }
             })
         } catch {
             // The whole transaction failed: nothing of the batch is stored. A commit alone may
             // learn of its statements' errors only at `COMMIT` (a store that sends them
             // without waiting, as PostgreSQL's does): they are its own, and read as such.
-            state.withLock { $0.overlay.removeWritten(upTo: last) }
+            state.withLock { $0.removeWritten(upTo: last) }
             let error = batch.count == 1 ? saveError(error) : error
             outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
         }
@@ -120,7 +123,11 @@ extension QueuedStore {
         let announced = batch.filter { failed.contains($0.sequence) && $0.correct != nil && $0.batch == nil }
         guard !announced.isEmpty else { return }
         do {
-            try withCommittedView { _, reader in
+            try withCommittedView { state, committed in
+                // What the receivers see: commits queued behind that wait to be written are
+                // not theirs yet.
+                var reader = RowReader(session: ReadSession(graph: committed.session.graph, connection: committed.session.connection,
+                                                            overlay: state.overlay), context: nil)
                 for item in announced {
                     let undo = try Self.undo(item.changes, reader: &reader)
                     if !undo.isEmpty { item.correct?(undo) }
@@ -150,34 +157,39 @@ extension QueuedStore {
         return undo
     }
 
-    /// Records a written batch: the written sequence, what each stored commit's receivers are
-    /// told, the errors for `flush` and for waiting committers. Returns the flush waiters the
-    /// batch satisfied, to resume outside the lock.
-    private func finish(_ batch: [QueueItem], _ outcome: BatchOutcome, upTo last: UInt64) -> [FlushWaiter] {
+    /// Tells the receivers of a batch's stored commits what the writer stored: those told only
+    /// once written get the commit as written, with its token; those told when it was queued
+    /// get the writer's correction, if it rewrote the commit. Runs under the lock, in the same
+    /// hold as the transaction's `COMMIT`, which is when reads begin to see what it wrote.
+    private static func announceWritten(_ batch: [QueueItem], _ outcome: BatchOutcome, in state: inout QueueState) {
+        let failed = outcome.failed
+        for item in batch where !failed.contains(item.sequence) {
+            func written(_ changes: ChangeSet) -> ChangeSet {
+                var changes = changes
+                changes.info = item.changes.info
+                changes.info.token = outcome.tokens[item.sequence]
+                return changes
+            }
+            if let result = outcome.batchResults[item.sequence] {
+                releaseClaims(of: result.changes, in: &state)
+                state.batchResults[item.sequence] = result
+                item.afterWrite?(written(result.changes))
+            } else if let (saved, correction) = outcome.rewritten[item.sequence] {
+                releaseClaims(of: correction, in: &state)
+                item.afterWrite?(written(saved))
+                if !correction.isEmpty { item.correct?(correction) }
+            } else if let afterWrite = item.afterWrite {
+                afterWrite(written(item.changes))
+            }
+        }
+    }
+
+    /// Records a written batch: the written sequence, the errors for `flush` and for waiting
+    /// committers. Returns the flush waiters the batch satisfied, to resume outside the lock.
+    private func finish(_ outcome: BatchOutcome, upTo last: UInt64) -> [FlushWaiter] {
         state.withLock { state -> [FlushWaiter] in
             state.writtenSequence = last
             state.transactionCount += 1
-            let failed = outcome.failed
-            for item in batch where !failed.contains(item.sequence) {
-                // What receivers told only now are given: the commit as written, with its token.
-                func written(_ changes: ChangeSet) -> ChangeSet {
-                    var changes = changes
-                    changes.info = item.changes.info
-                    changes.info.token = outcome.tokens[item.sequence]
-                    return changes
-                }
-                if let result = outcome.batchResults[item.sequence] {
-                    Self.releaseClaims(of: result.changes, in: &state)
-                    state.batchResults[item.sequence] = result
-                    item.afterWrite?(written(result.changes))
-                } else if let (saved, correction) = outcome.rewritten[item.sequence] {
-                    Self.releaseClaims(of: correction, in: &state)
-                    item.afterWrite?(written(saved))
-                    if !correction.isEmpty { item.correct?(correction) }
-                } else if let afterWrite = item.afterWrite {
-                    afterWrite(written(item.changes))
-                }
-            }
             state.errors += outcome.failures.filter { !$0.claimed }.map(\.error)
             for failure in outcome.failures where failure.claimed { state.failures[failure.sequence] = failure.error }
             if state.failures.count > 1024 {

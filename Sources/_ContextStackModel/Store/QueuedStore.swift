@@ -27,8 +27,9 @@ package protocol QueuedStore: ObjectStore {
     var writeQueue: DispatchQueue { get }
 
     /// Runs `body` under the state lock with a reader that sees exactly what is committed now
-    /// (a snapshot fixed under that lock, plus the overlay). Nothing can be written or queued
-    /// meanwhile, so a commit checked in `body` can be queued in it too.
+    /// (a snapshot fixed under that lock, plus every queued commit: `QueueState.queued`).
+    /// Nothing can be written or queued meanwhile, so a commit checked in `body` can be queued
+    /// in it too.
     func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T
 
     /// Runs `body` inside one write transaction. `commit` receives the function that commits
@@ -73,7 +74,43 @@ extension QueuedStore {
 
 /// The state every `QueuedStore` keeps under its lock.
 package struct QueueState: Sendable {
+    /// The commits handed to the store and not yet written that reads merge in: those visible
+    /// at their targets. A commit that waits to be written (`QueueItem.afterWrite`) is not
+    /// here: reads see it once it is in the database, in the same hold of this lock as its
+    /// receivers hear of it — so a read never shows a commit that then fails, and a main
+    /// context's read never shows one the context was not handed.
     package var overlay = Overlay()
+    /// `overlay` with the waiting commits too, while some are queued (`nil` when it would be
+    /// `overlay` itself, so that commits visible when queued are applied once).
+    var withWaiting: Overlay?
+    /// The sequence number of the last waiting commit queued.
+    var lastWaiting: UInt64 = 0
+
+    /// Every commit handed to the store and not yet written, waiting ones included: what a
+    /// new commit is checked against (`withCommittedView`), as the writer writes it after them.
+    package var queued: Overlay { withWaiting ?? overlay }
+
+    /// Adds a queued commit to the overlays: to reads' only when it is visible at once.
+    mutating func queue(_ changes: ChangeSet, sequence: UInt64, visible: Bool) {
+        if visible {
+            overlay.apply(changes, sequence: sequence)
+            withWaiting?.apply(changes, sequence: sequence)
+        } else {
+            if withWaiting == nil { withWaiting = overlay }
+            withWaiting!.apply(changes, sequence: sequence)
+            lastWaiting = sequence
+        }
+    }
+
+    /// Drops the commits up to `last`, written or failed, from the overlays.
+    mutating func removeWritten(upTo last: UInt64) {
+        overlay.removeWritten(upTo: last)
+        if last >= lastWaiting {
+            withWaiting = nil
+        } else {
+            withWaiting?.removeWritten(upTo: last)
+        }
+    }
     /// Views pinned by main contexts that do not merge, with their before-images.
     package var pins: [UInt64: PinnedImages] = [:]
     var nextPin: UInt64 = 1
