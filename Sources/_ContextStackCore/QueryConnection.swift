@@ -14,6 +14,13 @@ package protocol QueryConnection {
     func select(_ sql: String, _ arguments: [Value], expecting: (Int) -> Void, _ body: (any QueryRow) throws -> Void) throws
 }
 
+/// A select abandoned because its connection's snapshot check found that the snapshot the
+/// statement took was not the one its read asked for (a write landed between the read's lock
+/// and the statement). The store's read that set the check catches it and reads again.
+package struct SnapshotMoved: Error {
+    package init() {}
+}
+
 extension QueryConnection {
     package func select(_ sql: String, _ arguments: [Value], expecting: (Int) -> Void, _ body: (any QueryRow) throws -> Void) throws {
         try select(sql, arguments, body)

@@ -26,6 +26,17 @@ package final class PostgresConnection {
     private var unanswered: String?
     /// A `BEGIN` that goes out with the next statement, in the same round trip (`beginLater`).
     private var pendingBegin: String?
+    /// Asked once a `query`'s result has arrived — the server took the statement's snapshot
+    /// when it ran it — before any row reaches the caller, whether that snapshot is the one
+    /// the read wants; `false` abandons the query with `SnapshotMoved` and sets
+    /// `mustReadAgain`. Inside a transaction it is asked once (its first statement fixed the
+    /// snapshot of a repeatable-read transaction); outside one, of every statement. A store's
+    /// read sets it and clears it.
+    package var snapshotCheck: (() -> Bool)?
+    /// Whether a query was abandoned since the read that set `snapshotCheck` began, so that
+    /// nothing of it was used and the read can run again: its snapshot was not the one wanted,
+    /// or the connection turned out broken (a server restart) before the statement was answered.
+    package var mustReadAgain = false
     /// Past this many prepared statements the cache starts over (`DEALLOCATE ALL`), as
     /// SQLite's does: generated SQL varies and must not grow the server's memory without bound.
     package static let statementCacheLimit = 512
@@ -151,8 +162,15 @@ package final class PostgresConnection {
     /// Runs a prepared query and hands each row to `body`; the row is valid only during that call.
     package func query(_ sql: String, _ arguments: [Value] = [], expecting: (Int) -> Void = { _ in },
                        _ body: (PostgresRow) throws -> Void) throws {
-        let result = try executePrepared(sql, arguments)
+        guard let result = try executePreparedForRead(sql, arguments) else { throw SnapshotMoved() }
         defer { PQclear(result) }
+        if let check = snapshotCheck {
+            guard check() else {
+                mustReadAgain = true
+                throw SnapshotMoved()
+            }
+            if isInTransaction { snapshotCheck = nil }
+        }
         let row = PostgresRow(result: result)
         let count = PQntuples(result)
         expecting(Int(count))
@@ -161,6 +179,18 @@ package final class PostgresConnection {
             row.index = index
             try body(row)
             index += 1
+        }
+    }
+
+    /// `executePrepared`, or `nil` when the connection broke before the statement was answered
+    /// during a read that can run again (`snapshotCheck` set): nothing of it was used.
+    private func executePreparedForRead(_ sql: String, _ arguments: [Value]) throws -> OpaquePointer? {
+        do {
+            return try executePrepared(sql, arguments)
+        } catch {
+            guard snapshotCheck != nil && isBroken else { throw error }
+            mustReadAgain = true
+            return nil
         }
     }
 

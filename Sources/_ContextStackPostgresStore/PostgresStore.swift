@@ -139,27 +139,67 @@ package final class PostgresStore: QueuedStore {
     /// Runs `body` with a reader connection inside a read-only transaction and the overlay,
     /// taken so that the overlay holds exactly what the transaction's snapshot lacks.
     ///
-    /// Such a read that runs one statement (`oneStatement`) needs no transaction at all: the
-    /// statement's own snapshot is the read's, and it goes out alone, in autocommit.
+    /// The snapshot is taken by the read's first statement, which takes `BEGIN` along, outside
+    /// the state lock — a round trip there would hold up every commit and read of the process.
+    /// With nothing to keep in step (no overlay that it must lack exactly, no handed-over
+    /// commits to catch up with) any later snapshot is as right as one taken under the lock.
+    /// Otherwise the lock's `writeEpoch` is noted, and checked again once the first
+    /// statement's result has arrived, before any row is used (`PostgresConnection.snapshotCheck`):
+    /// unchanged, no commit of this process became visible in between (the writer moves it
+    /// before it sends `COMMIT`, under the lock), so the snapshot is the one the lock would have
+    /// given; changed, the read runs again with its snapshot taken under the lock. A pinned
+    /// view's read always takes it there. As on SQLite (`SQLiteStore.read`).
+    ///
+    /// Such a read that runs one statement (`oneStatement`, with an empty overlay) needs no
+    /// transaction at all: the statement's own snapshot is the read's, and it goes out alone,
+    /// in autocommit.
     package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
+        if let result = try read(pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: false, body) {
+            return result
+        }
+        guard let result = try read(pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: true, body) else {
+            preconditionFailure("a read whose snapshot was taken under the store's lock was abandoned as moved")
+        }
+        return result
+    }
+
+    /// One attempt of `read`; `nil` when its snapshot turned out not to be the one it needed,
+    /// or its connection broken at its first statement. `underLock` takes the snapshot under
+    /// the lock whatever the read needs (and a broken connection is then replaced at `BEGIN`).
+    private func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, underLock: Bool,
+                         _ body: (ReadSession) throws -> T) throws -> T? {
         var time = SnapshotTime.now
+        var epoch: UInt64?
         let (connection, (overlay, pinned)) = try withReadTransaction(snapshotTime: { state in
-            // Nothing to keep in step with the snapshot: no overlay that it must lack exactly,
-            // no pinned view's before-images, no handed-over commits to catch up with. Any
-            // later snapshot is then as right as one taken now.
-            guard whileLocked == nil && pin == nil && state.overlay.isEmpty else { return .now }
-            time = oneStatement ? .byTheStatement : .atTheFirstStatement
+            guard pin == nil && !underLock else { return .now }
+            if whileLocked != nil || !state.overlay.isEmpty { epoch = state.writeEpoch }
+            time = oneStatement && state.overlay.isEmpty ? .byTheStatement : .atTheFirstStatement
             return time
         }) { state, _ in
             whileLocked?()
             return (state.overlay, pin.flatMap { state.pins[$0] })
         }
         defer { finishReading(connection) }
+        connection.mustReadAgain = false
+        if let epoch {
+            let state = self.state
+            connection.snapshotCheck = { state.withLock { $0.writeEpoch } == epoch }
+        } else if time != .now {
+            // Nothing to check, but a pooled connection the server closed since its last use
+            // fails at the read's first statement, not at a `BEGIN` of its own: then the read
+            // runs again, on another connection.
+            connection.snapshotCheck = { true }
+        }
+        defer { connection.snapshotCheck = nil }
         let before = connection.preparedStatementsRun
-        let result = try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
-        assert(time != .byTheStatement || connection.preparedStatementsRun - before <= 1,
-               "A read said to run one statement ran \(connection.preparedStatementsRun - before): its snapshot may not have held for all of them.")
-        return result
+        do {
+            let result = try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
+            assert(time != .byTheStatement || connection.preparedStatementsRun - before <= 1,
+                   "A read said to run one statement ran \(connection.preparedStatementsRun - before): its snapshot may not have held for all of them.")
+            return connection.mustReadAgain ? nil : result
+        } catch where connection.mustReadAgain {
+            return nil
+        }
     }
 
     /// When a read's snapshot is taken.

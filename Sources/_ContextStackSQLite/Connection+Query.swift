@@ -27,10 +27,6 @@ extension Connection: QueryConnection {
     }
 }
 
-/// A select abandoned because `Connection.snapshotCheck` found its snapshot was not the one
-/// its read asked for. The read that set the check catches it and reads again.
-package struct SnapshotMoved: Error {}
-
 extension Statement: QueryRow {
     package func value(_ column: Int) -> Value { self.column(column) }
 

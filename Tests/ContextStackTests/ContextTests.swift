@@ -25,6 +25,59 @@ import Testing
         #expect(recorder.all.isEmpty)
     }
 
+    /// A write that lands between a main context's catch-up (under the store's lock) and its
+    /// query's snapshot (outside it) would show the query a commit the context has not applied:
+    /// the read notices, and reads again with its snapshot taken under the lock, applying the
+    /// commit first. Without that, the fetched person would show the commit and the held pet,
+    /// changed by the same commit, would not. (Not in memory, where reads wait for the writer's
+    /// connection.)
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aWriteBeforeTheSnapshotMakesAMainContextReadAgain(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let (monkID, petID) = try world.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            let pet = try update.create(Pet.self)
+            pet.owner = monk
+            try update.commit()
+            return (monk.objectID, pet.objectID)
+        }
+        let pet = try #require(try world.fetch(Pet.self, id: petID))
+
+        let armed = Locked(false)
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in
+            statements.withLock { $0.append(sql) }
+            // The main context's query has begun, its snapshot not yet taken.
+            guard sql.hasPrefix("SELECT") && sql.contains("\"Person\""),
+                  armed.withLock({ let was = $0; $0 = false; return was }) else { return }
+            // An update of the main context on another thread: its commit is handed to the
+            // main context when queued, and written before the query's first step.
+            let written = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                try? world.beginUpdateAndWait { update in
+                    try update.fetch(Person.self, id: monkID)?.age = 44
+                    try update.fetch(Pet.self, id: petID)?.age = 7
+                    try update.commit()
+                }
+                try? store.stack.flushAndWait()
+                written.signal()
+            }
+            written.wait()
+        }
+        defer { store.stack.trace(nil) }
+        armed.withLock { $0 = true }
+        let found = try world.fetchAll(Person.self, %"age" == 44)
+        store.stack.trace(nil)
+        #expect(found.map(\.objectID) == [monkID])
+        #expect(pet.age == 7, "the read showed a commit its context had not applied")
+        let read = statements.withLock { $0 }
+        // Read again once, with the snapshot taken under the lock (SQLite's `SELECT 1 FROM
+        // sqlite_master`, PostgreSQL's `BEGIN …; SELECT 1`).
+        #expect(read.filter { $0.contains("SELECT 1") }.count == 1, "\(read)")
+    }
+
     /// A commit that waits to be written (`.persistentStore`) is seen by reads only once it is
     /// in SQLite, when its receivers hear of it: while the writer writes it, another context
     /// reads the row as it was, so no read can show a commit whose write then fails. (Not in

@@ -133,54 +133,6 @@ import Testing
         #expect(read.count == 1 && read.first?.hasPrefix("SELECT") == true, "\(read)")
     }
 
-    /// A write that lands between a main context's catch-up (under the store's lock) and its
-    /// query's snapshot (outside it) would show the query a commit the context has not applied:
-    /// the read notices, and reads again with its snapshot taken under the lock, applying the
-    /// commit first. Without that, the fetched person would show the commit and the held pet,
-    /// changed by the same commit, would not.
-    @Test @MainActor func aWriteBeforeTheSnapshotMakesAMainContextReadAgain() throws {
-        let store = try TestStore(.file)
-        let world = try MainContext(stack: store.stack)
-        let (monkID, petID) = try world.beginUpdateAndWait { update in
-            let monk = try update.create(Person.self)
-            monk.name = "Monk"
-            let pet = try update.create(Pet.self)
-            pet.owner = monk
-            try update.commit()
-            return (monk.objectID, pet.objectID)
-        }
-        let pet = try #require(try world.fetch(Pet.self, id: petID))
-
-        let armed = Locked(false)
-        let statements = Locked<[String]>([])
-        store.stack.trace { sql in
-            statements.withLock { $0.append(sql) }
-            // The main context's query has begun, its snapshot not yet taken.
-            guard sql.hasPrefix("SELECT") && sql.contains("\"Person\""),
-                  armed.withLock({ let was = $0; $0 = false; return was }) else { return }
-            // An update of the main context on another thread: its commit is handed to the
-            // main context when queued, and written before the query's first step.
-            let written = DispatchSemaphore(value: 0)
-            DispatchQueue.global().async {
-                try? world.beginUpdateAndWait { update in
-                    try update.fetch(Person.self, id: monkID)?.age = 44
-                    try update.fetch(Pet.self, id: petID)?.age = 7
-                    try update.commit()
-                }
-                try? store.stack.flushAndWait()
-                written.signal()
-            }
-            written.wait()
-        }
-        defer { store.stack.trace(nil) }
-        armed.withLock { $0 = true }
-        let found = try world.fetchAll(Person.self, %"age" == 44)
-        store.stack.trace(nil)
-        #expect(found.map(\.objectID) == [monkID])
-        #expect(pet.age == 7, "the read showed a commit its context had not applied")
-        let read = statements.withLock { $0 }
-        #expect(read.filter { $0.contains("sqlite_master") }.count == 1, "\(read)")
-    }
 
 }
 
