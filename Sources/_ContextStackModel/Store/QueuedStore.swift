@@ -85,32 +85,6 @@ package struct QueueState: Sendable {
     var withWaiting: Overlay?
     /// The sequence number of the last waiting commit queued.
     var lastWaiting: UInt64 = 0
-
-    /// Every commit handed to the store and not yet written, waiting ones included: what a
-    /// new commit is checked against (`withCommittedView`), as the writer writes it after them.
-    package var queued: Overlay { withWaiting ?? overlay }
-
-    /// Adds a queued commit to the overlays: to reads' only when it is visible at once.
-    mutating func queue(_ changes: ChangeSet, sequence: UInt64, visible: Bool) {
-        if visible {
-            overlay.apply(changes, sequence: sequence)
-            withWaiting?.apply(changes, sequence: sequence)
-        } else {
-            if withWaiting == nil { withWaiting = overlay }
-            withWaiting!.apply(changes, sequence: sequence)
-            lastWaiting = sequence
-        }
-    }
-
-    /// Drops the commits up to `last`, written or failed, from the overlays.
-    mutating func removeWritten(upTo last: UInt64) {
-        overlay.removeWritten(upTo: last)
-        if last >= lastWaiting {
-            withWaiting = nil
-        } else {
-            withWaiting?.removeWritten(upTo: last)
-        }
-    }
     /// Views pinned by main contexts that do not merge, with their before-images.
     package var pins: [UInt64: PinnedImages] = [:]
     var nextPin: UInt64 = 1
@@ -139,6 +113,34 @@ package struct QueueState: Sendable {
     var batchResults: [UInt64: BatchResult] = [:]
 
     package init() {}
+}
+
+extension QueueState {
+    /// Every commit handed to the store and not yet written, waiting ones included: what a
+    /// new commit is checked against (`withCommittedView`), as the writer writes it after them.
+    package var queued: Overlay { withWaiting ?? overlay }
+
+    /// Adds a queued commit to the overlays: to reads' only when it is visible at once.
+    mutating func queue(_ changes: ChangeSet, sequence: UInt64, visible: Bool) {
+        if visible {
+            overlay.apply(changes, sequence: sequence)
+            withWaiting?.apply(changes, sequence: sequence)
+        } else {
+            if withWaiting == nil { withWaiting = overlay }
+            withWaiting!.apply(changes, sequence: sequence)
+            lastWaiting = sequence
+        }
+    }
+
+    /// Drops the commits up to `last`, written or failed, from the overlays.
+    mutating func removeWritten(upTo last: UInt64) {
+        overlay.removeWritten(upTo: last)
+        if last >= lastWaiting {
+            withWaiting = nil
+        } else {
+            withWaiting?.removeWritten(upTo: last)
+        }
+    }
 }
 
 /// What the writer did with one queued item.
