@@ -35,14 +35,7 @@ import Testing
     func aWriteBeforeTheSnapshotMakesAMainContextReadAgain(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let world = try MainContext(stack: store.stack)
-        let (monkID, petID) = try world.beginUpdateAndWait { update in
-            let monk = try update.create(Person.self)
-            monk.name = "Monk"
-            let pet = try update.create(Pet.self)
-            pet.owner = monk
-            try update.commit()
-            return (monk.objectID, pet.objectID)
-        }
+        let (monkID, petID) = try world.beginUpdateAndWait(Fixtures.monkAndPet)
         let pet = try #require(try world.fetch(Pet.self, id: petID))
 
         let armed = Locked(false)

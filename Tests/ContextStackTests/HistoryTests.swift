@@ -22,14 +22,7 @@ import Testing
         let store = try TestStore(kind, tracksHistory: true)
         let world = try MainContext(stack: store.stack, author: "app")
         let importer = try Context(stack: store.stack, updateTarget: .persistentStore, author: "importer")
-        let (monk, rex) = try world.beginUpdateAndWait { update in
-            let monk = try update.create(Person.self)
-            monk.name = "Monk"
-            let rex = try update.create(Pet.self)
-            rex.owner = monk
-            try update.commit()
-            return (monk.objectID, rex.objectID)
-        }
+        let (monk, rex) = try world.beginUpdateAndWait(Fixtures.monkAndPet)
         let importerCommits = Locked<[Commit]>([])
         let observation = importer.observeCommit { commit in importerCommits.withLock { $0.append(commit) } }
         defer { observation.cancel() }

@@ -22,6 +22,16 @@ enum Fixtures {
         try update.commit()
     }
 
+    /// Monk and the pet he owns; returns their IDs.
+    static func monkAndPet(_ update: Update) throws -> (monk: ObjectID, pet: ObjectID) {
+        let monk = try update.create(Person.self)
+        monk.name = "Monk"
+        let pet = try update.create(Pet.self)
+        pet.owner = monk
+        try update.commit()
+        return (monk.objectID, pet.objectID)
+    }
+
     /// Six people "a" to "f" aged 5 to 60 in Taipei, Kyoto or nowhere; a and b befriend c.
     static func agedPeople(_ update: Update) throws {
         let people = try makePeople(update, [("a", 10, "Taipei"), ("b", 20, "Taipei"), ("c", 60, "Kyoto"),
