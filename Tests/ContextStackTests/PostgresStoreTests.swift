@@ -137,11 +137,22 @@ struct PostgresStoreTests {
     /// in step is one statement in autocommit, without `BEGIN` or `COMMIT`; a read that may
     /// run several statements keeps its transaction, so they share one snapshot
     /// (Docs/Postgres.md, "Why libpq").
-    @Test func aReadOfOneStatementRunsWithoutATransaction() throws {
+    @Test @MainActor func aReadOfOneStatementRunsWithoutATransaction() throws {
         let store = try TestStore(.postgres)
         let (lookup, fetch, acrossKeyPath) = try statementsOfReadsWithNothingToKeepInStep(store)
         #expect(lookup.count == 1 && lookup.first?.hasPrefix("SELECT") == true, "\(lookup)")
         #expect(fetch.count == 1 && fetch.first?.hasPrefix("SELECT") == true, "\(fetch)")
         #expect(acrossKeyPath.first?.hasPrefix("BEGIN") == true && acrossKeyPath.last == "COMMIT", "\(acrossKeyPath)")
+
+        // A main context's public read, which catches up with the commits handed to it, makes
+        // no round trip under the store's lock either (no `BEGIN …; SELECT 1`): its query
+        // takes the snapshot, checked against the writer's epoch.
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        defer { store.stack.trace(nil) }
+        let world = try MainContext(stack: store.stack)
+        _ = try world.fetchAll(Person.self)
+        let read = statements.withLock { $0 }
+        #expect(read.count == 1 && read.first?.hasPrefix("SELECT") == true, "\(read)")
     }
 }
