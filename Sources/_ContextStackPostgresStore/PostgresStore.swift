@@ -177,7 +177,9 @@ package final class PostgresStore: QueuedStore {
             return time
         }) { state, _ in
             whileLocked?()
-            return (state.overlay, pin.flatMap { state.pins[$0] })
+            // A pinned view sees commits that wait to be written from when they are queued, as
+            // its before-images do (`QueuedStore.capture` reads what is queued).
+            return (pin == nil ? state.overlay : state.queued, pin.flatMap { state.pins[$0] })
         }
         defer { finishReading(connection) }
         connection.mustReadAgain = false

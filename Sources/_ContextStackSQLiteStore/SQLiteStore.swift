@@ -236,7 +236,7 @@ package final class SQLiteStore: QueuedStore {
             return try writer.withLock { writerState in
                 let (overlay, pinned) = state.withLock { state in
                     whileLocked?()
-                    return (state.overlay, pin.flatMap { state.pins[$0] })
+                    return (pin == nil ? state.overlay : state.queued, pin.flatMap { state.pins[$0] })
                 }
                 return try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
             }
@@ -263,18 +263,23 @@ package final class SQLiteStore: QueuedStore {
         let (overlay, pinned, start) = try state.withLock { state -> (Overlay, PinnedImages?, SnapshotStart) in
             if pin == nil && reader.readsOneFile && !underLock {
                 if whileLocked == nil && state.overlay.isEmpty { return (state.overlay, nil, .anyLater) }
+                // A snapshot the read's first statement takes: several statements share it in
+                // a transaction, one statement needs none (SQLite's autocommit). `BEGIN
+                // DEFERRED` takes no lock of SQLite's; it runs before `whileLocked`, so that a
+                // read that fails here has not taken the commits handed over.
+                if !(oneStatement && state.overlay.isEmpty) { try db.execute("BEGIN DEFERRED") }
                 whileLocked?()
                 return (state.overlay, nil, .checked(epoch: state.writeEpoch))
             }
-            // Start the read transaction under the same lock the writer commits under.
+            // Start the read transaction under the same lock the writer commits under. A pinned
+            // view sees commits that wait to be written from when they are queued, as its
+            // before-images do (`QueuedStore.capture` reads what is queued).
             try db.execute("BEGIN DEFERRED")
             _ = try db.scalar(reader.snapshotSQL)
             whileLocked?()
-            return (state.overlay, pin.flatMap { state.pins[$0] }, .taken)
+            return (pin == nil ? state.overlay : state.queued, pin.flatMap { state.pins[$0] }, .taken)
         }
-        // A snapshot the read's first statement takes: several statements share it in a
-        // transaction; one statement needs none (SQLite's autocommit).
-        if start != .taken && !(oneStatement && overlay.isEmpty) { try db.execute("BEGIN DEFERRED") }
+        if start == .anyLater && !oneStatement { try db.execute("BEGIN DEFERRED") }
         db.snapshotMoved = false
         if case .checked(let epoch) = start {
             let state = self.state

@@ -71,6 +71,47 @@ import Testing
         #expect(read.filter { $0.contains("SELECT 1") }.count == 1, "\(read)")
     }
 
+    /// A main context that does not merge pins its view when it is made (and again after a
+    /// reset). Pinned while a commit that waits to be written is queued, the view keeps showing
+    /// what its first read showed once that commit is written.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aViewPinnedWhileACommitWaitsKeepsItsMoment(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let writer = try ContextStack.Context(stack: store.stack)
+        let id = try writer.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            monk.age = 1
+            try update.commit()
+            return monk.objectID
+        }
+        let atUpdate = DispatchSemaphore(value: 0)
+        let resume = DispatchSemaphore(value: 0)
+        let armed = Locked(true)
+        store.stack.trace { sql in
+            // The writer runs the commit's statement: it is queued, not yet written.
+            guard sql.hasPrefix("UPDATE"), armed.withLock({ let was = $0; $0 = false; return was }) else { return }
+            atUpdate.signal()
+            resume.wait()
+        }
+        defer { store.stack.trace(nil) }
+        let written = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            try? writer.beginUpdateAndWait { update in
+                try update.fetch(Person.self, id: id)?.age = 2
+                try update.commit()
+            }
+            written.signal()
+        }
+        atUpdate.wait()
+        // Pinned as it is made, while the commit waits.
+        let world = try MainContext(stack: store.stack, updateTarget: .persistentStore)
+        let first = try #require(try world.fetch(Person.self, id: id)).age
+        resume.signal()
+        written.wait()
+        store.stack.trace(nil)
+        #expect(try world.fetchAll(Person.self, %"age" == first).map(\.objectID) == [id])
+    }
+
     /// A commit that waits to be written (`.persistentStore`) is seen by reads only once it is
     /// in SQLite, when its receivers hear of it: while the writer writes it, another context
     /// reads the row as it was, so no read can show a commit whose write then fails. (Not in

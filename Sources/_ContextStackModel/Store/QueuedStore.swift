@@ -78,7 +78,8 @@ package struct QueueState: Sendable {
     /// at their targets. A commit that waits to be written (`QueueItem.afterWrite`) is not
     /// here: reads see it once it is in the database, in the same hold of this lock as its
     /// receivers hear of it — so a read never shows a commit that then fails, and a main
-    /// context's read never shows one the context was not handed.
+    /// context's read never shows one the context was not handed. (A pinned view's reads
+    /// merge in `queued` instead, as its before-images are captured from it.)
     package var overlay = Overlay()
     /// `overlay` with the waiting commits too, while some are queued (`nil` when it would be
     /// `overlay` itself, so that commits visible when queued are applied once).
