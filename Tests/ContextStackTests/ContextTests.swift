@@ -78,12 +78,7 @@ import Testing
     func aViewPinnedWhileACommitWaitsKeepsItsMoment(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let writer = try ContextStack.Context(stack: store.stack)
-        let id = try writer.beginUpdateAndWait { update in
-            let monk = try update.create(Person.self)
-            monk.age = 1
-            try update.commit()
-            return monk.objectID
-        }
+        let id = try writer.beginUpdateAndWait(Fixtures.monkAgedOne)
         let atUpdate = DispatchSemaphore(value: 0)
         let resume = DispatchSemaphore(value: 0)
         let armed = Locked(true)
@@ -120,12 +115,7 @@ import Testing
     func aCommitThatWaitsIsReadOnlyOnceWritten(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let writer = try ContextStack.Context(stack: store.stack)
-        let id = try writer.beginUpdateAndWait { update in
-            let monk = try update.create(Person.self)
-            monk.age = 1
-            try update.commit()
-            return monk.objectID
-        }
+        let id = try writer.beginUpdateAndWait(Fixtures.monkAgedOne)
         let reader = try ContextStack.Context(stack: store.stack)
         let seen = Locked<[Int]>([])
         let armed = Locked(true)

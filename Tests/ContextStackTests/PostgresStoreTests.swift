@@ -147,12 +147,7 @@ struct PostgresStoreTests {
         // A main context's public read, which catches up with the commits handed to it, makes
         // no round trip under the store's lock either (no `BEGIN …; SELECT 1`): its query
         // takes the snapshot, checked against the writer's epoch.
-        let statements = Locked<[String]>([])
-        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
-        defer { store.stack.trace(nil) }
-        let world = try MainContext(stack: store.stack)
-        _ = try world.fetchAll(Person.self)
-        let read = statements.withLock { $0 }
+        let read = try statementsOfAMainContextRead(store)
         #expect(read.count == 1 && read.first?.hasPrefix("SELECT") == true, "\(read)")
     }
 }

@@ -124,12 +124,7 @@ import Testing
         #expect(fetch.count == 1 && fetch.first?.hasPrefix("SELECT") == true, "\(fetch)")
         #expect(acrossKeyPath.first == "BEGIN DEFERRED" && acrossKeyPath.last == "COMMIT" && acrossKeyPath.count == 3, "\(acrossKeyPath)")
 
-        let statements = Locked<[String]>([])
-        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
-        defer { store.stack.trace(nil) }
-        let world = try MainContext(stack: store.stack)
-        _ = try world.fetchAll(Person.self)
-        let read = statements.withLock { $0 }
+        let read = try statementsOfAMainContextRead(store)
         #expect(read.count == 1 && read.first?.hasPrefix("SELECT") == true, "\(read)")
     }
 

@@ -22,6 +22,14 @@ enum Fixtures {
         try update.commit()
     }
 
+    /// Monk, aged 1; returns his ID.
+    static func monkAgedOne(_ update: Update) throws -> ObjectID {
+        let monk = try update.create(Person.self)
+        monk.age = 1
+        try update.commit()
+        return monk.objectID
+    }
+
     /// Monk and the pet he owns; returns their IDs.
     static func monkAndPet(_ update: Update) throws -> (monk: ObjectID, pet: ObjectID) {
         let monk = try update.create(Person.self)

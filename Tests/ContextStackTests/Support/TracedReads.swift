@@ -31,3 +31,16 @@ func statementsOfReadsWithNothingToKeepInStep(_ store: TestStore) throws -> (loo
     _ = try reader.beginUpdateAndWait { update in try update.fetchAll(Person.self, %"friend.name" == "Monk") }
     return (lookup, fetch, statements.withLock { $0 })
 }
+
+/// The statements `stack.trace` shows for a main context's first public read, a `fetchAll`:
+/// what each store's tests expect of it is its `SELECT` alone, with no statement under the
+/// store's lock to pin a snapshot (the writer's epoch is checked instead).
+@MainActor
+func statementsOfAMainContextRead(_ store: TestStore) throws -> [String] {
+    let statements = Locked<[String]>([])
+    store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+    defer { store.stack.trace(nil) }
+    let world = try MainContext(stack: store.stack)
+    _ = try world.fetchAll(Person.self)
+    return statements.withLock { $0 }
+}
