@@ -154,13 +154,9 @@ package final class PostgresStore: QueuedStore {
     /// transaction at all: the statement's own snapshot is the read's, and it goes out alone,
     /// in autocommit.
     package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
-        if let result = try read(pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: false, body) {
-            return result
+        try readTwice { underLock in
+            try read(pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: underLock, body)
         }
-        guard let result = try read(pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: true, body) else {
-            preconditionFailure("a read whose snapshot was taken under the store's lock was abandoned as moved")
-        }
-        return result
     }
 
     /// One attempt of `read`; `nil` when its snapshot turned out not to be the one it needed,
@@ -177,15 +173,12 @@ package final class PostgresStore: QueuedStore {
             return time
         }) { state, _ in
             whileLocked?()
-            // A pinned view sees commits that wait to be written from when they are queued, as
-            // its before-images do (`QueuedStore.capture` reads what is queued).
-            return (pin == nil ? state.overlay : state.queued, pin.flatMap { state.pins[$0] })
+            return (state.overlay(forPin: pin), pin.flatMap { state.pins[$0] })
         }
         defer { finishReading(connection) }
         connection.mustReadAgain = false
         if let epoch {
-            let state = self.state
-            connection.snapshotCheck = { state.withLock { $0.writeEpoch } == epoch }
+            connection.snapshotCheck = snapshotUnchanged(since: epoch)
         } else if time != .now {
             // Nothing to check, but a pooled connection the server closed since its last use
             // fails at the read's first statement, not at a `BEGIN` of its own: then the read

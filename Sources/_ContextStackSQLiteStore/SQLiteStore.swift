@@ -236,23 +236,16 @@ package final class SQLiteStore: QueuedStore {
             return try writer.withLock { writerState in
                 let (overlay, pinned) = state.withLock { state in
                     whileLocked?()
-                    return (pin == nil ? state.overlay : state.queued, pin.flatMap { state.pins[$0] })
+                    return (state.overlay(forPin: pin), pin.flatMap { state.pins[$0] })
                 }
                 return try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
             }
         }
         let reader = try takeReader()
         defer { finishReading(reader) }
-        if let result = try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: false, body) {
-            return result
+        return try readTwice { underLock in
+            try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: underLock, body)
         }
-        // A write landed between the lock and the first statement's snapshot: again, with the
-        // snapshot taken under the lock.
-        if reader.connection.isInTransaction { try reader.connection.execute("COMMIT") }
-        guard let result = try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: true, body) else {
-            preconditionFailure("a read whose snapshot was taken under the store's lock was abandoned as moved")
-        }
-        return result
     }
 
     /// One attempt of `read` on `reader`; `nil` when its snapshot turned out not to be the one
@@ -260,6 +253,8 @@ package final class SQLiteStore: QueuedStore {
     private func read<T>(on reader: Reader, pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, underLock: Bool,
                          _ body: (ReadSession) throws -> T) throws -> T? {
         let db = reader.connection
+        // After an attempt whose snapshot moved: its read transaction, if it had one, ends.
+        if underLock && db.isInTransaction { try db.execute("COMMIT") }
         let (overlay, pinned, start) = try state.withLock { state -> (Overlay, PinnedImages?, SnapshotStart) in
             if pin == nil && reader.readsOneFile && !underLock {
                 if whileLocked == nil && state.overlay.isEmpty { return (state.overlay, nil, .anyLater) }
@@ -271,20 +266,15 @@ package final class SQLiteStore: QueuedStore {
                 whileLocked?()
                 return (state.overlay, nil, .checked(epoch: state.writeEpoch))
             }
-            // Start the read transaction under the same lock the writer commits under. A pinned
-            // view sees commits that wait to be written from when they are queued, as its
-            // before-images do (`QueuedStore.capture` reads what is queued).
+            // Start the read transaction under the same lock the writer commits under.
             try db.execute("BEGIN DEFERRED")
             _ = try db.scalar(reader.snapshotSQL)
             whileLocked?()
-            return (pin == nil ? state.overlay : state.queued, pin.flatMap { state.pins[$0] }, .taken)
+            return (state.overlay(forPin: pin), pin.flatMap { state.pins[$0] }, .taken)
         }
         if start == .anyLater && !oneStatement { try db.execute("BEGIN DEFERRED") }
         db.snapshotMoved = false
-        if case .checked(let epoch) = start {
-            let state = self.state
-            db.snapshotCheck = { state.withLock { $0.writeEpoch } == epoch }
-        }
+        if case .checked(let epoch) = start { db.snapshotCheck = snapshotUnchanged(since: epoch) }
         defer { db.snapshotCheck = nil }
         do {
             let result = try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))

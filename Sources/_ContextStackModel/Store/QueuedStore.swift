@@ -67,6 +67,29 @@ package protocol QueuedStore: ObjectStore {
     func abandonsTransaction(_ error: any Error) -> Bool
 }
 
+// MARK: - Reads whose first statement takes the snapshot
+
+extension QueuedStore {
+    /// Runs a read whose first statement takes its snapshot (`attempt(false)`), and again with
+    /// the snapshot taken under the state lock (`attempt(true)`) when the first attempt returns
+    /// `nil`: a commit was written between the lock and that statement (`snapshotUnchanged`).
+    package func readTwice<T>(_ attempt: (_ underLock: Bool) throws -> T?) throws -> T {
+        if let result = try attempt(false) { return result }
+        guard let result = try attempt(true) else {
+            preconditionFailure("a read whose snapshot was taken under the store's lock was abandoned as moved")
+        }
+        return result
+    }
+
+    /// A connection's `snapshotCheck` for a read that noted `epoch` under the state lock: true
+    /// while no write transaction has ended since, so that a snapshot taken now is the one the
+    /// lock would have given.
+    package func snapshotUnchanged(since epoch: UInt64) -> () -> Bool {
+        let state = self.state
+        return { state.withLock { $0.writeEpoch } == epoch }
+    }
+}
+
 extension QueuedStore {
     package func lockRows(of batch: [QueueItem], writer: inout Writer) throws {}
     package func abandonsTransaction(_ error: any Error) -> Bool { false }
@@ -120,6 +143,11 @@ extension QueueState {
     /// Every commit handed to the store and not yet written, waiting ones included: what a
     /// new commit is checked against (`withCommittedView`), as the writer writes it after them.
     package var queued: Overlay { withWaiting ?? overlay }
+
+    /// What a read merges in: `overlay`, or `queued` for a pinned view's read — a pinned view
+    /// sees commits that wait to be written from when they are queued, as its before-images
+    /// do (`QueuedStore.capture` reads what is queued).
+    package func overlay(forPin pin: UInt64?) -> Overlay { pin == nil ? overlay : queued }
 
     /// Adds a queued commit to the overlays: to reads' only when it is visible at once.
     mutating func queue(_ changes: ChangeSet, sequence: UInt64, visible: Bool) {
