@@ -221,18 +221,24 @@ extension PostgresStore {
 /// a thread's wake-up — at one ring per commit, a third of a one-object commit's time on a
 /// 2-core machine. So a store rings at most once per `interval` with its commits: the first
 /// commit after a quiet interval rings in its own transaction (no added delay), later ones
-/// within the interval are rung for once, by a ring `interval` after the last, sent alone
-/// after their transactions. Every commit thus rings in its own transaction or has a ring
-/// scheduled after it; a remote stack hears of a commit at most `interval` later than
-/// otherwise, and a ring that is lost (the process ended first, the server went away) only
-/// delays delivery to the listener's catch-up.
+/// within the interval wait for a ring. The next commit an interval after the last ring
+/// carries it; if none comes within an interval of the first commit that waits, a ring goes
+/// out alone after their transactions. A ring alone is a transaction of its own (PostgreSQL
+/// gives a transaction that notifies an ID, so its `COMMIT` waits for the disk), which the
+/// next commit waits behind on the writer's connection: under a steady stream of commits
+/// closer together than the interval, every ring now rides with a commit.
+///
+/// Every commit thus rings in its own transaction or is rung for within `interval`; a remote
+/// stack hears of a commit at most `interval` later than otherwise, and a ring that is lost
+/// (the process ended first, the server went away) only delays delivery to the listener's
+/// catch-up.
 struct HistoryDoorbell {
     /// At most one ring per interval: 2 ms.
     static let interval: UInt64 = 2_000_000
     /// When the last ring was sent or queued (monotonic nanoseconds); `nil` before the first.
     private var lastRing: UInt64?
-    /// Whether commits since the last ring are waiting for one.
-    private var owed = false
+    /// When the first commit that waits for a ring was made; `nil` when none waits.
+    private var firstWaiting: UInt64?
     /// Whether a deferred ring is scheduled.
     private var scheduled = false
 
@@ -251,13 +257,13 @@ struct HistoryDoorbell {
     mutating func commit(at now: UInt64) -> CommitRing {
         guard let lastRing, now &- lastRing < Self.interval else {
             self.lastRing = now
-            owed = false
+            firstWaiting = nil
             return .ring
         }
-        owed = true
+        if firstWaiting == nil { firstWaiting = now }
         guard !scheduled else { return .owed }
         scheduled = true
-        return .schedule(lastRing &+ Self.interval &- now)
+        return .schedule(Self.interval)
     }
 
     enum DeferredRing: Equatable {
@@ -269,15 +275,16 @@ struct HistoryDoorbell {
         case now
     }
 
-    /// What the scheduled ring does at `now`.
+    /// What the scheduled ring does at `now`: nothing if a commit rang since, ring alone once
+    /// the first commit that waits has waited an interval.
     mutating func owedRing(at now: UInt64) -> DeferredRing {
-        guard owed else {
+        guard let firstWaiting else {
             scheduled = false
             return .none
         }
-        if let lastRing, now &- lastRing < Self.interval { return .later(lastRing &+ Self.interval &- now) }
+        if now &- firstWaiting < Self.interval { return .later(firstWaiting &+ Self.interval &- now) }
         scheduled = false
-        owed = false
+        self.firstWaiting = nil
         lastRing = now
         return .now
     }

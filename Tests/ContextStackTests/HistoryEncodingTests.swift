@@ -102,6 +102,48 @@ struct HistoryEncodingTests {
         for (earlier, later) in zip(rings, rings.dropFirst()) { #expect(later - earlier >= interval) }
     }
 
+    /// Commits closer together than the interval never make a ring go out alone: a ring alone
+    /// is a transaction of its own, with its wait for the disk, that the next commit queues
+    /// behind. Each ring rides with the first commit an interval after the one before, and
+    /// every commit is still rung for within the interval. Spacings from a tenth of the
+    /// interval to nine tenths, the scheduled ring running exactly when due.
+    @Test(arguments: [1, 3, 5, 6, 9]) func steadyCommitsCarryEveryRing(tenths: UInt64) {
+        let interval = HistoryDoorbell.interval
+        let spacing = interval * tenths / 10
+        var doorbell = HistoryDoorbell()
+        var timer: UInt64?
+        var rings: [UInt64] = []
+        var waiting: [UInt64] = []
+        for commit in (1...200).map({ 1_000_000_000 + UInt64($0) * spacing }) {
+            while let due = timer, due <= commit {
+                timer = nil
+                switch doorbell.owedRing(at: due) {
+                case .none: break
+                case .later(let delay): timer = due + delay
+                case .now: Issue.record("a ring went out alone at \(due) between commits \(spacing) ns apart")
+                }
+            }
+            switch doorbell.commit(at: commit) {
+            case .ring: rings.append(commit)
+            case .schedule(let delay): timer = commit + delay; waiting.append(commit)
+            case .owed: waiting.append(commit)
+            }
+        }
+        // After the last commit, the ring owed to the burst's tail goes out alone.
+        while let due = timer {
+            timer = nil
+            switch doorbell.owedRing(at: due) {
+            case .none: break
+            case .later(let delay): timer = due + delay
+            case .now: rings.append(due)
+            }
+        }
+        #expect(rings.count > 1)
+        for commit in waiting {
+            #expect(rings.contains { $0 >= commit && $0 <= commit + interval }, "a commit at \(commit) was not rung for in time")
+        }
+    }
+
     /// The ring owed to the commits of a burst goes out alone, after their transactions: two
     /// commits back to back ring twice (the first in its transaction; the second in its own
     /// if an interval passed, or alone after it), whatever their timing.
