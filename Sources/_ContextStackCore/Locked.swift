@@ -23,4 +23,13 @@ package final class Locked<State>: @unchecked Sendable {
         defer { lock.unlock() }
         return try body(&state)
     }
+
+    /// Runs `body` under the lock if no thread holds it (this one included); `nil` at once,
+    /// without waiting, if one does.
+    @inlinable
+    package func withLockIfAvailable<T>(_ body: (inout State) throws -> T) rethrows -> T? {
+        guard lock.try() else { return nil }
+        defer { lock.unlock() }
+        return try body(&state)
+    }
 }

@@ -44,7 +44,7 @@ extension SQLiteStore {
 
     package func history(after token: HistoryToken?) throws -> [HistoryTransaction] {
         try requireHistory()
-        return try read(pin: nil, whileLocked: nil, oneStatement: false) { session in
+        return try read(pin: nil, whileLocked: nil, shape: .statements) { session in
             try checkNotExpired(token, connection: session.connection)
             return try HistoryReading.transactions(after: token, connection: session.connection, graph: graph,
                                                    queries: Self.historyQueries).map(\.transaction)
@@ -53,7 +53,7 @@ extension SQLiteStore {
 
     package func lastHistoryToken() throws -> HistoryToken? {
         try requireHistory()
-        return try read(pin: nil, whileLocked: nil, oneStatement: true) { session in try Self.lastHistoryToken(on: session.connection) }
+        return try read(pin: nil, whileLocked: nil, shape: .oneStatement) { session in try Self.lastHistoryToken(on: session.connection) }
     }
 
     package func deleteHistory(before token: HistoryToken) throws {

@@ -228,10 +228,10 @@ package final class SQLiteStore: QueuedStore {
     ///   commits handed over up to the lock, and objects it made hold rows of that moment;
     ///   the second attempt applies the commits after it.
     ///
-    /// A read of one statement (`oneStatement`, with an empty overlay) then needs no transaction
+    /// A read of one statement (`ReadShape.isOneStatement`, with an empty overlay) then needs no transaction
     /// at all (SQLite's autocommit); others share the first statement's snapshot in a deferred
     /// transaction. As on PostgreSQL (`PostgresStore.read`).
-    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T {
+    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, shape: ReadShape, _ body: (ReadSession) throws -> T) throws -> T {
         if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
                 let (overlay, pinned) = state.withLock { state in
@@ -244,7 +244,7 @@ package final class SQLiteStore: QueuedStore {
         let reader = try takeReader()
         defer { finishReading(reader) }
         return try readTwice { underLock in
-            try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: oneStatement, underLock: underLock, body)
+            try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: shape.isOneStatement, underLock: underLock, body)
         }
     }
 

@@ -3,6 +3,7 @@ import ContextStackPostgres
 import _ContextStackCore
 @testable import _ContextStackModel
 @testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
 import Foundation
 import Testing
 
@@ -149,5 +150,122 @@ struct PostgresStoreTests {
         // takes the snapshot, checked against the writer's epoch.
         let read = try statementsOfAMainContextRead(store)
         #expect(read.count == 1 && read.first?.hasPrefix("SELECT") == true, "\(read)")
+    }
+
+    /// A read of a few rows by their keys runs on the writer's connection while no write holds
+    /// it (Docs/Postgres.md, "Connections"): a loop of read-modify-writes opens no reader
+    /// connection at all, only the writer and the key connection of the first `create`.
+    @Test func readsByKeyRunOnTheIdleWriter() throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        try stack.addPostgresStore(url: schema.url)
+        let context = try Context(stack: stack, updateTarget: .persistentStore)
+        let id = try context.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            try update.commit()
+            return monk.objectID
+        }
+        for _ in 0..<10 {
+            try context.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, id: id)).age += 1
+                try update.commit()
+            }
+        }
+        let plain = try PostgresConnection(PostgresSettings(url: URL(string: schema.url.absoluteString.replacingOccurrences(of: "&application_name=\(schema.name)", with: ""))!))
+        #expect(try plain.scalar("SELECT age FROM \"Person\"") == .integer(10))
+        let open = try plain.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", [.text(schema.name)])
+        #expect(open == .integer(2), "\(open) connections: the writer, the key connection and readers")
+    }
+
+    /// A read by keys on the idle writer merges what is handed to the store and not written
+    /// yet, as every read does: with the background writer held up, a commit waits in the
+    /// queue while the writer's connection is idle, and a read by key shows it — on the
+    /// writer, which opens no reader connection.
+    @Test func aReadByKeyOnTheIdleWriterShowsWhatIsQueued() throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        try stack.addPostgresStore(url: schema.url)
+        let postgres = try #require(stack.store as? PostgresStore)
+        let id = try Context(stack: stack, updateTarget: .persistentStore).beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            try update.commit()
+            return monk.objectID
+        }
+        postgres.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { postgres.writeQueue.resume() } }
+        try Context(stack: stack, updateTarget: .rootContext(autoMerge: false)).beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).age = 7
+            try update.commit()
+        }
+        let age = try Context(stack: stack).beginUpdateAndWait { update in try update.fetch(Person.self, id: id)?.age }
+        #expect(age == 7)
+        let plain = try PostgresConnection(PostgresSettings(url: URL(string: schema.url.absoluteString.replacingOccurrences(of: "&application_name=\(schema.name)", with: ""))!))
+        #expect(try plain.scalar("SELECT age FROM \"Person\"") == .integer(0), "the commit is not written yet")
+        let open = try plain.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", [.text(schema.name)])
+        #expect(open == .integer(2), "\(open) connections: the writer, the key connection and readers")
+        postgres.writeQueue.resume()
+        suspended = false
+        try stack.flushAndWait()
+        #expect(try plain.scalar("SELECT age FROM \"Person\"") == .integer(7))
+    }
+
+    /// Reads by keys on the idle writer, while commits of two kinds are written on other
+    /// threads — ones that wait to be written (`.persistentStore`) and ones the background
+    /// writer saves, which reads see in the overlay meanwhile — see each commit wholly and
+    /// never go back: two pets changed together are always read with the same age, and a
+    /// thread's later read never shows an older one.
+    @Test(.timeLimit(.minutes(2))) func readsByKeyOnTheWriterSeeEachCommitWholly() throws {
+        let store = try TestStore(.postgres)
+        let setUp = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let owner = try setUp.beginUpdateAndWait { update -> ObjectID in
+            let person = try update.create(Person.self)
+            for name in ["Rex", "Tom"] {
+                let pet = try update.create(Pet.self)
+                pet.name = name
+                pet.owner = person
+            }
+            try update.commit()
+            return person.objectID
+        }
+        let commits = 150
+        let done = Locked(false)
+        let mismatches = Locked<[String]>([])
+        let reads = Locked(0)
+        DispatchQueue.concurrentPerform(iterations: 3) { worker in
+            do {
+                if worker == 0 {
+                    defer { done.withLock { $0 = true } }
+                    let waiting = try Context(stack: store.stack, updateTarget: .persistentStore)
+                    let background = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+                    for round in 1...commits {
+                        try (round.isMultiple(of: 2) ? waiting : background).beginUpdateAndWait { update in
+                            for pet in try #require(try update.fetch(Person.self, id: owner)).pets { pet.age = round }
+                            try update.commit()
+                        }
+                    }
+                    try store.stack.flushAndWait()
+                } else {
+                    var last = 0
+                    while !done.withLock({ $0 }) {
+                        let reader = try Context(stack: store.stack)
+                        let ages = try reader.beginUpdateAndWait { update in
+                            try #require(try update.fetch(Person.self, id: owner)).pets.map(\.age)
+                        }
+                        reads.withLock { $0 += 1 }
+                        if Set(ages).count != 1 || ages[0] < last { mismatches.withLock { $0.append("\(ages) after \(last)") } }
+                        last = ages[0]
+                    }
+                }
+            } catch {
+                mismatches.withLock { $0.append("\(error)") }
+            }
+        }
+        #expect(mismatches.withLock { $0 }.isEmpty, "\(mismatches.withLock { $0.prefix(5) })")
+        #expect(reads.withLock { $0 } > 0)
+        let reader = try Context(stack: store.stack)
+        #expect(try reader.beginUpdateAndWait { update in try #require(try update.fetch(Person.self, id: owner)).pets.map(\.age) } == [commits, commits])
     }
 }

@@ -90,7 +90,7 @@ extension ContextCore {
         let oneStatement = columns == nil && prefetch.isEmpty && !query.filtersInMemory
             && query.hopChains.isEmpty && query.toManyUses.isEmpty
             && (!request.includesPendingChanges || changed.isEmpty)
-        return try read(oneStatement: oneStatement) { session -> [T] in
+        return try read(shape: oneStatement ? .oneStatement : .statements) { session -> [T] in
             var reader = RowReader(session: session, context: request.includesPendingChanges ? self : nil)
             if columns == nil && prefetch.isEmpty {
                 // Whole objects and nothing to prefetch: each row becomes its object as it is

@@ -80,13 +80,13 @@ package final class ContextCore: @unchecked Sendable {
     package var store: any ObjectStore { host.store }
 
     /// Reads the store as this context sees it (through its pinned view, if it has one).
-    /// `oneStatement`: `body` runs at most one statement (see `ObjectStore.read`).
-    package func read<T>(oneStatement: Bool = false, _ body: (ReadSession) throws -> T) throws -> T {
+    /// `shape`: how much `body` runs (`ReadShape`).
+    package func read<T>(shape: ReadShape = .statements, _ body: (ReadSession) throws -> T) throws -> T {
         if pinsView && pin == nil { pin = store.pin() }
-        guard drainsOnNextRead else { return try store.read(pin: pin, oneStatement: oneStatement, body) }
+        guard drainsOnNextRead else { return try store.read(pin: pin, shape: shape, body) }
         drainsOnNextRead = false
         var pending: [ChangeSet] = []
-        return try store.read(pin: pin, whileLocked: { pending = self.takeInbox() }, oneStatement: oneStatement) { session in
+        return try store.read(pin: pin, whileLocked: { pending = self.takeInbox() }, shape: shape) { session in
             apply(pending)
             return try body(session)
         }
@@ -244,7 +244,7 @@ package final class ContextCore: @unchecked Sendable {
         }
         // Else one statement by primary key, as the reading context sees the row (its changes,
         // a pinned view, the writer's pending commits), without `objects(for:)`'s lists.
-        let row = try prefetchedRow(id) ?? read(oneStatement: true) { session in
+        let row = try prefetchedRow(id) ?? read(shape: .byKeys) { session in
             var reader = RowReader(session: session, context: self)
             return try reader.row(id)
         }
@@ -271,7 +271,9 @@ package final class ContextCore: @unchecked Sendable {
             // Rows of one family, in one IN list, are one statement (`RowReader.rows(for:)`).
             let root = ids[unread[0]].rootEntity
             let oneFamily = unread.allSatisfy { ids[$0].rootEntity === root }
-            try read(oneStatement: oneFamily && unread.count <= InLists.maximumWidth) { session in
+            let shape: ReadShape = !oneFamily || unread.count > InLists.maximumWidth ? .statements
+                : unread.count <= ReadShape.mostKeys ? .byKeys : .oneStatement
+            try read(shape: shape) { session in
                 var reader = RowReader(session: session, context: self)
                 if oneFamily, let entity = graph.entity(for: root), reader.seesStoredRows(of: root) {
                     // Nothing pending can change these rows: they come straight from SQL, in
@@ -343,7 +345,7 @@ package final class ContextCore: @unchecked Sendable {
     func fetchCount(_ query: CompiledQuery) throws -> Int {
         // Any pending change may matter (through a key path, a quantifier, a count): only a
         // context and store with nothing pending can trust count(*) alone.
-        if changed.isEmpty && links.isEmpty && !query.filtersInMemory, let count = try read(oneStatement: true, { session -> Int? in
+        if changed.isEmpty && links.isEmpty && !query.filtersInMemory, let count = try read(shape: .oneStatement, { session -> Int? in
             guard session.overlay.isEmpty, session.pinned?.isEmpty ?? true else { return nil }
             let sql = query.fromWhere()
             return Int(try session.connection.scalar("SELECT count(*) \(sql.text)", sql.arguments).int64Value ?? 0)

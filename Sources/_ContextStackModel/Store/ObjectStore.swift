@@ -25,10 +25,9 @@ package protocol ObjectStore: AnyObject, Sendable {
     /// before-images. `whileLocked` runs where the session's snapshot is fixed; without it, a
     /// store may fix the snapshot later, at the session's first statement, when nothing it
     /// holds must match the snapshot exactly (PostgreSQL, with nothing pending or pinned).
-    /// `oneStatement` says that `body` runs at most one statement when the session's overlay
-    /// is empty and nothing is pinned, whose own snapshot is then all the session needs: such
-    /// a store may run it outside any transaction.
-    func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, _ body: (ReadSession) throws -> T) throws -> T
+    /// `shape` says how much `body` runs (`ReadShape`), which a store may use to run it
+    /// outside any transaction, or on a connection it has idle.
+    func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, shape: ReadShape, _ body: (ReadSession) throws -> T) throws -> T
 
     /// Pins a view of the store as it is now; reads with the ID see it until `unpin`.
     func pin() -> UInt64
@@ -82,9 +81,30 @@ package protocol ObjectStore: AnyObject, Sendable {
 }
 
 extension ObjectStore {
-    func read<T>(pin: UInt64? = nil, oneStatement: Bool = false, _ body: (ReadSession) throws -> T) throws -> T {
-        try read(pin: pin, whileLocked: nil, oneStatement: oneStatement, body)
+    func read<T>(pin: UInt64? = nil, shape: ReadShape = .statements, _ body: (ReadSession) throws -> T) throws -> T {
+        try read(pin: pin, whileLocked: nil, shape: shape, body)
     }
+}
+
+/// How much a read runs, as far as its store cares.
+package enum ReadShape: Sendable {
+    /// Any number of statements.
+    case statements
+    /// At most one statement when the session's overlay is empty and nothing is pinned, whose
+    /// own snapshot is then all the session needs: a store may run it outside any transaction.
+    case oneStatement
+    /// `oneStatement`, and that statement reads a few rows by their primary keys (at most
+    /// `mostKeys`, an index probe each): short enough that a store may run it on its
+    /// writer's connection while no write needs it (PostgreSQL: one server process woken
+    /// instead of two for a read-modify-write), holding up a commit that comes meanwhile by
+    /// no more than that.
+    case byKeys
+
+    /// The most rows a `byKeys` read reads.
+    package static let mostKeys = 8
+
+    /// Whether the read runs at most one statement (`oneStatement` or `byKeys`).
+    package var isOneStatement: Bool { self != .statements }
 }
 
 /// What a submitted commit became: its sequence number in the store's order, and the change
