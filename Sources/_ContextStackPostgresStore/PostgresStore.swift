@@ -36,8 +36,9 @@ package final class PostgresStore: QueuedStore {
     package let settings: PostgresSettings
     let tracer: StatementTracer
 
-    /// The writer's connection; `nil` until the first write after it broke.
-    private let writer: Locked<PostgresConnection?>
+    /// The writer's connection; `nil` until the first write after it broke. Not private: tests
+    /// hold its lock to keep commits queued.
+    let writer: Locked<PostgresConnection?>
     /// Idle reader connections.
     private let readers = Locked<[PostgresConnection]>([])
     /// The connection key blocks are reserved on; `nil` after it broke.

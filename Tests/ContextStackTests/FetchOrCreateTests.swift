@@ -35,6 +35,71 @@ import Testing
         #expect(reads.count == 1, "\(reads)")
     }
 
+    /// Two `fetchOrCreate`s of one email agree on one object, in two updates whose commits wait
+    /// to be written (`.persistentStore`); the first one's write then fails. The second commit
+    /// was checked while the first waited, unseen by reads: it is not merged into an insert that
+    /// may never be stored, and its object is saved — where it used to become an update of a
+    /// row that never was, and be lost without an error (Docs/Writing.md, "fetchOrCreate on
+    /// unique keys").
+    @Test(arguments: [StoreKind.file] + StoreKind.available.filter { $0 == .postgres })
+    func aCommitAgreeingWithOneThatWaitsOutlivesItsFailedWrite(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        try store.refuseWrites(ofName: "refused")
+        let failures = try twoAgreeingCommitsThatWait(store, first: ("refused", "London"))
+        #expect(failures.count == 1 && failures["refused"].map(TestStore.isRefusal) == true, "\(failures)")
+        #expect(try store.writtenRows("SELECT name, age, location FROM \"Person\" WHERE email = 'ada@example.com'")
+                == [[.text("Ada"), .integer(36), .null]])
+    }
+
+    /// The same two commits, the first written: the writer merges the second into the row the
+    /// first stored, as `commit()` merges into a row it can see — this commit's values winning,
+    /// the first one's kept where this one gave none.
+    @Test(arguments: [StoreKind.file] + StoreKind.available.filter { $0 == .postgres })
+    func aCommitAgreeingWithOneThatWaitsIsMergedIntoItsRow(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let failures = try twoAgreeingCommitsThatWait(store, first: ("Grace", "London"))
+        #expect(failures.isEmpty, "\(failures)")
+        #expect(try store.writtenRows("SELECT name, age, location FROM \"Person\" WHERE email = 'ada@example.com'")
+                == [[.text("Ada"), .integer(36), .text("London")]])
+    }
+
+    /// Runs two updates that `fetchOrCreate` the person of one email and commit to the store,
+    /// the first with `first`'s name and location, the second with the name Ada and the age
+    /// 36 — both queued before either is written (the test holds the writer); returns the
+    /// errors their commits threw, by name.
+    private func twoAgreeingCommitsThatWait(_ store: TestStore, first: (name: String, location: String)) throws -> [String: any Error] {
+        // A block of keys reserved beforehand: reserving one takes the writer on SQLite.
+        try ContextStack.Context(stack: store.stack).beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"
+            try update.commit()
+        }
+        let errors = Locked<[String: any Error]>([:])
+        let finished = DispatchGroup()
+        func commit(_ name: String, _ change: @escaping @Sendable (Person) -> Void) {
+            finished.enter()
+            DispatchQueue.global().async {
+                defer { finished.leave() }
+                do {
+                    try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+                        change(try update.fetchOrCreate(Person.self, %"email" == "ada@example.com"))
+                        try update.commit()
+                    }
+                } catch {
+                    errors.withLock { $0[name] = error }
+                }
+            }
+        }
+        try store.holdingTheWriter {
+            let before = store.commitsHandedOver
+            commit(first.name) { person in (person.name, person.location) = (first.name, first.location) }
+            while store.commitsHandedOver < before + 1 { usleep(1_000) }
+            commit("Ada") { person in (person.name, person.age) = ("Ada", 36) }
+            while store.commitsHandedOver < before + 2 { usleep(1_000) }
+        }
+        finished.wait()
+        return errors.withLock { $0 }
+    }
+
     @Test(arguments: StoreKind.available)
     func onAUniqueKeyFindsPendingObjectsByTheirCurrentValues(kind: StoreKind) throws {
         let store = try TestStore(kind)

@@ -41,7 +41,8 @@ extension QueuedStore {
             appended = try withCommittedView { state, reader in
                 var resolved = item
                 resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
-                resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
+                resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader,
+                                                               visible: state.withWaiting == nil ? nil : state.overlay)
                 try Self.checkUniqueness(resolved.changes, reader: &reader)
                 try Self.capture(resolved.changes, into: &state.pins, reader: &reader)
                 return Self.append(resolved, to: &state, announce: announce)

@@ -138,6 +138,21 @@ final class TestStore: Sendable {
         }
     }
 
+    /// Runs `body` holding the store's writer (file and PostgreSQL stores: an in-memory
+    /// store's reads go through its writer), so that commits handed over meanwhile stay queued
+    /// until it returns.
+    func holdingTheWriter<T>(_ body: () throws -> T) throws -> T {
+        if let postgres = stack.store as? PostgresStore { return try postgres.writer.withLock { _ in try body() } }
+        precondition(url != nil, "holdingTheWriter: an in-memory store reads through its writer, and would wait for it.")
+        return try stack.sqliteStore.writer.withLock { _ in try body() }
+    }
+
+    /// How many commits the store was handed so far (its last sequence number).
+    var commitsHandedOver: UInt64 {
+        if let postgres = stack.store as? PostgresStore { return postgres.state.withLock { $0.lastSequence } }
+        return stack.sqliteStore.state.withLock { $0.lastSequence }
+    }
+
     /// Whether `error` is the database refusing a write `refuseWrites` set up: `SQLiteError` on
     /// SQLite, `PostgresError` on PostgreSQL.
     static func isRefusal(_ error: any Error) -> Bool {
