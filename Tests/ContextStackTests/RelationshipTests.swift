@@ -44,16 +44,7 @@ import Testing
     func toManyLoadsMergePendingChanges(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)
         let world = harness.world
-        let farmerID = try await harness.write { update in
-            let farmer = try update.create(Person.self)
-            for name in ["a", "b"] {
-                let pet = try update.create(Pet.self)
-                pet.name = name
-                pet.owner = farmer
-            }
-            try update.commit()
-            return farmer.objectID
-        }
+        let farmerID = try await harness.write { update in try Fixtures.owner(ofPetsNamed: ["a", "b"], update) }
         try await harness.write { update in
             // Change the pets before the farmer's set is ever loaded in this update.
             let a = try #require(try update.fetch(Pet.self, %"name" == "a"))

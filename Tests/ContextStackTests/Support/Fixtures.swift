@@ -30,6 +30,18 @@ enum Fixtures {
         return monk.objectID
     }
 
+    /// A person who owns pets of `names`; returns the person's ID.
+    static func owner(ofPetsNamed names: [String], _ update: Update) throws -> ObjectID {
+        let person = try update.create(Person.self)
+        for name in names {
+            let pet = try update.create(Pet.self)
+            pet.name = name
+            pet.owner = person
+        }
+        try update.commit()
+        return person.objectID
+    }
+
     /// Monk and the pet he owns; returns their IDs.
     static func monkAndPet(_ update: Update) throws -> (monk: ObjectID, pet: ObjectID) {
         let monk = try update.create(Person.self)
