@@ -27,7 +27,7 @@ extension PostgresStore {
             do {
                 var reader = RowReader(stored: connection, graph: graph)
                 let written: WrittenItem
-                if let (saved, correction) = try Self.mergeClaimedInsertsAtWrite(changes, reader: &reader, locking: true) {
+                if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader, locking: true) {
                     try PostgresWriter.apply(saved, on: connection)
                     written = .rewritten(saved: saved, correction: correction)
                 } else {

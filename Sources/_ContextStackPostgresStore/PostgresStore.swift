@@ -185,38 +185,32 @@ package final class PostgresStore: QueuedStore {
         return try run(body, on: connection, plan: plan, overlay: overlay, pinned: pinned)
     }
 
-    /// A read by keys on the writer's connection, when no write holds the connection and it is
-    /// idle, outside any transaction; `nil` when it is not (the read then takes a pooled
-    /// reader). Otherwise a read-modify-write wakes two server processes, the reader's and the
-    /// writer's, one after the other, where a program that used one connection wakes one:
-    /// about 70 µs a commit on a 2-core machine (measured with libpq alone, 2026-11-26).
+    /// A read by keys on the writer's connection, when no write holds the connection, nothing
+    /// is queued for it, and it is idle, outside any transaction; `nil` otherwise (the read then
+    /// takes a pooled reader). Otherwise a read-modify-write wakes two server processes, the
+    /// reader's and the writer's, one after the other, where a program that used one
+    /// connection wakes one: about 70 µs a commit on a 2-core machine (measured with libpq
+    /// alone, 2026-11-26).
     ///
     /// The read holds the writer's lock, so a commit that comes meanwhile waits for it — one
-    /// index probe per key, which is why only reads by keys come here. The read runs as on a
-    /// pooled reader: in autocommit when it is one statement with an empty overlay, otherwise
-    /// in a transaction its first statement begins, which ends before the connection goes back
-    /// to the writer (its `COMMIT` waited for here, unlike a pooled reader's).
+    /// statement in autocommit, an index probe per key, which is why only reads by keys come
+    /// here. With a commit queued or being written it would hold that write up (and, its
+    /// overlay not empty, need a transaction: round trips more), so it goes to a reader then.
     private func readOnIdleWriter<T>(whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> WriterRead<T>? {
         try writer.withLockIfAvailable { slot -> WriterRead<T>? in
             guard let connection = slot, !connection.isInTransaction, connection.isAlive() else { return nil }
             var plan = ReadPlan(time: .byTheStatement, epoch: nil)
-            let overlay = state.withLock { state in
+            let overlay = state.withLock { state -> Overlay? in
+                guard state.nothingToWrite else { return nil }
                 plan = ReadPlan(state, whileLocked: whileLocked, oneStatement: true)
-                if plan.time == .atTheFirstStatement {
-                    connection.transactionPreamble = []
-                    connection.beginLater(Self.beginReadLater)
-                }
                 whileLocked?()
-                return state.overlay(forPin: nil)
+                return state.overlay
             }
+            guard let overlay else { return nil }
             defer {
-                if connection.abandonPendingBegin() {
-                    // The read ran no statement: its transaction never began.
-                } else if connection.isInTransaction && !connection.isBroken {
-                    // A read-only transaction: its `COMMIT` saves nothing. One that fails leaves
-                    // the connection in an unknown state, and the next write connects anew.
-                    do { try connection.execute("COMMIT") } catch { slot = nil }
-                }
+                // One statement in autocommit leaves no transaction; a connection that somehow
+                // does is not the writer's any more, and the next write connects anew.
+                if connection.isInTransaction && !connection.isBroken { slot = nil }
             }
             return WriterRead(result: try run(body, on: connection, plan: plan, overlay: overlay, pinned: nil))
         } ?? nil

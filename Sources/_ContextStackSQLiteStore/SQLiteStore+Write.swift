@@ -25,15 +25,14 @@ extension SQLiteStore {
     ///
     /// Objects a `fetchOrCreate` made are looked for once more inside the write transaction,
     /// which holds the file's write lock: another process (or stack) that saved their unique
-    /// values after `commit()` checked, or an earlier commit of this stack that saved their ID
-    /// and waited to be written, is merged with as `commit()` would have
-    /// (`QueuedStore.mergeClaimedInsertsAtWrite`), and the receivers get the correction.
+    /// values after `commit()` checked is merged with as `commit()` would have
+    /// (`QueuedStore.adoptSavedRows`), and the receivers get the correction.
     package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
         let changes = item.changes
         if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }) {
             var reader = RowReader(stored: writer.connection, graph: graph)
-            if let (saved, correction) = try Self.mergeClaimedInsertsAtWrite(changes, reader: &reader) {
+            if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader) {
                 try apply(saved, writer: &writer)
                 return .rewritten(saved: saved, correction: correction)
             }

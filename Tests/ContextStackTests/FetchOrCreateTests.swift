@@ -36,11 +36,11 @@ import Testing
     }
 
     /// Two `fetchOrCreate`s of one email agree on one object, in two updates whose commits wait
-    /// to be written (`.persistentStore`); the first one's write then fails. The second commit
-    /// was checked while the first waited, unseen by reads: it is not merged into an insert that
-    /// may never be stored, and its object is saved — where it used to become an update of a
-    /// row that never was, and be lost without an error (Docs/Writing.md, "fetchOrCreate on
-    /// unique keys").
+    /// to be written (`.persistentStore`); the first one's write then fails. The second commit,
+    /// made while the first waited unseen by reads, waits for it before it is checked: it is
+    /// not merged into an insert that is never stored, and its object is saved — where it used
+    /// to become an update of a row that never was, and be lost without an error
+    /// (Docs/Writing.md, "fetchOrCreate on unique keys").
     @Test(arguments: [StoreKind.file] + StoreKind.available.filter { $0 == .postgres })
     func aCommitAgreeingWithOneThatWaitsOutlivesItsFailedWrite(kind: StoreKind) throws {
         let store = try TestStore(kind)
@@ -51,9 +51,8 @@ import Testing
                 == [[.text("Ada"), .integer(36), .null]])
     }
 
-    /// The same two commits, the first written: the writer merges the second into the row the
-    /// first stored, as `commit()` merges into a row it can see — this commit's values winning,
-    /// the first one's kept where this one gave none.
+    /// The same two commits, the first written: the second, checked once the first is, merges
+    /// into the row it stored — its values winning, the first one's kept where it gave none.
     @Test(arguments: [StoreKind.file] + StoreKind.available.filter { $0 == .postgres })
     func aCommitAgreeingWithOneThatWaitsIsMergedIntoItsRow(kind: StoreKind) throws {
         let store = try TestStore(kind)
@@ -93,8 +92,10 @@ import Testing
             let before = store.commitsHandedOver
             commit(first.name) { person in (person.name, person.location) = (first.name, first.location) }
             while store.commitsHandedOver < before + 1 { usleep(1_000) }
+            // The second commit waits: for the first to be written before it is checked, or
+            // (merged into the first at once, as before 2026-11-26) for its own write.
             commit("Ada") { person in (person.name, person.age) = ("Ada", 36) }
-            while store.commitsHandedOver < before + 2 { usleep(1_000) }
+            while store.waitingForWrites < 1 { usleep(1_000) }
         }
         finished.wait()
         return errors.withLock { $0 }

@@ -36,17 +36,22 @@ extension QueuedStore {
                 state.pins.isEmpty ? Self.append(item, to: &state, announce: announce) : nil
             }
         }
-        if appended == nil {
+        while appended == nil {
             // Checked against what is committed now, and queued before anything else can be.
             appended = try withCommittedView { state, reader in
+                if Self.claimsAnInsertThatWaits(changes, in: state) { return nil }
                 var resolved = item
                 resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
-                resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader,
-                                                               visible: state.withWaiting == nil ? nil : state.overlay)
+                resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
                 try Self.checkUniqueness(resolved.changes, reader: &reader)
                 try Self.capture(resolved.changes, into: &state.pins, reader: &reader)
                 return Self.append(resolved, to: &state, announce: announce)
             }
+            // An object this commit made with `fetchOrCreate` is one an earlier commit made too,
+            // and that commit waits to be written: merged into an insert that may still fail,
+            // this commit would become an update of a row that never was. It is checked again
+            // once every commit before it is written (or failed).
+            if appended == nil { try waitUntilQueuedWritten() }
         }
         let (submission, start) = appended!
         if mustWait {
@@ -58,6 +63,19 @@ extension QueuedStore {
             writeQueue.async { self.drain() }
         }
         return submission
+    }
+
+    /// Whether `changes` inserts an object `fetchOrCreate` claimed (`upserts`) whose ID a commit
+    /// that waits to be written inserts: queued, not visible to reads until written, and
+    /// perhaps never (its write may fail). Two `fetchOrCreate`s of one unique value share an ID
+    /// (`claim`), so the second commit would be merged into that insert (`mergeClaimedInserts`).
+    static func claimsAnInsertThatWaits(_ changes: ChangeSet, in state: QueueState) -> Bool {
+        guard let waiting = state.withWaiting, !changes.upserts.isEmpty else { return false }
+        return changes.inserts.contains { insert in
+            guard changes.upserts[insert.id] != nil, case .inserted = waiting.entry(for: insert.id)?.pending else { return false }
+            if case .inserted = state.overlay.entry(for: insert.id)?.pending { return false }
+            return true
+        }
     }
 
     /// Appends a resolved commit to the queue and the overlays (reads' only when it is visible

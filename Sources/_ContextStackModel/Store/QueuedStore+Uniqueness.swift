@@ -63,85 +63,38 @@ extension QueuedStore {
     /// updates of that row: the values this object was given (those that differ from the
     /// attribute defaults, and the `fetchOrCreate` values) are merged into it, property by
     /// property, this commit winning.
-    ///
-    /// `visible` is the overlay reads see, when it differs from `reader`'s (commits wait to be
-    /// written): the row of the same ID is looked for there. A commit that waits to be written
-    /// may still fail; merged into its insert, this commit would be an update of a row that
-    /// then never was, and its object would be lost. Left an insert, the writer merges it once
-    /// that row is stored (`mergeClaimedInsertsAtWrite`), or inserts it if it never was.
-    static func mergeClaimedInserts(_ changes: ChangeSet, reader: inout RowReader, visible: Overlay? = nil) throws -> ChangeSet {
+    static func mergeClaimedInserts(_ changes: ChangeSet, reader: inout RowReader) throws -> ChangeSet {
         guard !changes.upserts.isEmpty else { return changes }
-        var sameID = visible.map { RowReader(session: ReadSession(graph: reader.session.graph, connection: reader.session.connection, overlay: $0), context: nil) }
         var result = changes
         result.inserts = []
         for insert in changes.inserts {
-            guard let assigned = changes.upserts[insert.id],
-                  let existing = try sameID != nil ? sameID!.row(insert.id) : reader.row(insert.id),
+            guard let assigned = changes.upserts[insert.id], let existing = try reader.row(insert.id),
                   existing.entity === insert.row.entity
             else {
                 result.inserts.append(insert)
                 continue
             }
-            result.updates.append(merged(insert, assigned: assigned, into: existing))
+            let entity = insert.row.entity
+            var slots: [Int] = []
+            var values: [Value] = []
+            for slot in entity.storedSlots {
+                let value = insert.row.values[slot]
+                let given = assigned.contains(slot) || !value.isIdentical(to: entity.defaults[slot])
+                if given && !value.isIdentical(to: existing.values[slot]) {
+                    slots.append(slot)
+                    values.append(value)
+                }
+            }
+            var current = existing.values
+            for (slot, value) in zip(slots, values) { current[slot] = value }
+            result.updates.append(.init(id: insert.id, entity: entity, slots: slots, values: values,
+                                        snapshot: existing.values, current: current))
         }
         // The claims of objects still inserted stay: a store shared with other processes looks
         // for their values again when it writes them (`PostgresStore.writeClaiming`).
         let inserted = Set(result.inserts.map(\.id))
         result.upserts = changes.upserts.filter { inserted.contains($0.key) }
         return try adoptSavedRows(result, reader: &reader)?.saved ?? result
-    }
-
-    /// The update that saves the values a claimed object was given into `existing`, the row of
-    /// its ID.
-    private static func merged(_ insert: (id: ObjectID, row: ObjectRow), assigned: [Int], into existing: ObjectRow) -> ChangeSet.RowUpdate {
-        let entity = insert.row.entity
-        var slots: [Int] = []
-        var values: [Value] = []
-        for slot in entity.storedSlots {
-            let value = insert.row.values[slot]
-            let given = assigned.contains(slot) || !value.isIdentical(to: entity.defaults[slot])
-            if given && !value.isIdentical(to: existing.values[slot]) {
-                slots.append(slot)
-                values.append(value)
-            }
-        }
-        var current = existing.values
-        for (slot, value) in zip(slots, values) { current[slot] = value }
-        return .init(id: insert.id, entity: entity, slots: slots, values: values, snapshot: existing.values, current: current)
-    }
-
-    /// At write time, inside the writer's transaction, `reader` seeing what is stored: the
-    /// claimed inserts whose ID a stored row holds — written by an earlier commit of this
-    /// process that reads could not see yet when this one was checked (it waited to be
-    /// written) — merged into that row, and those whose values another process saved adopted
-    /// into its row (`adoptSavedRows`). Returns what to write and what brings receivers that
-    /// were told the inserts to it, or `nil` when the commit is written as it is.
-    package static func mergeClaimedInsertsAtWrite(_ changes: ChangeSet, reader: inout RowReader,
-                                                   locking: Bool = false) throws -> (saved: ChangeSet, correction: ChangeSet)? {
-        var merged = changes
-        var correction = ChangeSet()
-        merged.inserts = []
-        for insert in changes.inserts {
-            guard let assigned = changes.upserts[insert.id], let existing = try reader.row(insert.id),
-                  existing.entity === insert.row.entity
-            else {
-                merged.inserts.append(insert)
-                continue
-            }
-            let update = Self.merged(insert, assigned: assigned, into: existing)
-            merged.updates.append(update)
-            correction.updates.append(.init(id: insert.id, entity: update.entity, slots: update.entity.storedSlots,
-                                            values: update.entity.storedSlots.map { update.current[$0] }))
-        }
-        guard !correction.isEmpty else { return try adoptSavedRows(changes, reader: &reader, locking: locking) }
-        let inserted = Set(merged.inserts.map(\.id))
-        merged.upserts = changes.upserts.filter { inserted.contains($0.key) }
-        guard let (saved, adoption) = try adoptSavedRows(merged, reader: &reader, locking: locking) else { return (merged, correction) }
-        correction.deletes += adoption.deletes
-        correction.updates += adoption.updates
-        correction.links += adoption.links
-        correction.linkEnds.merge(adoption.linkEnds) { $1 }
-        return (saved, correction)
     }
 
     // MARK: - fetchOrCreate across processes

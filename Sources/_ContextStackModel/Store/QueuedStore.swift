@@ -143,6 +143,8 @@ extension QueueState {
     /// Every commit handed to the store and not yet written, waiting ones included: what a
     /// new commit is checked against (`withCommittedView`), as the writer writes it after them.
     package var queued: Overlay { withWaiting ?? overlay }
+    /// Whether no commit is queued for the writer or being written.
+    package var nothingToWrite: Bool { queue.isEmpty && !isDraining && overlay.isEmpty }
 
     /// What a read merges in: `overlay`, or `queued` for a pinned view's read — a pinned view
     /// sees commits that wait to be written from when they are queued, as its before-images

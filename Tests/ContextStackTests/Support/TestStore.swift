@@ -153,6 +153,12 @@ final class TestStore: Sendable {
         return stack.sqliteStore.state.withLock { $0.lastSequence }
     }
 
+    /// How many callers wait for commits to be written (their own, or all before them).
+    var waitingForWrites: Int {
+        if let postgres = stack.store as? PostgresStore { return postgres.state.withLock { $0.waiters.count } }
+        return stack.sqliteStore.state.withLock { $0.waiters.count }
+    }
+
     /// Whether `error` is the database refusing a write `refuseWrites` set up: `SQLiteError` on
     /// SQLite, `PostgresError` on PostgreSQL.
     static func isRefusal(_ error: any Error) -> Bool {
