@@ -199,14 +199,16 @@ package final class PostgresStore: QueuedStore {
     private func readOnIdleWriter<T>(whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> WriterRead<T>? {
         try writer.withLockIfAvailable { slot -> WriterRead<T>? in
             guard let connection = slot, !connection.isInTransaction, connection.isAlive() else { return nil }
-            var plan = ReadPlan(time: .byTheStatement, epoch: nil)
             let overlay = state.withLock { state -> Overlay? in
                 guard state.nothingToWrite else { return nil }
-                plan = ReadPlan(state, whileLocked: whileLocked, oneStatement: true)
                 whileLocked?()
                 return state.overlay
             }
             guard let overlay else { return nil }
+            // Its own snapshot, in autocommit, and no epoch to check: no commit of this process
+            // can be written while the read holds the writer. (The check that always passes
+            // still makes a read whose connection broke run again, on a reader.)
+            let plan = ReadPlan(time: .byTheStatement, epoch: nil)
             defer {
                 // One statement in autocommit leaves no transaction; a connection that somehow
                 // does is not the writer's any more, and the next write connects anew.

@@ -69,7 +69,7 @@ struct PostgresStoreTests {
         let schema = try TestSchema()
         defer { schema.drop() }
         #expect(PostgresSettings(url: schema.url).keywordsAndValues.first { $0.0 == "connect_timeout" }?.1 == "10")
-        let plain = try PostgresConnection(PostgresSettings(url: URL(string: schema.url.absoluteString.replacingOccurrences(of: "&application_name=\(schema.name)", with: ""))!))
+        let plain = try connectionOutsideTheStack(schema)
         #expect(try plain.scalar("SHOW application_name") == .text("ContextStack"))
         #expect(try plain.scalar("SHOW client_encoding") == .text("UTF8"))
         #expect(try plain.scalar("SHOW statement_timeout") == .text("1min"))
@@ -92,7 +92,7 @@ struct PostgresStoreTests {
                 group.addTask { _ = try? await context.transaction { try $0.fetchCount(Person.self) } }
             }
         }
-        let open = try plain.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", [.text(schema.name)])
+        let open = try connectionsOfTheStack(schema, seenFrom: plain)
         #expect((3...7).contains(open.int64Value ?? 0), "\(open) connections")
         withExtendedLifetime(world) {}
     }
@@ -152,9 +152,10 @@ struct PostgresStoreTests {
         #expect(read.count == 1 && read.first?.hasPrefix("SELECT") == true, "\(read)")
     }
 
-    /// A read of a few rows by their keys runs on the writer's connection while no write holds
-    /// it (Docs/Postgres.md, "Connections"): a loop of read-modify-writes opens no reader
-    /// connection at all, only the writer and the key connection of the first `create`.
+    /// A read of a few rows by their keys — an object by ID, the object a to-one relationship
+    /// leads to — runs on the writer's connection while no write holds it (Docs/Postgres.md,
+    /// "Connection settings"): a loop of read-modify-writes opens no reader connection at all,
+    /// only the writer and the key connection of the first `create`.
     @Test func readsByKeyRunOnTheIdleWriter() throws {
         let schema = try TestSchema()
         defer { schema.drop() }
@@ -168,15 +169,22 @@ struct PostgresStoreTests {
             try update.commit()
             return monk.objectID
         }
+        let petID = try context.beginUpdateAndWait { update -> ObjectID in
+            let pet = try update.create(Pet.self)
+            pet.owner = try update.fetch(Person.self, id: id)
+            try update.commit()
+            return pet.objectID
+        }
         for _ in 0..<10 {
             try context.beginUpdateAndWait { update in
-                try #require(try update.fetch(Person.self, id: id)).age += 1
+                // The pet by its ID, then its owner, whom the to-one relationship reads by key.
+                try #require(try update.fetch(Pet.self, id: petID)?.owner).age += 1
                 try update.commit()
             }
         }
-        let plain = try PostgresConnection(PostgresSettings(url: URL(string: schema.url.absoluteString.replacingOccurrences(of: "&application_name=\(schema.name)", with: ""))!))
+        let plain = try connectionOutsideTheStack(schema)
         #expect(try plain.scalar("SELECT age FROM \"Person\"") == .integer(10))
-        let open = try plain.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", [.text(schema.name)])
+        let open = try connectionsOfTheStack(schema, seenFrom: plain)
         #expect(open == .integer(2), "\(open) connections: the writer, the key connection and readers")
     }
 
@@ -204,9 +212,9 @@ struct PostgresStoreTests {
         }
         let age = try Context(stack: stack).beginUpdateAndWait { update in try update.fetch(Person.self, id: id)?.age }
         #expect(age == 7)
-        let plain = try PostgresConnection(PostgresSettings(url: URL(string: schema.url.absoluteString.replacingOccurrences(of: "&application_name=\(schema.name)", with: ""))!))
+        let plain = try connectionOutsideTheStack(schema)
         #expect(try plain.scalar("SELECT age FROM \"Person\"") == .integer(0), "the commit is not written yet")
-        let open = try plain.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", [.text(schema.name)])
+        let open = try connectionsOfTheStack(schema, seenFrom: plain)
         #expect(open == .integer(3), "\(open) connections: the writer, the key connection and one reader")
         postgres.writeQueue.resume()
         suspended = false
@@ -264,5 +272,16 @@ struct PostgresStoreTests {
         #expect(mismatches.withLock { $0 }.isEmpty, "\(mismatches.withLock { $0.prefix(5) })")
         let reader = try Context(stack: store.stack)
         #expect(try reader.beginUpdateAndWait { update in try #require(try update.fetch(Person.self, id: owner)).pets.map(\.age) } == [commits, commits])
+    }
+
+    /// A connection to the test's schema that does not carry its name as `application_name`,
+    /// so it is not counted among the stack's (`connectionsOfTheStack`).
+    private func connectionOutsideTheStack(_ schema: TestSchema) throws -> PostgresConnection {
+        try PostgresConnection(PostgresSettings(url: URL(string: schema.url.absoluteString.replacingOccurrences(of: "&application_name=\(schema.name)", with: ""))!))
+    }
+
+    /// How many connections the stack of the test's schema has open, as the server lists them.
+    private func connectionsOfTheStack(_ schema: TestSchema, seenFrom plain: PostgresConnection) throws -> Value {
+        try plain.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?", [.text(schema.name)])
     }
 }
