@@ -35,52 +35,73 @@ import Testing
         #expect(reads.count == 1, "\(reads)")
     }
 
-    /// Two `fetchOrCreate`s of one email agree on one object, in two updates whose commits wait
-    /// to be written (`.persistentStore`); the first one's write then fails. The second commit,
-    /// made while the first waited unseen by reads, waits for it before it is checked: it is
-    /// not merged into an insert that is never stored, and its object is saved — where it used
-    /// to become an update of a row that never was, and be lost without an error
-    /// (Docs/Writing.md, "fetchOrCreate on unique keys").
-    @Test(arguments: [StoreKind.file] + StoreKind.available.filter { $0 == .postgres })
-    func aCommitAgreeingWithOneThatWaitsOutlivesItsFailedWrite(kind: StoreKind) throws {
+    /// Two `fetchOrCreate`s of one email agree on one object, in two updates whose commits
+    /// are not written yet: both wait (`.persistentStore`), or the first is visible, queued by
+    /// the root for its background writer (`.rootContext`). The first one's write then fails.
+    /// The second commit, made while the first was unwritten, waits for it before it is
+    /// checked: it is not merged into an insert that is never stored, and its object is saved —
+    /// where it used to become an update of a row that never was, and be lost without an error
+    /// (Docs/Writing.md, "fetchOrCreate on unique keys"). A commit that waits throws the first
+    /// one's error; one to the root reports it to the next flush.
+    @Test(arguments: Self.unwrittenCases)
+    func aCommitAgreeingWithAnUnwrittenOneOutlivesItsFailedWrite(kind: StoreKind, target: UpdateTarget) throws {
         let store = try TestStore(kind)
         try store.refuseWrites(ofName: "refused")
-        let failures = try twoAgreeingCommitsThatWait(store, first: ("refused", "London"))
-        #expect(failures.count == 1 && failures["refused"].map(TestStore.isRefusal) == true, "\(failures)")
+        let failures = try twoAgreeingUnwrittenCommits(store, target: target, first: ("refused", "London"))
+        if target == .persistentStore {
+            #expect(failures.count == 1 && failures["refused"].map(TestStore.isRefusal) == true, "\(failures)")
+        } else {
+            #expect(failures.isEmpty, "\(failures)")
+            #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        }
         #expect(try store.writtenRows("SELECT name, age, location FROM \"Person\" WHERE email = 'ada@example.com'")
                 == [[.text("Ada"), .integer(36), .null]])
     }
 
     /// The same two commits, the first written: the second, checked once the first is, merges
     /// into the row it stored — its values winning, the first one's kept where it gave none.
-    @Test(arguments: [StoreKind.file] + StoreKind.available.filter { $0 == .postgres })
-    func aCommitAgreeingWithOneThatWaitsIsMergedIntoItsRow(kind: StoreKind) throws {
+    @Test(arguments: Self.unwrittenCases)
+    func aCommitAgreeingWithAnUnwrittenOneIsMergedIntoItsRow(kind: StoreKind, target: UpdateTarget) throws {
         let store = try TestStore(kind)
-        let failures = try twoAgreeingCommitsThatWait(store, first: ("Grace", "London"))
+        let failures = try twoAgreeingUnwrittenCommits(store, target: target, first: ("Grace", "London"))
         #expect(failures.isEmpty, "\(failures)")
+        try store.stack.flushAndWait()
         #expect(try store.writtenRows("SELECT name, age, location FROM \"Person\" WHERE email = 'ada@example.com'")
                 == [[.text("Ada"), .integer(36), .text("London")]])
     }
 
-    /// Runs two updates that `fetchOrCreate` the person of one email and commit to the store,
-    /// the first with `first`'s name and location, the second with the name Ada and the age
-    /// 36 — both queued before either is written (the test holds the writer); returns the
-    /// errors their commits threw, by name.
-    private func twoAgreeingCommitsThatWait(_ store: TestStore, first: (name: String, location: String)) throws -> [String: any Error] {
+    /// Stores with a writer to hold (not in memory), and the two targets whose commits are
+    /// written after they are handed over.
+    static let unwrittenCases: [(StoreKind, UpdateTarget)] =
+        ([StoreKind.file] + StoreKind.available.filter { $0 == .postgres }).flatMap { kind in
+            [(kind, UpdateTarget.persistentStore), (kind, .rootContext(autoMerge: false))]
+        }
+
+    /// Runs two updates that `fetchOrCreate` the person of one email — both before either
+    /// commits, so that they agree on one new object — and commit to `target`, the first with
+    /// `first`'s name and location, the second with the name Ada and the age 36, both handed
+    /// over before either is written (the test holds the writer); returns the errors their
+    /// commits threw, by name.
+    private func twoAgreeingUnwrittenCommits(_ store: TestStore, target: UpdateTarget,
+                                             first: (name: String, location: String)) throws -> [String: any Error] {
         // A block of keys reserved beforehand: reserving one takes the writer on SQLite.
         try ContextStack.Context(stack: store.stack).beginUpdateAndWait { update in
             try update.create(Person.self).name = "first"
             try update.commit()
         }
+        try store.stack.flushAndWait()
         let errors = Locked<[String: any Error]>([:])
         let finished = DispatchGroup()
-        func commit(_ name: String, _ change: @escaping @Sendable (Person) -> Void) {
+        let made = DispatchSemaphore(value: 0)
+        func commit(_ name: String, when go: DispatchSemaphore, _ change: @escaping @Sendable (Person) -> Void) {
             finished.enter()
             DispatchQueue.global().async {
                 defer { finished.leave() }
                 do {
-                    try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+                    try ContextStack.Context(stack: store.stack, updateTarget: target).beginUpdateAndWait { update in
                         change(try update.fetchOrCreate(Person.self, %"email" == "ada@example.com"))
+                        made.signal()
+                        go.wait()
                         try update.commit()
                     }
                 } catch {
@@ -88,14 +109,20 @@ import Testing
                 }
             }
         }
+        let (goFirst, goSecond) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
         try store.holdingTheWriter {
             let before = store.commitsHandedOver
-            commit(first.name) { person in (person.name, person.location) = (first.name, first.location) }
+            commit(first.name, when: goFirst) { person in (person.name, person.location) = (first.name, first.location) }
+            commit("Ada", when: goSecond) { person in (person.name, person.age) = ("Ada", 36) }
+            made.wait()
+            made.wait()
+            goFirst.signal()
             while store.commitsHandedOver < before + 1 { usleep(1_000) }
-            // The second commit waits: for the first to be written before it is checked, or
-            // (merged into the first at once, as before 2026-11-26) for its own write.
-            commit("Ada") { person in (person.name, person.age) = ("Ada", 36) }
-            while store.waitingForWrites < 1 { usleep(1_000) }
+            // The second commit waits for the first to be written before it is checked; before
+            // 2026-11-26 it was merged into the first at once, and handed over (then waited for
+            // its own write, on `.persistentStore`).
+            goSecond.signal()
+            while store.commitsWaitingForEarlierOnes < 1 && store.commitsHandedOver < before + 2 { usleep(1_000) }
         }
         finished.wait()
         return errors.withLock { $0 }

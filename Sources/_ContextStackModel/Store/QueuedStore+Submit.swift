@@ -39,7 +39,7 @@ extension QueuedStore {
         while appended == nil {
             // Checked against what is committed now, and queued before anything else can be.
             appended = try withCommittedView { state, reader in
-                if Self.claimsAnInsertThatWaits(changes, in: state) { return nil }
+                if Self.claimsAnUnwrittenInsert(changes, in: state) { return nil }
                 var resolved = item
                 resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
                 resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
@@ -48,7 +48,7 @@ extension QueuedStore {
                 return Self.append(resolved, to: &state, announce: announce)
             }
             // An object this commit made with `fetchOrCreate` is one an earlier commit made too,
-            // and that commit waits to be written: merged into an insert that may still fail,
+            // and that commit is not written yet: merged into an insert that may still fail,
             // this commit would become an update of a row that never was. It is checked again
             // once every commit before it is written (or failed).
             if appended == nil { try waitUntilQueuedWritten() }
@@ -65,15 +65,18 @@ extension QueuedStore {
         return submission
     }
 
-    /// Whether `changes` inserts an object `fetchOrCreate` claimed (`upserts`) whose ID a commit
-    /// that waits to be written inserts: queued, not visible to reads until written, and
-    /// perhaps never (its write may fail). Two `fetchOrCreate`s of one unique value share an ID
-    /// (`claim`), so the second commit would be merged into that insert (`mergeClaimedInserts`).
-    static func claimsAnInsertThatWaits(_ changes: ChangeSet, in state: QueueState) -> Bool {
-        guard let waiting = state.withWaiting, !changes.upserts.isEmpty else { return false }
+    /// Whether `changes` inserts an object `fetchOrCreate` claimed (`upserts`) whose ID an
+    /// earlier commit inserts that is not written yet — visible to reads (queued from a root)
+    /// or waiting unseen (`.persistentStore`) — and whose write may still fail. Two
+    /// `fetchOrCreate`s of one unique value share an ID (`claim`), so the second commit would be
+    /// merged into that insert (`mergeClaimedInserts`) and, were the first write to fail, update
+    /// a row that never was: its object lost without an error.
+    static func claimsAnUnwrittenInsert(_ changes: ChangeSet, in state: QueueState) -> Bool {
+        guard !changes.upserts.isEmpty else { return false }
+        let queued = state.queued
+        guard !queued.isEmpty else { return false }
         return changes.inserts.contains { insert in
-            guard changes.upserts[insert.id] != nil, case .inserted = waiting.entry(for: insert.id)?.pending else { return false }
-            if case .inserted = state.overlay.entry(for: insert.id)?.pending { return false }
+            guard changes.upserts[insert.id] != nil, case .inserted = queued.entry(for: insert.id)?.pending else { return false }
             return true
         }
     }

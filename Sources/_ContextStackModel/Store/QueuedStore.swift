@@ -290,6 +290,12 @@ final class FlushWaiter: Sendable {
 
     private let reporting: Reporting
 
+    /// Whether the caller waits only for the commits before its own (`waitUntilQueuedWritten`).
+    var onlyWaits: Bool {
+        if case .nothing = reporting { return true }
+        return false
+    }
+
     init(sequence: UInt64) { self.reporting = .failure(of: sequence) }
     init(reporting: Reporting = .backgroundErrors) { self.reporting = reporting }
 

@@ -159,6 +159,13 @@ final class TestStore: Sendable {
         return stack.sqliteStore.state.withLock { $0.waiters.count }
     }
 
+    /// How many commits wait for the commits before them to be written before they are checked
+    /// (`QueuedStore.claimsAnUnwrittenInsert`).
+    var commitsWaitingForEarlierOnes: Int {
+        if let postgres = stack.store as? PostgresStore { return postgres.state.withLock { $0.waiters.filter(\.waiter.onlyWaits).count } }
+        return stack.sqliteStore.state.withLock { $0.waiters.filter(\.waiter.onlyWaits).count }
+    }
+
     /// Whether `error` is the database refusing a write `refuseWrites` set up: `SQLiteError` on
     /// SQLite, `PostgresError` on PostgreSQL.
     static func isRefusal(_ error: any Error) -> Bool {
