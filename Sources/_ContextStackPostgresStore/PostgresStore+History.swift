@@ -58,20 +58,42 @@ extension PostgresStore {
         return try connection.scalar("SELECT CASE WHEN to_regclass('\"Z_HISTORY\"') IS NULL THEN 0 ELSE 1 END") == .integer(1)
     }
 
-    /// Queues the commit's history row with its statements, and the doorbell when it is due
-    /// (`HistoryDoorbell`): no round trip of its own. The token is the server's (the
-    /// transaction's ID), so a local commit learns none.
+    /// Queues the commit's history row with its statements: no round trip of its own. The
+    /// doorbell is decided once the transaction's commits are all queued (`queueRing`). The
+    /// token is the server's (the transaction's ID), so a local commit learns none.
     package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout PostgresConnection) throws -> HistoryToken? {
         guard tracksHistory else { return nil }
         try writer.enqueue("INSERT INTO \"Z_HISTORY\" VALUES (\(Self.ownTransaction), ?, ?, ?, ?, ?, ?)",
                            [.integer(Int64(bitPattern: sequence)), .double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
                             .integer(Int64(bitPattern: info.origin)), .text(instance), .blob(HistoryEncoding.encode(changes))])
-        switch doorbell.withLock({ $0.commit(at: DispatchTime.now().uptimeNanoseconds) }) {
+        doorbell.withLock { $0.recorded() }
+        return nil
+    }
+
+    /// Queues the doorbell at the end of a write transaction that recorded history, when it is
+    /// due (`HistoryDoorbell`), or schedules it; returns the ring queued, for `ringLost` if the
+    /// transaction then fails. Queued after the transaction's commits, outside their
+    /// savepoints: a ring queued with one commit of a group would be rolled back with it,
+    /// and the commits that waited for that ring would wait for the listeners' catch-up.
+    func queueRing(writer: PostgresConnection) throws -> HistoryDoorbell.CommitRing? {
+        guard tracksHistory, let ring = doorbell.withLock({ $0.transactionEnds(at: DispatchTime.now().uptimeNanoseconds) }) else { return nil }
+        switch ring {
         case .ring: try writer.enqueue(Self.ring, [.text(historyChannel), .text(instance)])
         case .schedule(let delay): scheduleRing(in: delay)
         case .owed: break
         }
-        return nil
+        return ring
+    }
+
+    /// The write transaction failed, after it queued `ring` or before: its own commits are not
+    /// stored, but the commits that waited for its ring (written in earlier transactions) wait
+    /// again, for a ring scheduled now if none is.
+    func ringLost(_ ring: HistoryDoorbell.CommitRing?) {
+        guard tracksHistory else { return }
+        var waiting: UInt64?
+        if case .ring(let since)? = ring { waiting = since }
+        guard let delay = doorbell.withLock({ $0.ringLost(waiting: waiting, at: DispatchTime.now().uptimeNanoseconds) }) else { return }
+        scheduleRing(in: delay)
     }
 
     /// Rings the history channel, naming the stack that rang.
@@ -241,10 +263,13 @@ struct HistoryDoorbell {
     private var firstWaiting: UInt64?
     /// Whether a deferred ring is scheduled.
     private var scheduled = false
+    /// Whether the write transaction under way recorded history (`recorded`).
+    private var recordedInTransaction = false
 
     enum CommitRing: Equatable {
-        /// The commit rings in its own transaction.
-        case ring
+        /// The transaction rings. Should it fail, the commits that waited for a ring since
+        /// `waiting` (if any did) wait again: `ringLost`.
+        case ring(waiting: UInt64?)
         /// The commit waits for a later ring; none is scheduled yet: schedule one in this many
         /// nanoseconds.
         case schedule(UInt64)
@@ -252,18 +277,44 @@ struct HistoryDoorbell {
         case owed
     }
 
+    /// The write transaction under way recorded a commit's history.
+    mutating func recorded() { recordedInTransaction = true }
+
+    /// What the write transaction ending at `now` does (`commit(at:)`), if it recorded history
+    /// since the last call; `nil` if it recorded none.
+    mutating func transactionEnds(at now: UInt64) -> CommitRing? {
+        guard recordedInTransaction else { return nil }
+        recordedInTransaction = false
+        return commit(at: now)
+    }
+
     /// What a commit at `now` does: ring in its transaction when the last ring is an interval
     /// old (that ring is for every commit before it too), or wait for a later one.
     mutating func commit(at now: UInt64) -> CommitRing {
         guard let lastRing, now &- lastRing < Self.interval else {
+            let waiting = firstWaiting
             self.lastRing = now
             firstWaiting = nil
-            return .ring
+            return .ring(waiting: waiting)
         }
         if firstWaiting == nil { firstWaiting = now }
         guard !scheduled else { return .owed }
         scheduled = true
         return .schedule(Self.interval)
+    }
+
+    /// The ring of a transaction that failed (`.ring(waiting:)`) was never sent: the commits
+    /// that waited for it since `waiting` wait again. Returns the delay after which to ring
+    /// for them when no ring is scheduled (they waited long enough: at once, or when the
+    /// first of them has waited an interval); `nil` when one is, or none waited.
+    mutating func ringLost(waiting: UInt64?, at now: UInt64) -> UInt64? {
+        recordedInTransaction = false
+        guard let waiting else { return nil }
+        firstWaiting = min(firstWaiting ?? waiting, waiting)
+        guard !scheduled else { return nil }
+        scheduled = true
+        let due = firstWaiting! &+ Self.interval
+        return due > now ? due &- now : 0
     }
 
     enum DeferredRing: Equatable {

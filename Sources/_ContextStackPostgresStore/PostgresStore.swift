@@ -409,6 +409,10 @@ package final class PostgresStore: QueuedStore {
     /// commits has its statements answered at its `RELEASE`, outside the state lock, and a lock
     /// timeout there would fail that commit instead of being waited out.
     ///
+    /// The history doorbell goes once per transaction, after everything `body` queued
+    /// (`queueRing`); a transaction that fails owes its ring to the commits that waited for it
+    /// (`ringLost`).
+    ///
     /// A transaction PostgreSQL fails to break a deadlock (or for a serialization failure) is
     /// rolled back and written again, up to `transactionAttempts` times in all: nothing of it
     /// was stored, and the transaction it lost to goes through meanwhile.
@@ -428,12 +432,15 @@ package final class PostgresStore: QueuedStore {
                 // `BEGIN` goes out with the transaction's first statement: no round trip of its own.
                 connection.beginLater("BEGIN")
                 connection.transactionPreamble = patient ? [] : [Self.lockWaitUnderStateLock]
+                var ring: HistoryDoorbell.CommitRing?
                 do {
                     try body(&connection)
+                    ring = try queueRing(writer: connection)
                     if patient { try connection.settle() }
                     try commit { try connection.commit() }
                     return
                 } catch {
+                    ringLost(ring)
                     if connection.isBroken {
                         slot = nil
                     } else if connection.abandonPendingBegin() {

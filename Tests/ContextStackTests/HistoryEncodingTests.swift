@@ -144,6 +144,81 @@ struct HistoryEncodingTests {
         }
     }
 
+    /// A transaction that was to ring fails (its commit's write failed): its ring is never
+    /// sent, and the commits that waited for a ring before it — written in earlier
+    /// transactions — are owed one again: by the ring already scheduled, or by one scheduled
+    /// now. Before 2026-11-26 they were forgotten, and reached other stacks only by their
+    /// listeners' catch-up.
+    @Test func aRingLostWithItsTransactionIsOwedAgain() {
+        let interval = HistoryDoorbell.interval
+        let start: UInt64 = 1_000_000_000
+        var doorbell = HistoryDoorbell()
+        #expect(doorbell.commit(at: start) == .ring(waiting: nil))
+        // A commit half an interval later waits; its ring is scheduled for an interval later.
+        let waiting = start + interval / 2
+        #expect(doorbell.commit(at: waiting) == .schedule(interval))
+        // Before that ring is due, a commit an interval after the last ring rings — and fails.
+        let lost = start + interval + interval / 5
+        #expect(doorbell.commit(at: lost) == .ring(waiting: waiting))
+        #expect(doorbell.ringLost(waiting: waiting, at: lost) == nil, "the scheduled ring is still to come")
+        #expect(doorbell.owedRing(at: waiting + interval) == .now)
+
+        // With no ring scheduled any more, the loss schedules one, due once the first commit
+        // that waited has waited an interval.
+        var quiet = HistoryDoorbell()
+        #expect(quiet.commit(at: start) == .ring(waiting: nil))
+        #expect(quiet.commit(at: waiting) == .schedule(interval))
+        #expect(quiet.owedRing(at: waiting + interval) == .now)
+        let next = waiting + interval + interval / 2
+        #expect(quiet.commit(at: next) == .schedule(interval))
+        let ringing = waiting + 2 * interval + interval / 10
+        #expect(quiet.owedRing(at: next + interval / 4) == .later(interval - interval / 4))
+        #expect(quiet.commit(at: ringing) == .ring(waiting: next))
+        #expect(quiet.owedRing(at: next + interval) == .none, "the commit's ring was for the waiting one")
+        let failed = next + interval + interval / 10
+        #expect(quiet.ringLost(waiting: next, at: failed) == 0, "the waiting commit waited an interval already")
+        #expect(quiet.owedRing(at: failed) == .now)
+    }
+
+    /// A group commit queues the doorbell once, after its commits' savepoints: queued with the
+    /// first commit, inside its savepoint, the ring went with it when that commit failed and
+    /// was rolled back.
+    @Test(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"), .timeLimit(.minutes(1)))
+    func aGroupCommitRingsAfterItsSavepoints() throws {
+        let store = try TestStore(.postgres)
+        try store.refuseWrites(ofName: "refused")
+        try ContextStack.Context(stack: store.stack).beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        defer { store.stack.trace(nil) }
+        // The writer's queue held: the three commits are written together.
+        let postgres = try #require(store.stack.store as? PostgresStore)
+        postgres.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { postgres.writeQueue.resume() } }
+        for name in ["refused", "Ada", "Grace"] {
+            try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false)).beginUpdateAndWait { update in
+                try update.create(Person.self).name = name
+                try update.commit()
+            }
+        }
+        // An interval after the last ring: the group's transaction rings.
+        usleep(UInt32(3 * HistoryDoorbell.interval / 1_000))
+        postgres.writeQueue.resume()
+        suspended = false
+        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        let written = statements.withLock { $0 }
+        let ring = try #require(written.lastIndex { $0.contains("pg_notify") }, "\(written)")
+        let lastSavepoint = try #require(written.lastIndex { $0.hasPrefix("RELEASE") }, "\(written)")
+        #expect(ring > lastSavepoint, "\(written)")
+        #expect(written.contains { $0.hasPrefix("ROLLBACK TO") }, "the refused commit was rolled back alone: \(written)")
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Ada")], [.text("Grace")], [.text("first")]])
+    }
+
     /// The ring owed to the commits of a burst goes out alone, after their transactions: two
     /// commits back to back ring twice (the first in its transaction; the second in its own
     /// if an interval passed, or alone after it), whatever their timing.
