@@ -35,6 +35,26 @@ import Testing
         #expect(reads.count == 1, "\(reads)")
     }
 
+    /// A new object's unique values are looked up in the store once when its commit is handed
+    /// over — for a row another process saved meanwhile (`adoptSavedRows`) and for uniqueness
+    /// (`checkUniqueness`) alike, where each used to read them: a round trip per new object on
+    /// PostgreSQL — and once more by the writer, in its transaction.
+    @Test(arguments: StoreKind.available)
+    func aNewObjectsUniqueValuesAreLookedUpOnceWhenHandedOver(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let statements = Locked<[String]>([])
+        try ContextStack.Context(stack: store.stack).beginUpdateAndWait { update in
+            let ada = try update.fetchOrCreate(Person.self, %"email" == "ada@example.com")
+            ada.name = "Ada"
+            store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+            defer { store.stack.trace(nil) }
+            try update.commit()
+        }
+        let lookups = statements.withLock { $0 }.filter { $0.hasPrefix("SELECT \"Z_PK\" FROM \"Person\" WHERE \"email\" = ") }
+        #expect(lookups.count == 2, "\(lookups)")
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'ada@example.com'") == [[.text("Ada")]])
+    }
+
     /// Two `fetchOrCreate`s of one email agree on one object, in two updates whose commits
     /// are not written yet: both wait (`.persistentStore`), or the first is visible, queued by
     /// the root for its background writer (`.rootContext`). The first one's write then fails.

@@ -10,6 +10,16 @@ package struct RowReader {
     private var cache: [ObjectID: ObjectRow?] = [:]
     /// Stored rows read ahead in bulk by `rows(for:)`, before the overlay and the context apply.
     private var stored: [ObjectID: ObjectRow?] = [:]
+    /// The stored rows holding a uniqueness constraint's values, by constraint and values, as
+    /// `QueuedStore.storedRows` read them: a commit's claimed inserts are looked up when they
+    /// are merged (`adoptSavedRows`) and again when uniqueness is checked, in one view.
+    var storedHolders: [UniqueKey: [ObjectID]] = [:]
+
+    /// A uniqueness constraint's values.
+    struct UniqueKey: Hashable {
+        let constraint: ObjectIdentifier
+        let values: [Value]
+    }
 
     package init(session: ReadSession, context: ContextCore?) {
         self.session = session

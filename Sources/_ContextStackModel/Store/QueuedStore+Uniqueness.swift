@@ -123,7 +123,7 @@ extension QueuedStore {
                 if pendingKeys[ObjectIdentifier(constraint)] == nil {
                     pendingKeys[ObjectIdentifier(constraint)] = try pendingRows(constraint, reader: &reader)
                 }
-                let candidates = try storedRows(constraint, key, reader: reader, locking: locking)
+                let candidates = try storedRows(constraint, key, reader: &reader, locking: locking)
                     + (pendingKeys[ObjectIdentifier(constraint)]?[key] ?? [])
                 let saved = try candidates.first { other in
                     guard other != insert.id, let row = try reader.row(other) else { return false }
@@ -262,7 +262,7 @@ extension QueuedStore {
                           let stored = try reader.row(other), constraint.entity.includes(stored.entity) else { return false }
                     return constraint.key(in: stored.values) == key
                 }
-                for other in try storedRows(constraint, key, reader: reader) where try conflicts(other) {
+                for other in try storedRows(constraint, key, reader: &reader) where try conflicts(other) {
                     throw violation(constraint, key, row.id, other)
                 }
                 if pendingKeys[slot] == nil {
@@ -276,8 +276,11 @@ extension QueuedStore {
     }
 
     /// The stored rows holding `key` (before the overlay); with `locking`, locked until the
-    /// reader's transaction ends (`FOR UPDATE`: a writer's transaction on PostgreSQL).
-    private static func storedRows(_ constraint: UniqueConstraint, _ key: [Value], reader: RowReader, locking: Bool = false) throws -> [ObjectID] {
+    /// reader's transaction ends (`FOR UPDATE`: a writer's transaction on PostgreSQL). Read once
+    /// per reader (its view of the store does not change), unless they are to be locked.
+    private static func storedRows(_ constraint: UniqueConstraint, _ key: [Value], reader: inout RowReader, locking: Bool = false) throws -> [ObjectID] {
+        let memo = RowReader.UniqueKey(constraint: ObjectIdentifier(constraint), values: key)
+        if !locking, let known = reader.storedHolders[memo] { return known }
         let table = constraint.entity.table!
         var sql = "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE "
             + constraint.keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
@@ -286,6 +289,7 @@ extension QueuedStore {
         var ids: [ObjectID] = []
         let root = constraint.entity.rootDescription
         try reader.session.connection.select(sql, key) { row in ids.append(ObjectID(rootEntity: root, primaryKey: row.int64(0))) }
+        reader.storedHolders[memo] = ids
         return ids
     }
 
