@@ -11,9 +11,10 @@ package struct RowReader {
     /// Stored rows read ahead in bulk by `rows(for:)`, before the overlay and the context apply.
     private var stored: [ObjectID: ObjectRow?] = [:]
     /// The stored rows holding a uniqueness constraint's values, by constraint and values, as
-    /// `QueuedStore.storedRows` read them: a commit's claimed inserts are looked up when they
-    /// are merged (`adoptSavedRows`) and again when uniqueness is checked, in one view.
-    var storedHolders: [UniqueKey: [ObjectID]] = [:]
+    /// `QueuedStore.storedRows` read them, when the reader keeps them (not `nil`): a commit
+    /// handed over looks its claimed inserts' values up when they are merged
+    /// (`adoptSavedRows`) and again when uniqueness is checked, in one view of the store.
+    var storedHolders: [UniqueKey: [ObjectID]]?
 
     /// A uniqueness constraint's values.
     struct UniqueKey: Hashable {

@@ -42,6 +42,8 @@ extension QueuedStore {
                 if Self.claimsAnUnwrittenInsert(changes, in: state) { return nil }
                 var resolved = item
                 resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
+                // The claimed inserts' values are looked up by both steps below: read once.
+                if !changes.upserts.isEmpty { reader.storedHolders = .init(minimumCapacity: changes.upserts.count) }
                 resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
                 try Self.checkUniqueness(resolved.changes, reader: &reader)
                 try Self.capture(resolved.changes, into: &state.pins, reader: &reader)

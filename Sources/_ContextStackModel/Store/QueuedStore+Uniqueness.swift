@@ -277,10 +277,11 @@ extension QueuedStore {
 
     /// The stored rows holding `key` (before the overlay); with `locking`, locked until the
     /// reader's transaction ends (`FOR UPDATE`: a writer's transaction on PostgreSQL). Read once
-    /// per reader (its view of the store does not change), unless they are to be locked.
+    /// by a reader that keeps them (`RowReader.storedHolders`; its view of the store does not
+    /// change), unless they are to be locked.
     private static func storedRows(_ constraint: UniqueConstraint, _ key: [Value], reader: inout RowReader, locking: Bool = false) throws -> [ObjectID] {
         let memo = RowReader.UniqueKey(constraint: ObjectIdentifier(constraint), values: key)
-        if !locking, let known = reader.storedHolders[memo] { return known }
+        if !locking, let known = reader.storedHolders?[memo] { return known }
         let table = constraint.entity.table!
         var sql = "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE "
             + constraint.keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
@@ -289,7 +290,7 @@ extension QueuedStore {
         var ids: [ObjectID] = []
         let root = constraint.entity.rootDescription
         try reader.session.connection.select(sql, key) { row in ids.append(ObjectID(rootEntity: root, primaryKey: row.int64(0))) }
-        reader.storedHolders[memo] = ids
+        if reader.storedHolders != nil { reader.storedHolders![memo] = ids }
         return ids
     }
 
