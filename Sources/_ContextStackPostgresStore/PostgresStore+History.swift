@@ -78,7 +78,16 @@ extension PostgresStore {
     func queueRing(writer: PostgresConnection) throws -> HistoryDoorbell.CommitRing? {
         guard tracksHistory, let ring = doorbell.withLock({ $0.transactionEnds(at: DispatchTime.now().uptimeNanoseconds) }) else { return nil }
         switch ring {
-        case .ring: try writer.enqueue(Self.ring, [.text(historyChannel), .text(instance)])
+        case .ring:
+            do {
+                try writer.enqueue(Self.ring, [.text(historyChannel), .text(instance)])
+            } catch {
+                // Queuing settles the statements before it when it must (a first ring on a
+                // new connection, a full pipeline), and throws their error: the ring decided is
+                // not sent.
+                ringLost(ring)
+                throw error
+            }
         case .schedule(let delay): scheduleRing(in: delay)
         case .owed: break
         }
@@ -89,10 +98,9 @@ extension PostgresStore {
     /// stored, but the commits that waited for its ring (written in earlier transactions) wait
     /// again, for a ring scheduled now if none is.
     func ringLost(_ ring: HistoryDoorbell.CommitRing?) {
-        guard tracksHistory else { return }
-        var waiting: UInt64?
-        if case .ring(let since)? = ring { waiting = since }
-        guard let delay = doorbell.withLock({ $0.ringLost(waiting: waiting, at: DispatchTime.now().uptimeNanoseconds) }) else { return }
+        guard tracksHistory,
+              let delay = doorbell.withLock({ $0.ringLost(ring, at: DispatchTime.now().uptimeNanoseconds) })
+        else { return }
         scheduleRing(in: delay)
     }
 
@@ -303,13 +311,17 @@ struct HistoryDoorbell {
         return .schedule(Self.interval)
     }
 
-    /// The ring of a transaction that failed (`.ring(waiting:)`) was never sent: the commits
-    /// that waited for it since `waiting` wait again. Returns the delay after which to ring
-    /// for them when no ring is scheduled (they waited long enough: at once, or when the
-    /// first of them has waited an interval); `nil` when one is, or none waited.
-    mutating func ringLost(waiting: UInt64?, at now: UInt64) -> UInt64? {
+    /// The write transaction failed after `commit(at:)` said what it does (`ring`), or before
+    /// (`nil`). A ring it was to send (`.ring(waiting:)`) never went: the next commit rings
+    /// (a retry of the transaction, say), and the commits that waited for it since `waiting`
+    /// wait again. Returns the delay after which to ring for them when no ring is scheduled
+    /// (at once, or when the first of them has waited an interval); `nil` when one is, or
+    /// none waited.
+    mutating func ringLost(_ ring: CommitRing?, at now: UInt64) -> UInt64? {
         recordedInTransaction = false
-        guard let waiting else { return nil }
+        guard case .ring(let since)? = ring else { return nil }
+        lastRing = nil
+        guard let waiting = since else { return nil }
         firstWaiting = min(firstWaiting ?? waiting, waiting)
         guard !scheduled else { return nil }
         scheduled = true

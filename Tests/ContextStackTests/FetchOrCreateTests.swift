@@ -130,19 +130,34 @@ import Testing
             }
         }
         let (goFirst, goSecond) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        // Each step is given a minute, so that a regression fails the test instead of hanging it
+        // (with the writer held).
+        func within(_ step: String, _ done: () -> Bool) {
+            let deadline = Date().addingTimeInterval(60)
+            while !done() {
+                guard Date() < deadline else {
+                    Issue.record("\(step) did not happen within a minute: \(errors.withLock { $0 })")
+                    return
+                }
+                usleep(1_000)
+            }
+        }
         try store.holdingTheWriter {
             let before = store.commitsHandedOver
             commit(first.name, when: goFirst) { person in (person.name, person.location) = (first.name, first.location) }
             commit("Ada", when: goSecond) { person in (person.name, person.age) = ("Ada", 36) }
-            made.wait()
-            made.wait()
+            for _ in 0..<2 where made.wait(timeout: .now() + 60) == .timedOut {
+                Issue.record("an update did not make its object within a minute: \(errors.withLock { $0 })")
+            }
             goFirst.signal()
-            while store.commitsHandedOver < before + 1 { usleep(1_000) }
+            within("the first commit's hand-over") { store.commitsHandedOver >= before + 1 }
             // The second commit waits for the first to be written before it is checked; before
             // 2026-11-26 it was merged into the first at once, and handed over (then waited for
             // its own write, on `.persistentStore`).
             goSecond.signal()
-            while store.commitsWaitingForEarlierOnes < 1 && store.commitsHandedOver < before + 2 { usleep(1_000) }
+            within("the second commit's wait or hand-over") {
+                store.commitsWaitingForEarlierOnes >= 1 || store.commitsHandedOver >= before + 2
+            }
         }
         finished.wait()
         return errors.withLock { $0 }

@@ -160,8 +160,13 @@ struct HistoryEncodingTests {
         // Before that ring is due, a commit an interval after the last ring rings — and fails.
         let lost = start + interval + interval / 5
         #expect(doorbell.commit(at: lost) == .ring(waiting: waiting))
-        #expect(doorbell.ringLost(waiting: waiting, at: lost) == nil, "the scheduled ring is still to come")
+        #expect(doorbell.ringLost(.ring(waiting: waiting), at: lost) == nil, "the scheduled ring is still to come")
         #expect(doorbell.owedRing(at: waiting + interval) == .now)
+        // The lost ring was never sent: the next commit (a retry, say) rings at once.
+        var retried = HistoryDoorbell()
+        #expect(retried.commit(at: start) == .ring(waiting: nil))
+        #expect(retried.ringLost(.ring(waiting: nil), at: start + interval / 10) == nil)
+        #expect(retried.commit(at: start + interval / 5) == .ring(waiting: nil))
 
         // With no ring scheduled any more, the loss schedules one, due once the first commit
         // that waited has waited an interval.
@@ -176,7 +181,7 @@ struct HistoryEncodingTests {
         #expect(quiet.commit(at: ringing) == .ring(waiting: next))
         #expect(quiet.owedRing(at: next + interval) == .none, "the commit's ring was for the waiting one")
         let failed = next + interval + interval / 10
-        #expect(quiet.ringLost(waiting: next, at: failed) == 0, "the waiting commit waited an interval already")
+        #expect(quiet.ringLost(.ring(waiting: next), at: failed) == 0, "the waiting commit waited an interval already")
         #expect(quiet.owedRing(at: failed) == .now)
     }
 
