@@ -59,7 +59,7 @@ extension PostgresStore {
     }
 
     /// Queues the commit's history row with its statements: no round trip of its own. The
-    /// doorbell is decided once the transaction's commits are all queued (`queueRing`). The
+    /// doorbell is decided once the transaction's commits are all queued (`ringDue`). The
     /// token is the server's (the transaction's ID), so a local commit learns none.
     package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout PostgresConnection) throws -> HistoryToken? {
         guard tracksHistory else { return nil }
@@ -70,28 +70,25 @@ extension PostgresStore {
         return nil
     }
 
-    /// Queues the doorbell at the end of a write transaction that recorded history, when it is
-    /// due (`HistoryDoorbell`), or schedules it; returns the ring queued, for `ringLost` if the
-    /// transaction then fails. Queued after the transaction's commits, outside their
-    /// savepoints: a ring queued with one commit of a group would be rolled back with it,
-    /// and the commits that waited for that ring would wait for the listeners' catch-up.
-    func queueRing(writer: PostgresConnection) throws -> HistoryDoorbell.CommitRing? {
-        guard tracksHistory, let ring = doorbell.withLock({ $0.transactionEnds(at: DispatchTime.now().uptimeNanoseconds) }) else { return nil }
+    /// What the doorbell does at the end of a write transaction that recorded history
+    /// (`HistoryDoorbell`), decided once its commits are all queued: `queueRing` then queues
+    /// it after them, outside their savepoints — a ring queued with one commit of a group
+    /// would be rolled back with it, and the commits that waited for that ring would wait for
+    /// the listeners' catch-up. `nil` when the transaction recorded none.
+    func ringDue() -> HistoryDoorbell.CommitRing? {
+        guard tracksHistory else { return nil }
+        return doorbell.withLock { $0.transactionEnds(at: DispatchTime.now().uptimeNanoseconds) }
+    }
+
+    /// Queues `ring` on the writer, or schedules it. Queuing may settle the statements before
+    /// it (a first ring on a new connection, a full pipeline) and throw their error: the
+    /// transaction fails, and its `ringLost` owes the ring.
+    func queueRing(_ ring: HistoryDoorbell.CommitRing?, writer: PostgresConnection) throws {
         switch ring {
-        case .ring:
-            do {
-                try writer.enqueue(Self.ring, [.text(historyChannel), .text(instance)])
-            } catch {
-                // Queuing settles the statements before it when it must (a first ring on a
-                // new connection, a full pipeline), and throws their error: the ring decided is
-                // not sent.
-                ringLost(ring)
-                throw error
-            }
-        case .schedule(let delay): scheduleRing(in: delay)
-        case .owed: break
+        case .ring?: try writer.enqueue(Self.ring, [.text(historyChannel), .text(instance)])
+        case .schedule(let delay)?: scheduleRing(in: delay)
+        case .owed?, nil: break
         }
-        return ring
     }
 
     /// The write transaction failed, after it queued `ring` or before: its own commits are not

@@ -410,8 +410,8 @@ package final class PostgresStore: QueuedStore {
     /// timeout there would fail that commit instead of being waited out.
     ///
     /// The history doorbell goes once per transaction, after everything `body` queued
-    /// (`queueRing`); a transaction that fails owes its ring to the commits that waited for it
-    /// (`ringLost`).
+    /// (`ringDue`, `queueRing`); a transaction that fails owes its ring to the commits that
+    /// waited for it (`ringLost`).
     ///
     /// A transaction PostgreSQL fails to break a deadlock (or for a serialization failure) is
     /// rolled back and written again, up to `transactionAttempts` times in all: nothing of it
@@ -435,7 +435,8 @@ package final class PostgresStore: QueuedStore {
                 var ring: HistoryDoorbell.CommitRing?
                 do {
                     try body(&connection)
-                    ring = try queueRing(writer: connection)
+                    ring = ringDue()
+                    try queueRing(ring, writer: connection)
                     if patient { try connection.settle() }
                     try commit { try connection.commit() }
                     return

@@ -37,9 +37,11 @@ extension QueuedStore {
             }
         }
         while appended == nil {
+            var unwritten: UInt64?
             // Checked against what is committed now, and queued before anything else can be.
             appended = try withCommittedView { state, reader in
-                if Self.claimsAnUnwrittenInsert(changes, in: state) { return nil }
+                unwritten = Self.unwrittenInsertClaimed(by: changes, in: state)
+                if unwritten != nil { return nil }
                 var resolved = item
                 resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
                 // The claimed inserts' values are looked up by both steps below: read once.
@@ -52,8 +54,8 @@ extension QueuedStore {
             // An object this commit made with `fetchOrCreate` is one an earlier commit made too,
             // and that commit is not written yet: merged into an insert that may still fail,
             // this commit would become an update of a row that never was. It is checked again
-            // once every commit before it is written (or failed).
-            if appended == nil { try waitUntilQueuedWritten() }
+            // once that commit is written (or failed).
+            if let unwritten { waitUntilWritten(upTo: unwritten) }
         }
         let (submission, start) = appended!
         if mustWait {
@@ -67,20 +69,22 @@ extension QueuedStore {
         return submission
     }
 
-    /// Whether `changes` inserts an object `fetchOrCreate` claimed (`upserts`) whose ID an
-    /// earlier commit inserts that is not written yet — visible to reads (queued from a root)
-    /// or waiting unseen (`.persistentStore`) — and whose write may still fail. Two
-    /// `fetchOrCreate`s of one unique value share an ID (`claim`), so the second commit would be
-    /// merged into that insert (`mergeClaimedInserts`) and, were the first write to fail, update
-    /// a row that never was: its object lost without an error.
-    static func claimsAnUnwrittenInsert(_ changes: ChangeSet, in state: QueueState) -> Bool {
-        guard !changes.upserts.isEmpty else { return false }
+    /// The sequence up to which commits must be written before `changes` can be checked:
+    /// `changes` inserts an object `fetchOrCreate` claimed (`upserts`) whose ID an earlier
+    /// commit inserts that is not written yet — visible to reads (queued from a root) or
+    /// waiting unseen (`.persistentStore`) — and whose write may still fail; `nil` when it does
+    /// not. Two `fetchOrCreate`s of one unique value share an ID (`claim`), so the second
+    /// commit would be merged into that insert (`mergeClaimedInserts`) and, were the first
+    /// write to fail, update a row that never was: its object lost without an error.
+    static func unwrittenInsertClaimed(by changes: ChangeSet, in state: QueueState) -> UInt64? {
+        guard !changes.upserts.isEmpty else { return nil }
         let queued = state.queued
-        guard !queued.isEmpty else { return false }
-        return changes.inserts.contains { insert in
-            guard changes.upserts[insert.id] != nil, case .inserted = queued.entry(for: insert.id)?.pending else { return false }
-            return true
-        }
+        return changes.inserts.lazy.compactMap { insert -> UInt64? in
+            // An entry's sequence is its last commit's, at or after the insert's.
+            guard changes.upserts[insert.id] != nil, let entry = queued.entry(for: insert.id),
+                  case .inserted = entry.pending else { return nil }
+            return entry.sequence
+        }.max()
     }
 
     /// Appends a resolved commit to the queue and the overlays (reads' only when it is visible

@@ -280,8 +280,8 @@ extension QueuedStore {
     /// by a reader that keeps them (`RowReader.storedHolders`; its view of the store does not
     /// change), unless they are to be locked.
     private static func storedRows(_ constraint: UniqueConstraint, _ key: [Value], reader: inout RowReader, locking: Bool = false) throws -> [ObjectID] {
-        let memo = RowReader.UniqueKey(constraint: ObjectIdentifier(constraint), values: key)
-        if !locking, let known = reader.storedHolders?[memo] { return known }
+        let memo = reader.storedHolders == nil ? nil : RowReader.UniqueKey(constraint: ObjectIdentifier(constraint), values: key)
+        if !locking, let memo, let known = reader.storedHolders?[memo] { return known }
         let table = constraint.entity.table!
         var sql = "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE "
             + constraint.keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
@@ -290,7 +290,7 @@ extension QueuedStore {
         var ids: [ObjectID] = []
         let root = constraint.entity.rootDescription
         try reader.session.connection.select(sql, key) { row in ids.append(ObjectID(rootEntity: root, primaryKey: row.int64(0))) }
-        if reader.storedHolders != nil { reader.storedHolders![memo] = ids }
+        if let memo { reader.storedHolders?[memo] = ids }
         return ids
     }
 

@@ -240,10 +240,14 @@ extension QueuedStore {
     /// Blocks until every commit handed over before the call is written (or failed), without
     /// taking background errors from `flush()`.
     package func waitUntilQueuedWritten() throws {
-        let last = state.withLock { $0.lastSequence }
+        waitUntilWritten(upTo: state.withLock { $0.lastSequence })
+    }
+
+    /// Blocks until the commits up to `sequence` are written (or failed), reporting nothing.
+    func waitUntilWritten(upTo sequence: UInt64) {
         let waiter = FlushWaiter(reporting: .nothing)
-        register(waiter, upTo: last)
-        try waiter.wait()
+        register(waiter, upTo: sequence)
+        try? waiter.wait()
     }
 
     /// Blocks until every commit handed over before the call is written; see `flush()`.
@@ -290,7 +294,7 @@ final class FlushWaiter: Sendable {
 
     private let reporting: Reporting
 
-    /// Whether the caller waits only for the commits before its own (`waitUntilQueuedWritten`).
+    /// Whether the caller only waits for commits to be written (`waitUntilWritten(upTo:)`).
     var onlyWaits: Bool {
         if case .nothing = reporting { return true }
         return false

@@ -153,14 +153,8 @@ final class TestStore: Sendable {
         return stack.sqliteStore.state.withLock { $0.lastSequence }
     }
 
-    /// How many callers wait for commits to be written (their own, or all before them).
-    var waitingForWrites: Int {
-        if let postgres = stack.store as? PostgresStore { return postgres.state.withLock { $0.waiters.count } }
-        return stack.sqliteStore.state.withLock { $0.waiters.count }
-    }
-
     /// How many commits wait for the commits before them to be written before they are checked
-    /// (`QueuedStore.claimsAnUnwrittenInsert`).
+    /// (`QueuedStore.unwrittenInsertClaimed`).
     var commitsWaitingForEarlierOnes: Int {
         if let postgres = stack.store as? PostgresStore { return postgres.state.withLock { $0.waiters.filter(\.waiter.onlyWaits).count } }
         return stack.sqliteStore.state.withLock { $0.waiters.filter(\.waiter.onlyWaits).count }
