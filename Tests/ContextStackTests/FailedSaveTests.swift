@@ -75,4 +75,80 @@ import Testing
         #expect(try world.fetchAll(Person.self).map(\.name) == ["Monk"])
         #expect(recorder.all.count == 1)
     }
+
+    /// How commits queued behind a failing one meet the writer: in the same group (the write
+    /// queue held until all are queued), or in a group after the failed commit's own (the
+    /// writer held while they are queued: the first is taken alone).
+    enum Grouping: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case sameGroup, laterGroup
+        var testDescription: String { rawValue }
+    }
+
+    static let dependentCases: [(StoreKind, Grouping)] =
+        ([StoreKind.file] + StoreKind.available.filter { $0 == .postgres }).flatMap { kind in Grouping.allCases.map { (kind, $0) } }
+
+    /// Commits made while an insert was visible but not yet written, that change the inserted
+    /// object or relate another to it, fail with `.dependsOnFailedCommit` when that insert's
+    /// write fails. Written, the change would have updated no row, and the new pet would have
+    /// pointed at an owner that was never stored. A commit that does not refer to it is saved.
+    @Test(arguments: dependentCases)
+    func commitsBuiltOnAFailedInsertFailWithIt(kind: StoreKind, grouping: Grouping) throws {
+        let store = try TestStore(kind)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        try store.refuseWrites(ofName: "refused")
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        // Blocks of keys reserved beforehand: reserving one takes the writer on SQLite.
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"
+            try update.create(Pet.self).name = "first"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        func commitAll() throws -> ObjectID {
+            var created: ObjectID?
+            try context.beginUpdateAndWait { update in
+                let person = try update.create(Person.self)
+                person.name = "refused"
+                created = person.objectID
+                try update.commit()
+            }
+            let refused = try #require(created)
+            try context.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, id: refused)).age = 40
+                try update.commit()
+            }
+            try context.beginUpdateAndWait { update in
+                let owner = try #require(try update.fetch(Person.self, id: refused))
+                let pet = try update.create(Pet.self)
+                pet.name = "Rex"
+                pet.owner = owner
+                try update.commit()
+            }
+            try context.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "Ada"
+                try update.commit()
+            }
+            return refused
+        }
+        let refused: ObjectID
+        switch grouping {
+        case .sameGroup:
+            let queue = try #require(store.stack.store as? any QueuedStore).writeQueue
+            queue.suspend()
+            defer { queue.resume() }
+            refused = try commitAll()
+        case .laterGroup:
+            refused = try store.holdingTheWriter(commitAll)
+        }
+        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        let errors = recorder.all
+        #expect(errors.count == 3, "\(errors)")
+        #expect(errors.contains(where: TestStore.isRefusal), "\(errors)")
+        let dependents = errors.compactMap { $0 as? SaveError }.filter { $0.code == .dependsOnFailedCommit }
+        #expect(dependents.count == 2 && dependents.allSatisfy { $0.objects == [refused] }, "\(errors)")
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\" ORDER BY name")
+                == [[.text("Ada"), .integer(0)], [.text("first"), .integer(0)]])
+        #expect(try store.writtenRows("SELECT name FROM \"Pet\" ORDER BY name") == [[.text("first")]])
+    }
 }

@@ -20,7 +20,7 @@ import _ContextStackCore
 public struct SaveError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {
-        private enum Base: Hashable, Sendable { case deleteDenied, uniquenessViolated }
+        private enum Base: Hashable, Sendable { case deleteDenied, uniquenessViolated, dependsOnFailedCommit }
         private let base: Base
         /// A deleted object has a non-empty relationship whose delete rule is `.deny`.
         public static let deleteDenied = Code(base: .deleteDenied)
@@ -28,6 +28,11 @@ public struct SaveError: Error, CustomStringConvertible, Sendable {
         /// (`@Attribute(.unique)`, `@Entity(unique:)`): one in this commit and one already
         /// saved or committed, or two in this commit. `objects` names both.
         public static let uniquenessViolated = Code(base: .uniquenessViolated)
+        /// The commit changes an object, or relates an object to one, that an earlier commit
+        /// inserted and then failed to save: it was visible (committed to a root or a main
+        /// context) but never stored. `objects` names it. The earlier commit's own error went to
+        /// `stack.onError` or to its caller; fetch again and redo the change.
+        public static let dependsOnFailedCommit = Code(base: .dependsOnFailedCommit)
     }
 
     public let code: Code
@@ -56,4 +61,13 @@ public struct SaveError: Error, CustomStringConvertible, Sendable {
     }
 
     public var description: String { message }
+
+    /// The error of a commit that refers to `id`, which a failed commit inserted.
+    package static func dependsOnFailedCommit(_ id: ObjectID) -> SaveError {
+        SaveError(.dependsOnFailedCommit, """
+            The commit changes \(id), or relates an object to it, but the commit that inserted \(id) \
+            failed to save, so \(id) was never stored (that commit's error went to stack.onError or \
+            to its caller). Nothing of this commit is saved: fetch the objects again and redo the change.
+            """, objects: [id])
+    }
 }

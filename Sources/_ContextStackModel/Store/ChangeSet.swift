@@ -129,6 +129,38 @@ package struct ChangeSet: Sendable {
     }
 }
 
+extension ChangeSet {
+    /// The first object of `objects` that this commit changes, or relates an object to (a
+    /// to-one it sets, a join-table pair it adds), without inserting it itself; `nil` when
+    /// there is none. Removing a pair, or deleting, needs no stored row.
+    package func firstReference(to objects: Set<ObjectID>) -> ObjectID? {
+        guard !objects.isEmpty else { return nil }
+        let inserted = Set(inserts.lazy.map(\.id).filter(objects.contains))
+        func refers(to id: ObjectID) -> Bool { objects.contains(id) && !inserted.contains(id) }
+        func destination(of property: Property, _ value: Value) -> ObjectID? {
+            guard property.isToOne, let destination = property.destination, case .integer(let key) = value else { return nil }
+            return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+        }
+        for update in updates {
+            if refers(to: update.id) { return update.id }
+            for (slot, value) in zip(update.slots, update.values) {
+                if let id = destination(of: update.entity.properties[slot], value), refers(to: id) { return id }
+            }
+        }
+        for insert in inserts {
+            for property in insert.row.entity.properties where property.isToOne {
+                if let id = destination(of: property, insert.row.values[property.slot]), refers(to: id) { return id }
+            }
+        }
+        for link in links where link.present {
+            guard let ends = linkEnds[link.key] else { continue }
+            if refers(to: ends.source) { return ends.source }
+            if refers(to: ends.target) { return ends.target }
+        }
+        return nil
+    }
+}
+
 /// What a main context that does not merge must still see of rows changed since it pinned its
 /// view: each row as it was then.
 package enum BeforeImage: Sendable {

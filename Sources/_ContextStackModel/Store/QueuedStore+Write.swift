@@ -7,27 +7,28 @@ extension QueuedStore {
     /// the rest to the background queue, so a committer waiting for its own write is not
     /// kept writing everyone else's.
     func drain(until: UInt64? = nil) {
-        while let batch = takeBatch(until: until), let last = batch.last?.sequence {
-            let outcome = write(batch, upTo: last)
+        while let (batch, neverStored) = takeBatch(until: until), let last = batch.last?.sequence {
+            let outcome = write(batch, upTo: last, neverStored: neverStored)
             undoAnnounced(batch, outcome)
             for failure in outcome.failures where !failure.claimed { reportError(failure.error) }
-            for waiter in finish(outcome, upTo: last) { waiter.resume(state: state) }
+            for waiter in finish(batch, outcome, upTo: last) { waiter.resume(state: state) }
         }
     }
 
-    /// Takes every commit queued so far off the queue; `nil` when this turn has nothing (more)
-    /// to write, after handing the rest to the background queue if `until` stopped early.
-    private func takeBatch(until: UInt64?) -> [QueueItem]? {
-        let batch = state.withLock { state -> [QueueItem] in
+    /// Takes every commit queued so far off the queue, with the objects that failed commits
+    /// inserted (`QueueState.failedInserts`); `nil` when this turn has nothing (more) to write,
+    /// after handing the rest to the background queue if `until` stopped early.
+    private func takeBatch(until: UInt64?) -> (batch: [QueueItem], neverStored: Set<ObjectID>)? {
+        let (batch, neverStored) = state.withLock { state -> ([QueueItem], Set<ObjectID>) in
             if let until, state.writtenSequence >= until, !state.queue.isEmpty {
-                return []
+                return ([], [])
             }
             let batch = state.queue
             state.queue.removeAll()
             if batch.isEmpty { state.isDraining = false }
-            return batch
+            return (batch, state.failedInserts.isEmpty ? [] : Set(state.failedInserts.lazy.flatMap(\.ids)))
         }
-        guard batch.isEmpty else { return batch }
+        guard batch.isEmpty else { return (batch, neverStored) }
         if until != nil && state.withLock({ $0.isDraining }) { writeQueue.async { self.drain() } }
         return nil
     }
@@ -42,14 +43,24 @@ extension QueuedStore {
     /// The rows the commits change are locked first, all at once (`lockRows`), and a commit
     /// of a group whose error ends the whole transaction (`abandonsTransaction`) fails the
     /// group, which `writeTransaction` may then write again from the start.
-    private func write(_ batch: [QueueItem], upTo last: UInt64) -> BatchOutcome {
+    ///
+    /// A commit that changes an object in `neverStored`, or relates an object to one, fails
+    /// without being written (`SaveError.dependsOnFailedCommit`): it was made while the
+    /// commit that inserted that object was visible and not yet written, and that write failed.
+    /// Written, its update would change no row and its reference would point at none. The
+    /// objects a failing commit inserts join `neverStored` for the commits after it.
+    private func write(_ batch: [QueueItem], upTo last: UInt64, neverStored: Set<ObjectID>) -> BatchOutcome {
         var outcome = BatchOutcome()
         do {
             try writeTransaction({ writer in
                 // Written again from the start when `writeTransaction` retries.
                 outcome = BatchOutcome()
+                var neverStored = neverStored
                 try lockRows(of: batch, writer: &writer)
                 if batch.count == 1 {
+                    if let missing = batch[0].changes.firstReference(to: neverStored) {
+                        throw SaveError.dependsOnFailedCommit(missing)
+                    }
                     do {
                         let written = try writeItem(batch[0], writer: &writer)
                         outcome.record(batch[0], written, token: try recordHistory(batch[0], written, writer: &writer))
@@ -59,18 +70,25 @@ extension QueuedStore {
                     return
                 }
                 for (index, item) in batch.enumerated() {
+                    if let missing = item.changes.firstReference(to: neverStored) {
+                        outcome.fail(item, SaveError.dependsOnFailedCommit(missing))
+                        neverStored.formUnion(item.changes.inserts.lazy.map(\.id))
+                        continue
+                    }
                     let savepoint = "commit\(index)"
                     try execute("SAVEPOINT \(savepoint)", writer: &writer)
                     do {
                         let written = try writeItem(item, writer: &writer)
                         outcome.record(item, written, token: try recordHistory(item, written, writer: &writer))
                         try execute("RELEASE \(savepoint)", writer: &writer)
+                        if !neverStored.isEmpty { neverStored.subtract(Self.insertedIDs(item, written)) }
                     } catch where abandonsTransaction(error) {
                         throw error
                     } catch {
                         try execute("ROLLBACK TO \(savepoint)", writer: &writer)
                         try execute("RELEASE \(savepoint)", writer: &writer)
                         outcome.fail(item, saveError(error))
+                        neverStored.formUnion(item.changes.inserts.lazy.map(\.id))
                     }
                 }
             }, commit: { commit in
@@ -184,10 +202,49 @@ extension QueuedStore {
         }
     }
 
+    /// The objects a written commit inserted: those it was queued with, or those the writer
+    /// wrote when it rewrote it; none for a batch operation.
+    private static func insertedIDs(_ item: QueueItem, _ written: WrittenItem) -> [ObjectID] {
+        switch written {
+        case .asQueued: item.changes.inserts.map(\.id)
+        case .batch: []
+        case .rewritten(let saved, _): saved.inserts.map(\.id)
+        }
+    }
+
+    /// Records, in `failedInserts`, the objects the failed commits of a batch inserted, and
+    /// drops from it those its written commits inserted after all (a `fetchOrCreate` that
+    /// agreed with a failed insert inserts the object itself).
+    private static func noteFailedInserts(_ batch: [QueueItem], _ outcome: BatchOutcome, in state: inout QueueState) {
+        let failed = outcome.failed
+        guard !failed.isEmpty || !state.failedInserts.isEmpty else { return }
+        var stored: Set<ObjectID> = []
+        for item in batch where !failed.contains(item.sequence) {
+            if let (saved, _) = outcome.rewritten[item.sequence] {
+                stored.formUnion(saved.inserts.lazy.map(\.id))
+            } else if outcome.batchResults[item.sequence] == nil {
+                stored.formUnion(item.changes.inserts.lazy.map(\.id))
+            }
+        }
+        if !stored.isEmpty && !state.failedInserts.isEmpty {
+            state.failedInserts = state.failedInserts.compactMap { entry in
+                let ids = entry.ids.filter { !stored.contains($0) }
+                return ids.isEmpty ? nil : (entry.sequence, ids)
+            }
+        }
+        for item in batch where failed.contains(item.sequence) && !item.changes.inserts.isEmpty {
+            state.failedInserts.append((item.sequence, item.changes.inserts.map(\.id)))
+        }
+        if state.failedInserts.count > QueueState.failedInsertsKept {
+            state.failedInserts.removeFirst(state.failedInserts.count - QueueState.failedInsertsKept)
+        }
+    }
+
     /// Records a written batch: the written sequence, the errors for `flush` and for waiting
     /// committers. Returns the flush waiters the batch satisfied, to resume outside the lock.
-    private func finish(_ outcome: BatchOutcome, upTo last: UInt64) -> [FlushWaiter] {
+    private func finish(_ batch: [QueueItem], _ outcome: BatchOutcome, upTo last: UInt64) -> [FlushWaiter] {
         state.withLock { state -> [FlushWaiter] in
+            Self.noteFailedInserts(batch, outcome, in: &state)
             state.writtenSequence = last
             state.transactionCount += 1
             state.errors += outcome.failures.filter { !$0.claimed }.map(\.error)

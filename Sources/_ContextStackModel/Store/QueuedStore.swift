@@ -120,6 +120,11 @@ package struct QueueState: Sendable {
     var errors: [any Error] = []
     /// Why a commit failed, by sequence number, for `waitUntilWritten`.
     var failures: [UInt64: any Error] = [:]
+    /// The objects inserted by the last `failedInsertsKept` failed commits that inserted any,
+    /// by the failed commit's sequence, less those stored since: never stored, so a commit
+    /// that changes one, or relates an object to one, fails too (`QueuedStore.write`).
+    var failedInserts: [(sequence: UInt64, ids: [ObjectID])] = []
+    static let failedInsertsKept = 1024
     var waiters: [(sequence: UInt64, waiter: FlushWaiter)] = []
     /// How many write transactions the writer has committed (group commit makes it fewer
     /// than the commits it wrote).
