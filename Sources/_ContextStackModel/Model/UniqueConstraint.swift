@@ -14,12 +14,20 @@ package final class UniqueConstraint: Sendable {
     package let slots: [Int]
     /// The unique index in the store.
     package let indexName: String
+    /// `SELECT "Z_PK"` of the rows holding given values of the keys (bound in key order), made
+    /// once: a commit with unique values runs it for each of them.
+    package let selectHoldersSQL: String
 
+    /// Made in `Model.init` once the schema is built (the tables and entity codes are known).
     init(entity: ResolvedEntity, keys: [String], slots: [Int]) {
         self.entity = entity
         self.keys = keys
         self.slots = slots
         self.indexName = "Z_\(entity.name)_unique_\(keys.joined(separator: "_"))"
+        var sql = "SELECT \"Z_PK\" FROM \(entity.table.quotedName) WHERE "
+            + keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
+        if let codes = Self.entityCodes(of: entity) { sql += " AND \"Z_ENT\" IN (\(codes.map(String.init).joined(separator: ", ")))" }
+        selectHoldersSQL = sql
     }
 
     /// `Person.email`, or `Person.(first, last)` for a compound constraint.
@@ -28,7 +36,9 @@ package final class UniqueConstraint: Sendable {
     }
 
     /// The entity codes the constraint covers in a shared table, or `nil` for the whole table.
-    package var entityCodes: [Int64]? {
+    package var entityCodes: [Int64]? { Self.entityCodes(of: entity) }
+
+    private static func entityCodes(of entity: ResolvedEntity) -> [Int64]? {
         guard entity.table.hasEntityColumn, entity.superentity != nil else { return nil }
         return entity.family.map(\.entityCode)
     }

@@ -158,7 +158,7 @@ extension ObjectStore {
                            groupBy: KeyList?, having: Condition?, options: FetchOptions) throws -> [Row] {
         let query = try AggregateQuery(entity: entity, select: select, condition: condition, orderBy: orderBy,
                                        groupBy: groupBy, having: having, options: options, dialect: dialect)
-        try waitUntilQueuedWritten()
+        waitUntilQueuedWritten()
         let columns = select.terms.map(\.alias)
         return try read { session in
             var rows: [Row] = []

@@ -55,7 +55,7 @@ package protocol ObjectStore: AnyObject, Sendable {
     func waitUntilWritten(_ sequence: UInt64) async throws
     /// Blocks until every commit handed over before the call is written (or failed), without
     /// taking background errors from `flush()`.
-    func waitUntilQueuedWritten() throws
+    func waitUntilQueuedWritten()
 
     // MARK: History (Docs/History.md)
 

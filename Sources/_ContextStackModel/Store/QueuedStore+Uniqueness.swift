@@ -282,11 +282,7 @@ extension QueuedStore {
     private static func storedRows(_ constraint: UniqueConstraint, _ key: [Value], reader: inout RowReader, locking: Bool = false) throws -> [ObjectID] {
         let memo = reader.storedHolders == nil ? nil : RowReader.UniqueKey(constraint: ObjectIdentifier(constraint), values: key)
         if !locking, let memo, let known = reader.storedHolders?[memo] { return known }
-        let table = constraint.entity.table!
-        var sql = "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE "
-            + constraint.keys.map { "\($0.quotedIdentifier) = ?" }.joined(separator: " AND ")
-        if let codes = constraint.entityCodes { sql += " AND \"Z_ENT\" IN (\(codes.map(String.init).joined(separator: ", ")))" }
-        if locking { sql += " FOR UPDATE" }
+        let sql = locking ? constraint.selectHoldersSQL + " FOR UPDATE" : constraint.selectHoldersSQL
         var ids: [ObjectID] = []
         let root = constraint.entity.rootDescription
         try reader.session.connection.select(sql, key) { row in ids.append(ObjectID(rootEntity: root, primaryKey: row.int64(0))) }

@@ -244,7 +244,7 @@ extension QueuedStore {
 
     /// Blocks until every commit handed over before the call is written (or failed), without
     /// taking background errors from `flush()`.
-    package func waitUntilQueuedWritten() throws {
+    package func waitUntilQueuedWritten() {
         waitUntilWritten(upTo: state.withLock { $0.lastSequence })
     }
 
