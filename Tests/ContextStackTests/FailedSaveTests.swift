@@ -135,6 +135,9 @@ import Testing
         switch grouping {
         case .sameGroup:
             let queue = try #require(store.stack.store as? any QueuedStore).writeQueue
+            // The drain that wrote the fixture may still be running: a commit handed over
+            // meanwhile would be taken by it, suspended queue or not.
+            queue.sync {}
             queue.suspend()
             defer { queue.resume() }
             refused = try commitAll()

@@ -202,6 +202,7 @@ struct HistoryEncodingTests {
         defer { store.stack.trace(nil) }
         // The writer's queue held: the three commits are written together.
         let postgres = try #require(store.stack.store as? PostgresStore)
+        postgres.writeQueue.sync {}  // the fixture's drain may still be running
         postgres.writeQueue.suspend()
         var suspended = true
         defer { if suspended { postgres.writeQueue.resume() } }

@@ -203,6 +203,7 @@ struct PostgresStoreTests {
             try update.commit()
             return monk.objectID
         }
+        postgres.writeQueue.sync {}  // a drain the fixture handed on may still be running
         postgres.writeQueue.suspend()
         var suspended = true
         defer { if suspended { postgres.writeQueue.resume() } }
