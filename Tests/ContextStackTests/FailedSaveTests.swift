@@ -77,10 +77,11 @@ import Testing
     }
 
     /// How commits queued behind a failing one meet the writer: in the same group (the write
-    /// queue held until all are queued), or in a group after the failed commit's own (the
-    /// writer held while they are queued: the first is taken alone).
+    /// queue held until all are queued); in one group after the failed commit's own (the
+    /// writer held once it took the first); or alone after it (one dependent commit queued
+    /// while the first is being written).
     enum Grouping: String, CaseIterable, CustomTestStringConvertible, Sendable {
-        case sameGroup, laterGroup
+        case sameGroup, laterGroup, alone
         var testDescription: String { rawValue }
     }
 
@@ -94,6 +95,7 @@ import Testing
     @Test(arguments: dependentCases)
     func commitsBuiltOnAFailedInsertFailWithIt(kind: StoreKind, grouping: Grouping) throws {
         let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         try store.refuseWrites(ofName: "refused")
@@ -105,7 +107,8 @@ import Testing
             try update.commit()
         }
         try store.stack.flushAndWait()
-        func commitAll() throws -> ObjectID {
+        let batchesBefore = queued.state.withLock { $0.transactionCount }
+        func commitRefused() throws -> ObjectID {
             var created: ObjectID?
             try context.beginUpdateAndWait { update in
                 let person = try update.create(Person.self)
@@ -113,11 +116,15 @@ import Testing
                 created = person.objectID
                 try update.commit()
             }
-            let refused = try #require(created)
+            return try #require(created)
+        }
+        func commitAge(of refused: ObjectID) throws {
             try context.beginUpdateAndWait { update in
                 try #require(try update.fetch(Person.self, id: refused)).age = 40
                 try update.commit()
             }
+        }
+        func commitPet(of refused: ObjectID) throws {
             try context.beginUpdateAndWait { update in
                 let owner = try #require(try update.fetch(Person.self, id: refused))
                 let pet = try update.create(Pet.self)
@@ -125,33 +132,102 @@ import Testing
                 pet.owner = owner
                 try update.commit()
             }
+        }
+        func commitAda() throws {
             try context.beginUpdateAndWait { update in
                 try update.create(Person.self).name = "Ada"
                 try update.commit()
             }
-            return refused
+        }
+        /// Until the writer took the first commit off the queue (and waits for the held writer).
+        func waitUntilTaken() throws {
+            for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+            try #require(queued.state.withLock { $0.queue.isEmpty })
         }
         let refused: ObjectID
         switch grouping {
         case .sameGroup:
-            let queue = try #require(store.stack.store as? any QueuedStore).writeQueue
             // The drain that wrote the fixture may still be running: a commit handed over
             // meanwhile would be taken by it, suspended queue or not.
-            queue.sync {}
-            queue.suspend()
-            defer { queue.resume() }
-            refused = try commitAll()
+            queued.writeQueue.sync {}
+            queued.writeQueue.suspend()
+            defer { queued.writeQueue.resume() }
+            refused = try commitRefused()
+            try commitAge(of: refused)
+            try commitPet(of: refused)
+            try commitAda()
         case .laterGroup:
-            refused = try store.holdingTheWriter(commitAll)
+            refused = try store.holdingTheWriter {
+                let refused = try commitRefused()
+                try waitUntilTaken()
+                try commitAge(of: refused)
+                try commitPet(of: refused)
+                try commitAda()
+                return refused
+            }
+        case .alone:
+            refused = try store.holdingTheWriter {
+                let refused = try commitRefused()
+                try waitUntilTaken()
+                try commitAge(of: refused)
+                return refused
+            }
+            #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+            try commitAda()
         }
-        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        if grouping == .alone {
+            try store.stack.flushAndWait()  // the failures went to the flush before
+        } else {
+            #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        }
         let errors = recorder.all
-        #expect(errors.count == 3, "\(errors)")
+        let dependentCommits = grouping == .alone ? 1 : 2
+        #expect(errors.count == 1 + dependentCommits, "\(errors)")
         #expect(errors.contains(where: TestStore.isRefusal), "\(errors)")
         let dependents = errors.compactMap { $0 as? SaveError }.filter { $0.code == .dependsOnFailedCommit }
-        #expect(dependents.count == 2 && dependents.allSatisfy { $0.objects == [refused] }, "\(errors)")
+        #expect(dependents.count == dependentCommits && dependents.allSatisfy { $0.objects == [refused] }, "\(errors)")
         #expect(try store.writtenRows("SELECT name, age FROM \"Person\" ORDER BY name")
                 == [[.text("Ada"), .integer(0)], [.text("first"), .integer(0)]])
         #expect(try store.writtenRows("SELECT name FROM \"Pet\" ORDER BY name") == [[.text("first")]])
+        // The groups the writer made: all in one; the first, then the rest; the first, the
+        // dependent one, then Ada's.
+        let batches = queued.state.withLock { $0.transactionCount } - batchesBefore
+        #expect(batches == [Grouping.sameGroup: 1, .laterGroup: 2, .alone: 3][grouping])
+    }
+
+    /// A delete whose rule clears the to-one of an object whose visible insert failed does not
+    /// depend on that object: the delete is saved. (The update it makes of that object changes
+    /// no row, and needs none.)
+    @Test(arguments: [StoreKind.file] + StoreKind.available.filter { $0 == .postgres })
+    func aDeleteThatClearsAFailedInsertsReferenceIsSaved(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        try store.refuseWrites(ofName: "refused")
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let friend = try context.beginUpdateAndWait { update -> ObjectID in
+            let friend = try update.create(Person.self)
+            friend.name = "friend"
+            try update.commit()
+            return friend.objectID
+        }
+        try store.stack.flushAndWait()
+        try store.holdingTheWriter {
+            try context.beginUpdateAndWait { update in
+                let person = try update.create(Person.self)
+                let stored = try #require(try update.fetch(Person.self, id: friend))
+                person.name = "refused"
+                person.friend = stored
+                try update.commit()
+            }
+            // `friendOf` nullifies: deleting the friend clears the refused person's `friend`.
+            try context.beginUpdateAndWait { update in
+                try update.delete(try #require(try update.fetch(Person.self, id: friend)))
+                try update.commit()
+            }
+        }
+        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        #expect(recorder.all.count == 1 && recorder.all.allSatisfy(TestStore.isRefusal), "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [])
     }
 }

@@ -76,6 +76,11 @@ package struct ChangeSet: Sendable {
         /// (`MergeConflictError`) whatever the commit's merge policy.
         package var expectsStoredRow = false
 
+        /// Whether the update only sets to-one relationships to `nil`.
+        var onlyClearsToOnes: Bool {
+            zip(slots, values).allSatisfy { slot, value in value == .null && entity.properties[slot].isToOne }
+        }
+
         package init(id: ObjectID, entity: ResolvedEntity, slots: [Int], values: [Value],
                      snapshot: ContiguousArray<Value> = [], current: ContiguousArray<Value> = [],
                      expectsStoredRow: Bool = false) {
@@ -132,7 +137,8 @@ package struct ChangeSet: Sendable {
 extension ChangeSet {
     /// The first object of `objects` that this commit changes, or relates an object to (a
     /// to-one it sets, a join-table pair it adds), without inserting it itself; `nil` when
-    /// there is none. Removing a pair, or deleting, needs no stored row.
+    /// there is none. Removing a pair, deleting, or clearing an object's to-ones (what a delete
+    /// rule does to the objects related to a deleted one) needs no stored row.
     package func firstReference(to objects: Set<ObjectID>) -> ObjectID? {
         guard !objects.isEmpty else { return nil }
         let inserted = Set(inserts.lazy.map(\.id).filter(objects.contains))
@@ -142,7 +148,7 @@ extension ChangeSet {
             return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
         }
         for update in updates {
-            if refers(to: update.id) { return update.id }
+            if refers(to: update.id) && !update.onlyClearsToOnes { return update.id }
             for (slot, value) in zip(update.slots, update.values) {
                 if let id = destination(of: update.entity.properties[slot], value), refers(to: id) { return id }
             }

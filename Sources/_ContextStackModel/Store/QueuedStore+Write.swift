@@ -11,13 +11,15 @@ extension QueuedStore {
             let outcome = write(batch, upTo: last, neverStored: neverStored)
             undoAnnounced(batch, outcome)
             for failure in outcome.failures where !failure.claimed { reportError(failure.error) }
-            for waiter in finish(batch, outcome, upTo: last) { waiter.resume(state: state) }
+            let failedInserts = Self.failedInserts(batch, outcome, neverStored: neverStored)
+            for waiter in finish(outcome, failedInserts, upTo: last) { waiter.resume(state: state) }
         }
     }
 
     /// Takes every commit queued so far off the queue, with the objects that failed commits
-    /// inserted (`QueueState.failedInserts`); `nil` when this turn has nothing (more) to write,
-    /// after handing the rest to the background queue if `until` stopped early.
+    /// inserted (`QueueState.failedInserts`, a copy that costs nothing until either side
+    /// changes); `nil` when this turn has nothing (more) to write, after handing the rest to
+    /// the background queue if `until` stopped early.
     private func takeBatch(until: UInt64?) -> (batch: [QueueItem], neverStored: Set<ObjectID>)? {
         let (batch, neverStored) = state.withLock { state -> ([QueueItem], Set<ObjectID>) in
             if let until, state.writtenSequence >= until, !state.queue.isEmpty {
@@ -26,7 +28,7 @@ extension QueuedStore {
             let batch = state.queue
             state.queue.removeAll()
             if batch.isEmpty { state.isDraining = false }
-            return (batch, state.failedInserts.isEmpty ? [] : Set(state.failedInserts.lazy.flatMap(\.ids)))
+            return (batch, state.failedInserts.objects)
         }
         guard batch.isEmpty else { return (batch, neverStored) }
         if until != nil && state.withLock({ $0.isDraining }) { writeQueue.async { self.drain() } }
@@ -51,6 +53,12 @@ extension QueuedStore {
     /// objects a failing commit inserts join `neverStored` for the commits after it.
     private func write(_ batch: [QueueItem], upTo last: UInt64, neverStored: Set<ObjectID>) -> BatchOutcome {
         var outcome = BatchOutcome()
+        if batch.count == 1, let missing = batch[0].changes.firstReference(to: neverStored) {
+            // Failed before a transaction is begun (and the database's write lock taken).
+            state.withLock { $0.removeWritten(upTo: last) }
+            outcome.fail(batch[0], SaveError.dependsOnFailedCommit(missing))
+            return outcome
+        }
         do {
             try writeTransaction({ writer in
                 // Written again from the start when `writeTransaction` retries.
@@ -58,9 +66,6 @@ extension QueuedStore {
                 var neverStored = neverStored
                 try lockRows(of: batch, writer: &writer)
                 if batch.count == 1 {
-                    if let missing = batch[0].changes.firstReference(to: neverStored) {
-                        throw SaveError.dependsOnFailedCommit(missing)
-                    }
                     do {
                         let written = try writeItem(batch[0], writer: &writer)
                         outcome.record(batch[0], written, token: try recordHistory(batch[0], written, writer: &writer))
@@ -212,39 +217,33 @@ extension QueuedStore {
         }
     }
 
-    /// Records, in `failedInserts`, the objects the failed commits of a batch inserted, and
-    /// drops from it those its written commits inserted after all (a `fetchOrCreate` that
-    /// agreed with a failed insert inserts the object itself).
-    private static func noteFailedInserts(_ batch: [QueueItem], _ outcome: BatchOutcome, in state: inout QueueState) {
+    /// What a written batch changes in `QueueState.failedInserts`: the objects its failed
+    /// commits inserted, and those of `neverStored` its written commits inserted after all (a
+    /// `fetchOrCreate` that agreed with a failed insert inserts the object itself). Worked out
+    /// before the state lock is taken; nothing to do when no commit failed and none did before.
+    private static func failedInserts(_ batch: [QueueItem], _ outcome: BatchOutcome,
+                                      neverStored: Set<ObjectID>) -> (failed: [[ObjectID]], stored: Set<ObjectID>) {
         let failed = outcome.failed
-        guard !failed.isEmpty || !state.failedInserts.isEmpty else { return }
-        var stored: Set<ObjectID> = []
-        for item in batch where !failed.contains(item.sequence) {
-            if let (saved, _) = outcome.rewritten[item.sequence] {
-                stored.formUnion(saved.inserts.lazy.map(\.id))
-            } else if outcome.batchResults[item.sequence] == nil {
-                stored.formUnion(item.changes.inserts.lazy.map(\.id))
+        var result: (failed: [[ObjectID]], stored: Set<ObjectID>) = ([], [])
+        guard !failed.isEmpty || !neverStored.isEmpty else { return result }
+        for item in batch {
+            if failed.contains(item.sequence) {
+                if !item.changes.inserts.isEmpty { result.failed.append(item.changes.inserts.map(\.id)) }
+            } else if !neverStored.isEmpty, outcome.batchResults[item.sequence] == nil {
+                let inserts = outcome.rewritten[item.sequence]?.saved.inserts ?? item.changes.inserts
+                result.stored.formUnion(inserts.lazy.map(\.id).filter(neverStored.contains))
             }
         }
-        if !stored.isEmpty && !state.failedInserts.isEmpty {
-            state.failedInserts = state.failedInserts.compactMap { entry in
-                let ids = entry.ids.filter { !stored.contains($0) }
-                return ids.isEmpty ? nil : (entry.sequence, ids)
-            }
-        }
-        for item in batch where failed.contains(item.sequence) && !item.changes.inserts.isEmpty {
-            state.failedInserts.append((item.sequence, item.changes.inserts.map(\.id)))
-        }
-        if state.failedInserts.count > QueueState.failedInsertsKept {
-            state.failedInserts.removeFirst(state.failedInserts.count - QueueState.failedInsertsKept)
-        }
+        return result
     }
 
     /// Records a written batch: the written sequence, the errors for `flush` and for waiting
     /// committers. Returns the flush waiters the batch satisfied, to resume outside the lock.
-    private func finish(_ batch: [QueueItem], _ outcome: BatchOutcome, upTo last: UInt64) -> [FlushWaiter] {
+    private func finish(_ outcome: BatchOutcome, _ failedInserts: (failed: [[ObjectID]], stored: Set<ObjectID>),
+                        upTo last: UInt64) -> [FlushWaiter] {
         state.withLock { state -> [FlushWaiter] in
-            Self.noteFailedInserts(batch, outcome, in: &state)
+            state.failedInserts.remove(failedInserts.stored)
+            for ids in failedInserts.failed { state.failedInserts.add(ids) }
             state.writtenSequence = last
             state.transactionCount += 1
             state.errors += outcome.failures.filter { !$0.claimed }.map(\.error)

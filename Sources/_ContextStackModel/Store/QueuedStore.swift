@@ -120,11 +120,9 @@ package struct QueueState: Sendable {
     var errors: [any Error] = []
     /// Why a commit failed, by sequence number, for `waitUntilWritten`.
     var failures: [UInt64: any Error] = [:]
-    /// The objects inserted by the last `failedInsertsKept` failed commits that inserted any,
-    /// by the failed commit's sequence, less those stored since: never stored, so a commit
-    /// that changes one, or relates an object to one, fails too (`QueuedStore.write`).
-    var failedInserts: [(sequence: UInt64, ids: [ObjectID])] = []
-    static let failedInsertsKept = 1024
+    /// The objects failed commits inserted, never stored: a commit that changes one, or
+    /// relates an object to one, fails too (`QueuedStore.write`).
+    var failedInserts = FailedInserts()
     var waiters: [(sequence: UInt64, waiter: FlushWaiter)] = []
     /// How many write transactions the writer has committed (group commit makes it fewer
     /// than the commits it wrote).
@@ -335,5 +333,34 @@ final class FlushWaiter: Sendable {
     func wait() throws {
         semaphore.wait()
         if let error = outcome.withLock({ $0 }) { throw error }
+    }
+}
+
+/// The objects that failed commits inserted and that no commit stored since, newest failures
+/// kept first: up to `limit` objects, and always all of the newest failed commit's.
+struct FailedInserts: Sendable {
+    static let limit = 100_000
+    /// Every object kept; handed to the writer as a copy, which costs nothing until one side
+    /// changes.
+    private(set) var objects: Set<ObjectID> = []
+    /// Each failed commit's objects still kept, oldest first, so that the oldest go first.
+    private var commits: [[ObjectID]] = []
+
+    /// Keeps the objects one failed commit inserted, forgetting the oldest commits' beyond
+    /// `limit`.
+    mutating func add(_ ids: [ObjectID]) {
+        let added = ids.filter { objects.insert($0).inserted }
+        guard !added.isEmpty else { return }
+        commits.append(added)
+        while objects.count > Self.limit && commits.count > 1 {
+            for id in commits.removeFirst() { objects.remove(id) }
+        }
+    }
+
+    /// Forgets objects a commit stored after all.
+    mutating func remove(_ stored: Set<ObjectID>) {
+        guard !stored.isEmpty else { return }
+        objects.subtract(stored)
+        commits = commits.map { $0.filter { !stored.contains($0) } }.filter { !$0.isEmpty }
     }
 }
