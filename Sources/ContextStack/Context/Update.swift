@@ -59,8 +59,7 @@ public struct Update: Sendable {
         var targets: [Int: ManagedObject] = [:]
         for (slot, value) in assignments {
             let property = entity.properties[slot]
-            guard property.isToOne, case .integer(let key) = value, let destination = property.destination else { continue }
-            let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+            guard let id = property.destinationID(of: value) else { continue }
             guard let target = try core.object(for: id) else {
                 throw QueryError(.objectNotFound, "fetchOrCreate(\(entity.name).self, …): \(id) does not exist, so '\(property.name)' cannot point at it.", key: property.name, entity: entity.name)
             }

@@ -11,8 +11,7 @@ extension ContextCore {
 
     func foreignKey(_ object: ManagedObject, _ property: Property) -> ObjectID? {
         if object.fault != nil { fulfill(object, slot: property.slot) }
-        guard case .integer(let key) = object.values[property.slot], let destination = property.destination else { return nil }
-        return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+        return property.destinationID(of: object.values[property.slot])
     }
 
     /// The object a to-one relationship points at.

@@ -139,6 +139,13 @@ package final class Property: Sendable {
     package var isAttribute: Bool { attributeKind != nil }
     package var isRelationship: Bool { attributeKind == nil }
     package var isToOne: Bool { isRelationship && !isToMany }
+
+    /// The object a to-one's slot value points at; `nil` for any other property, or a value
+    /// that holds no key.
+    package func destinationID(of value: Value) -> ObjectID? {
+        guard isToOne, let destination, case .integer(let key) = value else { return nil }
+        return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
+    }
     /// Attributes and to-one relationships have a column of their own.
     package var isStored: Bool { isAttribute || isToOne }
 }

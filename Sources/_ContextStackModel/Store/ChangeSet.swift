@@ -143,19 +143,15 @@ extension ChangeSet {
         guard !objects.isEmpty else { return nil }
         let inserted = Set(inserts.lazy.map(\.id).filter(objects.contains))
         func refers(to id: ObjectID) -> Bool { objects.contains(id) && !inserted.contains(id) }
-        func destination(of property: Property, _ value: Value) -> ObjectID? {
-            guard property.isToOne, let destination = property.destination, case .integer(let key) = value else { return nil }
-            return ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
-        }
         for update in updates {
             if refers(to: update.id) && !update.onlyClearsToOnes { return update.id }
             for (slot, value) in zip(update.slots, update.values) {
-                if let id = destination(of: update.entity.properties[slot], value), refers(to: id) { return id }
+                if let id = update.entity.properties[slot].destinationID(of: value), refers(to: id) { return id }
             }
         }
         for insert in inserts {
             for property in insert.row.entity.properties where property.isToOne {
-                if let id = destination(of: property, insert.row.values[property.slot]), refers(to: id) { return id }
+                if let id = property.destinationID(of: insert.row.values[property.slot]), refers(to: id) { return id }
             }
         }
         for link in links where link.present {

@@ -203,9 +203,8 @@ extension QueuedStore {
         var result = values
         for (index, slot) in slots.enumerated() {
             let property = entity.properties[slot]
-            guard property.isToOne, property.storage == .column, let destination = property.destination,
-                  case .integer(let key) = values[index] else { continue }
-            if let target = adopted[ObjectID(rootEntity: destination.rootDescription, primaryKey: key)] {
+            guard property.storage == .column, let id = property.destinationID(of: values[index]) else { continue }
+            if let target = adopted[id] {
                 result[index] = .integer(target.primaryKey)
             }
         }

@@ -86,7 +86,7 @@ extension QueuedStore {
                         let written = try writeItem(item, writer: &writer)
                         outcome.record(item, written, token: try recordHistory(item, written, writer: &writer))
                         try execute("RELEASE \(savepoint)", writer: &writer)
-                        if !neverStored.isEmpty { neverStored.subtract(Self.insertedIDs(item, written)) }
+                        if !neverStored.isEmpty { neverStored.subtract(outcome.inserts(of: item).lazy.map(\.id)) }
                     } catch where abandonsTransaction(error) {
                         throw error
                     } catch {
@@ -207,16 +207,6 @@ extension QueuedStore {
         }
     }
 
-    /// The objects a written commit inserted: those it was queued with, or those the writer
-    /// wrote when it rewrote it; none for a batch operation.
-    private static func insertedIDs(_ item: QueueItem, _ written: WrittenItem) -> [ObjectID] {
-        switch written {
-        case .asQueued: item.changes.inserts.map(\.id)
-        case .batch: []
-        case .rewritten(let saved, _): saved.inserts.map(\.id)
-        }
-    }
-
     /// What a written batch changes in `QueueState.failedInserts`: the objects its failed
     /// commits inserted, and those of `neverStored` its written commits inserted after all (a
     /// `fetchOrCreate` that agreed with a failed insert inserts the object itself). Worked out
@@ -229,9 +219,8 @@ extension QueuedStore {
         for item in batch {
             if failed.contains(item.sequence) {
                 if !item.changes.inserts.isEmpty { result.failed.append(item.changes.inserts.map(\.id)) }
-            } else if !neverStored.isEmpty, outcome.batchResults[item.sequence] == nil {
-                let inserts = outcome.rewritten[item.sequence]?.saved.inserts ?? item.changes.inserts
-                result.stored.formUnion(inserts.lazy.map(\.id).filter(neverStored.contains))
+            } else if !neverStored.isEmpty {
+                result.stored.formUnion(outcome.inserts(of: item).lazy.map(\.id).filter(neverStored.contains))
             }
         }
         return result
@@ -306,6 +295,13 @@ private struct BatchOutcome {
 
     /// The sequences of the commits that failed.
     var failed: Set<UInt64> { Set(failures.map(\.sequence)) }
+
+    /// The rows a commit written in this batch inserted: those it was queued with, or those
+    /// the writer wrote when it rewrote it; none for a batch operation.
+    func inserts(of item: QueueItem) -> [(id: ObjectID, row: ObjectRow)] {
+        if batchResults[item.sequence] != nil { return [] }
+        return rewritten[item.sequence]?.saved.inserts ?? item.changes.inserts
+    }
 
     mutating func fail(_ item: QueueItem, _ error: any Error) {
         failures.append((item.sequence, error, item.claimed))
