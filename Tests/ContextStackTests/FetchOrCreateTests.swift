@@ -76,6 +76,14 @@ import Testing
         }
         #expect(try store.writtenRows("SELECT name, age, location FROM \"Person\" WHERE email = 'ada@example.com'")
                 == [[.text("Ada"), .integer(36), .null]])
+        // The object the failed commit inserted is stored after all: a later change to it is
+        // not one built on a failed commit (`SaveError.dependsOnFailedCommit`).
+        try ContextStack.Context(stack: store.stack, updateTarget: target).beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"email" == "ada@example.com")).age = 37
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT age FROM \"Person\" WHERE email = 'ada@example.com'") == [[.integer(37)]])
     }
 
     /// The same two commits, the first written: the second, checked once the first is, merges
