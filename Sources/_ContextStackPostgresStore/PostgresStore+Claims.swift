@@ -27,9 +27,9 @@ extension PostgresStore {
             do {
                 var reader = RowReader(stored: connection, graph: graph)
                 let written: WrittenItem
-                if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader, locking: true) {
-                    try PostgresWriter.apply(saved, on: connection)
-                    written = .rewritten(saved: saved, correction: correction)
+                if let adoption = try Self.adoptSavedRows(changes, reader: &reader, locking: true) {
+                    try PostgresWriter.apply(adoption.saved, on: connection)
+                    written = .rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged)
                 } else {
                     try PostgresWriter.apply(changes, on: connection)
                     written = .asQueued

@@ -489,12 +489,9 @@ package final class PostgresStore: QueuedStore {
             correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
         }
         switch try writeClaiming(changes, on: writer) {
-        case .rewritten(let saved, let adopted):
-            correction.deletes += adopted.deletes
-            correction.updates += adopted.updates
-            correction.links += adopted.links
-            correction.linkEnds.merge(adopted.linkEnds) { _, new in new }
-            return .rewritten(saved: saved, correction: correction)
+        case .rewritten(let saved, let adopted, let merged):
+            correction.append(adopted)
+            return .rewritten(saved: saved, correction: correction, merged: merged)
         case let written where correction.isEmpty:
             return written
         default:

@@ -32,9 +32,9 @@ extension SQLiteStore {
         let changes = item.changes
         if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }) {
             var reader = RowReader(stored: writer.connection, graph: graph)
-            if let (saved, correction) = try Self.adoptSavedRows(changes, reader: &reader) {
-                try apply(saved, writer: &writer)
-                return .rewritten(saved: saved, correction: correction)
+            if let adoption = try Self.adoptSavedRows(changes, reader: &reader) {
+                try apply(adoption.saved, writer: &writer)
+                return .rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged)
             }
         }
         try apply(changes, writer: &writer)

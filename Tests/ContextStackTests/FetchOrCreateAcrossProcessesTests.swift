@@ -102,4 +102,138 @@ import Testing
         #expect(seen.contains { $0.deleted.contains(made) }, "the object the main context was shown is gone")
         #expect(seen.contains { $0.updated.contains { $0.primaryKey == 1_000_000 } })
     }
+
+    /// The writer merges an object into the row another process saved while commits that name
+    /// the object wait behind it: made while the context still held the object, before the
+    /// correction replacing it reached the context. They name the saved row when written — a
+    /// pet's owner, a change to the object — in the merge's own transaction (`sameGroup`) or
+    /// in a later one. Written as made, the pet would point at a row that never was, and the
+    /// change would update none.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }, [true, false]) @MainActor
+    func commitsNamingAMergedObjectNameTheSavedRow(kind: StoreKind, sameGroup: Bool) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let commits = Locked<[Commit]>([])
+        let observation = store.stack.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        defer { observation.cancel() }
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let other = try store.reopen()
+        let otherUpdater = try Context(stack: other, updateTarget: .persistentStore)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        // Blocks of keys reserved beforehand: reserving one takes the writer on SQLite.
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"
+            try update.create(Pet.self).name = "first"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let batchesBefore = queued.state.withLock { $0.transactionCount }
+
+        func commitMonk() throws -> ObjectID {
+            try context.beginUpdateAndWait { update -> ObjectID in
+                let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+                monk.name = "Monk"
+                try update.commit()
+                return monk.objectID
+            }
+        }
+        func otherProcessSavesMonk() throws {
+            try otherUpdater.beginUpdateAndWait { update in
+                let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+                monk.age = 63
+                try update.commit()
+            }
+        }
+        func commitRex(ownedBy made: ObjectID) throws {
+            try context.beginUpdateAndWait { update in
+                let monk = try #require(try update.fetch(Person.self, id: made))
+                monk.location = "Kyoto"
+                let rex = try update.create(Pet.self)
+                rex.name = "Rex"
+                rex.owner = monk
+                try update.commit()
+            }
+        }
+        let made: ObjectID
+        if sameGroup {
+            // The drain that wrote the fixture may still be running: a commit handed over
+            // meanwhile would be taken by it, suspended queue or not.
+            queued.writeQueue.sync {}
+            queued.writeQueue.suspend()
+            defer { queued.writeQueue.resume() }
+            made = try commitMonk()
+            try otherProcessSavesMonk()
+            try commitRex(ownedBy: made)
+        } else {
+            made = try store.holdingTheWriter {
+                let made = try commitMonk()
+                // Until the writer took the first commit off the queue (and waits for the held writer).
+                for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+                try #require(queued.state.withLock { $0.queue.isEmpty })
+                try otherProcessSavesMonk()
+                try commitRex(ownedBy: made)
+                return made
+            }
+        }
+        try store.stack.flushAndWait()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        #expect(queued.state.withLock { $0.transactionCount } - batchesBefore == (sameGroup ? 1 : 2))
+
+        let people = try store.writtenRows("SELECT \"Z_PK\", name, age, location FROM \"Person\" WHERE email IS NOT NULL")
+        try #require(people.count == 1, "\(people)")
+        let saved = try #require(people[0][0].int64Value)
+        #expect(saved != made.primaryKey, "the other process's row")
+        #expect(Array(people[0].dropFirst()) == [.text("Monk"), .integer(63), .text("Kyoto")])
+        #expect(try store.writtenRows("SELECT owner FROM \"Pet\" WHERE name = 'Rex'") == [[.integer(saved)]])
+        let location = try otherUpdater.beginUpdateAndWait { update in
+            try update.fetch(Pet.self, %"name" == "Rex")?.owner?.location
+        }
+        #expect(location == "Kyoto", "the other process finds the pet's owner")
+        // Those shown the commits as made were told what they became (the pet's owner
+        // changed); the main context, shown them once written, was shown them as written.
+        await mainQueueTurn()
+        let rex = try #require(try world.fetch(Pet.self, %"name" == "Rex")).objectID
+        #expect(commits.withLock { $0 }.contains { $0.updated.contains(rex) }, "the pet's new owner was announced")
+        #expect(try world.fetch(Pet.self, %"name" == "Rex")?.owner?.objectID.primaryKey == saved)
+        #expect(try world.fetch(Person.self, id: made) == nil)
+    }
+
+    /// A delete of the merged object, made while the context still held it, deletes the saved
+    /// row: the object is that row, as the merge said.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aDeleteOfAMergedObjectDeletesTheSavedRow(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let other = try store.reopen()
+        let otherUpdater = try Context(stack: other, updateTarget: .persistentStore)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        try store.holdingTheWriter {
+            let made = try context.beginUpdateAndWait { update -> ObjectID in
+                let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+                monk.name = "Monk"
+                try update.commit()
+                return monk.objectID
+            }
+            for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+            try #require(queued.state.withLock { $0.queue.isEmpty })
+            try otherUpdater.beginUpdateAndWait { update in
+                try update.fetchOrCreate(Person.self, %"email" == "monk@example.org").age = 63
+                try update.commit()
+            }
+            try context.beginUpdateAndWait { update in
+                try update.delete(try #require(try update.fetch(Person.self, id: made)))
+                try update.commit()
+            }
+        }
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("first")]])
+    }
 }
+

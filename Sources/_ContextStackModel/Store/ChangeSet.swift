@@ -111,6 +111,16 @@ package struct ChangeSet: Sendable {
 
     package var isEmpty: Bool { inserts.isEmpty && updates.isEmpty && deletes.isEmpty && links.isEmpty }
 
+    /// Appends the rows and pairs of `later`, a change set to apply after this one (two
+    /// corrections of one commit, say).
+    package mutating func append(_ later: ChangeSet) {
+        inserts += later.inserts
+        updates += later.updates
+        deletes += later.deletes
+        links += later.links
+        linkEnds.merge(later.linkEnds) { _, later in later }
+    }
+
     /// Whether saving the commit under `policy` compares its updates with what is stored.
     package func checksStore(under policy: MergePolicy) -> Bool {
         !updates.isEmpty && (policy.checksStore || updates.contains(where: \.expectsStoredRow))

@@ -46,9 +46,12 @@ extension QueuedStore {
                 resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
                 // The claimed inserts' values are looked up by both steps below: read once.
                 if !changes.upserts.isEmpty { reader.storedHolders = .init(minimumCapacity: changes.upserts.count) }
-                resolved.changes = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
+                let merged: [ObjectID: ObjectID]
+                (resolved.changes, merged) = try Self.mergeClaimedInserts(resolved.changes, reader: &reader)
                 try Self.checkUniqueness(resolved.changes, reader: &reader)
                 try Self.capture(resolved.changes, into: &state.pins, reader: &reader)
+                // The committing context still holds the objects merged away.
+                state.mergedObjects.add(merged)
                 return Self.append(resolved, to: &state, announce: announce)
             }
             // An object this commit made with `fetchOrCreate` is one an earlier commit made too,
@@ -111,6 +114,12 @@ extension QueuedStore {
         var updates: [ChangeSet.RowUpdate] = []
         var conflicts: [MergeConflictError.Conflict] = []
         for update in changes.updates {
+            // An update pointed at the row its object was merged into (`redirect`) has no
+            // snapshot: what its context started from was never stored. It wins.
+            if update.snapshot.isEmpty {
+                updates.append(update)
+                continue
+            }
             let stored = try reader.row(update.id)
             let entity = update.entity
             let changedInStore = entity.storedSlots.filter { slot in

@@ -62,9 +62,10 @@ extension QueuedStore {
     /// Turns inserts of claimed objects whose row another commit has saved meanwhile into
     /// updates of that row: the values this object was given (those that differ from the
     /// attribute defaults, and the `fetchOrCreate` values) are merged into it, property by
-    /// property, this commit winning.
-    static func mergeClaimedInserts(_ changes: ChangeSet, reader: inout RowReader) throws -> ChangeSet {
-        guard !changes.upserts.isEmpty else { return changes }
+    /// property, this commit winning. Returns, besides, the objects merged into rows another
+    /// process saved (`adoptSavedRows`), each with its row.
+    static func mergeClaimedInserts(_ changes: ChangeSet, reader: inout RowReader) throws -> (changes: ChangeSet, merged: [ObjectID: ObjectID]) {
+        guard !changes.upserts.isEmpty else { return (changes, [:]) }
         var result = changes
         result.inserts = []
         for insert in changes.inserts {
@@ -94,7 +95,8 @@ extension QueuedStore {
         // for their values again when it writes them (`PostgresStore.writeClaiming`).
         let inserted = Set(result.inserts.map(\.id))
         result.upserts = changes.upserts.filter { inserted.contains($0.key) }
-        return try adoptSavedRows(result, reader: &reader)?.saved ?? result
+        guard let adoption = try adoptSavedRows(result, reader: &reader) else { return (result, [:]) }
+        return (adoption.saved, adoption.merged)
     }
 
     // MARK: - fetchOrCreate across processes
@@ -111,7 +113,7 @@ extension QueuedStore {
     /// may read with rows locked: `locking` locks the saved rows it finds, so that they stay as
     /// read until the reader's transaction ends).
     package static func adoptSavedRows(_ changes: ChangeSet, reader: inout RowReader,
-                                       locking: Bool = false) throws -> (saved: ChangeSet, correction: ChangeSet)? {
+                                       locking: Bool = false) throws -> Adoption? {
         var adopted: [ObjectID: ObjectID] = [:]
         var pendingKeys: [ObjectIdentifier: [[Value]: [ObjectID]]] = [:]
         for insert in changes.inserts where changes.upserts[insert.id] != nil {
@@ -139,24 +141,25 @@ extension QueuedStore {
         return try adopt(changes, adopted, reader: &reader)
     }
 
-    /// `changes` with the inserts of `adopted`'s keys merged into the rows of its values, and
-    /// what tells receivers that were shown the inserts what became of them (the new objects
-    /// deleted, the saved ones as they are now); `nil` when a join pair of the commit cannot
-    /// be pointed at the saved row (its ends are unknown).
+    /// `changes` with the inserts of `adopted`'s keys merged into the rows of its values; `nil`
+    /// when a join pair of the commit cannot be pointed at the saved row (its ends are unknown).
     package static func adopt(_ changes: ChangeSet, _ adopted: [ObjectID: ObjectID],
-                              reader: inout RowReader) throws -> (saved: ChangeSet, correction: ChangeSet)? {
+                              reader: inout RowReader) throws -> Adoption? {
         if changes.links.contains(where: { changes.linkEnds[$0.key] == nil }) { return nil }
-        var saved = changes
-        var correction = ChangeSet()
-        saved.inserts = []
+        var rest = changes
+        rest.inserts = changes.inserts.filter { adopted[$0.id] == nil }
+        rest.upserts = changes.upserts.filter { adopted[$0.key] == nil }
+        var (saved, correction) = redirect(rest, to: adopted) ?? (rest, ChangeSet())
         for insert in changes.inserts {
-            let values = pointed(insert.row.values, slots: Array(insert.row.values.indices), of: insert.row.entity, at: adopted)
-            guard let target = adopted[insert.id] else {
-                saved.inserts.append((insert.id, ObjectRow(entity: insert.row.entity, values: values)))
-                continue
-            }
+            guard let target = adopted[insert.id] else { continue }
             guard let stored = try reader.row(target), stored.entity === insert.row.entity else { return nil }
             let entity = stored.entity
+            var values = insert.row.values
+            for property in entity.properties {
+                if let id = property.destinationID(of: values[property.slot]), let row = adopted[id] {
+                    values[property.slot] = .integer(row.primaryKey)
+                }
+            }
             let assigned = changes.upserts[insert.id] ?? []
             var slots: [Int] = []
             var given: [Value] = []
@@ -172,43 +175,85 @@ extension QueuedStore {
             correction.deletes.append((insert.id, entity))
             correction.updates.append(.init(id: target, entity: entity, slots: entity.storedSlots, values: entity.storedSlots.map { current[$0] }))
         }
-        for index in saved.updates.indices {
-            let update = saved.updates[index]
-            saved.updates[index].values = Array(pointed(ContiguousArray(update.values), slots: update.slots, of: update.entity, at: adopted))
-        }
-        saved.links = []
-        saved.linkEnds = [:]
-        for link in changes.links {
-            let ends = changes.linkEnds[link.key]!
-            let source = adopted[ends.source] ?? ends.source
-            let target = adopted[ends.target] ?? ends.target
-            let key = LinkKey(table: link.key.table, source: source.primaryKey, target: target.primaryKey)
-            let pointedEnds = LinkEnds(source: source, sourceKey: ends.sourceKey, target: target, targetKey: ends.targetKey)
-            saved.links.append((key, link.present))
-            saved.linkEnds[key] = pointedEnds
-            if key != link.key {
-                correction.links += [(link.key, false), (key, link.present)]
-                correction.linkEnds[link.key] = ends
-                correction.linkEnds[key] = pointedEnds
-            }
-        }
-        saved.upserts = changes.upserts.filter { adopted[$0.key] == nil }
-        return (saved, correction)
+        return Adoption(saved: saved, correction: correction, merged: adopted)
     }
 
-    /// `values` (of `slots` of `entity`, in order) with every to-one reference to an adopted
-    /// object pointed at the saved row.
-    private static func pointed(_ values: ContiguousArray<Value>, slots: [Int], of entity: ResolvedEntity,
-                                at adopted: [ObjectID: ObjectID]) -> ContiguousArray<Value> {
-        var result = values
-        for (index, slot) in slots.enumerated() {
-            let property = entity.properties[slot]
-            guard property.storage == .column, let id = property.destinationID(of: values[index]) else { continue }
-            if let target = adopted[id] {
-                result[index] = .integer(target.primaryKey)
-            }
+    /// `changes` with every mention of an object of `merged` — one a `fetchOrCreate` made whose
+    /// insert was merged into a saved row (`adopt`) — turned into a mention of that row, and what
+    /// tells receivers that were shown `changes` the same; `nil` when it mentions none.
+    ///
+    /// A commit made while a context still held such an object, before the correction that
+    /// replaces it reached the context, names it. Written so, its to-ones would point at a row
+    /// that never was, and its update would change none. The object *is* the saved row, as the
+    /// merge said: to-ones and join pairs that name it name the row; an update of it updates the
+    /// row, this commit winning on what it changes (nothing stored is older than the merge it
+    /// could be compared with); a delete of it deletes the row. An object the commit inserts
+    /// itself (a `fetchOrCreate` that agreed with the merged one) is left to `adoptSavedRows`.
+    package static func redirect(_ changes: ChangeSet, to merged: [ObjectID: ObjectID]) -> (saved: ChangeSet, correction: ChangeSet)? {
+        guard !merged.isEmpty else { return nil }
+        let inserted = Set(changes.inserts.lazy.map(\.id).filter { merged[$0] != nil })
+        func savedRow(of id: ObjectID?) -> ObjectID? {
+            guard let id, !inserted.contains(id) else { return nil }
+            return merged[id]
         }
-        return result
+        var saved = changes
+        var correction = ChangeSet()
+        for index in saved.inserts.indices {
+            let row = saved.inserts[index].row
+            var values = row.values
+            var slots: [Int] = []
+            for property in row.entity.properties {
+                guard let target = savedRow(of: property.destinationID(of: values[property.slot])) else { continue }
+                values[property.slot] = .integer(target.primaryKey)
+                slots.append(property.slot)
+            }
+            guard !slots.isEmpty else { continue }
+            saved.inserts[index].row = ObjectRow(entity: row.entity, values: values)
+            correction.updates.append(.init(id: saved.inserts[index].id, entity: row.entity, slots: slots, values: slots.map { values[$0] }))
+        }
+        for index in saved.updates.indices {
+            var update = saved.updates[index]
+            var pointed: [Int] = []
+            for position in update.slots.indices {
+                let slot = update.slots[position]
+                guard let target = savedRow(of: update.entity.properties[slot].destinationID(of: update.values[position])) else { continue }
+                update.values[position] = .integer(target.primaryKey)
+                if slot < update.current.count { update.current[slot] = update.values[position] }
+                pointed.append(position)
+            }
+            if let target = savedRow(of: update.id) {
+                // No snapshot: what the context started from was never stored (`resolve`).
+                update = .init(id: target, entity: update.entity, slots: update.slots, values: update.values)
+                correction.updates.append(update)
+            } else if !pointed.isEmpty {
+                correction.updates.append(.init(id: update.id, entity: update.entity, slots: pointed.map { update.slots[$0] },
+                                                values: pointed.map { update.values[$0] }))
+            } else {
+                continue
+            }
+            saved.updates[index] = update
+        }
+        for index in saved.deletes.indices {
+            guard let target = savedRow(of: saved.deletes[index].id) else { continue }
+            saved.deletes[index].id = target
+            correction.deletes.append((target, saved.deletes[index].entity))
+        }
+        for index in saved.links.indices {
+            let link = saved.links[index]
+            guard let ends = saved.linkEnds[link.key] else { continue }
+            let source = savedRow(of: ends.source) ?? ends.source
+            let target = savedRow(of: ends.target) ?? ends.target
+            guard source != ends.source || target != ends.target else { continue }
+            let key = LinkKey(table: link.key.table, source: source.primaryKey, target: target.primaryKey)
+            let pointedEnds = LinkEnds(source: source, sourceKey: ends.sourceKey, target: target, targetKey: ends.targetKey)
+            saved.links[index] = (key, link.present)
+            saved.linkEnds[link.key] = nil
+            saved.linkEnds[key] = pointedEnds
+            correction.links += [(link.key, false), (key, link.present)]
+            correction.linkEnds[link.key] = ends
+            correction.linkEnds[key] = pointedEnds
+        }
+        return correction.isEmpty ? nil : (saved, correction)
     }
 
     /// Throws `SaveError.Code.uniquenessViolated` when, after `changes`, two rows would hold
@@ -315,4 +360,15 @@ extension QueuedStore {
                          "Cannot save \(id): \(other) already holds the same \(constraint.label), which is unique (the values are in SaveError.values). Nothing of this commit was saved; change the value, or use update.fetchOrCreate to reuse the existing object.",
                          objects: [id, other], entityName: constraint.entity.name, keys: constraint.keys, values: key)
     }
+}
+
+/// A commit whose claimed inserts were merged into saved rows (`QueuedStore.adoptSavedRows`).
+package struct Adoption: Sendable {
+    /// What is written.
+    package var saved: ChangeSet
+    /// What tells receivers that were shown the commit what became of it: the merged objects
+    /// deleted, the saved rows as they are now, references to the objects pointed at them.
+    package var correction: ChangeSet
+    /// Each merged object, with the saved row it became.
+    package var merged: [ObjectID: ObjectID]
 }

@@ -7,8 +7,8 @@ extension QueuedStore {
     /// the rest to the background queue, so a committer waiting for its own write is not
     /// kept writing everyone else's.
     func drain(until: UInt64? = nil) {
-        while let (batch, neverStored) = takeBatch(until: until), let last = batch.last?.sequence {
-            let outcome = write(batch, upTo: last, neverStored: neverStored)
+        while let (batch, neverStored, merged) = takeBatch(until: until), let last = batch.last?.sequence {
+            let outcome = write(batch, upTo: last, neverStored: neverStored, merged: merged)
             undoAnnounced(batch, outcome)
             for failure in outcome.failures where !failure.claimed { reportError(failure.error) }
             let failedInserts = Self.failedInserts(batch, outcome, neverStored: neverStored)
@@ -17,20 +17,21 @@ extension QueuedStore {
     }
 
     /// Takes every commit queued so far off the queue, with the objects that failed commits
-    /// inserted (`QueueState.failedInserts`, a copy that costs nothing until either side
-    /// changes); `nil` when this turn has nothing (more) to write, after handing the rest to
-    /// the background queue if `until` stopped early.
-    private func takeBatch(until: UInt64?) -> (batch: [QueueItem], neverStored: Set<ObjectID>)? {
-        let (batch, neverStored) = state.withLock { state -> ([QueueItem], Set<ObjectID>) in
+    /// inserted (`QueueState.failedInserts`) and those merged into saved rows
+    /// (`QueueState.mergedObjects`) — copies that cost nothing until either side changes;
+    /// `nil` when this turn has nothing (more) to write, after handing the rest to the
+    /// background queue if `until` stopped early.
+    private func takeBatch(until: UInt64?) -> (batch: [QueueItem], neverStored: Set<ObjectID>, merged: [ObjectID: ObjectID])? {
+        let (batch, neverStored, merged) = state.withLock { state -> ([QueueItem], Set<ObjectID>, [ObjectID: ObjectID]) in
             if let until, state.writtenSequence >= until, !state.queue.isEmpty {
-                return ([], [])
+                return ([], [], [:])
             }
             let batch = state.queue
             state.queue.removeAll()
             if batch.isEmpty { state.isDraining = false }
-            return (batch, state.failedInserts.objects)
+            return (batch, state.failedInserts.objects, state.mergedObjects.rows)
         }
-        guard batch.isEmpty else { return (batch, neverStored) }
+        guard batch.isEmpty else { return (batch, neverStored, merged) }
         if until != nil && state.withLock({ $0.isDraining }) { writeQueue.async { self.drain() } }
         return nil
     }
@@ -51,30 +52,44 @@ extension QueuedStore {
     /// commit that inserted that object was visible and not yet written, and that write failed.
     /// Written, its update would change no row and its reference would point at none. The
     /// objects a failing commit inserts join `neverStored` for the commits after it.
-    private func write(_ batch: [QueueItem], upTo last: UInt64, neverStored: Set<ObjectID>) -> BatchOutcome {
+    ///
+    /// A commit that names an object in `merged` — one a `fetchOrCreate` made whose insert an
+    /// earlier commit merged into a row saved meanwhile — is written naming that row instead
+    /// (`redirect`), and its receivers are told so; so are the commits after one of this batch
+    /// that merges.
+    private func write(_ batch: [QueueItem], upTo last: UInt64, neverStored: Set<ObjectID>,
+                       merged: [ObjectID: ObjectID]) -> BatchOutcome {
         var outcome = BatchOutcome()
+        var batch = batch
+        var redirections: [UInt64: ChangeSet] = [:]
+        if !merged.isEmpty { Self.redirect(&batch, from: 0, to: merged, redirections: &redirections) }
         if batch.count == 1, let missing = batch[0].changes.firstReference(to: neverStored) {
             // Failed before a transaction is begun (and the database's write lock taken).
             state.withLock { $0.removeWritten(upTo: last) }
             outcome.fail(batch[0], SaveError.dependsOnFailedCommit(missing))
             return outcome
         }
+        let queued = batch
+        let redirected = redirections
         do {
             try writeTransaction({ writer in
                 // Written again from the start when `writeTransaction` retries.
                 outcome = BatchOutcome()
+                batch = queued
+                var redirections = redirected
                 var neverStored = neverStored
                 try lockRows(of: batch, writer: &writer)
                 if batch.count == 1 {
                     do {
-                        let written = try writeItem(batch[0], writer: &writer)
+                        let written = Self.told(try writeItem(batch[0], writer: &writer), batch[0], redirections[batch[0].sequence])
                         outcome.record(batch[0], written, token: try recordHistory(batch[0], written, writer: &writer))
                     } catch {
                         throw saveError(error)
                     }
                     return
                 }
-                for (index, item) in batch.enumerated() {
+                for index in batch.indices {
+                    let item = batch[index]
                     if let missing = item.changes.firstReference(to: neverStored) {
                         outcome.fail(item, SaveError.dependsOnFailedCommit(missing))
                         neverStored.formUnion(item.changes.inserts.lazy.map(\.id))
@@ -83,10 +98,13 @@ extension QueuedStore {
                     let savepoint = "commit\(index)"
                     try execute("SAVEPOINT \(savepoint)", writer: &writer)
                     do {
-                        let written = try writeItem(item, writer: &writer)
+                        let written = Self.told(try writeItem(item, writer: &writer), item, redirections[item.sequence])
                         outcome.record(item, written, token: try recordHistory(item, written, writer: &writer))
                         try execute("RELEASE \(savepoint)", writer: &writer)
                         if !neverStored.isEmpty { neverStored.subtract(outcome.inserts(of: item).lazy.map(\.id)) }
+                        if case .rewritten(_, _, let merged) = written, !merged.isEmpty {
+                            Self.redirect(&batch, from: index + 1, to: merged, redirections: &redirections)
+                        }
                     } catch where abandonsTransaction(error) {
                         throw error
                     } catch {
@@ -117,6 +135,34 @@ extension QueuedStore {
         return outcome
     }
 
+    /// Points the commits of `batch` from `start` on at the saved rows of `merged`'s objects
+    /// (`redirect`), keeping what tells their receivers in `redirections`, by sequence.
+    private static func redirect(_ batch: inout [QueueItem], from start: Int, to merged: [ObjectID: ObjectID],
+                                 redirections: inout [UInt64: ChangeSet]) {
+        for index in batch.indices.dropFirst(start) where batch[index].batch == nil {
+            guard let (saved, correction) = redirect(batch[index].changes, to: merged) else { continue }
+            batch[index].changes = saved
+            redirections[batch[index].sequence, default: ChangeSet()].append(correction)
+        }
+    }
+
+    /// What the writer did with `item`, as its receivers must hear it: a commit the writer
+    /// pointed at saved rows before writing it (`redirection`) is rewritten, that correction
+    /// first.
+    private static func told(_ written: WrittenItem, _ item: QueueItem, _ redirection: ChangeSet?) -> WrittenItem {
+        guard let redirection else { return written }
+        switch written {
+        case .asQueued:
+            return .rewritten(saved: item.changes, correction: redirection)
+        case .rewritten(let saved, let correction, let merged):
+            var both = redirection
+            both.append(correction)
+            return .rewritten(saved: saved, correction: both, merged: merged)
+        case .batch:
+            return written
+        }
+    }
+
     /// Writes the history of what the writer wrote for `item` — the commit as queued, what a
     /// batch operation amounted to, or the commit as rewritten — in the same transaction.
     private func recordHistory(_ item: QueueItem, _ written: WrittenItem, writer: inout Writer) throws -> HistoryToken? {
@@ -125,7 +171,7 @@ extension QueuedStore {
         switch written {
         case .asQueued: changes = item.changes
         case .batch(let result): changes = result.changes
-        case .rewritten(let saved, _): changes = saved
+        case .rewritten(let saved, _, _): changes = saved
         }
         let summary = ChangeSummary(changes)
         guard !summary.isEmpty else { return nil }
@@ -197,7 +243,7 @@ extension QueuedStore {
                 releaseClaims(of: result.changes, in: &state)
                 state.batchResults[item.sequence] = result
                 item.afterWrite?(written(result.changes))
-            } else if let (saved, correction) = outcome.rewritten[item.sequence] {
+            } else if let (saved, correction, _) = outcome.rewritten[item.sequence] {
                 releaseClaims(of: correction, in: &state)
                 item.afterWrite?(written(saved))
                 if !correction.isEmpty { item.correct?(correction) }
@@ -233,6 +279,7 @@ extension QueuedStore {
         state.withLock { state -> [FlushWaiter] in
             state.failedInserts.remove(failedInserts.stored)
             for ids in failedInserts.failed { state.failedInserts.add(ids) }
+            for sequence in outcome.rewritten.keys.sorted() { state.mergedObjects.add(outcome.rewritten[sequence]!.merged) }
             state.writtenSequence = last
             state.transactionCount += 1
             state.errors += outcome.failures.filter { !$0.claimed }.map(\.error)
@@ -280,7 +327,7 @@ extension QueuedStore {
 private struct BatchOutcome {
     var failures: [(sequence: UInt64, error: any Error, claimed: Bool)] = []
     var batchResults: [UInt64: BatchResult] = [:]
-    var rewritten: [UInt64: (saved: ChangeSet, correction: ChangeSet)] = [:]
+    var rewritten: [UInt64: (saved: ChangeSet, correction: ChangeSet, merged: [ObjectID: ObjectID])] = [:]
     /// The history tokens of the commits written, when the store tracks history.
     var tokens: [UInt64: HistoryToken] = [:]
 
@@ -289,7 +336,7 @@ private struct BatchOutcome {
         switch written {
         case .asQueued: break
         case .batch(let result): batchResults[item.sequence] = result
-        case .rewritten(let saved, let correction): rewritten[item.sequence] = (saved, correction)
+        case .rewritten(let saved, let correction, let merged): rewritten[item.sequence] = (saved, correction, merged)
         }
     }
 

@@ -123,6 +123,9 @@ package struct QueueState: Sendable {
     /// The objects failed commits inserted, never stored: a commit that changes one, or
     /// relates an object to one, fails too (`QueuedStore.write`).
     var failedInserts = FailedInserts()
+    /// The objects `fetchOrCreate` made whose inserts were merged into rows saved meanwhile,
+    /// with those rows: a later commit that names one names the row (`QueuedStore.redirect`).
+    var mergedObjects = MergedObjects()
     var waiters: [(sequence: UInt64, waiter: FlushWaiter)] = []
     /// How many write transactions the writer has committed (group commit makes it fewer
     /// than the commits it wrote).
@@ -186,8 +189,8 @@ package enum WrittenItem: Sendable {
     /// The commit, changed by what the writer found stored: `saved` is what was written, and
     /// `correction` what brings receivers that were told the queued commit to it (a
     /// `fetchOrCreate` whose values another process saved first: its object is replaced by
-    /// the saved one).
-    case rewritten(saved: ChangeSet, correction: ChangeSet)
+    /// the saved one). `merged` names those objects, each with the saved row it became.
+    case rewritten(saved: ChangeSet, correction: ChangeSet, merged: [ObjectID: ObjectID] = [:])
 }
 
 /// A commit waiting for the writer.
@@ -362,5 +365,29 @@ struct FailedInserts: Sendable {
         guard !stored.isEmpty else { return }
         objects.subtract(stored)
         commits = commits.map { $0.filter { !stored.contains($0) } }.filter { !$0.isEmpty }
+    }
+}
+
+/// The objects a `fetchOrCreate` made whose inserts were merged into a row another process (or
+/// stack) had saved with the same unique values (`QueuedStore.adoptSavedRows`), each with that
+/// row, newest kept: up to `limit`, and always all of the newest commit's. A context holds such
+/// an object until the correction that replaces it reaches it, and a commit it makes meanwhile
+/// names it.
+struct MergedObjects: Sendable {
+    static let limit = 100_000
+    /// Handed to the writer as a copy, which costs nothing until one side changes.
+    private(set) var rows: [ObjectID: ObjectID] = [:]
+    /// Each commit's merged objects still kept, oldest first.
+    private var commits: [[ObjectID]] = []
+
+    /// Keeps one commit's merged objects, forgetting the oldest commits' beyond `limit`.
+    mutating func add(_ merged: [ObjectID: ObjectID]) {
+        guard !merged.isEmpty else { return }
+        var added: [ObjectID] = []
+        for (object, row) in merged where rows.updateValue(row, forKey: object) == nil { added.append(object) }
+        if !added.isEmpty { commits.append(added) }
+        while rows.count > Self.limit && commits.count > 1 {
+            for id in commits.removeFirst() { rows[id] = nil }
+        }
     }
 }
