@@ -200,12 +200,15 @@ import Testing
         #expect(try world.fetch(Person.self, id: made) == nil)
     }
 
-    /// A delete of the merged object, made while the context still held it, deletes the saved
-    /// row: the object is that row, as the merge said.
+    /// A delete of the merged object, made while the context still held it, fails: its delete
+    /// rules ran over the object the context knew, not over the saved row's relationships (the
+    /// other process's pets would be left pointing at a row that is gone). The row stays.
     @Test(arguments: StoreKind.available.filter { $0 != .memory })
-    func aDeleteOfAMergedObjectDeletesTheSavedRow(kind: StoreKind) throws {
+    func aDeleteOfAMergedObjectFailsAndTheSavedRowStays(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
         let other = try store.reopen()
         let otherUpdater = try Context(stack: other, updateTarget: .persistentStore)
         let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
@@ -214,7 +217,7 @@ import Testing
             try update.commit()
         }
         try store.stack.flushAndWait()
-        try store.holdingTheWriter {
+        let made = try store.holdingTheWriter {
             let made = try context.beginUpdateAndWait { update -> ObjectID in
                 let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
                 monk.name = "Monk"
@@ -231,9 +234,114 @@ import Testing
                 try update.delete(try #require(try update.fetch(Person.self, id: made)))
                 try update.commit()
             }
+            return made
+        }
+        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        let refusals = recorder.all.compactMap { $0 as? SaveError }.filter { $0.code == .deletesMergedObject }
+        #expect(recorder.all.count == 1 && refusals.count == 1 && refusals.first?.objects.first == made, "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\" ORDER BY name") == [[.text("Monk"), .integer(63)], [.text("first"), .integer(0)]])
+    }
+
+    /// A commit whose merge is then not stored (its transaction fails whole) leaves no merge
+    /// behind: a change to the object made meanwhile fails with the failed insert
+    /// (`.dependsOnFailedCommit`), and does not reach the row the other process saved.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aMergeThatIsNotStoredIsForgotten(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        // On PostgreSQL at `COMMIT`, after the writer merged and heard every statement answered.
+        try store.refuseWrites(ofName: "refused", atCommit: true)
+        let other = try store.reopen()
+        let otherUpdater = try Context(stack: other, updateTarget: .persistentStore)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"
+            try update.commit()
         }
         try store.stack.flushAndWait()
-        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("first")]])
+        try store.holdingTheWriter {
+            // Merged when written, in a commit whose other insert the database refuses.
+            let made = try context.beginUpdateAndWait { update -> ObjectID in
+                let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+                monk.name = "Monk"
+                try update.create(Person.self).name = "refused"
+                try update.commit()
+                return monk.objectID
+            }
+            for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+            try #require(queued.state.withLock { $0.queue.isEmpty })
+            try otherUpdater.beginUpdateAndWait { update in
+                try update.fetchOrCreate(Person.self, %"email" == "monk@example.org").age = 63
+                try update.commit()
+            }
+            try context.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, id: made)).location = "Kyoto"
+                try update.commit()
+            }
+        }
+        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        #expect(recorder.all.count == 2, "\(recorder.all)")
+        #expect(recorder.all.contains(where: TestStore.isRefusal), "\(recorder.all)")
+        #expect(recorder.all.contains { ($0 as? SaveError)?.code == .dependsOnFailedCommit }, "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT name, age, location FROM \"Person\" WHERE email IS NOT NULL") == [[.text(""), .integer(63), .null]])
+    }
+
+    static let policyCases: [(StoreKind, MergePolicy)] = StoreKind.available.filter { $0 != .memory }.flatMap { kind in
+        [MergePolicy.objectTrump, .storeTrump, .overwrite, .rollback, .error].map { (kind, $0) }
+    }
+
+    /// An update that goes on after its commit's object was merged into another process's row
+    /// (written meanwhile) names the object still, in what it changes and in the values it
+    /// started from. Its commits are saved naming the row, under every merge policy: neither the
+    /// row the object never had nor the pet's owner as the update last saw it (the object, where
+    /// the store holds the row) is a change made underneath it.
+    @Test(arguments: policyCases)
+    func anUpdateThatGoesOnAfterTheMergeIsSavedUnderEveryPolicy(kind: StoreKind, policy: MergePolicy) throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let other = try store.reopen()
+        let otherUpdater = try Context(stack: other, updateTarget: .persistentStore)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: policy)
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        try context.beginUpdateAndWait { update in
+            let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+            monk.name = "Monk"
+            try update.commit()
+            try otherUpdater.beginUpdateAndWait { update in
+                try update.fetchOrCreate(Person.self, %"email" == "monk@example.org").age = 63
+                try update.commit()
+            }
+            queued.writeQueue.resume()
+            suspended = false
+            try store.stack.flushAndWait()  // merged into the other process's row
+            // This update still holds the object it made.
+            monk.location = "Kyoto"
+            let rex = try #require(try update.fetch(Pet.self, %"name" == "Rex"))
+            rex.owner = monk
+            try update.commit()
+            // Rex's owner, as this update last saw it, is the object.
+            rex.age = 3
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        let people = try store.writtenRows("SELECT \"Z_PK\", name, age, location FROM \"Person\" WHERE email IS NOT NULL")
+        try #require(people.count == 1, "\(people)")
+        #expect(Array(people[0].dropFirst()) == [.text("Monk"), .integer(63), .text("Kyoto")])
+        #expect(try store.writtenRows("SELECT owner, age FROM \"Pet\" WHERE name = 'Rex'") == [[people[0][0], .integer(3)]])
     }
 }
 

@@ -20,7 +20,7 @@ import _ContextStackCore
 public struct SaveError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {
-        private enum Base: Hashable, Sendable { case deleteDenied, uniquenessViolated, dependsOnFailedCommit }
+        private enum Base: Hashable, Sendable { case deleteDenied, uniquenessViolated, dependsOnFailedCommit, deletesMergedObject }
         private let base: Base
         /// A deleted object has a non-empty relationship whose delete rule is `.deny`.
         public static let deleteDenied = Code(base: .deleteDenied)
@@ -33,6 +33,12 @@ public struct SaveError: Error, CustomStringConvertible, Sendable {
         /// context) but never stored. `objects` names it. The earlier commit's own error went to
         /// `stack.onError` or to its caller; fetch again and redo the change.
         public static let dependsOnFailedCommit = Code(base: .dependsOnFailedCommit)
+        /// The commit deletes an object that `fetchOrCreate` made and that was then merged into
+        /// the row another process (or stack) saved with the same unique values: the context
+        /// still held it. Its delete rules ran over what this context knew of it, not over the
+        /// saved row's relationships, so the row is not deleted. `objects` names the object,
+        /// then the saved row; fetch the row and delete it.
+        public static let deletesMergedObject = Code(base: .deletesMergedObject)
     }
 
     public let code: Code
@@ -61,6 +67,16 @@ public struct SaveError: Error, CustomStringConvertible, Sendable {
     }
 
     public var description: String { message }
+
+    /// The error of a commit that deletes `id`, which the writer merged into `row`.
+    package static func deletesMergedObject(_ id: ObjectID, mergedInto row: ObjectID) -> SaveError {
+        SaveError(.deletesMergedObject, """
+            The commit deletes \(id), which fetchOrCreate made and the store then merged into \(row), the row \
+            another process saved with the same unique values. The delete rules ran over what this context \
+            knew of \(id), not over \(row)'s relationships, so nothing of this commit is saved: fetch \(row) \
+            (by its unique values) and delete it.
+            """, objects: [id, row])
+    }
 
     /// The error of a commit that refers to `id`, which a failed commit inserted.
     package static func dependsOnFailedCommit(_ id: ObjectID) -> SaveError {

@@ -43,7 +43,9 @@ extension QueuedStore {
                 unwritten = Self.unwrittenInsertClaimed(by: changes, in: state)
                 if unwritten != nil { return nil }
                 var resolved = item
-                resolved.changes = try Self.resolve(changes, policy: policy, reader: &reader)
+                // Objects merged into rows other processes saved are those rows (`redirect`).
+                let pointed = try Self.redirect(changes, to: state.mergedObjects.rows)?.saved ?? changes
+                resolved.changes = try Self.resolve(pointed, policy: policy, reader: &reader)
                 // The claimed inserts' values are looked up by both steps below: read once.
                 if !changes.upserts.isEmpty { reader.storedHolders = .init(minimumCapacity: changes.upserts.count) }
                 let merged: [ObjectID: ObjectID]

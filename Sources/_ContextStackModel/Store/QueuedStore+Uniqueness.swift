@@ -149,7 +149,7 @@ extension QueuedStore {
         var rest = changes
         rest.inserts = changes.inserts.filter { adopted[$0.id] == nil }
         rest.upserts = changes.upserts.filter { adopted[$0.key] == nil }
-        var (saved, correction) = redirect(rest, to: adopted) ?? (rest, ChangeSet())
+        var (saved, correction) = try redirect(rest, to: adopted) ?? (rest, ChangeSet())
         for insert in changes.inserts {
             guard let target = adopted[insert.id] else { continue }
             guard let stored = try reader.row(target), stored.entity === insert.row.entity else { return nil }
@@ -185,28 +185,42 @@ extension QueuedStore {
     /// A commit made while a context still held such an object, before the correction that
     /// replaces it reached the context, names it. Written so, its to-ones would point at a row
     /// that never was, and its update would change none. The object *is* the saved row, as the
-    /// merge said: to-ones and join pairs that name it name the row; an update of it updates the
-    /// row, this commit winning on what it changes (nothing stored is older than the merge it
-    /// could be compared with); a delete of it deletes the row. An object the commit inserts
+    /// merge said: to-ones and join pairs that name it name the row (in what the commit changes,
+    /// and in the values its updates were made from, which merge policies compare with the
+    /// store); an update of it updates the row, this commit winning on what it changes (nothing
+    /// stored is older than the merge it could be compared with). An object the commit inserts
     /// itself (a `fetchOrCreate` that agreed with the merged one) is left to `adoptSavedRows`.
-    package static func redirect(_ changes: ChangeSet, to merged: [ObjectID: ObjectID]) -> (saved: ChangeSet, correction: ChangeSet)? {
+    ///
+    /// - Throws: `SaveError.Code.deletesMergedObject` for a commit that deletes such an object:
+    ///   its delete rules ran over the object the context knew, not over the saved row's
+    ///   relationships, which another process made.
+    package static func redirect(_ changes: ChangeSet, to merged: [ObjectID: ObjectID]) throws(SaveError) -> (saved: ChangeSet, correction: ChangeSet)? {
         guard !merged.isEmpty else { return nil }
         let inserted = Set(changes.inserts.lazy.map(\.id).filter { merged[$0] != nil })
         func savedRow(of id: ObjectID?) -> ObjectID? {
             guard let id, !inserted.contains(id) else { return nil }
             return merged[id]
         }
+        for delete in changes.deletes {
+            if let row = savedRow(of: delete.id) { throw .deletesMergedObject(delete.id, mergedInto: row) }
+        }
         var saved = changes
         var correction = ChangeSet()
-        for index in saved.inserts.indices {
-            let row = saved.inserts[index].row
-            var values = row.values
+        var changed = false
+        /// Points every to-one of `values`, a whole row of `entity`; the slots it changed.
+        func point(_ values: inout ContiguousArray<Value>, of entity: ResolvedEntity) -> [Int] {
             var slots: [Int] = []
-            for property in row.entity.properties {
-                guard let target = savedRow(of: property.destinationID(of: values[property.slot])) else { continue }
+            for property in entity.properties {
+                guard property.slot < values.count, let target = savedRow(of: property.destinationID(of: values[property.slot])) else { continue }
                 values[property.slot] = .integer(target.primaryKey)
                 slots.append(property.slot)
             }
+            return slots
+        }
+        for index in saved.inserts.indices {
+            let row = saved.inserts[index].row
+            var values = row.values
+            let slots = point(&values, of: row.entity)
             guard !slots.isEmpty else { continue }
             saved.inserts[index].row = ObjectRow(entity: row.entity, values: values)
             correction.updates.append(.init(id: saved.inserts[index].id, entity: row.entity, slots: slots, values: slots.map { values[$0] }))
@@ -218,9 +232,10 @@ extension QueuedStore {
                 let slot = update.slots[position]
                 guard let target = savedRow(of: update.entity.properties[slot].destinationID(of: update.values[position])) else { continue }
                 update.values[position] = .integer(target.primaryKey)
-                if slot < update.current.count { update.current[slot] = update.values[position] }
                 pointed.append(position)
             }
+            let inSnapshot = !point(&update.snapshot, of: update.entity).isEmpty
+            let inCurrent = !point(&update.current, of: update.entity).isEmpty
             if let target = savedRow(of: update.id) {
                 // No snapshot: what the context started from was never stored (`resolve`).
                 update = .init(id: target, entity: update.entity, slots: update.slots, values: update.values)
@@ -228,15 +243,11 @@ extension QueuedStore {
             } else if !pointed.isEmpty {
                 correction.updates.append(.init(id: update.id, entity: update.entity, slots: pointed.map { update.slots[$0] },
                                                 values: pointed.map { update.values[$0] }))
-            } else {
+            } else if !inSnapshot && !inCurrent {
                 continue
             }
             saved.updates[index] = update
-        }
-        for index in saved.deletes.indices {
-            guard let target = savedRow(of: saved.deletes[index].id) else { continue }
-            saved.deletes[index].id = target
-            correction.deletes.append((target, saved.deletes[index].entity))
+            changed = true
         }
         for index in saved.links.indices {
             let link = saved.links[index]
@@ -253,7 +264,7 @@ extension QueuedStore {
             correction.linkEnds[link.key] = ends
             correction.linkEnds[key] = pointedEnds
         }
-        return correction.isEmpty ? nil : (saved, correction)
+        return changed || !correction.isEmpty ? (saved, correction) : nil
     }
 
     /// Throws `SaveError.Code.uniquenessViolated` when, after `changes`, two rows would hold

@@ -56,27 +56,33 @@ extension QueuedStore {
     /// A commit that names an object in `merged` — one a `fetchOrCreate` made whose insert an
     /// earlier commit merged into a row saved meanwhile — is written naming that row instead
     /// (`redirect`), and its receivers are told so; so are the commits after one of this batch
-    /// that merges.
+    /// that merges. One that deletes such an object fails (`SaveError.deletesMergedObject`).
     private func write(_ batch: [QueueItem], upTo last: UInt64, neverStored: Set<ObjectID>,
                        merged: [ObjectID: ObjectID]) -> BatchOutcome {
         var outcome = BatchOutcome()
         var batch = batch
         var redirections: [UInt64: ChangeSet] = [:]
-        if !merged.isEmpty { Self.redirect(&batch, from: 0, to: merged, redirections: &redirections) }
-        if batch.count == 1, let missing = batch[0].changes.firstReference(to: neverStored) {
+        var refusals: [UInt64: SaveError] = [:]
+        if !merged.isEmpty { Self.redirect(&batch, from: 0, to: merged, redirections: &redirections, refusals: &refusals) }
+        func refusal(_ item: QueueItem, _ neverStored: Set<ObjectID>) -> SaveError? {
+            refusals[item.sequence] ?? item.changes.firstReference(to: neverStored).map(SaveError.dependsOnFailedCommit)
+        }
+        if batch.count == 1, let error = refusal(batch[0], neverStored) {
             // Failed before a transaction is begun (and the database's write lock taken).
             state.withLock { $0.removeWritten(upTo: last) }
-            outcome.fail(batch[0], SaveError.dependsOnFailedCommit(missing))
+            outcome.fail(batch[0], error)
             return outcome
         }
         let queued = batch
         let redirected = redirections
+        let refused = refusals
         do {
             try writeTransaction({ writer in
                 // Written again from the start when `writeTransaction` retries.
                 outcome = BatchOutcome()
                 batch = queued
                 var redirections = redirected
+                refusals = refused
                 var neverStored = neverStored
                 try lockRows(of: batch, writer: &writer)
                 if batch.count == 1 {
@@ -90,8 +96,8 @@ extension QueuedStore {
                 }
                 for index in batch.indices {
                     let item = batch[index]
-                    if let missing = item.changes.firstReference(to: neverStored) {
-                        outcome.fail(item, SaveError.dependsOnFailedCommit(missing))
+                    if let error = refusal(item, neverStored) {
+                        outcome.fail(item, error)
                         neverStored.formUnion(item.changes.inserts.lazy.map(\.id))
                         continue
                     }
@@ -103,7 +109,7 @@ extension QueuedStore {
                         try execute("RELEASE \(savepoint)", writer: &writer)
                         if !neverStored.isEmpty { neverStored.subtract(outcome.inserts(of: item).lazy.map(\.id)) }
                         if case .rewritten(_, _, let merged) = written, !merged.isEmpty {
-                            Self.redirect(&batch, from: index + 1, to: merged, redirections: &redirections)
+                            Self.redirect(&batch, from: index + 1, to: merged, redirections: &redirections, refusals: &refusals)
                         }
                     } catch where abandonsTransaction(error) {
                         throw error
@@ -130,19 +136,26 @@ extension QueuedStore {
             // without waiting, as PostgreSQL's does): they are its own, and read as such.
             state.withLock { $0.removeWritten(upTo: last) }
             let error = batch.count == 1 ? saveError(error) : error
+            // Nothing it recorded holds either: a merge it wrote is not one (`finish`).
+            outcome = BatchOutcome()
             outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
         }
         return outcome
     }
 
     /// Points the commits of `batch` from `start` on at the saved rows of `merged`'s objects
-    /// (`redirect`), keeping what tells their receivers in `redirections`, by sequence.
+    /// (`redirect`), keeping what tells their receivers in `redirections`, and why one must
+    /// fail in `refusals`, by sequence.
     private static func redirect(_ batch: inout [QueueItem], from start: Int, to merged: [ObjectID: ObjectID],
-                                 redirections: inout [UInt64: ChangeSet]) {
+                                 redirections: inout [UInt64: ChangeSet], refusals: inout [UInt64: SaveError]) {
         for index in batch.indices.dropFirst(start) where batch[index].batch == nil {
-            guard let (saved, correction) = redirect(batch[index].changes, to: merged) else { continue }
-            batch[index].changes = saved
-            redirections[batch[index].sequence, default: ChangeSet()].append(correction)
+            do {
+                guard let (saved, correction) = try redirect(batch[index].changes, to: merged) else { continue }
+                batch[index].changes = saved
+                redirections[batch[index].sequence, default: ChangeSet()].append(correction)
+            } catch {
+                refusals[batch[index].sequence] = error
+            }
         }
     }
 

@@ -118,14 +118,20 @@ final class TestStore: Sendable {
 
     /// Makes the writer refuse to insert a row of `table` named `name`, as a write that fails in
     /// SQLite would (`SQLiteError.Code.constraint`). The trigger lives on the writer's connection
-    /// only: the file's schema is untouched, and every check before the write passes.
-    func refuseWrites(ofName name: String, in table: String = "Person") throws {
+    /// only: the file's schema is untouched, and every check before the write passes. With
+    /// `atCommit`, PostgreSQL refuses the row only at `COMMIT` (a deferred constraint trigger),
+    /// after every statement of the transaction was answered; SQLite, which has no such
+    /// trigger, at the insert.
+    func refuseWrites(ofName name: String, in table: String = "Person", atCommit: Bool = false) throws {
         if let database {
             // PostgreSQL has no temporary triggers: the test's own database gets a real one.
+            let trigger = atCommit
+                ? "CONSTRAINT TRIGGER \"refuse_\(table)\" AFTER INSERT ON \"\(table)\" DEFERRABLE INITIALLY DEFERRED"
+                : "TRIGGER \"refuse_\(table)\" BEFORE INSERT ON \"\(table)\""
             try PostgresConnection(PostgresSettings(url: database.url)).execute("""
                 CREATE FUNCTION "refuse_\(table)"() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'check_violation'; END $$;
-                CREATE TRIGGER "refuse_\(table)" BEFORE INSERT ON "\(table)" FOR EACH ROW WHEN (NEW.name = '\(name)')
+                CREATE \(trigger) FOR EACH ROW WHEN (NEW.name = '\(name)')
                 EXECUTE FUNCTION "refuse_\(table)"()
                 """)
             return
