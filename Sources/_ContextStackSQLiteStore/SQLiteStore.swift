@@ -231,8 +231,15 @@ package final class SQLiteStore: QueuedStore {
     /// A read of one statement (`ReadShape.isOneStatement`, with an empty overlay) then needs no transaction
     /// at all (SQLite's autocommit); others share the first statement's snapshot in a deferred
     /// transaction. As on PostgreSQL (`PostgresStore.read`).
+    ///
+    /// A read of rows by their keys (`ReadShape.byKeys`) runs on the writer's connection when
+    /// no write holds it (`readOnIdleWriter`), and on a reader otherwise.
     package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, shape: ReadShape, _ body: (ReadSession) throws -> T) throws -> T {
-        if layout.withLock({ $0.readsThroughWriter }) {
+        let (throughWriter, oneFile) = layout.withLock { ($0.readsThroughWriter, $0.parts.count == 1) }
+        if shape == .byKeys && pin == nil && oneFile, let read = try readOnIdleWriter(whileLocked: whileLocked, body) {
+            return read.result
+        }
+        if throughWriter {
             return try writer.withLock { writerState in
                 let (overlay, pinned) = state.withLock { state in
                     whileLocked?()
@@ -246,6 +253,38 @@ package final class SQLiteStore: QueuedStore {
         return try readTwice { underLock in
             try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: shape.isOneStatement, underLock: underLock, body)
         }
+    }
+
+    /// A read by keys on the writer's connection, when no write holds the connection and nothing
+    /// is queued for it; `nil` otherwise (the read then takes a reader). A reader connection's
+    /// page cache is stale after every write of the writer's (SQLite keeps one cache per
+    /// connection), so a read-modify-write that read on a reader read the table's pages back
+    /// from the file each time — three `pread`s a commit that a program using one connection
+    /// does not make (`strace -c` of save1, 2026-11-27).
+    ///
+    /// The read holds the writer's lock, so a commit that comes meanwhile waits for it: one
+    /// statement, an index probe per key, which is why only reads by keys come here. Its own
+    /// statement takes its snapshot, and none needs checking: no commit of this process can be
+    /// written while the read holds the writer, and with nothing queued there is no overlay to
+    /// keep in step with.
+    private func readOnIdleWriter<T>(whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> WriterRead<T>? {
+        try writer.withLockIfAvailable { writerState -> WriterRead<T>? in
+            let db = writerState.connection
+            guard !db.isInTransaction else { return nil }
+            let overlay = state.withLock { state -> Overlay? in
+                guard state.nothingToWrite else { return nil }
+                whileLocked?()
+                return state.overlay
+            }
+            guard let overlay else { return nil }
+            return WriterRead(result: try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: nil)))
+        } ?? nil
+    }
+
+    /// What `readOnIdleWriter` read (a value of its own, so that a read returning `nil` is told
+    /// apart from no read).
+    private struct WriterRead<T> {
+        let result: T
     }
 
     /// One attempt of `read` on `reader`; `nil` when its snapshot turned out not to be the one
