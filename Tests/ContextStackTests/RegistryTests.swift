@@ -133,7 +133,7 @@ import Testing
             let person = try #require(try world.fetch(Person.self, id: id))
             if index % 50 == 0 { kept.append(person) }
         }
-        let registry = world.core.registry
+        var registry = world.core.registry
         #expect(registry.rebuilds <= 2, "\(registry.rebuilds) new tables for at most five live objects")
         #expect(registry.sweeps > 20)
         #expect(registry.count < 16)
