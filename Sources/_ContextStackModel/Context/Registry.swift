@@ -248,15 +248,18 @@ struct Registry: Sequence {
         ids.withUnsafeMutableBufferPointer { ids in
             objects.withUnsafeMutableBufferPointer { objects in
                 let objects = objects.baseAddress!
+                // A slot free before any is freed (the table is at most three quarters full): no
+                // ID's probe crosses it, so the runs after it can be laid again from it alone.
+                // (Starting from a slot freed below, an ID put back past another of its run
+                // that is put back later was lost.)
+                var start = 0
+                while ids[start] != nil { start += 1 }
                 for slot in 0..<size where ids[slot] != nil && objects[slot].object == nil {
                     ids[slot] = nil
                     objects[slot] = ContextCore.WeakObject()
                     removed += 1
                 }
                 guard removed > 0 else { return }
-                // The table is at most three quarters full: there is a free slot to start after.
-                var start = 0
-                while ids[start] != nil { start += 1 }
                 for step in 1...size {
                     let slot = (start + step) & mask
                     guard let id = ids[slot] else { continue }
