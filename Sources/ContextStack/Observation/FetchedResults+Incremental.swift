@@ -103,10 +103,17 @@ extension FetchedResults {
         leaving.sort { ($0.section, $0.item) < ($1.section, $1.item) }
         let oldSectionCount = sections.count
 
-        // Take them out: the untouched objects remain, in their unchanged order.
-        for hit in leaving.reversed() {
-            sections[hit.section].objects.remove(at: hit.item)
-            sections[hit.section].rows.remove(at: hit.item)
+        // Take them out: the untouched objects remain, in their unchanged order. Each section
+        // at once (`remove(atSortedIndices:)`): one at a time moved the section's tail for each.
+        var start = 0
+        while start < leaving.count {
+            let section = leaving[start].section
+            var end = start
+            while end < leaving.count && leaving[end].section == section { end += 1 }
+            let items = leaving[start..<end].map(\.item)
+            sections[section].objects.remove(atSortedIndices: items)
+            sections[section].rows.remove(atSortedIndices: items)
+            start = end
         }
         var oldSlots: [ObjectID: Slot] = [:]
         var oldRank: [ObjectID: Int] = [:]
@@ -135,7 +142,8 @@ extension FetchedResults {
             for i in ResultsDiff.longestIncreasing(ranks) { stays.insert(entering[members[i]].id) }
         }
 
-        // Put the entering objects in, in order, making sections as needed.
+        // Put the entering objects in, in order, making sections as needed: their places among
+        // the objects that stayed first, then each section's at once (`insert(_:)`, as above).
         var madeSections: [Value] = []
         for entry in entering {
             let value = sectionValue(entry.values)
@@ -144,9 +152,19 @@ extension FetchedResults {
                 sections.insert(Section(value: value, objects: [], rows: []), at: s)
                 madeSections.append(value)
             }
-            let i = try insertionIndex(in: s, entry.id, entry.values)
-            sections[s].objects.insert(entry.object, at: i)
-            sections[s].rows.insert(entry.values, at: i)
+        }
+        var arriving: [Int: [(position: Int, object: T, values: ContiguousArray<Value>)]] = [:]
+        for entry in entering {
+            let s = sectionIndex(of: sectionValue(entry.values)).index
+            arriving[s, default: []].append((try insertionIndex(in: s, entry.id, entry.values), entry.object, entry.values))
+        }
+        for (s, var items) in arriving {
+            // In order already, unless the order's comparisons disagree with each other (NaN).
+            if zip(items, items.dropFirst()).contains(where: { $0.position > $1.position }) {
+                items = items.enumerated().sorted { ($0.element.position, $0.offset) < ($1.element.position, $1.offset) }.map(\.element)
+            }
+            sections[s].objects.insert(items.map { ($0.position, $0.object) })
+            sections[s].rows.insert(items.map { ($0.position, $0.values) })
         }
         // Sections left empty are gone.
         var goneSections: [Int] = []
