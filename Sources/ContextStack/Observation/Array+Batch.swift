@@ -9,13 +9,15 @@ extension Array {
         guard let first = indices.first else { return }
         let count = self.count
         let removed = indices.count
+        // Checked before anything moves: a wrong index would move memory it must not.
+        precondition(first >= 0 && indices.last! < count && zip(indices, indices.dropFirst()).allSatisfy { $0 < $1 },
+                     "remove(atSortedIndices:): indices must increase strictly and lie in the array")
         withUnsafeMutableBufferPointer { buffer in
             let base = buffer.baseAddress!
             let taken = UnsafeMutablePointer<Element>.allocate(capacity: removed)
             defer { taken.deallocate() }
             var write = first
             for (j, index) in indices.enumerated() {
-                precondition(index >= write && index < count, "remove(atSortedIndices:): indices must increase strictly and lie in the array")
                 (taken + j).moveInitialize(from: base + index, count: 1)
                 let next = j + 1 < removed ? indices[j + 1] : count
                 let run = next - index - 1
@@ -34,6 +36,10 @@ extension Array {
         guard !items.isEmpty else { return }
         let count = self.count
         let added = items.count
+        // Checked before anything moves, as above.
+        precondition(items.first!.position >= 0 && items.last!.position <= count
+                        && zip(items, items.dropFirst()).allSatisfy { $0.position <= $1.position },
+                     "insert(_:): positions must not decrease and must lie in the array")
         append(contentsOf: items.lazy.map(\.element))
         withUnsafeMutableBufferPointer { buffer in
             let base = buffer.baseAddress!
@@ -46,7 +52,6 @@ extension Array {
             var write = count + added
             for j in stride(from: added - 1, through: 0, by: -1) {
                 let position = items[j].position
-                precondition(position >= 0 && position <= read, "insert(_:): positions must not decrease and must lie in the array")
                 let run = read - position
                 write -= run
                 (base + write).moveInitialize(from: base + position, count: run)

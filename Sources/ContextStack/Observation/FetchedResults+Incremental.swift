@@ -155,11 +155,14 @@ extension FetchedResults {
         }
         var arriving: [Int: [(position: Int, object: T, values: ContiguousArray<Value>)]] = [:]
         for entry in entering {
-            let s = sectionIndex(of: sectionValue(entry.values)).index
+            // A section the order cannot find again once made (comparisons that disagree with
+            // each other): fetched again, as `locate` failing would have it.
+            let (s, found) = sectionIndex(of: sectionValue(entry.values))
+            guard found else { return try recover(touched, oldSectionCount: oldSectionCount) }
             arriving[s, default: []].append((try insertionIndex(in: s, entry.id, entry.values), entry.object, entry.values))
         }
         for (s, var items) in arriving {
-            // In order already, unless the order's comparisons disagree with each other (NaN).
+            // In order already, unless the order's comparisons disagree with each other.
             if zip(items, items.dropFirst()).contains(where: { $0.position > $1.position }) {
                 items = items.enumerated().sorted { ($0.element.position, $0.offset) < ($1.element.position, $1.offset) }.map(\.element)
             }
