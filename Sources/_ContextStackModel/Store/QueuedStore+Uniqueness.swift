@@ -155,11 +155,7 @@ extension QueuedStore {
             guard let stored = try reader.row(target), stored.entity === insert.row.entity else { return nil }
             let entity = stored.entity
             var values = insert.row.values
-            for property in entity.properties {
-                if let id = property.destinationID(of: values[property.slot]), let row = adopted[id] {
-                    values[property.slot] = .integer(row.primaryKey)
-                }
-            }
+            _ = point(&values, of: entity) { $0.flatMap { adopted[$0] } }
             let assigned = changes.upserts[insert.id] ?? []
             var slots: [Int] = []
             var given: [Value] = []
@@ -207,20 +203,10 @@ extension QueuedStore {
         var saved = changes
         var correction = ChangeSet()
         var changed = false
-        /// Points every to-one of `values`, a whole row of `entity`; the slots it changed.
-        func point(_ values: inout ContiguousArray<Value>, of entity: ResolvedEntity) -> [Int] {
-            var slots: [Int] = []
-            for property in entity.properties {
-                guard property.slot < values.count, let target = savedRow(of: property.destinationID(of: values[property.slot])) else { continue }
-                values[property.slot] = .integer(target.primaryKey)
-                slots.append(property.slot)
-            }
-            return slots
-        }
         for index in saved.inserts.indices {
             let row = saved.inserts[index].row
             var values = row.values
-            let slots = point(&values, of: row.entity)
+            let slots = point(&values, of: row.entity, to: savedRow)
             guard !slots.isEmpty else { continue }
             saved.inserts[index].row = ObjectRow(entity: row.entity, values: values)
             correction.updates.append(.init(id: saved.inserts[index].id, entity: row.entity, slots: slots, values: slots.map { values[$0] }))
@@ -234,8 +220,8 @@ extension QueuedStore {
                 update.values[position] = .integer(target.primaryKey)
                 pointed.append(position)
             }
-            let inSnapshot = !point(&update.snapshot, of: update.entity).isEmpty
-            let inCurrent = !point(&update.current, of: update.entity).isEmpty
+            let inSnapshot = !point(&update.snapshot, of: update.entity, to: savedRow).isEmpty
+            let inCurrent = !point(&update.current, of: update.entity, to: savedRow).isEmpty
             if let target = savedRow(of: update.id) {
                 // No snapshot: what the context started from was never stored (`resolve`).
                 update = .init(id: target, entity: update.entity, slots: update.slots, values: update.values)
@@ -265,6 +251,19 @@ extension QueuedStore {
             correction.linkEnds[key] = pointedEnds
         }
         return changed || !correction.isEmpty ? (saved, correction) : nil
+    }
+
+    /// Points every to-one of `values`, a whole row of `entity` (or none), whose object `row`
+    /// names a saved row for at that row; returns the slots it changed.
+    private static func point(_ values: inout ContiguousArray<Value>, of entity: ResolvedEntity,
+                              to row: (ObjectID?) -> ObjectID?) -> [Int] {
+        var slots: [Int] = []
+        for property in entity.properties {
+            guard property.slot < values.count, let target = row(property.destinationID(of: values[property.slot])) else { continue }
+            values[property.slot] = .integer(target.primaryKey)
+            slots.append(property.slot)
+        }
+        return slots
     }
 
     /// Throws `SaveError.Code.uniquenessViolated` when, after `changes`, two rows would hold
