@@ -318,4 +318,62 @@ import Testing
         #expect(Array(monk.dropFirst()) == [.text("Monk"), .integer(63), .text("Kyoto")])
         #expect(try fixture.store.writtenRows("SELECT owner, age FROM \"Pet\" WHERE name = 'Rex'") == [[monk[0], .integer(3)]])
     }
+
+    /// A join pair that names the merged object, made while the context still held it, joins
+    /// the saved row: the other process finds its own badge among the holder's.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aJoinPairNamingAMergedObjectJoinsTheSavedRow(kind: StoreKind) throws {
+        let types: [ManagedObject.Type] = [Badge.self, Holder.self]
+        let store = try TestStore(kind, types: types)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let otherUpdater = try Context(stack: try store.reopen(types: types), updateTarget: .persistentStore)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        // Blocks of keys reserved beforehand (reserving one takes the writer on SQLite).
+        try context.beginUpdateAndWait { update in
+            try update.create(Holder.self).name = "Ann"
+            try update.create(Badge.self).code = "first"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        try store.holdingTheWriter {
+            let made = try context.beginUpdateAndWait { update -> ObjectID in
+                let gold = try update.fetchOrCreate(Badge.self, %"code" == "gold")
+                try update.commit()
+                return gold.objectID
+            }
+            for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+            try #require(queued.state.withLock { $0.queue.isEmpty })
+            try otherUpdater.beginUpdateAndWait { update in
+                _ = try update.fetchOrCreate(Badge.self, %"code" == "gold")
+                try update.commit()
+            }
+            try context.beginUpdateAndWait { update in
+                let ann = try #require(try update.fetch(Holder.self, %"name" == "Ann"))
+                ann.badges.insert(try #require(try update.fetch(Badge.self, id: made)))
+                try update.commit()
+            }
+        }
+        try store.stack.flushAndWait()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        let seen = try otherUpdater.beginUpdateAndWait { update in
+            (try update.fetchAll(Badge.self, %"code" == "gold").map(\.objectID),
+             try update.fetch(Holder.self, %"name" == "Ann")?.badges.map(\.objectID))
+        }
+        #expect(seen.0.count == 1, "one gold badge: the other process's")
+        #expect(seen.1 == seen.0, "Ann holds it")
+    }
 }
+
+/// A unique entity with a many-to-many relationship, for the join pairs of a merged object.
+@Entity final class Badge: ManagedObject {
+    @Attribute(.unique) var code: String?
+    @Relationship(inverse: \Holder.badges) var holders: Set<Holder>
+}
+
+@Entity final class Holder: ManagedObject {
+    var name: String = ""
+    @Relationship var badges: Set<Badge>
+}
+
