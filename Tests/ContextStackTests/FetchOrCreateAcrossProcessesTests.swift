@@ -279,6 +279,34 @@ import Testing
         #expect(try Array(fixture.storedMonk().dropFirst()) == [.text(""), .integer(63), .null])
     }
 
+    /// The same delete, made after the merge was written, by the update that made the object:
+    /// under a merge policy that compares with the store, `commit()` checks the commit against
+    /// what the store knows and throws at once.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aDeleteOfAMergedObjectThrowsFromCommitWhenChecked(kind: StoreKind) throws {
+        let fixture = try MergeFixture(kind, policy: .storeTrump)
+        fixture.queued.writeQueue.sync {}
+        fixture.queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { fixture.queued.writeQueue.resume() } }
+        try fixture.context.beginUpdateAndWait { update in
+            let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+            monk.name = "Monk"
+            try update.commit()
+            try fixture.otherProcessSavesMonk()
+            fixture.queued.writeQueue.resume()
+            suspended = false
+            try fixture.store.stack.flushAndWait()  // merged into the other process's row
+            try update.delete(monk)
+            try #require(try update.fetch(Pet.self, %"name" == "Rex")).age = 5  // an update: checked
+            #expect { try update.commit() } throws: { ($0 as? SaveError)?.code == .deletesMergedObject }
+            update.rollback()
+        }
+        try fixture.store.stack.flushAndWait()
+        #expect(fixture.recorder.all.isEmpty, "\(fixture.recorder.all)")
+        #expect(try Array(fixture.storedMonk().dropFirst()) == [.text("Monk"), .integer(63), .null])
+    }
+
     static let policyCases: [(StoreKind, MergePolicy)] = StoreKind.available.filter { $0 != .memory }.flatMap { kind in
         [MergePolicy.objectTrump, .storeTrump, .overwrite, .rollback, .error].map { (kind, $0) }
     }
