@@ -158,6 +158,27 @@ import Testing
             try #require(queued.state.withLock { $0.queue.isEmpty })
         }
 
+        /// Runs `body` in the update that made the monk by `fetchOrCreate` and committed it,
+        /// once the writer merged it into the other process's row: the update still holds it.
+        func afterTheMerge(_ body: (Update, Person) throws -> Void) throws {
+            // The drain that wrote the fixture may still be running: a commit handed over
+            // meanwhile would be taken by it, suspended queue or not.
+            queued.writeQueue.sync {}
+            queued.writeQueue.suspend()
+            var suspended = true
+            defer { if suspended { queued.writeQueue.resume() } }
+            try context.beginUpdateAndWait { update in
+                let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
+                monk.name = "Monk"
+                try update.commit()
+                try otherProcessSavesMonk()
+                queued.writeQueue.resume()
+                suspended = false
+                try store.stack.flushAndWait()  // merged into the other process's row
+                try body(update, monk)
+            }
+        }
+
         /// A commit of `body`, in an update of `context`.
         func commit(_ body: (Update) throws -> Void) throws {
             try context.beginUpdateAndWait { update in
@@ -285,18 +306,7 @@ import Testing
     @Test(arguments: StoreKind.available.filter { $0 != .memory })
     func aDeleteOfAMergedObjectThrowsFromCommitWhenChecked(kind: StoreKind) throws {
         let fixture = try MergeFixture(kind, policy: .storeTrump)
-        fixture.queued.writeQueue.sync {}
-        fixture.queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { fixture.queued.writeQueue.resume() } }
-        try fixture.context.beginUpdateAndWait { update in
-            let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
-            monk.name = "Monk"
-            try update.commit()
-            try fixture.otherProcessSavesMonk()
-            fixture.queued.writeQueue.resume()
-            suspended = false
-            try fixture.store.stack.flushAndWait()  // merged into the other process's row
+        try fixture.afterTheMerge { update, monk in
             try update.delete(monk)
             try #require(try update.fetch(Pet.self, %"name" == "Rex")).age = 5  // an update: checked
             #expect { try update.commit() } throws: { ($0 as? SaveError)?.code == .deletesMergedObject }
@@ -319,19 +329,7 @@ import Testing
     @Test(arguments: policyCases)
     func anUpdateThatGoesOnAfterTheMergeIsSavedUnderEveryPolicy(kind: StoreKind, policy: MergePolicy) throws {
         let fixture = try MergeFixture(kind, policy: policy)
-        fixture.queued.writeQueue.sync {}
-        fixture.queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { fixture.queued.writeQueue.resume() } }
-        try fixture.context.beginUpdateAndWait { update in
-            let monk = try update.fetchOrCreate(Person.self, %"email" == "monk@example.org")
-            monk.name = "Monk"
-            try update.commit()
-            try fixture.otherProcessSavesMonk()
-            fixture.queued.writeQueue.resume()
-            suspended = false
-            try fixture.store.stack.flushAndWait()  // merged into the other process's row
-            // This update still holds the object it made.
+        try fixture.afterTheMerge { update, monk in
             monk.location = "Kyoto"
             let rex = try #require(try update.fetch(Pet.self, %"name" == "Rex"))
             rex.owner = monk
