@@ -479,6 +479,8 @@ package final class PostgresStore: QueuedStore {
 
     /// Writes one commit — under a policy that compares with the store, applying the policy
     /// again to what is stored now, in rows `lockRows` locked — or runs one batch operation.
+    /// What other commits changed meanwhile in the rows the commit relates to or deletes is
+    /// checked once its statements ran (`QueuedStore.keepReferencesWhole`).
     package func writeItem(_ item: QueueItem, writer: inout PostgresConnection) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer)) }
         var changes = item.changes
@@ -488,15 +490,19 @@ package final class PostgresStore: QueuedStore {
             changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
             correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
         }
+        let written: WrittenItem
         switch try writeClaiming(changes, on: writer) {
         case .rewritten(let saved, let adopted, let merged):
             correction.append(adopted)
-            return .rewritten(saved: saved, correction: correction, merged: merged)
-        case let written where correction.isEmpty:
-            return written
+            written = .rewritten(saved: saved, correction: correction, merged: merged)
+        case let queued where correction.isEmpty:
+            written = queued
         default:
-            return .rewritten(saved: changes, correction: correction)
+            written = .rewritten(saved: changes, correction: correction)
         }
+        let saved: ChangeSet
+        if case .rewritten(let rewritten, _, _) = written { saved = rewritten } else { saved = changes }
+        return Self.adding(try keepReferencesWhole(saved, db: writer), to: written, queued: changes)
     }
 
     /// What tells receivers of `updates` how the merge policy resolved them against another

@@ -32,7 +32,7 @@ package enum PostgresWriter {
         // Deletes first, so a value they free can be reused; PostgreSQL checks unique indexes
         // row by row, as SQLite does.
         for delete in changes.deletes {
-            for (sql, arguments) in WriteSQL.deletes(delete.id, delete.entity) { try connection.enqueue(sql, arguments) }
+            try connection.enqueue(WriteSQL.delete(delete.entity), [.integer(delete.id.primaryKey)])
         }
         for (sql, arguments) in WriteSQL.uniqueReleases(changes.updates) { try connection.enqueue(sql, arguments) }
         for update in changes.updates where !update.slots.isEmpty {

@@ -26,7 +26,9 @@ extension SQLiteStore {
     /// Objects a `fetchOrCreate` made are looked for once more inside the write transaction,
     /// which holds the file's write lock: another process (or stack) that saved their unique
     /// values after `commit()` checked is merged with as `commit()` would have
-    /// (`QueuedStore.adoptSavedRows`), and the receivers get the correction.
+    /// (`QueuedStore.adoptSavedRows`), and the receivers get the correction. What other commits
+    /// changed meanwhile in the rows the commit relates to or deletes is checked once it ran
+    /// (`QueuedStore.keepReferencesWhole`).
     package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
         let changes = item.changes
@@ -34,11 +36,13 @@ extension SQLiteStore {
             var reader = RowReader(stored: writer.connection, graph: graph)
             if let adoption = try Self.adoptSavedRows(changes, reader: &reader) {
                 try apply(adoption.saved, writer: &writer)
-                return .rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged)
+                return Self.adding(try keepReferencesWhole(adoption.saved, db: writer.connection),
+                                   to: .rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged),
+                                   queued: changes)
             }
         }
         try apply(changes, writer: &writer)
-        return .asQueued
+        return Self.adding(try keepReferencesWhole(changes, db: writer.connection), to: .asQueued, queued: changes)
     }
 
     /// Applies one commit with the writer connection, inside the caller's transaction.
@@ -51,9 +55,7 @@ extension SQLiteStore {
         // Deletes first, so a value they free can be reused (SQLite checks unique indexes row
         // by row), then rows that trade unique values let go of theirs.
         for delete in changes.deletes {
-            for (sql, arguments) in WriteSQL.deletes(delete.id, delete.entity) {
-                try db.cachedStatement(sql).bindAndExecute(arguments)
-            }
+            try db.cachedStatement(WriteSQL.delete(delete.entity)).bindAndExecute([.integer(delete.id.primaryKey)])
         }
         for (sql, arguments) in WriteSQL.uniqueReleases(changes.updates) {
             try db.cachedStatement(sql).bindAndExecute(arguments)

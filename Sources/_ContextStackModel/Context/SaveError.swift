@@ -20,7 +20,7 @@ import _ContextStackCore
 public struct SaveError: Error, CustomStringConvertible, Sendable {
     /// What is wrong, as a value you can match.
     public struct Code: Hashable, Sendable {
-        private enum Base: Hashable, Sendable { case deleteDenied, uniquenessViolated, dependsOnFailedCommit, deletesMergedObject }
+        private enum Base: Hashable, Sendable { case deleteDenied, uniquenessViolated, dependsOnFailedCommit, deletesMergedObject, relatesToDeletedObject }
         private let base: Base
         /// A deleted object has a non-empty relationship whose delete rule is `.deny`.
         public static let deleteDenied = Code(base: .deleteDenied)
@@ -39,6 +39,11 @@ public struct SaveError: Error, CustomStringConvertible, Sendable {
         /// saved row's relationships, so the row is not deleted. `objects` names the object,
         /// then the saved row; fetch the row and delete it.
         public static let deletesMergedObject = Code(base: .deletesMergedObject)
+        /// The commit relates an object to one that is no longer stored: another commit — of
+        /// another context, process or machine — deleted it after this context read it.
+        /// `objects` names the object related, then the deleted one. Nothing of the commit is
+        /// saved: fetch again and redo the change (the deleted object is gone for good).
+        public static let relatesToDeletedObject = Code(base: .relatesToDeletedObject)
     }
 
     public let code: Code
@@ -76,6 +81,15 @@ public struct SaveError: Error, CustomStringConvertible, Sendable {
             knew of \(id), not over \(row)'s relationships, so nothing of this commit is saved: fetch \(row) \
             (by its unique values) and delete it.
             """, objects: [id, row])
+    }
+
+    /// The error of a commit that relates `referrer` to `target`, which is no longer stored.
+    package static func relatesToDeletedObject(_ referrer: ObjectID, _ target: ObjectID) -> SaveError {
+        SaveError(.relatesToDeletedObject, """
+            The commit relates \(referrer) to \(target), but \(target) is no longer stored: another commit \
+            deleted it after this context read it. Nothing of this commit is saved: fetch the objects \
+            again and redo the change without \(target).
+            """, objects: [referrer, target])
     }
 
     /// The error of a commit that refers to `id`, which a failed commit inserted.

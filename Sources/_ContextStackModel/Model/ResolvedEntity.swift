@@ -19,6 +19,8 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
     package nonisolated(unsafe) var entityCode: Int64 = 0
     /// The slots of attribute and to-one properties, in column order of this entity's own row.
     package nonisolated(unsafe) private(set) var storedSlots: [Int] = []
+    /// The slots of to-one relationships: the references a row of this entity holds.
+    package nonisolated(unsafe) private(set) var toOneSlots: [Int] = []
     /// For each of `storedSlots`, its column's position in a whole-row SELECT of the table
     /// (`Z_PK`, then `Z_ENT` when the table has it, then the table's columns).
     nonisolated(unsafe) private(set) var storedPositions: [Int] = []
@@ -62,6 +64,7 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
         self.family = family
         self.table = table
         self.storedSlots = properties.filter { $0.isStored }.map(\.slot)
+        self.toOneSlots = properties.filter { $0.isToOne }.map(\.slot)
         let base = table.hasEntityColumn ? 2 : 1
         self.slotPositions = properties.map { $0.isStored ? base + $0.column : -1 }
         self.storedPositions = storedSlots.map { slotPositions[$0] }

@@ -66,6 +66,10 @@ package protocol SQLDialect: Sendable {
     /// What every `UPDATE` of an entity row also sets: a store that keeps a row version for
     /// other processes and machines bumps it here; SQLite keeps none.
     var rowVersionAssignments: [String] { get }
+    /// What a writer's `SELECT` of the rows a commit refers to ends with, so that no other
+    /// transaction can delete them until the commit's ends: nothing on SQLite, whose writer
+    /// holds the whole file; `FOR KEY SHARE` on PostgreSQL.
+    var referenceLock: String { get }
     /// Whether `HAVING` may name the selection's aliases (SQLite); otherwise it repeats their
     /// expressions (PostgreSQL, which knows output names only in `ORDER BY`).
     var havingNamesAliases: Bool { get }
@@ -137,6 +141,7 @@ package struct SQLiteDialect: SQLDialect {
 
     package var placeholder: String { "?" }
     package var rowVersionAssignments: [String] { [] }
+    package var referenceLock: String { "" }
     package var havingNamesAliases: Bool { true }
     package var trueCondition: String { "1" }
     package var falseCondition: String { "0" }

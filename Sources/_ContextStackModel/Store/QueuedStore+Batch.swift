@@ -64,16 +64,36 @@ extension QueuedStore {
         let matched = try matchingRows(entity, condition, db: db).rows
         var result = BatchResult(matched: matched.count)
         guard !matched.isEmpty else { return result }
+        result.changes = try deleteApplyingRules(matched, db: db) { id, property, survivor in
+            SaveError(.deleteDenied, "batchDelete(\(entity.name).self, …) cannot delete \(id): its relationship '\(property.name)' has the delete rule .deny and still holds \(survivor). Nothing was deleted; remove or delete the related objects first.", objects: [id, survivor])
+        }
+        return result
+    }
 
+    /// Deletes `rows` and everything their delete rules reach in the store, applying the rules
+    /// to what is stored: `.cascade` deletes, `.nullify` (and `.cascade` for what it did not
+    /// delete) lets go, `.deny` throws `denied(owner, relationship, survivor)` while a related
+    /// object survives; join pairs of deleted rows go. Returns the commit it amounts to.
+    ///
+    /// With `alreadyDeleted`, a commit deleted `rows` a moment ago and its context ran their
+    /// rules over what it knew: only what still relates to them is left to handle — rows whose
+    /// to-one column points at them, their join pairs (those the context removed are gone) —
+    /// and the commit returned holds what was done to those alone. Their own to-ones went with
+    /// their rows.
+    func deleteApplyingRules(_ rows: [(id: ObjectID, entity: ResolvedEntity)], alreadyDeleted: Bool = false, db: some StoreConnection,
+                             denied: (_ owner: ObjectID, _ property: Property, _ survivor: ObjectID) -> SaveError) throws -> ChangeSet {
         // Everything the delete reaches through `.cascade` rules.
         var deleted: [ObjectID: ResolvedEntity] = [:]
         var order: [(id: ObjectID, entity: ResolvedEntity)] = []
-        var frontier = matched
-        for row in matched { deleted[row.id] = row.entity }
+        var frontier = rows
+        for row in rows { deleted[row.id] = row.entity }
+        let gone = alreadyDeleted ? Set(rows.map(\.id)) : []
+        // A row deleted already has no columns left to follow.
+        func reaches(_ property: Property, from keysGone: Bool) -> Bool { !keysGone || property.storage != .column }
         while !frontier.isEmpty {
             var next: [(id: ObjectID, entity: ResolvedEntity)] = []
-            for (member, keys) in Self.grouped(frontier) {
-                for property in member.properties where property.isRelationship && property.deleteRule == .cascade {
+            for (member, keys, keysGone) in Self.grouped(frontier, gone: gone) {
+                for property in member.properties where property.isRelationship && property.deleteRule == .cascade && reaches(property, from: keysGone) {
                     for row in try related(property, of: keys, in: member.table, db: db) where deleted[row.id] == nil {
                         deleted[row.id] = row.entity
                         next.append(row)
@@ -85,12 +105,11 @@ extension QueuedStore {
         }
 
         // `.deny` refuses while a related object survives the delete.
-        for (member, keys) in Self.grouped(order) {
-            for property in member.properties where property.isRelationship && property.deleteRule == .deny {
+        for (member, keys, keysGone) in Self.grouped(order, gone: gone) {
+            for property in member.properties where property.isRelationship && property.deleteRule == .deny && reaches(property, from: keysGone) {
                 if let survivor = try related(property, of: keys, in: member.table, db: db).first(where: { deleted[$0.id] == nil }) {
                     let owner = try ownerKey(of: survivor.id, through: property, among: keys, in: member.table, db: db)
-                    let id = ObjectID(rootEntity: member.rootDescription, primaryKey: owner ?? keys[0])
-                    throw SaveError(.deleteDenied, "batchDelete(\(entity.name).self, …) cannot delete \(id): its relationship '\(property.name)' has the delete rule .deny and still holds \(survivor.id). Nothing was deleted; remove or delete the related objects first.", objects: [id, survivor.id])
+                    throw denied(ObjectID(rootEntity: member.rootDescription, primaryKey: owner ?? keys[0]), property, survivor.id)
                 }
             }
         }
@@ -100,8 +119,8 @@ extension QueuedStore {
         var changes = ChangeSet()
         var removedLinks = Set<LinkKey>()
         var nulled: [(table: Table, column: String, keys: [Int64])] = []
-        for (member, keys) in Self.grouped(order) {
-            for property in member.properties where property.isRelationship {
+        for (member, keys, keysGone) in Self.grouped(order, gone: gone) {
+            for property in member.properties where property.isRelationship && reaches(property, from: keysGone) {
                 if property.storage == .joinTable, let join = property.joinTable, let destination = property.destination {
                     let (mine, theirs) = property.joinColumns
                     for pair in try chunkedRows(db, keys, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) {
@@ -129,7 +148,8 @@ extension QueuedStore {
                 if !survivors.isEmpty { nulled.append((table, inverse.name, survivors)) }
             }
         }
-        changes.deletes = order.map { ($0.id, $0.entity) }
+        let deleting = alreadyDeleted ? order.filter { !gone.contains($0.id) } : order
+        changes.deletes = deleting.map { ($0.id, $0.entity) }
         try captureBeforeImages(changes, db: db)
 
         for (table, column, keys) in nulled {
@@ -142,15 +162,14 @@ extension QueuedStore {
                 try db.execute("DELETE FROM \(join.quotedIdentifier) WHERE source = ? AND target = ?", [.integer(key.source), .integer(key.target)])
             }
         }
-        let byTable = Dictionary(grouping: order, by: { ObjectIdentifier($0.id.rootEntity) })
+        let byTable = Dictionary(grouping: deleting, by: { ObjectIdentifier($0.id.rootEntity) })
         for rows in byTable.values {
             let table = rows[0].entity.table!
             try InLists.each(rows.map(\.id.primaryKey)) { placeholders, arguments in
                 try db.execute("DELETE FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders))", arguments)
             }
         }
-        result.changes = changes
-        return result
+        return changes
     }
 
     /// The objects `property` of the objects with `keys` relates to, with their entities.
@@ -220,12 +239,15 @@ extension QueuedStore {
         }
     }
 
-    private static func grouped(_ rows: [(id: ObjectID, entity: ResolvedEntity)]) -> [(ResolvedEntity, [Int64])] {
-        var groups: [ObjectIdentifier: (ResolvedEntity, [Int64])] = [:]
-        var order: [ObjectIdentifier] = []
+    /// `rows` by entity, in order of first appearance, the keys of each; with `gone`, the rows
+    /// in it grouped apart (`keysGone`).
+    private static func grouped(_ rows: [(id: ObjectID, entity: ResolvedEntity)],
+                                gone: Set<ObjectID> = []) -> [(ResolvedEntity, [Int64], keysGone: Bool)] {
+        var groups: [RowGroup: (ResolvedEntity, [Int64], keysGone: Bool)] = [:]
+        var order: [RowGroup] = []
         for row in rows {
-            let key = ObjectIdentifier(row.entity)
-            if groups[key] == nil { order.append(key); groups[key] = (row.entity, []) }
+            let key = RowGroup(entity: ObjectIdentifier(row.entity), gone: !gone.isEmpty && gone.contains(row.id))
+            if groups[key] == nil { order.append(key); groups[key] = (row.entity, [], key.gone) }
             groups[key]!.1.append(row.id.primaryKey)
         }
         return order.map { groups[$0]! }
@@ -237,4 +259,10 @@ extension QueuedStore {
         try InLists.each(keys) { placeholders, arguments in rows += try db.allRows(sql(placeholders), arguments) }
         return rows
     }
+}
+
+/// The rows of one entity, deleted already or not (`QueuedStore.grouped`).
+private struct RowGroup: Hashable {
+    let entity: ObjectIdentifier
+    let gone: Bool
 }

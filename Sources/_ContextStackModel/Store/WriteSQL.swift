@@ -5,15 +5,11 @@ import _ContextStackCore
 ///
 /// Statements take `?` placeholders, bound in order.
 package enum WriteSQL {
-    /// Removing a deleted row: the row, then its pairs in every join table on its side.
-    package static func deletes(_ id: ObjectID, _ entity: ResolvedEntity) -> [(sql: String, arguments: [Value])] {
-        let key: [Value] = [.integer(id.primaryKey)]
-        var statements = [(sql: "DELETE FROM \(entity.table.quotedName) WHERE \"Z_PK\" = ?", arguments: key)]
-        for property in entity.properties where property.storage == .joinTable {
-            guard let join = property.joinTable else { continue }
-            statements.append(("DELETE FROM \(join.quotedName) WHERE \(property.joinColumns.mine) = ?", key))
-        }
-        return statements
+    /// `DELETE FROM … WHERE "Z_PK" = ?` for a deleted row, binding its key. Its pairs in join
+    /// tables go once all of the commit's statements ran (`QueuedStore.keepReferencesWhole`),
+    /// with what other commits related to it meanwhile, so that its delete rules apply to those.
+    package static func delete(_ entity: ResolvedEntity) -> String {
+        "DELETE FROM \(entity.table.quotedName) WHERE \"Z_PK\" = ?"
     }
 
     /// Unique indexes are checked row by row, so rows of one commit that trade unique values

@@ -1,0 +1,112 @@
+import _ContextStackCore
+
+// No reference left pointing at a row that is gone, whatever other contexts, processes or
+// machines commit meanwhile.
+//
+// A context checks a commit against what it read: its delete rules run over the related
+// objects it knows, and the objects it relates were stored when it read them. Another commit
+// can change either before this one is written — delete an object this one relates to, or
+// relate an object to one this one deletes — and neither store has foreign keys to notice
+// (ContextStack keeps relationships itself). So the writer looks again, inside the
+// transaction that writes the commit, once the commit's statements ran:
+// - every reference the commit makes must name a stored row, or the commit fails
+//   (`SaveError.relatesToDeletedObject`);
+// - every row the commit deletes gets its delete rules applied to the rows that still relate
+//   to it, which its context did not know (`deleteApplyingRules`): through a to-one column
+//   of theirs or a join pair. `.cascade` deletes them, `.nullify` clears their reference (a
+//   pair goes, whatever the rule), `.deny` fails the commit.
+//
+// On SQLite the writer holds the file's write lock, so what it reads is exact. On PostgreSQL,
+// the rows referred to are read `FOR KEY SHARE` (`SQLDialect.referenceLock`): a transaction
+// deleting one of them waits until this one ends, then finds the new referrer; one that
+// deleted it first makes this read wait, then find it gone. A delete's own `DELETE` takes the
+// same rows' locks before its look for referrers runs, so the two always meet.
+
+extension QueuedStore {
+    /// Checks the references `changes` makes, and applies the delete rules of the rows it
+    /// deletes to rows its context did not know of — with the writer's connection, after the
+    /// commit's statements ran, in the same transaction. Returns what the rules changed
+    /// besides, to be saved in the history and told to the commit's receivers.
+    /// - Throws: `SaveError.relatesToDeletedObject`; `.deleteDenied` for a `.deny` rule.
+    package func keepReferencesWhole(_ changes: ChangeSet, db: some StoreConnection) throws -> ChangeSet {
+        try checkReferences(changes, db: db)
+        guard !changes.deletes.isEmpty else { return ChangeSet() }
+        return try deleteApplyingRules(changes.deletes.map { ($0.id, $0.entity) }, alreadyDeleted: true, db: db) { owner, property, survivor in
+            SaveError(.deleteDenied, """
+                Cannot delete \(owner): its relationship '\(property.name)' has the delete rule .deny and holds \(survivor), \
+                which another commit related to it after this context read it. Nothing of this commit is saved: \
+                fetch \(owner) again, and remove or delete the related objects first.
+                """, objects: [owner, survivor])
+        }
+    }
+
+    /// Throws `SaveError.relatesToDeletedObject` for the first reference `changes` makes to a
+    /// row that is not stored once it is applied: a to-one it sets (one its context started
+    /// from is not new — a `.noAction` rule may have left it dangling by design), either end of
+    /// a join pair it adds. Rows the commit inserts are stored; nothing is read for them.
+    private func checkReferences(_ changes: ChangeSet, db: some StoreConnection) throws {
+        var targets: [String: (table: Table, keys: [Int64: (target: ObjectID, referrer: ObjectID)])] = [:]
+        var inserted: Set<ObjectID>?
+        func note(_ target: ObjectID, in table: Table, from referrer: ObjectID) {
+            if inserted == nil { inserted = Set(changes.inserts.lazy.map(\.id)) }
+            guard !inserted!.contains(target) else { return }
+            targets[table.name, default: (table, [:])].keys[target.primaryKey] = (target, referrer)
+        }
+        // By index: iterating copies each element, which for an import of many rows without
+        // a to-one was all the work.
+        for index in changes.inserts.indices where !changes.inserts[index].row.entity.toOneSlots.isEmpty {
+            let (id, row) = changes.inserts[index]
+            for slot in row.entity.toOneSlots {
+                let property = row.entity.properties[slot]
+                if let target = property.destinationID(of: row.values[slot]) { note(target, in: property.destination!.table, from: id) }
+            }
+        }
+        for index in changes.updates.indices {
+            let update = changes.updates[index]
+            for (slot, value) in zip(update.slots, update.values) {
+                let property = update.entity.properties[slot]
+                guard let target = property.destinationID(of: value) else { continue }
+                if slot < update.snapshot.count && update.snapshot[slot].isIdentical(to: value) { continue }
+                note(target, in: property.destination!.table, from: update.id)
+            }
+        }
+        for link in changes.links where link.present {
+            guard let ends = changes.linkEnds[link.key],
+                  let source = graph.entity(for: ends.source.rootEntity), let target = graph.entity(for: ends.target.rootEntity) else { continue }
+            note(ends.source, in: source.table, from: ends.target)
+            note(ends.target, in: target.table, from: ends.source)
+        }
+        // Table by table in name order, each in key order: PostgreSQL's locks are taken in the
+        // order every writer keeps (`LockSet`).
+        for name in targets.keys.sorted() {
+            let (table, keys) = targets[name]!
+            var found = Set<Int64>()
+            let sorted = keys.keys.sorted()
+            try InLists.each(sorted) { placeholders, arguments in
+                let sql = "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders)) ORDER BY \"Z_PK\"\(dialect.referenceLock)"
+                for row in try db.allRows(sql, arguments) { if let key = row[0].int64Value { found.insert(key) } }
+            }
+            if let missing = sorted.first(where: { !found.contains($0) }), let (target, referrer) = keys[missing] {
+                throw SaveError.relatesToDeletedObject(referrer, target)
+            }
+        }
+    }
+
+    /// `written` with what the delete rules changed besides (`keepReferencesWhole`): saved
+    /// with the commit, and told to its receivers.
+    package static func adding(_ ruled: ChangeSet, to written: WrittenItem, queued: ChangeSet) -> WrittenItem {
+        guard !ruled.isEmpty else { return written }
+        switch written {
+        case .asQueued:
+            var saved = queued
+            saved.append(ruled)
+            return .rewritten(saved: saved, correction: ruled)
+        case .rewritten(var saved, var correction, let merged):
+            saved.append(ruled)
+            correction.append(ruled)
+            return .rewritten(saved: saved, correction: correction, merged: merged)
+        case .batch:
+            return written
+        }
+    }
+}

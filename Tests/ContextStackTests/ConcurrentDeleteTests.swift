@@ -1,0 +1,336 @@
+@testable import ContextStack
+import _ContextStackCore
+@testable import _ContextStackModel
+import Foundation
+import Testing
+
+/// A commit and a delete of the object it relates to, made at the same time by two contexts
+/// that each read before the other committed: in one process, or in two (two stacks on one
+/// store share nothing but the database). No reference may be left pointing at a row that is
+/// gone (Docs/Writing.md, "Deletes made meanwhile").
+@Suite struct ConcurrentDeleteTests {
+    /// Two contexts that read before either commits: `mine`, whose commits wait until written
+    /// (so the writer's error reaches `commit()`), and `theirs` — on a stack of its own (another
+    /// process) on stores that have a file or a server, on the same stack in memory.
+    private struct Fixture {
+        let store: TestStore
+        let mine: Context
+        let theirs: Context
+
+        init(_ kind: StoreKind) throws {
+            store = try TestStore(kind)
+            mine = try Context(stack: store.stack, updateTarget: .persistentStore)
+            let other = kind == .memory ? store.stack : try store.reopen()
+            theirs = try Context(stack: other, updateTarget: .persistentStore)
+        }
+
+        /// Runs `body` in an update of `mine` and commits it.
+        func commitMine<T>(_ body: (Update) throws -> T) throws -> T {
+            try mine.beginUpdateAndWait { update in
+                let result = try body(update)
+                try update.commit()
+                return result
+            }
+        }
+
+        /// Runs `body` in an update of `theirs` and commits it.
+        func commitTheirs(_ body: (Update) throws -> Void) throws {
+            try theirs.beginUpdateAndWait { update in
+                try body(update)
+                try update.commit()
+            }
+        }
+
+        func stored(_ sql: String) throws -> [[Value]] { try store.writtenRows(sql) }
+    }
+
+    // MARK: - A reference to a row deleted meanwhile
+
+    /// This commit points an object at a person another commit deleted after this context read
+    /// the person: written, the reference would name a row that is gone. The commit fails
+    /// whole, and says which objects.
+    @Test(arguments: StoreKind.available, [false, true])
+    func aReferenceToARowDeletedMeanwhileFailsTheCommit(kind: StoreKind, insertsTheReferrer: Bool) throws {
+        let fixture = try Fixture(kind)
+        try fixture.commitMine { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Pet.self).name = "Rex"
+        }
+        var thrown: SaveError?
+        do {
+            try fixture.commitMine { update in
+                let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+                // Meanwhile, another context deletes the monk.
+                try fixture.commitTheirs { update in
+                    try update.delete(#require(try update.fetch(Person.self, %"name" == "Monk")))
+                }
+                let pet = insertsTheReferrer ? try update.create(Pet.self) : try #require(try update.fetch(Pet.self, %"name" == "Rex"))
+                if insertsTheReferrer { pet.name = "Fido" }
+                pet.age = 3
+                pet.owner = monk
+            }
+        } catch let error as SaveError {
+            thrown = error
+        }
+        let error = try #require(thrown, "the commit was saved")
+        #expect(error.code == .relatesToDeletedObject)
+        #expect(error.objects.count == 2)
+        #expect(error.objects.last?.entityName == "Person")
+        #expect(try fixture.stored("SELECT name, age, owner FROM \"Pet\" ORDER BY name") == [[.text("Rex"), .integer(0), .null]],
+                "nothing of the commit is saved")
+        #expect(try fixture.stored("SELECT count(*) FROM \"Person\"") == [[.integer(0)]])
+    }
+
+    /// The same for a pair of a many-to-many relationship: the tag was deleted meanwhile.
+    @Test(arguments: StoreKind.available)
+    func aPairWithARowDeletedMeanwhileFailsTheCommit(kind: StoreKind) throws {
+        let fixture = try Fixture(kind)
+        try fixture.commitMine { update in
+            try update.create(Tag.self).name = "swift"
+            try update.create(Article.self).title = "Contexts"
+        }
+        var thrown: SaveError?
+        do {
+            try fixture.commitMine { update in
+                let tag = try #require(try update.fetch(Tag.self, %"name" == "swift"))
+                try fixture.commitTheirs { update in
+                    try update.delete(#require(try update.fetch(Tag.self, %"name" == "swift")))
+                }
+                let article = try #require(try update.fetch(Article.self, %"title" == "Contexts"))
+                article.tags.insert(tag)
+            }
+        } catch let error as SaveError {
+            thrown = error
+        }
+        #expect(thrown?.code == .relatesToDeletedObject)
+        #expect(try fixture.stored("SELECT count(*) FROM \"Z_Article_tags_Tag_articles\"") == [[.integer(0)]])
+    }
+
+    // MARK: - A delete whose rules did not see a referrer added meanwhile
+
+    /// This context deletes the monk after reading his relationships, empty; another commit
+    /// related a new object to him meanwhile. The rule the context ran over what it knew is
+    /// applied by the writer to what is stored: `.cascade` deletes the new pet, `.nullify`
+    /// clears the new friend's reference. Either way no row is left pointing at the monk, and
+    /// the commit's receivers hear of what the rule did.
+    @Test(arguments: StoreKind.available, [DeleteRule.cascade, .nullify]) @MainActor
+    func aDeleteAppliesItsRuleToReferrersAddedMeanwhile(kind: StoreKind, rule: DeleteRule) async throws {
+        let fixture = try Fixture(kind)
+        try fixture.commitMine { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Person.self).name = "Knight"
+        }
+        let commits = Locked<[Commit]>([])
+        let observation = fixture.store.stack.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        defer { observation.cancel() }
+        let referrer = try fixture.commitMine { update -> ObjectID in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            // What the delete rules run over, read now: empty.
+            #expect(monk.pets.isEmpty && monk.friendOf.isEmpty)
+            var made: ObjectID?
+            try fixture.commitTheirs { update in
+                let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+                if rule == .cascade {
+                    let fido = try update.create(Pet.self)
+                    fido.name = "Fido"
+                    fido.owner = monk
+                    made = fido.objectID
+                } else {
+                    let knight = try #require(try update.fetch(Person.self, %"name" == "Knight"))
+                    knight.friend = monk
+                    made = knight.objectID
+                }
+            }
+            try update.delete(monk)
+            return try #require(made)
+        }
+        #expect(try fixture.stored("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Knight")]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]], "the new pet went with its owner")
+        #expect(try fixture.stored("SELECT count(*) FROM \"Person\" WHERE friend IS NOT NULL") == [[.integer(0)]],
+                "the new friend let go")
+        try await fixture.store.stack.flush()
+        await mainQueueTurn()
+        let seen = commits.withLock { $0 }
+        if rule == .cascade {
+            #expect(seen.contains { $0.deleted.contains(referrer) }, "the receivers hear that the pet is gone")
+        } else {
+            #expect(seen.contains { $0.updated.contains(referrer) }, "the receivers hear that the friend changed")
+        }
+    }
+
+    /// `.deny`: the vault's coins were empty when this context read them, and another commit
+    /// put a coin in meanwhile. The delete fails, and the vault stays.
+    @Test(arguments: StoreKind.available)
+    func aDenyRuleRefusesAReferrerAddedMeanwhile(kind: StoreKind) throws {
+        let fixture = try Fixture(kind)
+        try fixture.commitMine { update in try update.create(Vault.self).label = "gold" }
+        var thrown: SaveError?
+        do {
+            try fixture.commitMine { update in
+                let vault = try #require(try update.fetch(Vault.self, %"label" == "gold"))
+                #expect(vault.coins.isEmpty)
+                try fixture.commitTheirs { update in
+                    let coin = try update.create(Coin.self)
+                    coin.vault = try update.fetch(Vault.self, %"label" == "gold")
+                }
+                try update.delete(vault)
+            }
+        } catch let error as SaveError {
+            thrown = error
+        }
+        #expect(thrown?.code == .deleteDenied)
+        #expect(thrown?.objects.map(\.entityName) == ["Vault", "Coin"])
+        #expect(try fixture.stored("SELECT count(*) FROM \"Vault\"") == [[.integer(1)]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"Coin\" WHERE vault IS NOT NULL") == [[.integer(1)]])
+    }
+
+    // MARK: - Both at once, many times
+
+    /// Two processes (two stacks) at once: one gives people pets, the other deletes the people
+    /// after reading their pets. Whichever commit the store writes first, no pet is left
+    /// pointing at a person who is gone; the commits that lost fail with the documented error.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func manyReferencesAndDeletesAtOnceLeaveNoneDangling(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let people = 300
+        let setup = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try setup.beginUpdateAndWait { update in
+            for index in 0..<people { try update.create(Person.self).age = index }
+            try update.commit()
+        }
+        let giver = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let deleter = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        let unexpected = Locked<[String]>([])
+        let refused = Locked(0)
+        await onThreads(2) { thread in
+            for index in 0..<people {
+                do {
+                    if thread == 0 {
+                        try giver.beginUpdateAndWait { update in
+                            guard let person = try update.fetch(Person.self, %"age" == index) else { return }
+                            let pet = try update.create(Pet.self)
+                            pet.age = index
+                            pet.owner = person
+                            try update.commit()
+                        }
+                    } else {
+                        try deleter.beginUpdateAndWait { update in
+                            guard let person = try update.fetch(Person.self, %"age" == index) else { return }
+                            _ = person.pets.count
+                            try update.delete(person)
+                            try update.commit()
+                        }
+                    }
+                } catch let error as SaveError where error.code == .relatesToDeletedObject {
+                    refused.withLock { $0 += 1 }
+                } catch {
+                    unexpected.withLock { $0.append("\(error)") }
+                }
+            }
+        }
+        #expect(unexpected.withLock { $0 }.isEmpty)
+        #expect(try store.writtenRows("SELECT count(*) FROM \"Person\"") == [[.integer(0)]])
+        #expect(try store.writtenRows("""
+            SELECT count(*) FROM "Pet" WHERE owner IS NOT NULL AND owner NOT IN (SELECT "Z_PK" FROM "Person")
+            """) == [[.integer(0)]], "no pet points at a person who is gone")
+        #expect(try store.writtenRows("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]], "every pet went with its owner (.cascade)")
+    }
+}
+
+extension ConcurrentDeleteTests {
+    /// The rules across a many-to-many relationship: a shelf's books are `.deny`, a crate's
+    /// cans `.cascade`, a poster's walls `.nullify`. Another commit put a new member in while
+    /// this context deleted the owner, having read its members (empty).
+    @Test(arguments: StoreKind.available, [DeleteRule.deny, .cascade, .nullify])
+    func aDeleteAppliesItsRuleToPairsAddedMeanwhile(kind: StoreKind, rule: DeleteRule) throws {
+        let store = try TestStore(kind, types: [Shelf.self, Book.self, Crate.self, Can.self, Poster.self, Wall.self])
+        let mine = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let other = kind == .memory ? store.stack : try store.reopen(types: [Shelf.self, Book.self, Crate.self, Can.self, Poster.self, Wall.self])
+        let theirs = try Context(stack: other, updateTarget: .persistentStore)
+        try mine.beginUpdateAndWait { update in
+            try update.create(Shelf.self).name = "owner"
+            try update.create(Crate.self).name = "owner"
+            try update.create(Poster.self).name = "owner"
+            try update.commit()
+        }
+        var thrown: (any Error)?
+        do {
+            try mine.beginUpdateAndWait { update in
+                let owner: ManagedObject
+                switch rule {
+                case .deny:
+                    let shelf = try #require(try update.fetch(Shelf.self, %"name" == "owner"))
+                    #expect(shelf.books.isEmpty)
+                    owner = shelf
+                case .cascade:
+                    let crate = try #require(try update.fetch(Crate.self, %"name" == "owner"))
+                    #expect(crate.cans.isEmpty)
+                    owner = crate
+                default:
+                    let poster = try #require(try update.fetch(Poster.self, %"name" == "owner"))
+                    #expect(poster.walls.isEmpty)
+                    owner = poster
+                }
+                try theirs.beginUpdateAndWait { update in
+                    switch rule {
+                    case .deny:
+                        try update.create(Book.self).shelves = [try #require(try update.fetch(Shelf.self, %"name" == "owner"))]
+                    case .cascade:
+                        try update.create(Can.self).crates = [try #require(try update.fetch(Crate.self, %"name" == "owner"))]
+                    default:
+                        try update.create(Wall.self).posters = [try #require(try update.fetch(Poster.self, %"name" == "owner"))]
+                    }
+                    try update.commit()
+                }
+                try update.delete(owner)
+                try update.commit()
+            }
+        } catch {
+            thrown = error
+        }
+        let pairs = try ["Z_Book_shelves_Shelf_books", "Z_Can_crates_Crate_cans", "Z_Poster_walls_Wall_posters"].map {
+            try store.writtenScalar("SELECT count(*) FROM \"\($0)\"")
+        }
+        switch rule {
+        case .deny:
+            #expect((thrown as? SaveError)?.code == .deleteDenied, "\(String(describing: thrown))")
+            #expect(try store.writtenScalar("SELECT count(*) FROM \"Shelf\"") == .integer(1))
+            #expect(pairs[0] == .integer(1), "the shelf keeps its new book")
+        case .cascade:
+            #expect(thrown == nil)
+            #expect(try store.writtenScalar("SELECT count(*) FROM \"Can\"") == .integer(0), "the new can went with its crate")
+            #expect(pairs[1] == .integer(0))
+        default:
+            #expect(thrown == nil)
+            #expect(try store.writtenScalar("SELECT count(*) FROM \"Wall\"") == .integer(1), "the wall stays")
+            #expect(pairs[2] == .integer(0), "without the poster")
+        }
+    }
+}
+
+@Entity final class Shelf: ManagedObject {
+    var name: String = ""
+    @Relationship(deleteRule: .deny, inverse: \Book.shelves) var books: Set<Book>
+}
+
+@Entity final class Book: ManagedObject {
+    @Relationship var shelves: Set<Shelf>
+}
+
+@Entity final class Crate: ManagedObject {
+    var name: String = ""
+    @Relationship(deleteRule: .cascade, inverse: \Can.crates) var cans: Set<Can>
+}
+
+@Entity final class Can: ManagedObject {
+    @Relationship var crates: Set<Crate>
+}
+
+@Entity final class Poster: ManagedObject {
+    var name: String = ""
+    @Relationship(inverse: \Wall.posters) var walls: Set<Wall>
+}
+
+@Entity final class Wall: ManagedObject {
+    @Relationship var posters: Set<Poster>
+}
