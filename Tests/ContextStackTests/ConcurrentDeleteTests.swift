@@ -308,6 +308,139 @@ extension ConcurrentDeleteTests {
     }
 }
 
+extension ConcurrentDeleteTests {
+    /// `.noAction` leaves a reference dangling on purpose: the writer's look at a delete does
+    /// not clear it, and a later commit that changes the referrer's other values is saved — a
+    /// reference the context started from is not one the commit makes.
+    @Test(arguments: StoreKind.available)
+    func aReferenceANoActionRuleLeftIsKeptAndNotCheckedAgain(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: [Kennel.self, Dog.self])
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            let kennel = try update.create(Kennel.self)
+            kennel.name = "north"
+            let dog = try update.create(Dog.self)
+            dog.name = "Rex"
+            dog.kennel = kennel
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Kennel.self, %"name" == "north")))
+            try update.commit()
+        }
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Dog\" WHERE kennel IS NOT NULL") == .integer(1), "left as the rule says")
+        // `.overwrite`, after another commit changed the dog: the whole row is written, the
+        // dangling reference with it.
+        let overwriting = try Context(stack: store.stack, updateTarget: .persistentStore, mergePolicy: .overwrite)
+        try overwriting.beginUpdateAndWait { update in
+            let dog = try #require(try update.fetch(Dog.self, %"name" == "Rex"))
+            try context.beginUpdateAndWait { update in
+                try #require(try update.fetch(Dog.self, %"name" == "Rex")).name = "Bruno"
+                try update.commit()
+            }
+            dog.name = "Max"
+            try update.commit()
+        }
+        #expect(try store.writtenRows("SELECT name, kennel IS NOT NULL FROM \"Dog\"") == [[.text("Max"), .integer(1)]])
+    }
+
+    /// What the writer reads to keep references whole (`stack.trace`): nothing for a commit that
+    /// relates objects only to objects it inserts and deletes nothing; one look-up per table
+    /// for one that relates objects to stored ones.
+    @Test(arguments: StoreKind.available)
+    func onlyReferencesToStoredRowsAreLookedUp(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        defer { store.stack.trace(nil) }
+        func lookUps(_ body: (Update) throws -> Void) throws -> [String] {
+            statements.withLock { $0.removeAll() }
+            try context.beginUpdateAndWait { update in
+                try body(update)
+                try update.commit()
+            }
+            return statements.withLock { $0 }.filter { $0.contains("SELECT \"Z_PK\" FROM") && $0.contains("ORDER BY \"Z_PK\"") }
+        }
+        #expect(try lookUps { update in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            let rex = try update.create(Pet.self)
+            rex.name = "Rex"
+            rex.owner = monk
+        } == [])
+        #expect(try lookUps { update in try #require(try update.fetch(Pet.self, %"name" == "Rex")).age = 4 } == [])
+        let looked = try lookUps { update in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            for name in ["Fido", "Bella"] {
+                let pet = try update.create(Pet.self)
+                pet.name = name
+                pet.owner = monk
+            }
+        }
+        #expect(looked.count == 1 && looked.allSatisfy { $0.contains("\"Person\"") }, "\(looked)")
+    }
+}
+
+extension ConcurrentDeleteTests {
+    /// In one process, in the background: a commit to the root deletes the monk; another,
+    /// made by a context that read him before, gives Rex to him. The writer takes both in one
+    /// group. The second fails alone — `stack.onError` and `flush()` get its error, the main
+    /// context that was shown it has it undone — and the rest of the group is stored.
+    @Test(arguments: StoreKind.available) @MainActor
+    func inTheBackgroundTheCommitFailsAloneAndIsUndone(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: true))
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Pet.self).name = "Rex"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let rex = try #require(try world.fetch(Pet.self, %"name" == "Rex"))
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        try context.beginUpdateAndWait { update in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            try context.beginUpdateAndWait { update in
+                try update.delete(#require(try update.fetch(Person.self, %"name" == "Monk")))
+                try update.commit()
+            }
+            try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = monk
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        queued.writeQueue.resume()
+        suspended = false
+        await #expect(throws: SaveError.self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(recorder.all.map { ($0 as? SaveError)?.code } == [.relatesToDeletedObject])
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Ada")]])
+        #expect(try store.writtenRows("SELECT owner FROM \"Pet\"") == [[.null]])
+        #expect(rex.owner == nil, "the main context has the failed commit undone")
+        #expect(try world.fetchAll(Person.self).map(\.name) == ["Ada"])
+    }
+}
+
+@Entity final class Kennel: ManagedObject {
+    var name: String = ""
+    @Relationship(deleteRule: .noAction, inverse: \Dog.kennel) var dogs: Set<Dog>
+}
+
+@Entity final class Dog: ManagedObject {
+    var name: String = ""
+    @Relationship var kennel: Kennel?
+}
+
 @Entity final class Shelf: ManagedObject {
     var name: String = ""
     @Relationship(deleteRule: .deny, inverse: \Book.shelves) var books: Set<Book>
