@@ -61,7 +61,7 @@ extension QueuedStore {
                 if let target = property.destinationID(of: row.values[slot]) { note(target, in: property.destination!.table, from: id) }
             }
         }
-        for index in changes.updates.indices {
+        for index in changes.updates.indices where !changes.updates[index].entity.toOneSlots.isEmpty {
             let update = changes.updates[index]
             for (slot, value) in zip(update.slots, update.values) {
                 let property = update.entity.properties[slot]
