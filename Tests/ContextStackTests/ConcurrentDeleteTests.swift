@@ -187,10 +187,11 @@ import Testing
     // MARK: - Both at once, many times
 
     /// Two processes (two stacks) at once: one gives people pets, the other deletes the people
-    /// after reading their pets. Whichever commit the store writes first, no pet is left
-    /// pointing at a person who is gone; the commits that lost fail with the documented error.
-    @Test(arguments: StoreKind.available.filter { $0 != .memory })
-    func manyReferencesAndDeletesAtOnceLeaveNoneDangling(kind: StoreKind) async throws {
+    /// — after reading their pets, or with `batchDelete`. Whichever commit the store writes
+    /// first, no pet is left pointing at a person who is gone; the commits that lost fail with
+    /// the documented error.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }, [false, true])
+    func manyReferencesAndDeletesAtOnceLeaveNoneDangling(kind: StoreKind, batchDeletes: Bool) async throws {
         let store = try TestStore(kind)
         let people = 300
         let setup = try Context(stack: store.stack, updateTarget: .persistentStore)
@@ -215,6 +216,10 @@ import Testing
                         }
                     } else {
                         try deleter.beginUpdateAndWait { update in
+                            if batchDeletes {
+                                try update.batchDelete(Person.self, %"age" == index)
+                                return
+                            }
                             guard let person = try update.fetch(Person.self, %"age" == index) else { return }
                             _ = person.pets.count
                             try update.delete(person)

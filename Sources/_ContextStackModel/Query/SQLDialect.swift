@@ -70,6 +70,11 @@ package protocol SQLDialect: Sendable {
     /// transaction can delete them until the commit's ends: nothing on SQLite, whose writer
     /// holds the whole file; `FOR KEY SHARE` on PostgreSQL.
     var referenceLock: String { get }
+    /// What a writer's `SELECT` of rows it is about to delete ends with, taken before it looks
+    /// for what relates to them: `nil` on SQLite (nothing to lock, the statement is not run);
+    /// `FOR UPDATE` on PostgreSQL, which waits for transactions holding `referenceLock` on
+    /// them, whose new references the look then finds.
+    var deleteLock: String? { get }
     /// Whether `HAVING` may name the selection's aliases (SQLite); otherwise it repeats their
     /// expressions (PostgreSQL, which knows output names only in `ORDER BY`).
     var havingNamesAliases: Bool { get }
@@ -142,6 +147,7 @@ package struct SQLiteDialect: SQLDialect {
     package var placeholder: String { "?" }
     package var rowVersionAssignments: [String] { [] }
     package var referenceLock: String { "" }
+    package var deleteLock: String? { nil }
     package var havingNamesAliases: Bool { true }
     package var trueCondition: String { "1" }
     package var falseCondition: String { "0" }

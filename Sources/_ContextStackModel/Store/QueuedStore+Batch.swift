@@ -91,6 +91,7 @@ extension QueuedStore {
         // A row deleted already has no columns left to follow.
         func reaches(_ property: Property, from keysGone: Bool) -> Bool { !keysGone || property.storage != .column }
         while !frontier.isEmpty {
+            try lockForDelete(frontier.filter { !gone.contains($0.id) }, db: db)
             var next: [(id: ObjectID, entity: ResolvedEntity)] = []
             for (member, keys, keysGone) in Self.grouped(frontier, gone: gone) {
                 for property in member.properties where property.isRelationship && property.deleteRule == .cascade && reaches(property, from: keysGone) {
@@ -170,6 +171,23 @@ extension QueuedStore {
             }
         }
         return changes
+    }
+
+    /// Locks `rows`, about to be deleted, before what relates to them is looked up, where the
+    /// store has such locks (`SQLDialect.deleteLock`): a transaction of another process that
+    /// is relating an object to one of them commits first, and the look finds its reference;
+    /// one that comes later waits, and finds the row gone (`keepReferencesWhole`). A table at
+    /// a time in name order, each in key order.
+    private func lockForDelete(_ rows: [(id: ObjectID, entity: ResolvedEntity)], db: some StoreConnection) throws {
+        guard let lock = dialect.deleteLock, !rows.isEmpty else { return }
+        var tables: [String: (table: Table, keys: [Int64])] = [:]
+        for row in rows { tables[row.entity.table.name, default: (row.entity.table, [])].keys.append(row.id.primaryKey) }
+        for name in tables.keys.sorted() {
+            let (table, keys) = tables[name]!
+            try InLists.each(keys.sorted()) { placeholders, arguments in
+                _ = try db.allRows("SELECT 1 FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders)) ORDER BY \"Z_PK\"\(lock)", arguments)
+            }
+        }
     }
 
     /// The objects `property` of the objects with `keys` relates to, with their entities.
