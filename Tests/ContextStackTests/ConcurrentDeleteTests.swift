@@ -17,8 +17,8 @@ import Testing
         let mine: Context
         let theirs: Context
 
-        init(_ kind: StoreKind) throws {
-            store = try TestStore(kind)
+        init(_ kind: StoreKind, tracksHistory: Bool? = nil) throws {
+            store = try TestStore(kind, tracksHistory: tracksHistory)
             mine = try Context(stack: store.stack, updateTarget: .persistentStore)
             let other = kind == .memory ? store.stack : try store.reopen()
             theirs = try Context(stack: other, updateTarget: .persistentStore)
@@ -112,10 +112,10 @@ import Testing
     /// related a new object to him meanwhile. The rule the context ran over what it knew is
     /// applied by the writer to what is stored: `.cascade` deletes the new pet, `.nullify`
     /// clears the new friend's reference. Either way no row is left pointing at the monk, and
-    /// the commit's receivers hear of what the rule did.
+    /// the commit's receivers, and the history, hear of what the rule did.
     @Test(arguments: StoreKind.available, [DeleteRule.cascade, .nullify]) @MainActor
     func aDeleteAppliesItsRuleToReferrersAddedMeanwhile(kind: StoreKind, rule: DeleteRule) async throws {
-        let fixture = try Fixture(kind)
+        let fixture = try Fixture(kind, tracksHistory: kind != .memory)
         try fixture.commitMine { update in
             try update.create(Person.self).name = "Monk"
             try update.create(Person.self).name = "Knight"
@@ -155,6 +155,12 @@ import Testing
             #expect(seen.contains { $0.deleted.contains(referrer) }, "the receivers hear that the pet is gone")
         } else {
             #expect(seen.contains { $0.updated.contains(referrer) }, "the receivers hear that the friend changed")
+        }
+        if kind != .memory {
+            let last = try #require(try fixture.store.stack.history(after: nil).last)
+            let expected = HistoryChange(kind: rule == .cascade ? .delete : .update, objectID: referrer,
+                                         entityName: rule == .cascade ? "Pet" : "Person", changedKeys: rule == .cascade ? [] : ["friend"])
+            #expect(last.changes.contains(expected), "the history has what the rule did: \(last.changes)")
         }
     }
 
