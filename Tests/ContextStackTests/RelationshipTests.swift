@@ -223,4 +223,30 @@ import Testing
         #expect(try world.fetchCount(Pet.self) == 0)
         #expect(try world.fetch(Person.self)?.name == "Farmer")
     }
+
+    /// A commit that deletes an object and adds a pair between two others keeps the pair, even
+    /// when one of them has the deleted object's key in its own table (keys repeat across
+    /// tables: the first person, article and tag are all 1). Until 2026-11-27 the pair was
+    /// dropped without an error.
+    @Test(arguments: StoreKind.available)
+    func aPairBesideADeleteOfAnotherTablesRowWithTheSameKeyIsSaved(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let keys = try context.beginUpdateAndWait { update -> [Int64] in
+            let person = try update.create(Person.self)
+            let article = try update.create(Article.self)
+            let tag = try update.create(Tag.self)
+            try update.commit()
+            return [person, article, tag].map(\.objectID.primaryKey)
+        }
+        try #require(Set(keys).count == 1, "the three share a key: \(keys)")
+        try context.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetchAll(Person.self).first))
+            let article = try #require(try update.fetchAll(Article.self).first)
+            article.tags.insert(try #require(try update.fetchAll(Tag.self).first))
+            try update.commit()
+        }
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Z_Article_tags_Tag_articles\"") == .integer(1))
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(0))
+    }
 }

@@ -47,7 +47,7 @@ extension ContextCore {
     package func makeChangeSet() throws -> ChangeSet {
         if let accessorFailure { throw accessorFailure }
         var changes = ChangeSet()
-        var gone = Set<Int64>()
+        var gone = Set<ObjectID>()
         for object in changed.values where object.state == .deleted {
             for property in object.entity.properties where property.isRelationship && property.deleteRule == .deny {
                 let isEmpty = property.isToMany
@@ -87,14 +87,16 @@ extension ContextCore {
                 }
             case .deleted:
                 changes.deletes.append((object.objectID, object.entity))
-                gone.insert(object.objectID.primaryKey)
+                gone.insert(object.objectID)
             case .clean, .invalidated:
                 continue
             }
         }
         for (id, slots) in upserts where changed[id]?.state == .inserted { changes.upserts[id] = slots }
         for (key, present) in links {
-            if present && (gone.contains(key.source) || gone.contains(key.target)) { continue }
+            // A pair added to an object this commit deletes goes with it; by ID, not by key
+            // (keys repeat across tables).
+            if present, !gone.isEmpty, let ends = linkEnds[key], gone.contains(ends.source) || gone.contains(ends.target) { continue }
             changes.links.append((key, present))
             changes.linkEnds[key] = linkEnds[key]
         }
