@@ -16,7 +16,7 @@ import _ContextStackPostgres
 ///   snapshot or not, whole, as PostgreSQL guarantees.
 /// - **Writes** go through one writer connection, one transaction per batch of commits. Under a
 ///   merge policy that compares with the store, rows another process or machine may have
-///   changed since the context read them are locked (`SELECT … FOR UPDATE`) and the policy is
+///   changed since the context read them are locked (`SELECT … FOR NO KEY UPDATE`) and the policy is
 ///   applied again to what is stored now, inside the transaction that writes it: no lost
 ///   update, whoever the other writer is. Inserts of one entity go out up to 512 rows a
 ///   statement.
@@ -430,7 +430,7 @@ package final class PostgresStore: QueuedStore {
                     connection = try Self.usable(&slot, settings: settings, tracer: tracer)
                 }
                 // `BEGIN` goes out with the transaction's first statement: no round trip of its own.
-                connection.beginLater("BEGIN")
+                connection.beginLater(Self.beginWrite)
                 connection.transactionPreamble = patient ? [] : [Self.lockWaitUnderStateLock]
                 var ring: HistoryDoorbell.CommitRing?
                 do {
@@ -467,6 +467,12 @@ package final class PostgresStore: QueuedStore {
             }
         }
     }
+
+    /// A write transaction reads committed rows at each statement, whatever the server's
+    /// `default_transaction_isolation`: the merge policy applied again to rows just locked,
+    /// and the writer's look at references (`keepReferencesWhole`) after a `DELETE` waited for
+    /// another transaction, must see what that transaction committed.
+    static let beginWrite = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
     /// The longest a commit's statements wait for another transaction's locks while they may
     /// be under the state lock: a writer of another ContextStack process holds its locks for
@@ -584,10 +590,14 @@ package final class PostgresStore: QueuedStore {
     }
 }
 
-/// The rows a writer locks before it writes them (`FOR UPDATE`), in the one order every
-/// writer of the database locks in — table by table in name order, each table's rows in key
-/// order — so that two writers (two processes, two machines) never each hold a row the other
-/// waits for.
+/// The rows a writer locks before it writes them, in the one order every writer of the
+/// database locks in — table by table in name order, each table's rows in key order — so that
+/// two writers (two processes, two machines) never each hold a row the other waits for.
+///
+/// The lock is `FOR NO KEY UPDATE`, the one an `UPDATE` takes anyway: it keeps two writers of
+/// one row apart as `FOR UPDATE` would, but not a writer that only refers to the row (its
+/// `FOR KEY SHARE`, `keepReferencesWhole`), so relating an object to another never waits for
+/// a change to the other's values. A `DELETE` takes the stronger lock itself, when it runs.
 private struct LockSet {
     private var tables: [String: (table: Table, keys: Set<Int64>)] = [:]
 
@@ -602,7 +612,7 @@ private struct LockSet {
         for name in tables.keys.sorted() {
             let (table, keys) = tables[name]!
             func statement(_ list: String) -> String {
-                "SELECT 1 FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(list)) ORDER BY \"Z_PK\" FOR UPDATE"
+                "SELECT 1 FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(list)) ORDER BY \"Z_PK\" FOR NO KEY UPDATE"
             }
             let sorted = keys.sorted()
             if inline {

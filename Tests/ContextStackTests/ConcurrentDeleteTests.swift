@@ -442,6 +442,60 @@ extension ConcurrentDeleteTests {
     }
 }
 
+extension ConcurrentDeleteTests {
+    /// A one-to-one keeps a column on both sides: the passport another commit gave Alice
+    /// while this context deleted her (having read no passport) lets go of her.
+    @Test(arguments: StoreKind.available)
+    func aOneToOneAddedMeanwhileLetsGo(kind: StoreKind) throws {
+        let fixture = try Fixture(kind)
+        try fixture.commitMine { update in try update.create(Citizen.self).name = "Alice" }
+        try fixture.commitMine { update in
+            let alice = try #require(try update.fetch(Citizen.self, %"name" == "Alice"))
+            #expect(alice.passport == nil)
+            try fixture.commitTheirs { update in
+                let passport = try update.create(Passport.self)
+                passport.number = "P1"
+                passport.holder = try update.fetch(Citizen.self, %"name" == "Alice")
+            }
+            try update.delete(alice)
+        }
+        #expect(try fixture.stored("SELECT number, holder FROM \"Passport\"") == [[.text("P1"), .null]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"Citizen\"") == [[.integer(0)]])
+    }
+
+    /// `.overwrite` writes the whole object back when another commit changed it: here that
+    /// commit deleted the knight's friend, and its rule cleared the knight's reference. Written
+    /// back, the reference would name a row that is gone; the commit fails instead.
+    @Test(arguments: StoreKind.available)
+    func anOverwriteDoesNotWriteBackAReferenceToARowDeletedMeanwhile(kind: StoreKind) throws {
+        let fixture = try Fixture(kind)
+        try fixture.commitMine { update in
+            let knight = try update.create(Person.self)
+            knight.name = "Knight"
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            knight.friend = monk
+        }
+        let overwriting = try Context(stack: fixture.store.stack, updateTarget: .persistentStore, mergePolicy: .overwrite)
+        var thrown: SaveError?
+        do {
+            try overwriting.beginUpdateAndWait { update in
+                let knight = try #require(try update.fetch(Person.self, %"name" == "Knight"))
+                #expect(knight.friend?.name == "Monk")
+                try fixture.commitTheirs { update in
+                    try update.delete(#require(try update.fetch(Person.self, %"name" == "Monk")))
+                }
+                knight.age = 40
+                try update.commit()
+            }
+        } catch let error as SaveError {
+            thrown = error
+        }
+        #expect(thrown?.code == .relatesToDeletedObject)
+        #expect(try fixture.stored("SELECT name, age, friend FROM \"Person\"") == [[.text("Knight"), .integer(0), .null]])
+    }
+}
+
 @Entity final class Kennel: ManagedObject {
     var name: String = ""
     @Relationship(deleteRule: .noAction, inverse: \Dog.kennel) var dogs: Set<Dog>

@@ -38,7 +38,7 @@ import Testing
         let (monkID, petID) = try world.beginUpdateAndWait(Fixtures.monkAndPet)
         let pet = try #require(try world.fetch(Pet.self, id: petID))
         // Written before the trace starts: written with the update below, in one group, it
-        // would add the group's row locks (`SELECT 1 … FOR UPDATE`) to the statements.
+        // would add the group's row locks (`SELECT 1 … FOR NO KEY UPDATE`) to the statements.
         try store.stack.flushAndWait()
 
         let armed = Locked(false)
@@ -71,7 +71,7 @@ import Testing
         let read = statements.withLock { $0 }
         // Read again once, with the snapshot taken under the lock (SQLite's `SELECT 1 FROM
         // sqlite_master`, PostgreSQL's `BEGIN …; SELECT 1`).
-        #expect(read.filter { $0.contains("SELECT 1") && !$0.contains("FOR UPDATE") }.count == 1, "\(read)")
+        #expect(read.filter { $0.contains("SELECT 1") && !$0.contains("FOR NO KEY UPDATE") }.count == 1, "\(read)")
     }
 
     /// A main context that does not merge pins its view when it is made (and again after a

@@ -23,6 +23,7 @@ package struct PostgresDialect: SQLDialect {
     package var rowVersionAssignments: [String] { ["\"Z_VERSION\" = \"Z_VERSION\" + 1"] }
     package var referenceLock: String { " FOR KEY SHARE" }
     package var deleteLock: String? { " FOR UPDATE" }
+    package var updateLock: String? { " FOR NO KEY UPDATE" }
     package var havingNamesAliases: Bool { false }
     package var trueCondition: String { "TRUE" }
     package var falseCondition: String { "FALSE" }

@@ -75,6 +75,10 @@ package protocol SQLDialect: Sendable {
     /// `FOR UPDATE` on PostgreSQL, which waits for transactions holding `referenceLock` on
     /// them, whose new references the look then finds.
     var deleteLock: String? { get }
+    /// The same for rows about to be updated (a delete rule nullifying them): `nil` on
+    /// SQLite, `FOR NO KEY UPDATE` on PostgreSQL, which leaves other writers' `referenceLock`
+    /// alone.
+    var updateLock: String? { get }
     /// Whether `HAVING` may name the selection's aliases (SQLite); otherwise it repeats their
     /// expressions (PostgreSQL, which knows output names only in `ORDER BY`).
     var havingNamesAliases: Bool { get }
@@ -148,6 +152,7 @@ package struct SQLiteDialect: SQLDialect {
     package var rowVersionAssignments: [String] { [] }
     package var referenceLock: String { "" }
     package var deleteLock: String? { nil }
+    package var updateLock: String? { nil }
     package var havingNamesAliases: Bool { true }
     package var trueCondition: String { "1" }
     package var falseCondition: String { "0" }

@@ -145,6 +145,12 @@ package struct ChangeSummary: Sendable {
                 updated.append((update.id, update.entity.description_, keys))
             }
         }
+        if !deleted.isEmpty && !updated.isEmpty {
+            // A row the commit changed and its delete rules then deleted (in the writer) is deleted.
+            let gone = Set(deleted.map(\.id))
+            updated.removeAll { gone.contains($0.id) }
+            position = Dictionary(uniqueKeysWithValues: updated.indices.map { (updated[$0].id, $0) })
+        }
         guard !changes.links.isEmpty else { return }
         let inserted = Set(self.inserted.map(\.id)), deleted = Set(self.deleted.map(\.id))
         for link in changes.links {

@@ -88,14 +88,17 @@ extension QueuedStore {
         var frontier = rows
         for row in rows { deleted[row.id] = row.entity }
         let gone = alreadyDeleted ? Set(rows.map(\.id)) : []
-        // A row deleted already has no columns left to follow.
-        func reaches(_ property: Property, from keysGone: Bool) -> Bool { !keysGone || property.storage != .column }
+        // A row deleted already has no columns left to follow; what points at it through a
+        // column of its own (a to-many's members, a one-to-one's other side) is still found.
+        func reaches(_ property: Property, from keysGone: Bool) -> Bool {
+            !keysGone || property.storage != .column || property.inverse?.isToOne == true
+        }
         while !frontier.isEmpty {
             try lockForDelete(frontier.filter { !gone.contains($0.id) }, db: db)
             var next: [(id: ObjectID, entity: ResolvedEntity)] = []
             for (member, keys, keysGone) in Self.grouped(frontier, gone: gone) {
                 for property in member.properties where property.isRelationship && property.deleteRule == .cascade && reaches(property, from: keysGone) {
-                    for row in try related(property, of: keys, in: member.table, db: db) where deleted[row.id] == nil {
+                    for row in try related(property, of: keys, in: member.table, gone: keysGone, db: db) where deleted[row.id] == nil {
                         deleted[row.id] = row.entity
                         next.append(row)
                     }
@@ -108,30 +111,39 @@ extension QueuedStore {
         // `.deny` refuses while a related object survives the delete.
         for (member, keys, keysGone) in Self.grouped(order, gone: gone) {
             for property in member.properties where property.isRelationship && property.deleteRule == .deny && reaches(property, from: keysGone) {
-                if let survivor = try related(property, of: keys, in: member.table, db: db).first(where: { deleted[$0.id] == nil }) {
-                    let owner = try ownerKey(of: survivor.id, through: property, among: keys, in: member.table, db: db)
+                if let survivor = try related(property, of: keys, in: member.table, gone: keysGone, db: db).first(where: { deleted[$0.id] == nil }) {
+                    let owner = try ownerKey(of: survivor.id, through: property, among: keys, in: member.table, gone: keysGone, db: db)
                     throw denied(ObjectID(rootEntity: member.rootDescription, primaryKey: owner ?? keys[0]), property, survivor.id)
                 }
             }
         }
 
         // Survivors that point at deleted objects let go (`.nullify`, and `.cascade` for what
-        // it did not delete); join rows of deleted objects go.
+        // it did not delete); join rows of deleted objects go. Both are read locked (on
+        // PostgreSQL): a row another transaction is changing is read again once it committed,
+        // and left alone if it no longer points here — its new value is not overwritten.
         var changes = ChangeSet()
+        let lock = dialect.deleteLock ?? ""
         var removedLinks = Set<LinkKey>()
         var nulled: [(table: Table, column: String, keys: [Int64])] = []
         for (member, keys, keysGone) in Self.grouped(order, gone: gone) {
             for property in member.properties where property.isRelationship && reaches(property, from: keysGone) {
                 if property.storage == .joinTable, let join = property.joinTable, let destination = property.destination {
                     let (mine, theirs) = property.joinColumns
-                    for pair in try chunkedRows(db, keys, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" }) {
+                    for pair in try chunkedRows(db, keys, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))\(lock)" }) {
                         guard let me = pair[0].int64Value, let other = pair[1].int64Value else { continue }
                         let key = property.linkKey(join, owner: me, member: other)
                         guard removedLinks.insert(key).inserted else { continue }
                         let mineID = ObjectID(rootEntity: member.rootDescription, primaryKey: me)
                         let otherID = ObjectID(rootEntity: destination.rootDescription, primaryKey: other)
                         changes.links.append((key, false))
-                        changes.linkEnds[key] = property.linkEnds(owner: mineID, member: otherID)
+                        var ends = property.linkEnds(owner: mineID, member: otherID)
+                        if keysGone {
+                            // The deleted side was reported deleted by its commit, not changed.
+                            ends = LinkEnds(source: ends.source, sourceKey: ends.source == mineID ? nil : ends.sourceKey,
+                                            target: ends.target, targetKey: ends.target == mineID ? nil : ends.targetKey)
+                        }
+                        changes.linkEnds[key] = ends
                     }
                     continue
                 }
@@ -139,7 +151,7 @@ extension QueuedStore {
                       let inverse = property.inverse, inverse.isToOne, let destination = property.destination else { continue }
                 let table = destination.table!
                 let pointing = try chunkedRows(db, keys, {
-                    "SELECT \"Z_PK\"\(table.hasEntityColumn ? ", \"Z_ENT\"" : "") FROM \(table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))"
+                    "SELECT \"Z_PK\"\(table.hasEntityColumn ? ", \"Z_ENT\"" : "") FROM \(table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))\(dialect.updateLock ?? "")"
                 })
                 var survivors: [Int64] = []
                 for row in decode(pointing, root: destination) where deleted[row.id] == nil && destination.includes(row.entity) {
@@ -190,11 +202,21 @@ extension QueuedStore {
         }
     }
 
-    /// The objects `property` of the objects with `keys` relates to, with their entities.
-    private func related(_ property: Property, of keys: [Int64], in owner: Table, db: some StoreConnection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
+    /// The objects `property` of the objects with `keys` relates to, with their entities. Of
+    /// rows deleted already (`gone`), a one-to-one's other side is found through its own
+    /// column. Rows found through their own column or a join pair are read locked (on
+    /// PostgreSQL), so that a row another transaction moves elsewhere meanwhile is not taken.
+    private func related(_ property: Property, of keys: [Int64], in owner: Table, gone: Bool = false,
+                         db: some StoreConnection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
         guard let destination = property.destination else { return [] }
+        let lock = dialect.deleteLock ?? ""
         var targets: [Int64] = []
         switch property.storage {
+        case .column where gone:
+            guard let inverse = property.inverse, inverse.isToOne else { return [] }
+            targets = try chunkedRows(db, keys, {
+                "SELECT \"Z_PK\" FROM \(destination.table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))\(lock)"
+            }).compactMap { $0[0].int64Value }
         case .column:
             targets = try chunkedRows(db, keys, {
                 "SELECT \(property.name.quotedIdentifier) FROM \(owner.quotedName) WHERE \"Z_PK\" IN (\($0)) AND \(property.name.quotedIdentifier) IS NOT NULL"
@@ -202,12 +224,12 @@ extension QueuedStore {
         case .inverseColumn:
             guard let inverse = property.inverse else { return [] }
             targets = try chunkedRows(db, keys, {
-                "SELECT \"Z_PK\" FROM \(destination.table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))"
+                "SELECT \"Z_PK\" FROM \(destination.table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))\(lock)"
             }).compactMap { $0[0].int64Value }
         case .joinTable:
             guard let join = property.joinTable else { return [] }
             let (mine, theirs) = property.joinColumns
-            targets = try chunkedRows(db, keys, { "SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))" })
+            targets = try chunkedRows(db, keys, { "SELECT \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))\(lock)" })
                 .compactMap { $0[0].int64Value }
         }
         guard !targets.isEmpty else { return [] }
@@ -220,8 +242,8 @@ extension QueuedStore {
 
     /// Which of `keys` relates to `target` through `property` (for the `.deny` message).
     private func ownerKey(of target: ObjectID, through property: Property, among keys: [Int64], in owner: Table,
-                          db: some StoreConnection) throws -> Int64? {
-        for key in keys where try related(property, of: [key], in: owner, db: db).contains(where: { $0.id == target }) { return key }
+                          gone: Bool, db: some StoreConnection) throws -> Int64? {
+        for key in keys where try related(property, of: [key], in: owner, gone: gone, db: db).contains(where: { $0.id == target }) { return key }
         return nil
     }
 

@@ -146,10 +146,13 @@ extension QueuedStore {
                 }
                 if !kept.slots.isEmpty { updates.append(kept) }
             case .overwrite:
-                guard stored != nil else { continue }
+                guard let stored else { continue }
                 var whole = update
                 whole.slots = entity.storedSlots
                 whole.values = entity.storedSlots.map { update.current[$0] }
+                // What it overwrites is what it started from now: a reference it writes back
+                // that the store no longer holds is one it makes (`keepReferencesWhole`).
+                for slot in changedInStore { whole.snapshot[slot] = stored.values[slot] }
                 updates.append(whole)
             case .rollback:
                 continue
