@@ -110,6 +110,26 @@ import Testing
         #expect(try world.fetchAll(Person.self, %"age" == first).map(\.objectID) == [id])
     }
 
+    /// A view pinned before a row was changed and then deleted still shows the row as it was:
+    /// the delete's before-image is the whole row, with the values the change replaced.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aViewPinnedBeforeAChangeThenADeleteKeepsTheRow(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let writer = try ContextStack.Context(stack: store.stack)
+        let id = try writer.beginUpdateAndWait(Fixtures.monkAgedOne)
+        try store.stack.flushAndWait()
+        let world = try MainContext(stack: store.stack, updateTarget: .persistentStore)
+        try writer.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).age = 2
+            try update.commit()
+        }
+        try writer.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Person.self, id: id)))
+            try update.commit()
+        }
+        #expect(try world.fetchAll(Person.self).map(\.age) == [1])
+    }
+
     /// A commit that waits to be written (`.persistentStore`) is seen by reads only once it is
     /// in SQLite, when its receivers hear of it: while the writer writes it, another context
     /// reads the row as it was, so no read can show a commit whose write then fails. (Not in

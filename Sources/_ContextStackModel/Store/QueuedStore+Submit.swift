@@ -204,6 +204,11 @@ extension QueuedStore {
                     // Slots first changed now keep their value from before this commit.
                     for (slot, value) in later where earlier[slot] == nil { earlier[slot] = value }
                     pins[id]!.rows[objectID] = .slots(entity, earlier)
+                case (.slots(_, let earlier)?, .row(var row)):
+                    // Changed since the pin, now deleted: the whole row as it was at the pin,
+                    // or the view would lose it with the stored row.
+                    for (slot, value) in earlier where slot < row.values.count { row.values[slot] = value }
+                    pins[id]!.rows[objectID] = .row(row)
                 default:
                     break
                 }
