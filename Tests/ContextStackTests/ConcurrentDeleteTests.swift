@@ -496,6 +496,38 @@ extension ConcurrentDeleteTests {
     }
 }
 
+extension ConcurrentDeleteTests {
+    /// Sub-entities share their parent's table: an engineer another commit put in the team
+    /// this context deleted (having read no members) lets go of it; a manager in a team that
+    /// stays keeps its team.
+    @Test(arguments: StoreKind.available)
+    func aSubEntityAddedMeanwhileLetsGo(kind: StoreKind) throws {
+        let fixture = try Fixture(kind)
+        try fixture.commitMine { update in
+            try update.create(Team.self).title = "gone"
+            let kept = try update.create(Team.self)
+            kept.title = "kept"
+        }
+        try fixture.commitMine { update in
+            let team = try #require(try update.fetch(Team.self, %"title" == "gone"))
+            #expect(team.members.isEmpty)
+            try fixture.commitTheirs { update in
+                let engineer = try update.create(Engineer.self)
+                engineer.name = "Ada"
+                engineer.team = try update.fetch(Team.self, %"title" == "gone")
+                let manager = try update.create(Manager.self)
+                manager.name = "Grace"
+                manager.team = try update.fetch(Team.self, %"title" == "kept")
+            }
+            try update.delete(team)
+        }
+        #expect(try fixture.stored("SELECT \"Staff\".name, \"Team\".title FROM \"Staff\" LEFT JOIN \"Team\" ON \"Team\".\"Z_PK\" = \"Staff\".team ORDER BY \"Staff\".name")
+                == [[.text("Ada"), .null], [.text("Grace"), .text("kept")]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"Staff\" WHERE team IS NOT NULL AND team NOT IN (SELECT \"Z_PK\" FROM \"Team\")")
+                == [[.integer(0)]])
+    }
+}
+
 @Entity final class Kennel: ManagedObject {
     var name: String = ""
     @Relationship(deleteRule: .noAction, inverse: \Dog.kennel) var dogs: Set<Dog>
