@@ -594,10 +594,11 @@ package final class PostgresStore: QueuedStore {
 /// database locks in — table by table in name order, each table's rows in key order — so that
 /// two writers (two processes, two machines) never each hold a row the other waits for.
 ///
-/// The lock is `FOR NO KEY UPDATE`, the one an `UPDATE` takes anyway: it keeps two writers of
-/// one row apart as `FOR UPDATE` would, but not a writer that only refers to the row (its
-/// `FOR KEY SHARE`, `keepReferencesWhole`), so relating an object to another never waits for
-/// a change to the other's values. A `DELETE` takes the stronger lock itself, when it runs.
+/// The lock is `FOR NO KEY UPDATE`, the one an `UPDATE` of columns without a unique index takes
+/// anyway: it keeps two writers of one row apart as `FOR UPDATE` would, but not a writer that
+/// only refers to the row (its `FOR KEY SHARE`, `keepReferencesWhole`), so relating an object
+/// to another does not wait for a change to the other's values. A `DELETE`, and an `UPDATE` of
+/// a uniquely indexed column, take the stronger lock themselves when they run.
 private struct LockSet {
     private var tables: [String: (table: Table, keys: Set<Int64>)] = [:]
 

@@ -528,6 +528,127 @@ extension ConcurrentDeleteTests {
     }
 }
 
+extension ConcurrentDeleteTests {
+    /// `.noAction` on both sides of a many-to-many: a commit that deletes both ends of a pair
+    /// leaves the pair to the writer, which removes it. Neither end is reported changed after
+    /// being reported deleted (the commit goes to the root, so its receivers get the writer's
+    /// correction on its own).
+    @Test(arguments: StoreKind.available) @MainActor
+    func aPairBothOfWhoseEndsAreDeletedIsRemovedWithoutReportingThemChanged(kind: StoreKind) async throws {
+        let store = try TestStore(kind, types: [Album.self, Song.self])
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: true))
+        let ids = try context.beginUpdateAndWait { update -> [ObjectID] in
+            let album = try update.create(Album.self)
+            album.title = "Blue"
+            let song = try update.create(Song.self)
+            song.title = "River"
+            album.songs.insert(song)
+            try update.commit()
+            return [album.objectID, song.objectID]
+        }
+        try await store.stack.flush()
+        let commits = Locked<[Commit]>([])
+        let observation = store.stack.observeCommit { commit in commits.withLock { $0.append(commit) } }
+        defer { observation.cancel() }
+        try context.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Album.self, id: ids[0])))
+            try update.delete(#require(try update.fetch(Song.self, id: ids[1])))
+            try update.commit()
+        }
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Z_Album_songs_Song_albums\"") == .integer(0))
+        let seen = commits.withLock { $0 }
+        #expect(seen.contains { Set($0.deleted) == Set(ids) })
+        #expect(!seen.contains { !Set($0.updated).isDisjoint(with: ids) }, "\(seen.map(\.updated))")
+    }
+
+    /// An object this update made, paired with a stored one and then deleted (its side's rule
+    /// `.noAction` does not let go of the pair): the pair goes with it. Before, it was kept in
+    /// the commit, pointing at a row that was never stored (now the writer would refuse it).
+    @Test(arguments: StoreKind.available)
+    func aPairWithAnObjectMadeAndDeletedInOneUpdateGoesWithIt(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: [Album.self, Song.self])
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            try update.create(Album.self).title = "Blue"
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            let album = try #require(try update.fetch(Album.self, %"title" == "Blue"))
+            let song = try update.create(Song.self)
+            album.songs.insert(song)
+            try update.delete(song)
+            album.title = "Blue (remastered)"
+            try update.commit()
+        }
+        #expect(try store.writtenRows("SELECT title FROM \"Album\"") == [[.text("Blue (remastered)")]])
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Z_Album_songs_Song_albums\"") == .integer(0))
+    }
+
+    /// A view pinned when a deal had a buyer and a seller: another commit related them while
+    /// this context deleted both traders (having read their deals, none). The writer clears
+    /// both of the deal's references, two updates of one row in one commit; the pinned view
+    /// still shows both as they were.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aPinnedViewKeepsEveryReferenceTheWriterClears(kind: StoreKind) throws {
+        let types: [ManagedObject.Type] = [Trader.self, Deal.self]
+        let store = try TestStore(kind, types: types)
+        let mine = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let theirs = try Context(stack: kind == .memory ? store.stack : try store.reopen(types: types), updateTarget: .persistentStore)
+        let (buyer, seller) = try mine.beginUpdateAndWait { update -> (ObjectID, ObjectID) in
+            let buyer = try update.create(Trader.self)
+            buyer.name = "buyer"
+            let seller = try update.create(Trader.self)
+            seller.name = "seller"
+            try update.create(Deal.self).price = 10
+            try update.commit()
+            return (buyer.objectID, seller.objectID)
+        }
+        var world: MainContext?
+        try mine.beginUpdateAndWait { update in
+            let traders = try [buyer, seller].map { try #require(try update.fetch(Trader.self, id: $0)) }
+            #expect(traders[0].bought.isEmpty && traders[1].sold.isEmpty)
+            try theirs.beginUpdateAndWait { update in
+                let deal = try #require(try update.fetchAll(Deal.self).first)
+                deal.buyer = try update.fetch(Trader.self, id: buyer)
+                deal.seller = try update.fetch(Trader.self, id: seller)
+                try update.commit()
+            }
+            // Pinned now: the deal has both.
+            world = try MainContext(stack: store.stack, updateTarget: .persistentStore)
+            for trader in traders { try update.delete(trader) }
+            try update.commit()
+        }
+        #expect(try store.writtenRows("SELECT buyer, seller FROM \"Deal\"") == [[.null, .null]])
+        let deal = try #require(try world?.fetchAll(Deal.self).first)
+        #expect(deal.buyer?.objectID == buyer)
+        #expect(deal.seller?.objectID == seller)
+    }
+}
+
+@Entity final class Album: ManagedObject {
+    var title: String = ""
+    @Relationship(deleteRule: .noAction, inverse: \Song.albums) var songs: Set<Song>
+}
+
+@Entity final class Song: ManagedObject {
+    var title: String = ""
+    @Relationship(deleteRule: .noAction) var albums: Set<Album>
+}
+
+@Entity final class Trader: ManagedObject {
+    var name: String = ""
+    @Relationship(inverse: \Deal.buyer) var bought: Set<Deal>
+    @Relationship(inverse: \Deal.seller) var sold: Set<Deal>
+}
+
+@Entity final class Deal: ManagedObject {
+    var price: Int = 0
+    @Relationship var buyer: Trader?
+    @Relationship var seller: Trader?
+}
+
 @Entity final class Kennel: ManagedObject {
     var name: String = ""
     @Relationship(deleteRule: .noAction, inverse: \Dog.kennel) var dogs: Set<Dog>

@@ -93,10 +93,13 @@ extension ContextCore {
             }
         }
         for (id, slots) in upserts where changed[id]?.state == .inserted { changes.upserts[id] = slots }
+        // An object this update made and then deleted left `changed`, but not the registry.
+        func isDeleted(_ id: ObjectID) -> Bool { gone.contains(id) || registered(id)?.state == .deleted }
         for (key, present) in links {
-            // A pair added to an object this commit deletes goes with it; by ID, not by key
-            // (keys repeat across tables).
-            if present, !gone.isEmpty, let ends = linkEnds[key], gone.contains(ends.source) || gone.contains(ends.target) { continue }
+            // A pair added to an object this commit deletes goes with it (a rule that does not
+            // let go, `.noAction` or `.deny`, leaves it here); by ID, not by key (keys repeat
+            // across tables).
+            if present, let ends = linkEnds[key], isDeleted(ends.source) || isDeleted(ends.target) { continue }
             changes.links.append((key, present))
             changes.linkEnds[key] = linkEnds[key]
         }

@@ -138,10 +138,10 @@ extension QueuedStore {
                         let otherID = ObjectID(rootEntity: destination.rootDescription, primaryKey: other)
                         changes.links.append((key, false))
                         var ends = property.linkEnds(owner: mineID, member: otherID)
-                        if keysGone {
-                            // The deleted side was reported deleted by its commit, not changed.
-                            ends = LinkEnds(source: ends.source, sourceKey: ends.source == mineID ? nil : ends.sourceKey,
-                                            target: ends.target, targetKey: ends.target == mineID ? nil : ends.targetKey)
+                        if !gone.isEmpty {
+                            // A side the commit deleted was reported deleted by it, not changed.
+                            ends = LinkEnds(source: ends.source, sourceKey: gone.contains(ends.source) ? nil : ends.sourceKey,
+                                            target: ends.target, targetKey: gone.contains(ends.target) ? nil : ends.targetKey)
                         }
                         changes.linkEnds[key] = ends
                     }

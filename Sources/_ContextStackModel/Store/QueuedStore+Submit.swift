@@ -183,8 +183,11 @@ extension QueuedStore {
         for insert in changes.inserts { images[insert.id] = .absent }
         for update in changes.updates {
             guard let row = try reader.row(update.id) else { continue }
+            // Two updates of one row in one commit (a delete rule clearing two of its to-ones)
+            // add up: each slot's value from before the commit.
             var slots: [Int: Value] = [:]
-            for slot in update.slots { slots[slot] = row.values[slot] }
+            if case .slots(_, let earlier)? = images[update.id] { slots = earlier }
+            for slot in update.slots where slots[slot] == nil { slots[slot] = row.values[slot] }
             images[update.id] = .slots(update.entity, slots)
         }
         for delete in changes.deletes {
