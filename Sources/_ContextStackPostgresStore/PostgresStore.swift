@@ -508,6 +508,7 @@ package final class PostgresStore: QueuedStore {
         }
         let saved: ChangeSet
         if case .rewritten(let rewritten, _, _) = written { saved = rewritten } else { saved = changes }
+        guard saved.needsReferenceCheck else { return written }
         return Self.adding(try keepReferencesWhole(saved, db: writer), to: written, queued: changes)
     }
 

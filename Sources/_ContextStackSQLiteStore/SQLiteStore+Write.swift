@@ -36,12 +36,13 @@ extension SQLiteStore {
             var reader = RowReader(stored: writer.connection, graph: graph)
             if let adoption = try Self.adoptSavedRows(changes, reader: &reader) {
                 try apply(adoption.saved, writer: &writer)
-                return Self.adding(try keepReferencesWhole(adoption.saved, db: writer.connection),
-                                   to: .rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged),
-                                   queued: changes)
+                let written = WrittenItem.rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged)
+                guard adoption.saved.needsReferenceCheck else { return written }
+                return Self.adding(try keepReferencesWhole(adoption.saved, db: writer.connection), to: written, queued: changes)
             }
         }
         try apply(changes, writer: &writer)
+        guard changes.needsReferenceCheck else { return .asQueued }
         return Self.adding(try keepReferencesWhole(changes, db: writer.connection), to: .asQueued, queued: changes)
     }
 

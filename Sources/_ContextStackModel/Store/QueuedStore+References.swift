@@ -26,7 +26,8 @@ extension QueuedStore {
     /// Checks the references `changes` makes, and applies the delete rules of the rows it
     /// deletes to rows its context did not know of — with the writer's connection, after the
     /// commit's statements ran, in the same transaction. Returns what the rules changed
-    /// besides, to be saved in the history and told to the commit's receivers.
+    /// besides, to be saved in the history and told to the commit's receivers. Call it only
+    /// when `changes.needsReferenceCheck`.
     /// - Throws: `SaveError.relatesToDeletedObject`; `.deleteDenied` for a `.deny` rule.
     package func keepReferencesWhole(_ changes: ChangeSet, db: some StoreConnection) throws -> ChangeSet {
         try checkReferences(changes, db: db)
@@ -108,5 +109,23 @@ extension QueuedStore {
         case .batch:
             return written
         }
+    }
+}
+
+extension ChangeSet {
+    /// Whether the writer must look at the commit once written (`QueuedStore.keepReferencesWhole`):
+    /// it deletes, or it can make a reference. Most commits do neither, and the writer then
+    /// skips even the call: in save1 the call, an empty change set made and the written item
+    /// copied cost about 1,400 instructions a commit.
+    package var needsReferenceCheck: Bool { !deletes.isEmpty || setsReferences }
+
+    /// Whether the commit adds a pair, or inserts or updates a row of an entity with to-ones:
+    /// whether it can make a reference at all.
+    var setsReferences: Bool {
+        if links.contains(where: \.present) { return true }
+        // By index, reading only the entity: iterating copies each element.
+        for index in inserts.indices where !inserts[index].row.entity.toOneSlots.isEmpty { return true }
+        for index in updates.indices where !updates[index].entity.toOneSlots.isEmpty { return true }
+        return false
     }
 }
