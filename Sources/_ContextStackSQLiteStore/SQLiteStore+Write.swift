@@ -29,21 +29,39 @@ extension SQLiteStore {
     /// (`QueuedStore.adoptSavedRows`), and the receivers get the correction. What other commits
     /// changed meanwhile in the rows the commit relates to or deletes is checked once it ran
     /// (`QueuedStore.keepReferencesWhole`).
+    ///
+    /// A commit under `.overwrite` that writes whole rows back is resolved again against the
+    /// rows as stored now: the writer may have changed them since `commit()` checked — a delete
+    /// rule it applied for an earlier commit, clearing a reference to a row that commit deleted
+    /// — and the reference written back would then be one the commit makes, to be checked.
     package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
-        let changes = item.changes
-        if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }) {
+        var changes = item.changes
+        // What `.overwrite` resolved again took from the commit: updates of rows deleted since
+        // (the deletion wins, as `commit()` decides), which its receivers must learn are gone.
+        var gone = ChangeSet()
+        if item.policy == .overwrite && changes.checksStore(under: .overwrite) {
             var reader = RowReader(stored: writer.connection, graph: graph)
-            if let adoption = try Self.adoptSavedRows(changes, reader: &reader) {
-                try apply(adoption.saved, writer: &writer)
-                let written = WrittenItem.rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged)
-                guard adoption.saved.needsReferenceCheck else { return written }
-                return Self.adding(try keepReferencesWhole(adoption.saved, db: writer.connection), to: written, queued: changes)
+            changes = try Self.resolve(changes, policy: .overwrite, reader: &reader)
+            if changes.updates.count != item.changes.updates.count {
+                let kept = Set(changes.updates.lazy.map(\.id))
+                gone.deletes = item.changes.updates.filter { !kept.contains($0.id) }.map { ($0.id, $0.entity) }
             }
         }
-        try apply(changes, writer: &writer)
-        guard changes.needsReferenceCheck else { return .asQueued }
-        return Self.adding(try keepReferencesWhole(changes, db: writer.connection), to: .asQueued, queued: changes)
+        let written: WrittenItem
+        if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }),
+           case var reader = RowReader(stored: writer.connection, graph: graph),
+           var adoption = try Self.adoptSavedRows(changes, reader: &reader) {
+            try apply(adoption.saved, writer: &writer)
+            adoption.correction.append(gone)
+            written = .rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged)
+            changes = adoption.saved
+        } else {
+            try apply(changes, writer: &writer)
+            written = gone.isEmpty ? .asQueued : .rewritten(saved: changes, correction: gone)
+        }
+        guard changes.needsReferenceCheck else { return written }
+        return Self.adding(try keepReferencesWhole(changes, db: writer.connection), to: written, queued: changes)
     }
 
     /// Applies one commit with the writer connection, inside the caller's transaction.

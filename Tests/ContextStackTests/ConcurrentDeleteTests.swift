@@ -627,6 +627,69 @@ extension ConcurrentDeleteTests {
     }
 }
 
+extension ConcurrentDeleteTests {
+    /// In one process: a delete waits in the writer's queue, and its `.nullify` rule will clear
+    /// the knight's reference to the deleted monk (another commit made the monk the knight's
+    /// friend after the deleting update read the monk's `friendOf`). Meanwhile an `.overwrite`
+    /// commit that read the knight when the reference was there writes the whole knight back,
+    /// after a conflict on another property. It must not write the reference back: the writer
+    /// resolves it again against the row as the rule left it, and the commit fails as one
+    /// relating the knight to a row that is gone.
+    @Test(arguments: StoreKind.available) @MainActor
+    func anOverwriteQueuedBehindADeleteDoesNotRestoreAReferenceItsRuleCleared(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let direct = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let deleter = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let overwriting = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: .overwrite)
+        try direct.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Person.self).name = "Knight"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        // Two long-lived updates, each run in steps.
+        let deleting = deleter.beginUpdateContext()
+        let overwrite = overwriting.beginUpdateContext()
+        try deleting.performAndWait { update in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.friendOf.isEmpty)
+            try update.delete(monk)   // its rules run now, over what it knows
+        }
+        // Another commit makes the monk the knight's friend; the deleting update does not know.
+        try direct.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Knight")).friend = try update.fetch(Person.self, %"name" == "Monk")
+            try update.commit()
+        }
+        try overwrite.performAndWait { update in
+            let knight = try #require(try update.fetch(Person.self, %"name" == "Knight"))
+            #expect(knight.friend?.name == "Monk")
+        }
+        // A conflict on another property, so that .overwrite writes the whole row.
+        try direct.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Knight")).age = 9
+            try update.commit()
+        }
+        try await store.stack.flush()
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        try deleting.performAndWait { update in try update.commit() }   // queued
+        try overwrite.performAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Knight")).location = "Camelot"
+            try update.commit()   // queued behind the delete
+        }
+        queued.writeQueue.resume()
+        suspended = false
+        await #expect(throws: SaveError.self) { try await store.stack.flush() }
+        #expect(recorder.all.map { ($0 as? SaveError)?.code } == [.relatesToDeletedObject])
+        #expect(try store.writtenRows("SELECT name, age, location, friend FROM \"Person\"") == [[.text("Knight"), .integer(9), .null, .null]])
+    }
+}
+
 @Entity final class Album: ManagedObject {
     var title: String = ""
     @Relationship(deleteRule: .noAction, inverse: \Song.albums) var songs: Set<Song>
