@@ -33,6 +33,16 @@ import Testing
             }
         }
 
+        /// The `SaveError` committing `body` in an update of `mine` throws; `nil` when it is saved.
+        func saveErrorOfMine(_ body: (Update) throws -> Void) throws -> SaveError? {
+            do {
+                try commitMine(body)
+            } catch let error as SaveError {
+                return error
+            }
+            return nil
+        }
+
         /// Runs `body` in an update of `theirs` and commits it.
         func commitTheirs(_ body: (Update) throws -> Void) throws {
             try theirs.beginUpdateAndWait { update in
@@ -56,21 +66,16 @@ import Testing
             try update.create(Person.self).name = "Monk"
             try update.create(Pet.self).name = "Rex"
         }
-        var thrown: SaveError?
-        do {
-            try fixture.commitMine { update in
-                let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
-                // Meanwhile, another context deletes the monk.
-                try fixture.commitTheirs { update in
-                    try update.delete(#require(try update.fetch(Person.self, %"name" == "Monk")))
-                }
-                let pet = insertsTheReferrer ? try update.create(Pet.self) : try #require(try update.fetch(Pet.self, %"name" == "Rex"))
-                if insertsTheReferrer { pet.name = "Fido" }
-                pet.age = 3
-                pet.owner = monk
+        let thrown = try fixture.saveErrorOfMine { update in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            // Meanwhile, another context deletes the monk.
+            try fixture.commitTheirs { update in
+                try update.delete(#require(try update.fetch(Person.self, %"name" == "Monk")))
             }
-        } catch let error as SaveError {
-            thrown = error
+            let pet = insertsTheReferrer ? try update.create(Pet.self) : try #require(try update.fetch(Pet.self, %"name" == "Rex"))
+            if insertsTheReferrer { pet.name = "Fido" }
+            pet.age = 3
+            pet.owner = monk
         }
         let error = try #require(thrown, "the commit was saved")
         #expect(error.code == .relatesToDeletedObject)
@@ -89,18 +94,13 @@ import Testing
             try update.create(Tag.self).name = "swift"
             try update.create(Article.self).title = "Contexts"
         }
-        var thrown: SaveError?
-        do {
-            try fixture.commitMine { update in
-                let tag = try #require(try update.fetch(Tag.self, %"name" == "swift"))
-                try fixture.commitTheirs { update in
-                    try update.delete(#require(try update.fetch(Tag.self, %"name" == "swift")))
-                }
-                let article = try #require(try update.fetch(Article.self, %"title" == "Contexts"))
-                article.tags.insert(tag)
+        let thrown = try fixture.saveErrorOfMine { update in
+            let tag = try #require(try update.fetch(Tag.self, %"name" == "swift"))
+            try fixture.commitTheirs { update in
+                try update.delete(#require(try update.fetch(Tag.self, %"name" == "swift")))
             }
-        } catch let error as SaveError {
-            thrown = error
+            let article = try #require(try update.fetch(Article.self, %"title" == "Contexts"))
+            article.tags.insert(tag)
         }
         #expect(thrown?.code == .relatesToDeletedObject)
         #expect(try fixture.stored("SELECT count(*) FROM \"Z_Article_tags_Tag_articles\"") == [[.integer(0)]])
@@ -170,19 +170,14 @@ import Testing
     func aDenyRuleRefusesAReferrerAddedMeanwhile(kind: StoreKind) throws {
         let fixture = try Fixture(kind)
         try fixture.commitMine { update in try update.create(Vault.self).label = "gold" }
-        var thrown: SaveError?
-        do {
-            try fixture.commitMine { update in
-                let vault = try #require(try update.fetch(Vault.self, %"label" == "gold"))
-                #expect(vault.coins.isEmpty)
-                try fixture.commitTheirs { update in
-                    let coin = try update.create(Coin.self)
-                    coin.vault = try update.fetch(Vault.self, %"label" == "gold")
-                }
-                try update.delete(vault)
+        let thrown = try fixture.saveErrorOfMine { update in
+            let vault = try #require(try update.fetch(Vault.self, %"label" == "gold"))
+            #expect(vault.coins.isEmpty)
+            try fixture.commitTheirs { update in
+                let coin = try update.create(Coin.self)
+                coin.vault = try update.fetch(Vault.self, %"label" == "gold")
             }
-        } catch let error as SaveError {
-            thrown = error
+            try update.delete(vault)
         }
         #expect(thrown?.code == .deleteDenied)
         #expect(thrown?.objects.map(\.entityName) == ["Vault", "Coin"])
