@@ -512,32 +512,6 @@ package final class PostgresStore: QueuedStore {
         return Self.adding(try keepReferencesWhole(saved, db: writer), to: written, queued: changes)
     }
 
-    /// What tells receivers of `updates` how the merge policy resolved them against another
-    /// process's changes, read from the locked rows before they are written: stored values for
-    /// the slots it kept (`.storeTrump`, `.rollback`), the context's values for the slots it
-    /// wrote besides (`.overwrite`), and the objects another process deleted.
-    private static func keptValues(_ updates: [ChangeSet.RowUpdate], resolved: [ChangeSet.RowUpdate],
-                                   reader: inout RowReader) throws -> ChangeSet {
-        var correction = ChangeSet()
-        var written: [ObjectID: [Int: Value]] = [:]
-        for update in resolved {
-            for (slot, value) in zip(update.slots, update.values) { written[update.id, default: [:]][slot] = value }
-        }
-        for update in updates {
-            guard let stored = try reader.row(update.id) else {
-                correction.deletes.append((update.id, update.entity))
-                continue
-            }
-            let told = Set(update.slots)
-            let kept = update.slots.filter { written[update.id]?[$0] == nil }
-            let added = (written[update.id] ?? [:]).keys.filter { !told.contains($0) }.sorted()
-            guard !kept.isEmpty || !added.isEmpty else { continue }
-            correction.updates.append(.init(id: update.id, entity: stored.entity, slots: kept + added,
-                                            values: kept.map { stored.values[$0] } + added.map { written[update.id]![$0]! }))
-        }
-        return correction
-    }
-
     /// Locks, before a transaction's commits are written, the rows they update or delete,
     /// until the transaction ends — in the one order every writer keeps (`LockSet`): another
     /// process's commit to them waits for this one, and the merge policy (`writeItem`) reads

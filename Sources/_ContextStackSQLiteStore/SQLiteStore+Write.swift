@@ -30,35 +30,33 @@ extension SQLiteStore {
     /// changed meanwhile in the rows the commit relates to or deletes is checked once it ran
     /// (`QueuedStore.keepReferencesWhole`).
     ///
-    /// A commit under `.overwrite` that writes whole rows back is resolved again against the
-    /// rows as stored now: the writer may have changed them since `commit()` checked — a delete
-    /// rule it applied for an earlier commit, clearing a reference to a row that commit deleted
-    /// — and the reference written back would then be one the commit makes, to be checked.
+    /// A commit under a policy that compares with the store is resolved again against the rows
+    /// as stored now, inside the transaction that holds the file's write lock, as PostgreSQL's
+    /// writer does: another process may have changed them since `commit()` checked (a commit
+    /// handed to a root waits in the queue meanwhile), and so may the writer itself — a delete
+    /// rule it applied for an earlier commit, clearing a reference that an `.overwrite` would
+    /// otherwise write back unchecked. Receivers that were shown the commit are told what the
+    /// policy made of it (`keptValues`).
     package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
         var changes = item.changes
-        // What `.overwrite` resolved again took from the commit: updates of rows deleted since
-        // (the deletion wins, as `commit()` decides), which its receivers must learn are gone.
-        var gone = ChangeSet()
-        if item.policy == .overwrite && changes.checksStore(under: .overwrite) {
+        var correction = ChangeSet()
+        if changes.checksStore(under: item.policy) {
             var reader = RowReader(stored: writer.connection, graph: graph)
-            changes = try Self.resolve(changes, policy: .overwrite, reader: &reader)
-            if changes.updates.count != item.changes.updates.count {
-                let kept = Set(changes.updates.lazy.map(\.id))
-                gone.deletes = item.changes.updates.filter { !kept.contains($0.id) }.map { ($0.id, $0.entity) }
-            }
+            changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
+            correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
         }
         let written: WrittenItem
         if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }),
            case var reader = RowReader(stored: writer.connection, graph: graph),
-           var adoption = try Self.adoptSavedRows(changes, reader: &reader) {
+           let adoption = try Self.adoptSavedRows(changes, reader: &reader) {
             try apply(adoption.saved, writer: &writer)
-            adoption.correction.append(gone)
-            written = .rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged)
+            correction.append(adoption.correction)
+            written = .rewritten(saved: adoption.saved, correction: correction, merged: adoption.merged)
             changes = adoption.saved
         } else {
             try apply(changes, writer: &writer)
-            written = gone.isEmpty ? .asQueued : .rewritten(saved: changes, correction: gone)
+            written = correction.isEmpty ? .asQueued : .rewritten(saved: changes, correction: correction)
         }
         guard changes.needsReferenceCheck else { return written }
         return Self.adding(try keepReferencesWhole(changes, db: writer.connection), to: written, queued: changes)

@@ -101,4 +101,48 @@ import Testing
         }
         #expect(try world.fetch(Sample.self)?.int == 5)
     }
+
+    /// Another process changes the monk after this process's `commit()` checked him and before
+    /// its writer writes the commit (handed to the root, it waits in the queue). The writer
+    /// applies the policy again to the row as stored then, as on PostgreSQL: `.error` fails
+    /// the commit, `.storeTrump` keeps the other process's age and saves this commit's name,
+    /// and the main context that was shown the commit is told what was kept.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }, [MergePolicy.error, .storeTrump]) @MainActor
+    func anotherProcessChangeBetweenTheCheckAndTheWriteMeetsThePolicy(kind: StoreKind, policy: MergePolicy) async throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack, mergePolicy: policy)
+        let id = try world.beginUpdateAndWait(Fixtures.monkAgedOne)
+        try await store.stack.flush()
+        let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        try world.beginUpdateAndWait { update in
+            let monk = try #require(try update.fetch(Person.self, id: id))
+            monk.age = 2
+            monk.name = "Abbot"
+            try update.commit()   // checked now, written once the queue resumes
+        }
+        try other.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).age = 40
+            try update.commit()
+        }
+        queued.writeQueue.resume()
+        suspended = false
+        if policy == .error {
+            await #expect(throws: MergeConflictError.self) { try await store.stack.flush() }
+            #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text(""), .integer(40)]])
+        } else {
+            try await store.stack.flush()
+            #expect(recorder.all.isEmpty)
+            #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text("Abbot"), .integer(40)]])
+            await mainQueueTurn()
+            let monk = try #require(try world.fetch(Person.self, id: id))
+            #expect([monk.name, String(monk.age)] == ["Abbot", "40"], "the main context hears the age kept")
+        }
+    }
 }

@@ -172,6 +172,32 @@ extension QueuedStore {
         return resolved
     }
 
+    /// What tells receivers of `updates` how the merge policy resolved them against another
+    /// process's changes, read from the locked rows before they are written: stored values for
+    /// the slots it kept (`.storeTrump`, `.rollback`), the context's values for the slots it
+    /// wrote besides (`.overwrite`), and the objects another process deleted.
+    package static func keptValues(_ updates: [ChangeSet.RowUpdate], resolved: [ChangeSet.RowUpdate],
+                                   reader: inout RowReader) throws -> ChangeSet {
+        var correction = ChangeSet()
+        var written: [ObjectID: [Int: Value]] = [:]
+        for update in resolved {
+            for (slot, value) in zip(update.slots, update.values) { written[update.id, default: [:]][slot] = value }
+        }
+        for update in updates {
+            guard let stored = try reader.row(update.id) else {
+                correction.deletes.append((update.id, update.entity))
+                continue
+            }
+            let told = Set(update.slots)
+            let kept = update.slots.filter { written[update.id]?[$0] == nil }
+            let added = (written[update.id] ?? [:]).keys.filter { !told.contains($0) }.sorted()
+            guard !kept.isEmpty || !added.isEmpty else { continue }
+            correction.updates.append(.init(id: update.id, entity: stored.entity, slots: kept + added,
+                                            values: kept.map { stored.values[$0] } + added.map { written[update.id]![$0]! }))
+        }
+        return correction
+    }
+
     // MARK: - Pinned views
 
     /// Records, for every pinned view, how the rows this commit changes were before it (the
