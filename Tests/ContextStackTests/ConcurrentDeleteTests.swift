@@ -1,6 +1,8 @@
 @testable import ContextStack
 import _ContextStackCore
 @testable import _ContextStackModel
+import _ContextStackPostgres
+import ContextStackPostgres
 import Foundation
 import Testing
 
@@ -682,6 +684,51 @@ extension ConcurrentDeleteTests {
         await #expect(throws: SaveError.self) { try await store.stack.flush() }
         #expect(recorder.all.map { ($0 as? SaveError)?.code } == [.relatesToDeletedObject])
         #expect(try store.writtenRows("SELECT name, age, location, friend FROM \"Person\"") == [[.text("Knight"), .integer(9), .null, .null]])
+    }
+}
+
+extension ConcurrentDeleteTests {
+    /// PostgreSQL: a row another writer has locked to update it (`FOR NO KEY UPDATE`, what a
+    /// group of commits takes up front) does not hold up a commit that only refers to it: the
+    /// reference's `FOR KEY SHARE` does not conflict with that lock. (Under `FOR UPDATE`, the
+    /// lock groups took before, the commit waited until the other transaction ended.)
+    @Test(.enabled(if: PostgresServer.isAvailable))
+    func aReferenceDoesNotWaitForARowLockedForUpdate() throws {
+        let store = try TestStore(.postgres)
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let monk = try context.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            try update.commit()
+            return monk.objectID
+        }
+        let url = try #require(store.database?.url)
+        let other = try PostgresConnection(PostgresSettings(url: url))
+        try other.execute("BEGIN")
+        try other.execute("SELECT 1 FROM \"Person\" WHERE \"Z_PK\" = \(monk.primaryKey) FOR NO KEY UPDATE")
+        let written = DispatchSemaphore(value: 0)
+        let outcome = Locked<(any Error)?>(nil)
+        let thread = Thread {
+            do {
+                try context.beginUpdateAndWait { update in
+                    let rex = try update.create(Pet.self)
+                    rex.name = "Rex"
+                    rex.owner = try update.fetch(Person.self, id: monk)
+                    try update.commit()
+                }
+            } catch {
+                outcome.withLock { $0 = error }
+            }
+            written.signal()
+        }
+        thread.start()
+        // A bound for a hang, not a measure of speed: the commit is one round trip.
+        let finished = written.wait(timeout: .now() + 30) == .success
+        try other.execute("COMMIT")
+        if !finished { written.wait() }
+        #expect(finished, "the commit waited for the other transaction's lock")
+        #expect(outcome.withLock { $0 } == nil)
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Pet\" WHERE owner = \(monk.primaryKey)") == .integer(1))
     }
 }
 
