@@ -22,8 +22,8 @@ package struct PostgresDialect: SQLDialect {
     /// Every update adds one to the row's version (see `PostgresWriter`).
     package var rowVersionAssignments: [String] { ["\"Z_VERSION\" = \"Z_VERSION\" + 1"] }
     package var referenceLock: String { " FOR KEY SHARE" }
-    package var deleteLock: String? { " FOR UPDATE" }
-    package var updateLock: String? { " FOR NO KEY UPDATE" }
+    package var deleteLock: String { " FOR UPDATE" }
+    package var updateLock: String { " FOR NO KEY UPDATE" }
     package var havingNamesAliases: Bool { false }
     package var trueCondition: String { "TRUE" }
     package var falseCondition: String { "FALSE" }

@@ -71,14 +71,14 @@ package protocol SQLDialect: Sendable {
     /// holds the whole file; `FOR KEY SHARE` on PostgreSQL.
     var referenceLock: String { get }
     /// What a writer's `SELECT` of rows it is about to delete ends with, taken before it looks
-    /// for what relates to them: `nil` on SQLite (nothing to lock, the statement is not run);
-    /// `FOR UPDATE` on PostgreSQL, which waits for transactions holding `referenceLock` on
-    /// them, whose new references the look then finds.
-    var deleteLock: String? { get }
-    /// The same for rows about to be updated (a delete rule nullifying them): `nil` on
+    /// for what relates to them: nothing on SQLite (where the rows are not read for it at
+    /// all); `FOR UPDATE` on PostgreSQL, which waits for transactions holding `referenceLock`
+    /// on them, whose new references the look then finds.
+    var deleteLock: String { get }
+    /// The same for rows about to be updated (a delete rule nullifying them): nothing on
     /// SQLite, `FOR NO KEY UPDATE` on PostgreSQL, which leaves other writers' `referenceLock`
     /// alone.
-    var updateLock: String? { get }
+    var updateLock: String { get }
     /// Whether `HAVING` may name the selection's aliases (SQLite); otherwise it repeats their
     /// expressions (PostgreSQL, which knows output names only in `ORDER BY`).
     var havingNamesAliases: Bool { get }
@@ -151,8 +151,8 @@ package struct SQLiteDialect: SQLDialect {
     package var placeholder: String { "?" }
     package var rowVersionAssignments: [String] { [] }
     package var referenceLock: String { "" }
-    package var deleteLock: String? { nil }
-    package var updateLock: String? { nil }
+    package var deleteLock: String { "" }
+    package var updateLock: String { "" }
     package var havingNamesAliases: Bool { true }
     package var trueCondition: String { "1" }
     package var falseCondition: String { "0" }

@@ -123,13 +123,16 @@ extension QueuedStore {
         // PostgreSQL): a row another transaction is changing is read again once it committed,
         // and left alone if it no longer points here — its new value is not overwritten.
         var changes = ChangeSet()
-        let lock = dialect.deleteLock ?? ""
+        let lock = dialect.deleteLock
         var removedLinks = Set<LinkKey>()
         var nulled: [(table: Table, column: String, keys: [Int64])] = []
+        // The join tables whose pairs go, by the column that holds the deleted rows' keys.
+        var unpaired: [(join: JoinTable, column: String, keys: [Int64])] = []
         for (member, keys, keysGone) in Self.grouped(order, gone: gone) {
             for property in member.properties where property.isRelationship && reaches(property, from: keysGone) {
                 if property.storage == .joinTable, let join = property.joinTable, let destination = property.destination {
                     let (mine, theirs) = property.joinColumns
+                    unpaired.append((join, mine, keys))
                     for pair in try chunkedRows(db, keys, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))\(lock)" }) {
                         guard let me = pair[0].int64Value, let other = pair[1].int64Value else { continue }
                         let key = property.linkKey(join, owner: me, member: other)
@@ -151,7 +154,7 @@ extension QueuedStore {
                       let inverse = property.inverse, inverse.isToOne, let destination = property.destination else { continue }
                 let table = destination.table!
                 let pointing = try chunkedRows(db, keys, {
-                    "SELECT \"Z_PK\"\(table.hasEntityColumn ? ", \"Z_ENT\"" : "") FROM \(table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))\(dialect.updateLock ?? "")"
+                    "SELECT \"Z_PK\"\(table.hasEntityColumn ? ", \"Z_ENT\"" : "") FROM \(table.quotedName) WHERE \(inverse.name.quotedIdentifier) IN (\($0))\(dialect.updateLock)"
                 })
                 var survivors: [Int64] = []
                 for row in decode(pointing, root: destination) where deleted[row.id] == nil && destination.includes(row.entity) {
@@ -170,9 +173,11 @@ extension QueuedStore {
                 try db.execute("UPDATE \(table.quotedName) SET \(([column.quotedIdentifier + " = NULL"] + dialect.rowVersionAssignments).joined(separator: ", ")) WHERE \"Z_PK\" IN (\(placeholders))", arguments)
             }
         }
-        for join in Set(changes.links.map(\.key.table)) {
-            for key in changes.links.map(\.key) where key.table == join {
-                try db.execute("DELETE FROM \(join.quotedIdentifier) WHERE source = ? AND target = ?", [.integer(key.source), .integer(key.target)])
+        // A statement per list of keys, not per pair: a deleted tag with a thousand articles
+        // was a thousand statements (round trips on PostgreSQL).
+        for (join, column, keys) in unpaired {
+            try InLists.each(keys) { placeholders, arguments in
+                try db.execute("DELETE FROM \(join.quotedName) WHERE \(column) IN (\(placeholders))", arguments)
             }
         }
         let byTable = Dictionary(grouping: deleting, by: { ObjectIdentifier($0.id.rootEntity) })
@@ -191,15 +196,24 @@ extension QueuedStore {
     /// one that comes later waits, and finds the row gone (`keepReferencesWhole`). A table at
     /// a time in name order, each in key order.
     private func lockForDelete(_ rows: [(id: ObjectID, entity: ResolvedEntity)], db: some StoreConnection) throws {
-        guard let lock = dialect.deleteLock, !rows.isEmpty else { return }
+        guard !dialect.deleteLock.isEmpty, !rows.isEmpty else { return }
         var tables: [String: (table: Table, keys: [Int64])] = [:]
         for row in rows { tables[row.entity.table.name, default: (row.entity.table, [])].keys.append(row.id.primaryKey) }
         for name in tables.keys.sorted() {
-            let (table, keys) = tables[name]!
-            try InLists.each(keys.sorted()) { placeholders, arguments in
-                _ = try db.allRows("SELECT 1 FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders)) ORDER BY \"Z_PK\"\(lock)", arguments)
+            _ = try storedKeys(tables[name]!.keys, of: tables[name]!.table, lock: dialect.deleteLock, db: db)
+        }
+    }
+
+    /// Which of `keys` are rows of `table`, read in key order with `lock` after the statement
+    /// (a row lock on PostgreSQL, taken in the order every writer keeps).
+    func storedKeys(_ keys: [Int64], of table: Table, lock: String, db: some StoreConnection) throws -> Set<Int64> {
+        var found = Set<Int64>()
+        try InLists.each(keys.sorted()) { placeholders, arguments in
+            for row in try db.allRows("SELECT \"Z_PK\" FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders)) ORDER BY \"Z_PK\"\(lock)", arguments) {
+                if let key = row[0].int64Value { found.insert(key) }
             }
         }
+        return found
     }
 
     /// The objects `property` of the objects with `keys` relates to, with their entities. Of
@@ -209,7 +223,7 @@ extension QueuedStore {
     private func related(_ property: Property, of keys: [Int64], in owner: Table, gone: Bool = false,
                          db: some StoreConnection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
         guard let destination = property.destination else { return [] }
-        let lock = dialect.deleteLock ?? ""
+        let lock = dialect.deleteLock
         var targets: [Int64] = []
         switch property.storage {
         case .column where gone:

@@ -81,13 +81,8 @@ extension QueuedStore {
         // order every writer keeps (`LockSet`).
         for name in targets.keys.sorted() {
             let (table, keys) = targets[name]!
-            var found = Set<Int64>()
-            let sorted = keys.keys.sorted()
-            try InLists.each(sorted) { placeholders, arguments in
-                let sql = "SELECT \"Z_PK\" FROM \(table.quotedName) WHERE \"Z_PK\" IN (\(placeholders)) ORDER BY \"Z_PK\"\(dialect.referenceLock)"
-                for row in try db.allRows(sql, arguments) { if let key = row[0].int64Value { found.insert(key) } }
-            }
-            if let missing = sorted.first(where: { !found.contains($0) }), let (target, referrer) = keys[missing] {
+            let found = try storedKeys(Array(keys.keys), of: table, lock: dialect.referenceLock, db: db)
+            if let missing = keys.keys.sorted().first(where: { !found.contains($0) }), let (target, referrer) = keys[missing] {
                 throw SaveError.relatesToDeletedObject(referrer, target)
             }
         }
