@@ -483,33 +483,13 @@ package final class PostgresStore: QueuedStore {
         try writer.execute(sql)
     }
 
-    /// Writes one commit — under a policy that compares with the store, applying the policy
-    /// again to what is stored now, in rows `lockRows` locked — or runs one batch operation.
-    /// What other commits changed meanwhile in the rows the commit relates to or deletes is
-    /// checked once its statements ran (`QueuedStore.keepReferencesWhole`).
+    /// Writes one commit in `QueuedStore.writeCommit`'s frame — the merge policy applied again
+    /// to the rows `lockRows` locked, the references kept whole — with `fetchOrCreate`s merged
+    /// into rows saved meanwhile (`writeClaiming`), or runs one batch operation.
     package func writeItem(_ item: QueueItem, writer: inout PostgresConnection) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer)) }
-        var changes = item.changes
-        var correction = ChangeSet()
-        if changes.checksStore(under: item.policy) {
-            var reader = RowReader(stored: writer, graph: graph)
-            changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
-            correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
-        }
-        let written: WrittenItem
-        switch try writeClaiming(changes, on: writer) {
-        case .rewritten(let saved, let adopted, let merged):
-            correction.append(adopted)
-            written = .rewritten(saved: saved, correction: correction, merged: merged)
-        case let queued where correction.isEmpty:
-            written = queued
-        default:
-            written = .rewritten(saved: changes, correction: correction)
-        }
-        let saved: ChangeSet
-        if case .rewritten(let rewritten, _, _) = written { saved = rewritten } else { saved = changes }
-        guard saved.needsReferenceCheck else { return written }
-        return Self.adding(try keepReferencesWhole(saved, db: writer), to: written, queued: changes)
+        let connection = writer
+        return try writeCommit(item, db: connection) { try writeClaiming($0, on: connection) }
     }
 
     /// Locks, before a transaction's commits are written, the rows they update or delete,

@@ -23,43 +23,25 @@ extension SQLiteStore {
 
     /// Writes one queued commit, or runs one batch operation and returns what it did.
     ///
-    /// Objects a `fetchOrCreate` made are looked for once more inside the write transaction,
-    /// which holds the file's write lock: another process (or stack) that saved their unique
-    /// values after `commit()` checked is merged with as `commit()` would have
-    /// (`QueuedStore.adoptSavedRows`), and the receivers get the correction. What other commits
-    /// changed meanwhile in the rows the commit relates to or deletes is checked once it ran
-    /// (`QueuedStore.keepReferencesWhole`).
-    ///
-    /// A commit under a policy that compares with the store is resolved again against the rows
-    /// as stored now, inside the transaction that holds the file's write lock, as PostgreSQL's
-    /// writer does: another process may have changed them since `commit()` checked (a commit
-    /// handed to a root waits in the queue meanwhile), and so may the writer itself — a delete
-    /// rule it applied for an earlier commit, clearing a reference that an `.overwrite` would
-    /// otherwise write back unchecked. Receivers that were shown the commit are told what the
-    /// policy made of it (`keptValues`).
+    /// A commit is written in `QueuedStore.writeCommit`'s frame (the merge policy applied
+    /// again, the references kept whole). Objects a `fetchOrCreate` made are looked for once
+    /// more inside the write transaction, which holds the file's write lock: another process
+    /// (or stack) that saved their unique values after `commit()` checked is merged with as
+    /// `commit()` would have (`QueuedStore.adoptSavedRows`), and the receivers get the
+    /// correction.
     package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
-        var changes = item.changes
-        var correction = ChangeSet()
-        if changes.checksStore(under: item.policy) {
-            var reader = RowReader(stored: writer.connection, graph: graph)
-            changes = try Self.resolve(changes, policy: item.policy, reader: &reader)
-            correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
-        }
-        let written: WrittenItem
-        if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }),
-           case var reader = RowReader(stored: writer.connection, graph: graph),
-           let adoption = try Self.adoptSavedRows(changes, reader: &reader) {
-            try apply(adoption.saved, writer: &writer)
-            correction.append(adoption.correction)
-            written = .rewritten(saved: adoption.saved, correction: correction, merged: adoption.merged)
-            changes = adoption.saved
-        } else {
+        return try writeCommit(item, db: writer.connection) { changes in
+            if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }) {
+                var reader = RowReader(stored: writer.connection, graph: graph)
+                if let adoption = try Self.adoptSavedRows(changes, reader: &reader) {
+                    try apply(adoption.saved, writer: &writer)
+                    return .rewritten(saved: adoption.saved, correction: adoption.correction, merged: adoption.merged)
+                }
+            }
             try apply(changes, writer: &writer)
-            written = correction.isEmpty ? .asQueued : .rewritten(saved: changes, correction: correction)
+            return .asQueued
         }
-        guard changes.needsReferenceCheck else { return written }
-        return Self.adding(try keepReferencesWhole(changes, db: writer.connection), to: written, queued: changes)
     }
 
     /// Applies one commit with the writer connection, inside the caller's transaction.
