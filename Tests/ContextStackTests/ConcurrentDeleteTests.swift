@@ -732,6 +732,44 @@ extension ConcurrentDeleteTests {
     }
 }
 
+extension ConcurrentDeleteTests {
+    /// `.cascade` across a one-to-one: the key another commit gave the locker this context
+    /// deleted (having read no key) goes with the locker, as the rule says, instead of only
+    /// letting go of it.
+    @Test(arguments: StoreKind.available)
+    func aOneToOneCascadeReachesTheOtherSideAddedMeanwhile(kind: StoreKind) throws {
+        let types: [ManagedObject.Type] = [Locker.self, LockerKey.self]
+        let store = try TestStore(kind, types: types)
+        let mine = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let theirs = try Context(stack: kind == .memory ? store.stack : try store.reopen(types: types), updateTarget: .persistentStore)
+        try mine.beginUpdateAndWait { update in
+            try update.create(Locker.self).label = "A1"
+            try update.commit()
+        }
+        try mine.beginUpdateAndWait { update in
+            let locker = try #require(try update.fetch(Locker.self, %"label" == "A1"))
+            #expect(locker.key == nil)
+            try theirs.beginUpdateAndWait { update in
+                try update.create(LockerKey.self).locker = try update.fetch(Locker.self, %"label" == "A1")
+                try update.commit()
+            }
+            try update.delete(locker)
+            try update.commit()
+        }
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"LockerKey\"") == .integer(0))
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Locker\"") == .integer(0))
+    }
+}
+
+@Entity final class Locker: ManagedObject {
+    var label: String = ""
+    @Relationship(deleteRule: .cascade, inverse: \LockerKey.locker) var key: LockerKey?
+}
+
+@Entity final class LockerKey: ManagedObject {
+    @Relationship var locker: Locker?
+}
+
 @Entity final class Album: ManagedObject {
     var title: String = ""
     @Relationship(deleteRule: .noAction, inverse: \Song.albums) var songs: Set<Song>
