@@ -1,6 +1,7 @@
 @testable import ContextStack
 import _ContextStackCore
 @testable import _ContextStackModel
+import _ContextStackPostgres
 import Foundation
 import Testing
 
@@ -94,5 +95,31 @@ import Testing
         // A quantifier is written afresh every time.
         _ = try world.fetchAll(Person.self, %"pets.age"%.any > 1)
         #expect(shapes() == 8)
+    }
+
+    /// A fetch without an order, and the tie-break of one with an order, go by the primary key
+    /// in the order of its index, so the database reads the index instead of sorting every
+    /// row. On PostgreSQL the key's term once said `ASC NULLS FIRST`, which the index (NULL
+    /// last) cannot serve: a fetch of 100,000 rows sorted them all, on disk.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func keyOrderIsTheOrderOfThePrimaryKeysIndex(kind: StoreKind) throws {
+        let (store, world) = try Self.people(kind)
+        defer { withExtendedLifetime(store) {} }
+        let counter = StatementCounter(store.stack)
+        var people: [Person] = []
+        let statements = try counter.during { people = try world.fetchAll(Person.self) }
+        store.stack.trace(nil)
+        #expect(Self.names(people) == ["A1", "A2", "A3", "B1", "B2", "\u{10FFFF}\u{10FFFF}x"])
+        let sql = try #require(statements.first { $0.contains("FROM \"Person\"") && $0.contains("ORDER BY") })
+        let plan: String
+        if let database = store.database {
+            let db = try PostgresConnection(PostgresSettings(url: database.url))
+            try db.execute("SET enable_sort = off")
+            plan = try db.allRows("EXPLAIN " + sql.replacingOccurrences(of: "?", with: "NULL")).map { "\($0)" }.joined(separator: "\n")
+            #expect(plan.contains("Index") && !plan.contains("Sort"), "\(sql)\n\(plan)")
+        } else {
+            plan = try store.rawConnection().rows("EXPLAIN QUERY PLAN " + sql).map { "\($0)" }.joined(separator: "\n")
+            #expect(!plan.contains("TEMP B-TREE"), "\(sql)\n\(plan)")
+        }
     }
 }

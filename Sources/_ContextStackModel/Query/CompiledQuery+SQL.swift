@@ -69,9 +69,12 @@ extension CompiledQuery {
         return conditions
     }
 
-    /// `ORDER BY …, t0."Z_PK"`.
+    /// `ORDER BY …, t0."Z_PK"`. The key is never NULL, so its term needs no word on where NULL
+    /// goes, and written without one it is the order of the primary key's index: PostgreSQL's
+    /// `ASC NULLS FIRST` is not, and made it sort every row a fetch reads (spilling to disk past
+    /// `work_mem`, 100,000 rows of ten columns already).
     func orderBySQL() -> String {
-        let key = dialect.orderTerm("\(tableAliases[""]!).\"Z_PK\"", ascending: true)
+        let key = "\(tableAliases[""]!).\"Z_PK\" ASC"
         if order.isEmpty { return "ORDER BY " + key }
         return "ORDER BY " + (order.map { dialect.orderTerm(columnSQL($0.path), ascending: $0.ascending) } + [key]).joined(separator: ", ")
     }
