@@ -133,19 +133,24 @@ package final class PostgresRow: QueryRow {
     }
 
     package func value(_ column: Int) -> Value {
-        let field = Int32(column)
-        let length = Int(PQgetlength(result, index, field))
+        kinds.withUnsafeBufferPointer { kinds in Self.value(result, index, Int32(column), kinds[column]) }
+    }
+
+    /// Field `field` of row `row`, read as `kind` says.
+    @inline(__always)
+    private static func value(_ result: OpaquePointer, _ row: Int32, _ field: Int32, _ kind: Kind) -> Value {
+        let length = Int(PQgetlength(result, row, field))
         // NULL reads as an empty value: only an empty one needs asking.
-        if length == 0 && PQgetisnull(result, index, field) == 1 { return .null }
-        let start = UnsafeRawPointer(PQgetvalue(result, index, field)!)
+        if length == 0 && PQgetisnull(result, row, field) == 1 { return .null }
+        let start = UnsafeRawPointer(PQgetvalue(result, row, field)!)
         let bytes = UnsafeRawBufferPointer(start: start, count: length)
-        switch kinds[column] {
+        switch kind {
         case .integer:
             return Self.integer(bytes).map(Value.integer) ?? .text(String(decoding: bytes, as: UTF8.self))
         case .boolean:
             return .integer(bytes.first == UInt8(ascii: "t") ? 1 : 0)
         case .double:
-            return .double(Self.double(start, count: bytes.count))
+            return .double(Self.double(start, count: length))
         case .blob:
             return .blob(Self.bytea(bytes))
         case .text:
@@ -169,17 +174,52 @@ package final class PostgresRow: QueryRow {
     }
 
     package func read(_ positions: [Int], into values: inout ContiguousArray<Value>, slots: [Int]) {
-        for index in positions.indices {
-            values[slots[index]] = value(positions[index])
+        // Every row of a fetch comes through here: the arrays are opened once a row, not once a
+        // column (`values` was checked for uniqueness at every assignment).
+        precondition(positions.count <= slots.count, "unreachable: a row's positions and slots come from its entity")
+        let (result, row) = (result, index)
+        kinds.withUnsafeBufferPointer { kinds in
+            positions.withUnsafeBufferPointer { positions in
+                slots.withUnsafeBufferPointer { slots in
+                    values.withUnsafeMutableBufferPointer { values in
+                        for index in 0..<positions.count {
+                            let (column, slot) = (positions[index], slots[index])
+                            precondition(UInt(bitPattern: column) < UInt(kinds.count) && UInt(bitPattern: slot) < UInt(values.count), "unreachable: a row's positions and slots come from its entity")
+                            values[slot] = Self.value(result, row, Int32(truncatingIfNeeded: column), kinds[column])
+                        }
+                    }
+                }
+            }
         }
     }
 
-    /// A decimal integer, without going through `String`.
+    /// A decimal integer, without going through `String`: an optional `-` and digits, as
+    /// `int8out` writes them; `nil` for anything else or a value past `Int64`.
     static func integer(_ bytes: UnsafeRawBufferPointer) -> Int64? {
+        guard var index = bytes.indices.first else { return nil }
+        let negative = bytes[index] == UInt8(ascii: "-")
+        if negative { index += 1 }
+        guard index < bytes.count, bytes.count - index <= 19 else { return longInteger(bytes) }
+        // Up to 19 digits cannot overflow a UInt64.
+        var magnitude: UInt64 = 0
+        while index < bytes.count {
+            let digit = bytes[index] &- UInt8(ascii: "0")
+            guard digit <= 9 else { return nil }
+            magnitude = magnitude &* 10 &+ UInt64(digit)
+            index += 1
+        }
+        if negative { return magnitude <= UInt64(Int64.max) + 1 ? Int64(truncatingIfNeeded: 0 &- magnitude) : nil }
+        return magnitude <= UInt64(Int64.max) ? Int64(magnitude) : nil
+    }
+
+    /// `integer` for more than 19 digits (leading zeros, or a value past `Int64`).
+    private static func longInteger(_ bytes: UnsafeRawBufferPointer) -> Int64? {
         guard let first = bytes.first else { return nil }
         let negative = first == UInt8(ascii: "-")
+        let digits = bytes.dropFirst(negative ? 1 : 0)
+        guard !digits.isEmpty else { return nil }
         var magnitude: UInt64 = 0
-        for byte in bytes.dropFirst(negative ? 1 : 0) {
+        for byte in digits {
             guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
             let (times10, overflow1) = magnitude.multipliedReportingOverflow(by: 10)
             let (sum, overflow2) = times10.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
@@ -197,12 +237,47 @@ package final class PostgresRow: QueryRow {
     /// lies, in the C locale whatever the process's locale is: going through `String` took a
     /// quarter of reading a row.
     static func double(_ start: UnsafeRawPointer, count: Int) -> Double {
+        if let double = shortDecimal(UnsafeRawBufferPointer(start: start, count: count)) { return double }
         let text = start.assumingMemoryBound(to: CChar.self)
         var end: UnsafeMutablePointer<CChar>?
         let double = strtod_l(text, &end, cLocale)
         guard let end, UnsafeRawPointer(end) == start + count, count > 0 else { return .nan }
         return double
     }
+
+    /// A decimal without an exponent whose digits, read as one integer, fit a double exactly
+    /// (`-12.375`, `0.5`): that integer divided by a power of ten, both exact, which IEEE
+    /// division rounds correctly, so the double `strtod` would read (Clinger's fast path).
+    /// `nil` for anything else: more digits, an exponent, `NaN`, the infinities.
+    static func shortDecimal(_ bytes: UnsafeRawBufferPointer) -> Double? {
+        var index = 0
+        let negative = bytes.first == UInt8(ascii: "-")
+        if negative { index = 1 }
+        guard bytes.count - index <= 20 else { return nil } // 19 digits and a point cannot overflow
+        var mantissa: UInt64 = 0
+        var digits = 0
+        var fractionDigits = -1 // -1 until the point
+        while index < bytes.count {
+            let byte = bytes[index]
+            let digit = byte &- UInt8(ascii: "0")
+            if digit <= 9 {
+                mantissa = mantissa &* 10 &+ UInt64(digit)
+                digits += 1
+                if fractionDigits >= 0 { fractionDigits += 1 }
+            } else if byte == UInt8(ascii: "."), fractionDigits < 0 {
+                fractionDigits = 0
+            } else {
+                return nil
+            }
+            index += 1
+        }
+        guard digits > 0, digits <= 19, mantissa <= 1 << 53 else { return nil }
+        let magnitude = Double(mantissa) / powersOfTen[max(fractionDigits, 0)]
+        return negative ? -magnitude : magnitude
+    }
+
+    /// 10⁰ … 10¹⁹, each exact in a double (so is every power up to 10²²).
+    private static let powersOfTen: [Double] = (0...19).map { exponent in (0..<exponent).reduce(1.0) { product, _ in product * 10 } }
 
     /// The C locale, for `strtod_l`. Made once and never changed or freed, and glibc's locale
     /// objects may be read from any thread: nothing else protects it, nothing needs to.

@@ -402,3 +402,62 @@ struct PostgresConnectionTests {
         #expect(encoding == .text("UTF8"))
     }
 }
+
+/// How rows' text is parsed (`PostgresRow`): integers and doubles are read where libpq keeps
+/// them, without `String`, and must read exactly what the C library reads from the same text.
+@Suite struct PostgresValueParsingTests {
+    private static func parsed<T>(_ text: String, _ parse: (UnsafeRawPointer, Int) -> T) -> T {
+        var bytes = Array(text.utf8)
+        bytes.append(0) // libpq keeps every value NUL-terminated
+        return bytes.withUnsafeBytes { parse($0.baseAddress!, text.utf8.count) }
+    }
+
+    private static func integer(_ text: String) -> Int64? {
+        parsed(text) { PostgresRow.integer(UnsafeRawBufferPointer(start: $0, count: $1)) }
+    }
+
+    @Test func integersAreInt8OutsDigitsAndNothingElse() {
+        for value: Int64 in [0, 1, -1, 9, 10, 99, 1_000_000_007, -1_000_000_007, .max, .min, .max - 1, .min + 1] {
+            #expect(Self.integer(String(value)) == value)
+        }
+        #expect(Self.integer("9223372036854775808") == nil, "one past Int64.max")
+        #expect(Self.integer("-9223372036854775809") == nil, "one past Int64.min")
+        #expect(Self.integer("18446744073709551616") == nil, "past UInt64 as well")
+        #expect(Self.integer("99999999999999999999") == nil, "20 digits")
+        #expect(Self.integer("00000000000000000000042") == 42, "leading zeros past 19 digits")
+        for text in ["", "-", "+1", " 1", "1 ", "1.5", "1e3", "0x10", "--1", "1-"] {
+            #expect(Self.integer(text) == nil, "\(text)")
+        }
+    }
+
+    @Test func doublesReadExactlyWhatStrtodReads() {
+        var texts = ["0", "-0", "0.5", "-12.375", "0.1", "0.000123", "123456789012345678", "1234567890123456789",
+                     "12345678901234567890", "18446744073709551617", "-18446744073709551617", "9007199254740993", "9007199254740992", "0.30000000000000004",
+                     "4.35", "1e+100", "1.5e-07", "NaN", "Infinity", "-Infinity", "1.", ".5", "-.5", "12.34.5",
+                     "", "-", ".", "1e", "0.99999999999999999999", "100000000000000000000", "33333.333333333336",
+                     "5e-324", "1.7976931348623157e+308", "2.2250738585072014e-308"]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<20_000 {
+            let double = Double(bitPattern: generator.next() & ~(0x7FF << 52) | (UInt64.random(in: 1000...1100) << 52))
+            texts.append(double.description)
+            texts.append(String(Int.random(in: -1_000_000...1_000_000)) + "." + String(Int.random(in: 0...99_999)))
+            texts.append(String(format: "%.*f", Int.random(in: 0...18), Double.random(in: -1e6...1e6)))
+        }
+        for text in texts {
+            let expected: Double? = Self.parsed(text) { start, count in
+                var end: UnsafeMutablePointer<CChar>?
+                let double = strtod(start.assumingMemoryBound(to: CChar.self), &end)
+                return count > 0 && UnsafeRawPointer(end!) == start + count ? double : nil
+            }
+            let read = Self.parsed(text) { PostgresRow.double($0, count: $1) }
+            if let expected {
+                #expect(read.bitPattern == expected.bitPattern || (read.isNaN && expected.isNaN), "\(text): read \(read), strtod \(expected)")
+            } else {
+                #expect(read.isNaN, "\(text) is not a double: read \(read)")
+            }
+            if let short = Self.parsed(text, { PostgresRow.shortDecimal(UnsafeRawBufferPointer(start: $0, count: $1)) }) {
+                #expect(short.bitPattern == expected?.bitPattern, "\(text): the short path read \(short), strtod \(String(describing: expected))")
+            }
+        }
+    }
+}
