@@ -12,28 +12,30 @@ import _ContextStackCore
 /// (`touched`), and a look-up files those again under their current values first. Between
 /// look-ups, any number of writes cost one array append each.
 struct PendingUniqueIndex {
-    /// A constraint's values in one object. Most constraints have one attribute, whose value
-    /// needs no array of its own (an import of 100,000 objects by `fetchOrCreate` made three
-    /// arrays per object for the index, a fifth of its time with their release at commit).
-    private enum Key: Hashable {
-        case single(ObjectIdentifier, Value)
-        case compound(ObjectIdentifier, [Value])
+    /// A constraint's values in one object, as the hash of the constraint and the values:
+    /// the index files IDs under it, and a look-up checks each ID it finds against the
+    /// object's current values. Keys of values (the texts of an import, say) lie elsewhere
+    /// in memory: a table of them compared texts along every probe (most look-ups of an
+    /// import find nothing, and probe several), read them again to rehash as it grew, and
+    /// released every one when the update committed, each a cache miss. That was most of
+    /// `fetchOrCreate`'s look-up in the index (upsert, 2026-11-27).
+    private static func digest(_ constraint: UniqueConstraint, _ values: some Sequence<Value>) -> Int {
+        var hasher = Hasher()
+        hasher.combine(ObjectIdentifier(constraint))
+        for value in values { hasher.combine(value) }
+        return hasher.finalize()
+    }
 
-        init(_ constraint: UniqueConstraint, _ values: [Value]) {
-            self = values.count == 1 ? .single(ObjectIdentifier(constraint), values[0]) : .compound(ObjectIdentifier(constraint), values)
+    /// `constraint`'s digest in a row of `values`; `nil` when one of them is NULL.
+    private static func digest(_ constraint: UniqueConstraint, in values: ContiguousArray<Value>) -> Int? {
+        var hasher = Hasher()
+        hasher.combine(ObjectIdentifier(constraint))
+        for slot in constraint.slots {
+            let value = values[slot]
+            if value.isNull { return nil }
+            hasher.combine(value)
         }
-
-        /// `constraint`'s key in a row of `values`; `nil` when one of them is NULL.
-        init?(_ constraint: UniqueConstraint, in values: ContiguousArray<Value>) {
-            if constraint.slots.count == 1 {
-                let value = values[constraint.slots[0]]
-                if value.isNull { return nil }
-                self = .single(ObjectIdentifier(constraint), value)
-            } else {
-                guard let key = constraint.key(in: values) else { return nil }
-                self = .compound(ObjectIdentifier(constraint), key)
-            }
-        }
+        return hasher.finalize()
     }
 
     /// What is filed under one key, or the keys one object is filed under: one, far more
@@ -54,9 +56,9 @@ struct PendingUniqueIndex {
         }
     }
 
-    private var objects: [Key: OneOrMore<ManagedObject>] = [:]
+    private var objects: [Int: OneOrMore<ObjectID>] = [:]
     /// The keys each object is filed under, to take it out when it changes.
-    private var keys: [ObjectID: OneOrMore<Key>] = [:]
+    private var keys: [ObjectID: OneOrMore<Int>] = [:]
     /// Objects that may have changed since they were last filed.
     private(set) var touched: [ManagedObject] = []
 
@@ -69,7 +71,7 @@ struct PendingUniqueIndex {
     /// Files every pending object of `changed`.
     init(_ changed: [ObjectID: ManagedObject]) {
         for object in changed.values where object.state != .deleted {
-            if let filed = Self.keys(of: object) { file(object, under: filed) }
+            if let filed = Self.keys(of: object) { file(object.objectID, under: filed) }
         }
     }
 
@@ -85,39 +87,48 @@ struct PendingUniqueIndex {
                 let filed = keys[object.objectID]
                 guard current != filed else { continue }
                 if let filed { unfile(object.objectID, from: filed) }
-                if let current { file(object, under: current) }
+                if let current { file(object.objectID, under: current) }
             }
         }
-        switch objects[Key(constraint, values)] {
+        // No object is filed under a NULL: a key with one matches none.
+        guard values.count == constraint.slots.count, !values.contains(where: \.isNull) else { return nil }
+        func holding(_ id: ObjectID) -> ManagedObject? {
+            guard let object = changed[id] else { return nil }
+            for (slot, value) in zip(constraint.slots, values) where object.values[slot] != value { return nil }
+            return matches(object) ? object : nil
+        }
+        switch objects[Self.digest(constraint, values)] {
         case nil: return nil
-        case .one(let object): return matches(object) ? object : nil
-        case .many(let objects): return objects.first(where: matches)
+        case .one(let id): return holding(id)
+        case .many(let ids):
+            for id in ids { if let object = holding(id) { return object } }
+            return nil
         }
     }
 
     /// The keys `object` belongs under now: one per constraint whose values it all holds.
-    private static func keys(of object: ManagedObject) -> OneOrMore<Key>? {
+    private static func keys(of object: ManagedObject) -> OneOrMore<Int>? {
         let constraints = object.entity.uniqueConstraints
-        if constraints.count == 1 { return Key(constraints[0], in: object.values).map { .one($0) } }
-        let all = constraints.compactMap { Key($0, in: object.values) }
+        if constraints.count == 1 { return digest(constraints[0], in: object.values).map { .one($0) } }
+        let all = constraints.compactMap { digest($0, in: object.values) }
         return all.isEmpty ? nil : all.count == 1 ? .one(all[0]) : .many(all)
     }
 
-    private mutating func file(_ object: ManagedObject, under filed: OneOrMore<Key>) {
-        func add(_ key: Key) {
-            if let present = objects[key] { objects[key] = present.adding(object) } else { objects[key] = .one(object) }
+    private mutating func file(_ id: ObjectID, under filed: OneOrMore<Int>) {
+        func add(_ key: Int) {
+            if let present = objects[key] { objects[key] = present.adding(id) } else { objects[key] = .one(id) }
         }
         switch filed {
         case .one(let key): add(key)
         case .many(let all): all.forEach(add)
         }
-        keys[object.objectID] = filed
+        keys[id] = filed
     }
 
-    private mutating func unfile(_ id: ObjectID, from filed: OneOrMore<Key>) {
+    private mutating func unfile(_ id: ObjectID, from filed: OneOrMore<Int>) {
         keys[id] = nil
         for key in filed.all {
-            let rest = (objects[key]?.all ?? []).filter { $0.objectID != id }
+            let rest = (objects[key]?.all ?? []).filter { $0 != id }
             objects[key] = rest.isEmpty ? nil : rest.count == 1 ? .one(rest[0]) : .many(rest)
         }
     }

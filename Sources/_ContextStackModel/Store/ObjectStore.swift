@@ -126,18 +126,29 @@ package struct UniqueClaim: Hashable, Sendable {
     let index: String
     let entity: String
     let values: [Value]
+    /// The hash of the index and the values, computed once: the entity, compared by `==`,
+    /// differs only between entities that share a parent's constraint, and hashing its name
+    /// as well cost every claim. A table of claims compares the keys along a probe and
+    /// rehashes every key as it grows: with the hash at hand, neither reads the values' text,
+    /// which lies elsewhere in memory (with 50,000 claims, a cache miss a key).
+    private let digest: Int
 
     package init(index: String, entity: String, values: [Value]) {
         self.index = index
         self.entity = entity
         self.values = values
-    }
-
-    /// The index and the values: the entity, compared by `==`, differs only between entities
-    /// that share a parent's constraint, and hashing its name as well cost every claim.
-    package func hash(into hasher: inout Hasher) {
+        var hasher = Hasher()
         hasher.combine(index)
         hasher.combine(values)
+        digest = hasher.finalize()
+    }
+
+    package static func == (lhs: UniqueClaim, rhs: UniqueClaim) -> Bool {
+        lhs.digest == rhs.digest && lhs.index == rhs.index && lhs.entity == rhs.entity && lhs.values == rhs.values
+    }
+
+    package func hash(into hasher: inout Hasher) {
+        hasher.combine(digest)
     }
 }
 
