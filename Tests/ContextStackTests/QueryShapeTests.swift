@@ -97,17 +97,17 @@ import Testing
         #expect(shapes() == 8)
     }
 
-    /// A fetch without an order, and the tie-break of one with an order, go by the primary key
-    /// in the order of its index, so the database reads the index instead of sorting every
-    /// row. On PostgreSQL the key's term once said `ASC NULLS FIRST`, which the index (NULL
-    /// last) cannot serve: a fetch of 100,000 rows sorted them all, on disk.
+    /// A window's order by key, and the tie-break of an order, follow the primary key's index,
+    /// so the database reads the index instead of sorting every row. On PostgreSQL the key's
+    /// term once said `ASC NULLS FIRST`, which the index (NULL last) cannot serve: a fetch of
+    /// 100,000 rows sorted them all, on disk.
     @Test(arguments: StoreKind.available.filter { $0 != .memory })
     func keyOrderIsTheOrderOfThePrimaryKeysIndex(kind: StoreKind) throws {
         let (store, world) = try Self.people(kind)
         defer { withExtendedLifetime(store) {} }
         let counter = StatementCounter(store.stack)
         var people: [Person] = []
-        let statements = try counter.during { people = try world.fetchAll(Person.self) }
+        let statements = try counter.during { people = try world.fetchAll(Person.self, options: .limit(100)) }
         store.stack.trace(nil)
         #expect(Self.names(people) == ["A1", "A2", "A3", "B1", "B2", "\u{10FFFF}\u{10FFFF}x"])
         let sql = try #require(statements.first { $0.contains("FROM \"Person\"") && $0.contains("ORDER BY") })
@@ -120,6 +120,46 @@ import Testing
         } else {
             plan = try store.rawConnection().rows("EXPLAIN QUERY PLAN " + sql).map { "\($0)" }.joined(separator: "\n")
             #expect(!plan.contains("TEMP B-TREE"), "\(sql)\n\(plan)")
+        }
+    }
+
+    /// A fetch without an order or a window comes in key order, and puts its objects in it
+    /// itself: its SQL has no `ORDER BY`, so a range on another column's index is read in that
+    /// index's order without a sort in the database. Tags named in the reverse of their keys'
+    /// order, read through the index on `name`.
+    @Test(arguments: StoreKind.available)
+    func aFetchWithoutOrderComesInKeyOrderWithoutSortingInSQL(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let names = (0..<40).map { "tag-\(String(format: "%02d", 39 - $0))" }
+        try world.beginUpdateAndWait { update in
+            for name in names { try update.create(Tag.self).name = name }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        world.reset()
+        let counter = StatementCounter(store.stack)
+        var tags: [Tag] = []
+        let statements = try counter.during { tags = try world.fetchAll(Tag.self, (%"name").beginsWith("tag-")) }
+        #expect(tags.map(\.name) == names, "key order, which is the reverse of the names' order")
+        let keys = tags.map(\.objectID.primaryKey)
+        #expect(keys == keys.sorted())
+        let sql = try #require(statements.first { $0.contains("FROM \"Tag\"") })
+        #expect(!sql.contains("ORDER BY"), "\(sql)")
+        // With a window, SQL orders by key itself.
+        let windowed = try counter.during { tags = try world.fetchAll(Tag.self, (%"name").beginsWith("tag-"), options: .limit(3)) }
+        #expect(tags.map(\.name) == Array(names.prefix(3)))
+        store.stack.trace(nil)
+        #expect(windowed.contains { $0.contains("FROM \"Tag\"") && $0.contains("ORDER BY") })
+        // With pending changes, the objects merge in memory and keep key order.
+        try world.beginUpdateAndWait { update in
+            let first = try #require(try update.fetchAll(Tag.self, (%"name").beginsWith("tag-")).first)
+            first.name = "tag-99"
+            let made = try update.create(Tag.self)
+            made.name = "tag-00a"
+            let merged = try update.fetchAll(Tag.self, (%"name").beginsWith("tag-"))
+            let mergedKeys = merged.map(\.objectID.primaryKey)
+            #expect(mergedKeys == mergedKeys.sorted() && merged.count == names.count + 1)
         }
     }
 }

@@ -102,12 +102,22 @@ extension ContextCore {
                 registry.dropGoneIfDue(alive: changed.count)
                 registry.sweepsWhenGrowing = false
                 defer { registry.sweepsWhenGrowing = true }
-                try selectRows(query, offset: request.offset, limit: request.limit, columns: nil, reader: &reader,
+                // A query without an order or a window comes in key order: the objects are put
+                // in it here (when the rows did not come in it) rather than have SQL sort rows
+                // it read along another index.
+                var previousKey = Int64.min
+                var inKeyOrder = true
+                try selectRows(query, offset: request.offset, limit: request.limit, columns: nil, keyOrderInMemory: true, reader: &reader,
                                expecting: { count in
                                    objects.reserveCapacity(count)
                                    reserveRegistrations(count)
                                }) { id, row in
+                    if id.primaryKey < previousKey { inKeyOrder = false }
+                    previousKey = id.primaryKey
                     objects.append(checked(materialize(id, row), is: T.self))
+                }
+                if !inKeyOrder && query.order.isEmpty && request.limit == nil && request.offset == 0 {
+                    objects.sort { $0.objectID.primaryKey < $1.objectID.primaryKey }
                 }
                 return reinterpret(objects, as: T.self)
             }

@@ -327,9 +327,9 @@ package final class ContextCore: @unchecked Sendable {
     /// each row's object while the row is still in the processor's cache; `expecting` learns
     /// their number first when the store knows it. Returns whether the rows were complete.
     @discardableResult
-    func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, reader: inout RowReader,
+    func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, keyOrderInMemory: Bool = false, reader: inout RowReader,
                     expecting: (Int) -> Void, _ sink: (ObjectID, ObjectRow) throws -> Void) throws -> Bool {
-        try reader.select(query, offset: offset, limit: limit, columns: columns, expecting: expecting, sink)
+        try reader.select(query, offset: offset, limit: limit, columns: columns, keyOrderInMemory: keyOrderInMemory, expecting: expecting, sink)
     }
 
     /// Makes room in the registry for `count` objects about to be registered: at most one

@@ -410,14 +410,18 @@ extension RowReader {
     /// The rows matching `query`, in order, windowed by `offset` and `limit`, merging the
     /// reading context's pending changes (if any) and the writer's pending commits with the
     /// store; see `ContextCore.selectRows`.
+    ///
+    /// `keyOrderInMemory`: the caller puts the rows in key order itself when the query has
+    /// neither an order nor a window, so SQL may hand them over in any order (see
+    /// `CompiledQuery.orderBySQL(byKey:)`); other queries come in order either way.
     @discardableResult
-    package mutating func select(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?,
+    package mutating func select(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, keyOrderInMemory: Bool = false,
                                  expecting: (Int) -> Void, _ sink: (ObjectID, ObjectRow) throws -> Void) throws -> Bool {
         let recheck = try self.recheck(query)
         let table = query.entity.table!
         if recheck.isEmpty && !query.filtersInMemory {
             // Nothing pending: SQL's window is the answer.
-            let sql = storedWindow(query, offset: offset, limit: limit, columns: columns)
+            let sql = storedWindow(query, offset: offset, limit: limit, columns: columns, byKey: !keyOrderInMemory)
             try eachRow(sql, table: table, columns: columns, expecting: expecting, sink)
             return columns == nil
         }
@@ -480,16 +484,20 @@ extension RowReader {
 
     /// The SELECT of `query`'s window from the store alone.
     /// Whole rows reuse the text of an earlier query of the same shape (`CompiledQuery.windowSQL`).
-    private func storedWindow(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?) -> CompiledQuery.SQL {
+    /// `byKey: false`: a query without an order or a window may leave out the key's order
+    /// (its caller sorts); any other query keeps it.
+    private func storedWindow(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, byKey: Bool = true) -> CompiledQuery.SQL {
+        let byKey = byKey || !query.order.isEmpty || limit != nil || offset > 0
         let write = { () -> CompiledQuery.SQL in
             var sql = query.fromWhere(selecting: selectColumns(query.entity.table!, alias: "t0", columns: columns))
-            sql.text += " " + query.orderBySQL()
+            let order = query.orderBySQL(byKey: byKey)
+            if !order.isEmpty { sql.text += " " + order }
             if limit != nil || offset > 0 {
                 sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
             }
             return sql
         }
-        return columns == nil ? query.windowSQL(offset: offset, limit: limit, write: write) : write()
+        return columns == nil ? query.windowSQL(offset: offset, limit: limit, byKey: byKey, write: write) : write()
     }
 }
 

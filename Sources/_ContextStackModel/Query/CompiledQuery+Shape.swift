@@ -33,8 +33,8 @@ extension CompiledQuery {
 
     /// The SQL `write` gives for this query's window of whole rows (`offset`, `limit`), with
     /// the text of an earlier query of the same shape when there is one, and its own arguments.
-    func windowSQL(offset: Int, limit: Int?, write: () -> SQL) -> SQL {
-        guard let shape = windowShape(offset: offset, limit: limit) else { return write() }
+    func windowSQL(offset: Int, limit: Int?, byKey: Bool = true, write: () -> SQL) -> SQL {
+        guard let shape = windowShape(offset: offset, limit: limit, byKey: byKey) else { return write() }
         if let text = entity.windowTexts.withLock({ $0[shape] }) {
             let arguments = windowArguments(offset: offset, limit: limit)
             assert(writesSameWindow(text, arguments, as: write()),
@@ -51,12 +51,12 @@ extension CompiledQuery {
 
     /// The shape of this query's window of whole rows, or `nil` for a query whose text is
     /// always written afresh (see above).
-    private func windowShape(offset: Int, limit: Int?) -> Shape? {
+    private func windowShape(offset: Int, limit: Int?, byKey: Bool) -> Shape? {
         guard aliasPrefix.isEmpty, outerPaths.isEmpty else { return nil }
         var shape = Shape()
         shape.tokens.reserveCapacity(16)
         shape.tokens.append(Self.token(ObjectIdentifier(type(of: dialect))))
-        shape.tokens.append((includesSubEntities ? 1 : 0) | (limit != nil ? 2 : 0) | (offset > 0 ? 4 : 0))
+        shape.tokens.append((includesSubEntities ? 1 : 0) | (limit != nil ? 2 : 0) | (offset > 0 ? 4 : 0) | (byKey ? 0 : 8))
         if let node, !Self.describe(node, into: &shape.tokens) { return nil }
         shape.tokens.append(-1)
         for term in order {
