@@ -149,7 +149,7 @@ import Testing
         try await store.stack.flush()
         let select = try #require(store.stack.graph.entity(for: Person.self).table?.wholeRowSelectList)
         let friends = try expectSQL(store.stack, [
-            "SELECT \(select) FROM \"Person\" AS t0 LEFT JOIN \"Person\" AS t1 ON t1.\"Z_PK\" = t0.\"friend\" WHERE t1.\"age\" > ? ORDER BY t0.\"Z_PK\" ASC",
+            "SELECT \(select) FROM \"Person\" AS t0 LEFT JOIN \"Person\" AS t1 ON t1.\"Z_PK\" = t0.\"friend\" WHERE t1.\"age\" > ?",
         ]) {
             try world.fetchAll(Person.self, %"friend.age" > 20)
         }

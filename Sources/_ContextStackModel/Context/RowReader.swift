@@ -488,16 +488,23 @@ extension RowReader {
     /// (its caller sorts); any other query keeps it.
     private func storedWindow(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, byKey: Bool = true) -> CompiledQuery.SQL {
         let byKey = byKey || !query.order.isEmpty || limit != nil || offset > 0
-        let write = { () -> CompiledQuery.SQL in
-            var sql = query.fromWhere(selecting: selectColumns(query.entity.table!, alias: "t0", columns: columns))
-            let order = query.orderBySQL(byKey: byKey)
-            if !order.isEmpty { sql.text += " " + order }
-            if limit != nil || offset > 0 {
-                sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
-            }
-            return sql
+        // The closure is written at the call, not kept in a constant: a closure in a constant
+        // escapes, and copied this reader and the query into its context for every query
+        // (2,500 instructions of a 50,000-instruction prefix query, under callgrind).
+        guard columns == nil else { return writeWindow(query, offset: offset, limit: limit, columns: columns, byKey: byKey) }
+        return query.windowSQL(offset: offset, limit: limit, byKey: byKey) {
+            writeWindow(query, offset: offset, limit: limit, columns: nil, byKey: byKey)
         }
-        return columns == nil ? query.windowSQL(offset: offset, limit: limit, byKey: byKey, write: write) : write()
+    }
+
+    private func writeWindow(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, byKey: Bool) -> CompiledQuery.SQL {
+        var sql = query.fromWhere(selecting: selectColumns(query.entity.table!, alias: "t0", columns: columns))
+        let order = query.orderBySQL(byKey: byKey)
+        if !order.isEmpty { sql.text += " " + order }
+        if limit != nil || offset > 0 {
+            sql.text += " " + query.dialect.window(limit: limit, offset: offset, arguments: &sql.arguments)
+        }
+        return sql
     }
 }
 
