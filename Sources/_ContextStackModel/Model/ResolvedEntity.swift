@@ -12,25 +12,25 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
     /// The initial slot values of a new object: attribute defaults, `.null` elsewhere.
     package let defaults: ContiguousArray<Value>
     /// This entity and every entity below it (for fetches that include sub-entities).
-    package nonisolated(unsafe) private(set) var family: [ResolvedEntity] = []
-    package nonisolated(unsafe) private(set) var superentity: ResolvedEntity?
-    package nonisolated(unsafe) private(set) var table: Table!
+    @exclusivity(unchecked) package nonisolated(unsafe) private(set) var family: [ResolvedEntity] = []
+    @exclusivity(unchecked) package nonisolated(unsafe) private(set) var superentity: ResolvedEntity?
+    @exclusivity(unchecked) package nonisolated(unsafe) private(set) var table: Table!
     /// The value of the table's entity column for rows of this entity (when the table has one).
-    package nonisolated(unsafe) var entityCode: Int64 = 0
+    @exclusivity(unchecked) package nonisolated(unsafe) var entityCode: Int64 = 0
     /// The slots of attribute and to-one properties, in column order of this entity's own row.
-    package nonisolated(unsafe) private(set) var storedSlots: [Int] = []
+    @exclusivity(unchecked) package nonisolated(unsafe) private(set) var storedSlots: [Int] = []
     /// The slots of to-one relationships: the references a row of this entity holds.
-    package nonisolated(unsafe) private(set) var toOneSlots: [Int] = []
+    @exclusivity(unchecked) package nonisolated(unsafe) private(set) var toOneSlots: [Int] = []
     /// For each of `storedSlots`, its column's position in a whole-row SELECT of the table
     /// (`Z_PK`, then `Z_ENT` when the table has it, then the table's columns).
-    nonisolated(unsafe) private(set) var storedPositions: [Int] = []
+    @exclusivity(unchecked) nonisolated(unsafe) private(set) var storedPositions: [Int] = []
     /// For each slot, the position of its column in a whole-row SELECT of the table; -1 for a
     /// slot with no column (a to-many relationship).
-    nonisolated(unsafe) private(set) var slotPositions: [Int] = []
+    @exclusivity(unchecked) nonisolated(unsafe) private(set) var slotPositions: [Int] = []
     /// The uniqueness constraints rows of this entity obey: its own and its parents'.
-    package nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
+    @exclusivity(unchecked) package nonisolated(unsafe) var uniqueConstraints: [UniqueConstraint] = []
     /// The slots that take part in a uniqueness constraint.
-    package nonisolated(unsafe) var uniqueSlots: Set<Int> = []
+    @exclusivity(unchecked) package nonisolated(unsafe) var uniqueSlots: Set<Int> = []
 
     /// The SQL text of this entity's queries for stored windows, by the shape of their
     /// condition (`CompiledQuery.windowSQL`). Shared by every context and store of the model.
@@ -58,7 +58,9 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
 
     // Resolution happens once, inside `Model.init`, before the model is shared: the
     // `nonisolated(unsafe)` members above are written only then. The properties' columns are
-    // set before this is called.
+    // set before this is called. Being written only then, they are also read without Swift's
+    // run-time exclusivity check (`@exclusivity(unchecked)`): a read of each of a fetch's rows
+    // paid for one (`swift_beginAccess`, a look-up in the thread's access set).
     func resolve(superentity: ResolvedEntity?, family: [ResolvedEntity], table: Table) {
         self.superentity = superentity
         self.family = family
