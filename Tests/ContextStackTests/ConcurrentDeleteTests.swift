@@ -196,6 +196,26 @@ import Testing
     @Test(arguments: StoreKind.available.filter { $0 != .memory }, [false, true])
     func manyReferencesAndDeletesAtOnceLeaveNoneDangling(kind: StoreKind, batchDeletes: Bool) async throws {
         let store = try TestStore(kind)
+        try await Self.raceReferencesAndDeletes(store, deleting: try store.reopen(), batchDeletes: batchDeletes)
+    }
+
+    /// The same race on PostgreSQL with both stacks' sessions defaulting to REPEATABLE READ (as a
+    /// database's or a role's `default_transaction_isolation` would make them). The writer's
+    /// transactions read committed rows all the same: a delete's look for what refers to its
+    /// row, made after waiting for the transaction that gave that row a pet, must see the pet.
+    @Test(.enabled(if: PostgresServer.isAvailable), arguments: [false, true])
+    func manyReferencesAndDeletesAtOnceLeaveNoneDanglingUnderAServerDefaultOfRepeatableRead(batchDeletes: Bool) async throws {
+        let schema = try TestSchema()
+        let url = schema.url.addingServerOption("-cdefault_transaction_isolation=repeatable\\ read")
+        #expect(try PostgresConnection(PostgresSettings(url: url)).scalar("SHOW default_transaction_isolation") == .text("repeatable read"))
+        let store = try TestStore(model: Model(fullModelTypes), schema: schema) { stack, _ in try stack.addPostgresStore(url: url) }
+        let deleting = try Stack(model: Model(fullModelTypes))
+        try deleting.addPostgresStore(url: url)
+        try await Self.raceReferencesAndDeletes(store, deleting: deleting, batchDeletes: batchDeletes)
+    }
+
+    /// One stack gives people pets while `deleting`, another on the same store, deletes them.
+    private static func raceReferencesAndDeletes(_ store: TestStore, deleting: Stack, batchDeletes: Bool) async throws {
         let people = 300
         let setup = try Context(stack: store.stack, updateTarget: .persistentStore)
         try setup.beginUpdateAndWait { update in
@@ -203,7 +223,7 @@ import Testing
             try update.commit()
         }
         let giver = try Context(stack: store.stack, updateTarget: .persistentStore)
-        let deleter = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        let deleter = try Context(stack: deleting, updateTarget: .persistentStore)
         let unexpected = Locked<[String]>([])
         let refused = Locked(0)
         await onThreads(2) { thread in

@@ -57,6 +57,44 @@ struct PostgresConflictTests {
         #expect(held.age == Int(stored[0][0].int64Value!), "the main context shows what is stored")
     }
 
+    /// The late conflict above with the sessions defaulting to REPEATABLE READ (a database's or
+    /// a role's `default_transaction_isolation`, here the URL's `options`): it is resolved under
+    /// the merge policy all the same, and nothing reaches `onError`. (Were the writer's
+    /// transaction to run at REPEATABLE READ, its lock would meet a row changed after its
+    /// snapshot and PostgreSQL would fail it, "could not serialize access", and it would be
+    /// written again; `ConcurrentDeleteTests` has the race where it would leave a reference
+    /// dangling.)
+    @Test(arguments: [MergePolicy.storeTrump, .overwrite]) @MainActor
+    func aLateConflictIsResolvedUnderAServerDefaultOfRepeatableRead(policy: MergePolicy) async throws {
+        let schema = try TestSchema()
+        let url = schema.url.addingServerOption("-cdefault_transaction_isolation=repeatable\\ read")
+        #expect(try PostgresConnection(PostgresSettings(url: url)).scalar("SHOW default_transaction_isolation") == .text("repeatable read"))
+        let store = try TestStore(model: Model(fullModelTypes), schema: schema) { stack, _ in try stack.addPostgresStore(url: url) }
+        let world = try MainContext(stack: store.stack, mergePolicy: policy)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let monk = try world.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age, monk.location) = ("Monk", 60, "Kyoto")
+            try update.commit()
+            return monk.objectID
+        }
+        try await store.stack.flush()
+        let held = try #require(try world.fetch(Person.self, id: monk))
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.run("UPDATE \"Person\" SET age = 99, location = 'Nara' WHERE \"Z_PK\" = ?", [.integer(monk.primaryKey)])
+        try world.beginUpdateAndWait { update in
+            try update.use(held).age = 61
+            try update.commit()
+        }
+        #expect(try await commitOnceAWriterWaits(otherProcess, url: url), "the writer never waited for the other process's row")
+        try await store.stack.flush()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        let stored = try store.writtenRows("SELECT age, location FROM \"Person\"")
+        #expect(stored == (policy == .overwrite ? [[.integer(61), .text("Kyoto")]] : [[.integer(99), .text("Nara")]]))
+    }
+
     /// A commit whose row another process holds locked waits for it without holding up this
     /// process's reads: its statements go out with `COMMIT` under the state lock, where reads
     /// begin, but wait for locks there at most 50 ms; past that the commit is written again

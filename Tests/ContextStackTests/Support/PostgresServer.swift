@@ -439,3 +439,20 @@ final class SharedConnection: Sendable {
         }
     }
 }
+
+extension URL {
+    /// This PostgreSQL URL with `option` added to libpq's `options` (`-cname=value`, a space
+    /// escaped with a backslash): a setting for the sessions of whatever connects with it, as a
+    /// database's or a role's default would give them.
+    func addingServerOption(_ option: String) -> URL {
+        var parts = URLComponents(url: self, resolvingAgainstBaseURL: false)!
+        var items = parts.queryItems ?? []
+        if let index = items.firstIndex(where: { $0.name == "options" }) {
+            items[index].value = (items[index].value ?? "") + " " + option
+        } else {
+            items.append(URLQueryItem(name: "options", value: option))
+        }
+        parts.queryItems = items
+        return parts.url!
+    }
+}
