@@ -213,6 +213,13 @@ package struct CompiledQuery: Sendable {
         self.outerPaths = resolver.outerPaths
         let chains = resolver.chains
         self.hopChains = chains.isEmpty ? [] : chains.keys.sorted().map { chains[$0]! }
+        // Most queries join nothing and have no prefix: they share one table of aliases (a
+        // dictionary made, hashed into and freed again was 1.5 k instructions of a 46 k-
+        // instruction prefix query).
+        if hopChains.isEmpty && aliasPrefix.isEmpty {
+            self.tableAliases = Self.plainAliases
+            return
+        }
         var aliases: [String: String] = ["": aliasPrefix.isEmpty ? "t0" : "\(aliasPrefix)t0"]
         for chain in hopChains {
             var prefix = ""
@@ -228,6 +235,9 @@ package struct CompiledQuery: Sendable {
         }
         self.tableAliases = aliases
     }
+
+    /// The aliases of a query that joins nothing and has no prefix.
+    private static let plainAliases: [String: String] = ["": "t0"]
 
     /// `now()` for one query and the queries nested in it: read from the clock the first time
     /// a condition asks for it (most never do), then the same for all of them.
