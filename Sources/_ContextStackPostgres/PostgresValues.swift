@@ -133,7 +133,9 @@ package final class PostgresRow: QueryRow {
     }
 
     package func value(_ column: Int) -> Value {
-        kinds.withUnsafeBufferPointer { kinds in Self.value(result, index, Int32(column), kinds[column]) }
+        // A column the result does not have reads as NULL, as libpq answers for it.
+        guard kinds.indices.contains(column) else { return .null }
+        return Self.value(result, index, Int32(column), kinds[column])
     }
 
     /// Field `field` of row `row`, read as `kind` says.
