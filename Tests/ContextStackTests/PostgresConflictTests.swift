@@ -15,7 +15,30 @@ struct PostgresConflictTests {
     @Test(arguments: [MergePolicy.storeTrump, .rollback, .overwrite, .error]) @MainActor
     func aLateConflictIsResolvedAndTheMainContextShowsWhatIsStored(policy: MergePolicy) async throws {
         let store = try TestStore(.postgres)
-        let url = try #require(store.database?.url)
+        _ = try await Self.lateConflict(store, url: try #require(store.database?.url), policy: policy)
+    }
+
+    /// The late conflict above with the sessions defaulting to REPEATABLE READ (a database's or
+    /// a role's `default_transaction_isolation`, here the URL's `options`): it is resolved under
+    /// the merge policy all the same, and nothing reaches `onError`. (Were the writer's
+    /// transaction to run at REPEATABLE READ, its lock would meet a row changed after its
+    /// snapshot and PostgreSQL would fail it, "could not serialize access", and it would be
+    /// written again; `ConcurrentDeleteTests` has the race where it would leave a reference
+    /// dangling.)
+    @Test(arguments: [MergePolicy.storeTrump, .overwrite]) @MainActor
+    func aLateConflictIsResolvedUnderAServerDefaultOfRepeatableRead(policy: MergePolicy) async throws {
+        let schema = try TestSchema()
+        let url = schema.url.addingServerOption("-cdefault_transaction_isolation=repeatable\\ read")
+        #expect(try PostgresConnection(PostgresSettings(url: url)).scalar("SHOW default_transaction_isolation") == .text("repeatable read"))
+        let store = try TestStore(model: Model(fullModelTypes), schema: schema) { stack, _ in try stack.addPostgresStore(url: url) }
+        let recorder = try await Self.lateConflict(store, url: url, policy: policy)
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+    }
+
+    /// Another process changes a row and holds it; a main context under `policy` commits a change
+    /// to it, whose writer waits for the row; the other process commits. Checks what is stored and
+    /// what the main context shows; returns what reached `onError`.
+    @MainActor private static func lateConflict(_ store: TestStore, url: URL, policy: MergePolicy) async throws -> ErrorRecorder {
         let world = try MainContext(stack: store.stack, mergePolicy: policy)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
@@ -55,44 +78,8 @@ struct PostgresConflictTests {
         // What the commit changed, the main context shows as stored. (Another process's change
         // to what it did not touch reaches it with issue 14's history.)
         #expect(held.age == Int(stored[0][0].int64Value!), "the main context shows what is stored")
-    }
-
-    /// The late conflict above with the sessions defaulting to REPEATABLE READ (a database's or
-    /// a role's `default_transaction_isolation`, here the URL's `options`): it is resolved under
-    /// the merge policy all the same, and nothing reaches `onError`. (Were the writer's
-    /// transaction to run at REPEATABLE READ, its lock would meet a row changed after its
-    /// snapshot and PostgreSQL would fail it, "could not serialize access", and it would be
-    /// written again; `ConcurrentDeleteTests` has the race where it would leave a reference
-    /// dangling.)
-    @Test(arguments: [MergePolicy.storeTrump, .overwrite]) @MainActor
-    func aLateConflictIsResolvedUnderAServerDefaultOfRepeatableRead(policy: MergePolicy) async throws {
-        let schema = try TestSchema()
-        let url = schema.url.addingServerOption("-cdefault_transaction_isolation=repeatable\\ read")
-        #expect(try PostgresConnection(PostgresSettings(url: url)).scalar("SHOW default_transaction_isolation") == .text("repeatable read"))
-        let store = try TestStore(model: Model(fullModelTypes), schema: schema) { stack, _ in try stack.addPostgresStore(url: url) }
-        let world = try MainContext(stack: store.stack, mergePolicy: policy)
-        let recorder = ErrorRecorder()
-        store.stack.onError = { recorder.record($0) }
-        let monk = try world.beginUpdateAndWait { update -> ObjectID in
-            let monk = try update.create(Person.self)
-            (monk.name, monk.age, monk.location) = ("Monk", 60, "Kyoto")
-            try update.commit()
-            return monk.objectID
-        }
-        try await store.stack.flush()
-        let held = try #require(try world.fetch(Person.self, id: monk))
-        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
-        try otherProcess.execute("BEGIN")
-        try otherProcess.run("UPDATE \"Person\" SET age = 99, location = 'Nara' WHERE \"Z_PK\" = ?", [.integer(monk.primaryKey)])
-        try world.beginUpdateAndWait { update in
-            try update.use(held).age = 61
-            try update.commit()
-        }
-        #expect(try await commitOnceAWriterWaits(otherProcess, url: url), "the writer never waited for the other process's row")
-        try await store.stack.flush()
-        #expect(recorder.all.isEmpty, "\(recorder.all)")
-        let stored = try store.writtenRows("SELECT age, location FROM \"Person\"")
-        #expect(stored == (policy == .overwrite ? [[.integer(61), .text("Kyoto")]] : [[.integer(99), .text("Nara")]]))
+    
+        return recorder
     }
 
     /// A commit whose row another process holds locked waits for it without holding up this
