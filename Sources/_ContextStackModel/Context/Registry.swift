@@ -231,8 +231,10 @@ struct Registry: Sequence {
             if count <= size / 2 { return }
             swept = true
         }
-        // Just swept: growing need not read every weak reference again.
-        resize(to: Swift.max(8, size * 2), droppingGone: sweepsWhenGrowing && !swept)
+        // Just swept, or as many objects known alive as registered (an update creating
+        // objects, which it holds): growing need not read every weak reference, each a load
+        // and a release through the object's side table (a sixth of an import's `create`).
+        resize(to: Swift.max(8, size * 2), droppingGone: sweepsWhenGrowing && !swept && alive < count)
     }
 
     /// Frees the slots of the IDs whose objects are gone, in place. Rebuilding the table at its
