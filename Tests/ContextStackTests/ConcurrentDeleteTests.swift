@@ -779,6 +779,44 @@ extension ConcurrentDeleteTests {
         #expect(try store.writtenScalar("SELECT count(*) FROM \"LockerKey\"") == .integer(0))
         #expect(try store.writtenScalar("SELECT count(*) FROM \"Locker\"") == .integer(0))
     }
+
+    /// `.deny` across a one-to-one: the key another commit gave the safe this context deletes
+    /// (having read no key) denies the delete. The commit fails whole with `.deleteDenied`, and
+    /// the safe and its key stay.
+    @Test(arguments: StoreKind.available)
+    func aOneToOneDenyRefusesADeleteOfAnObjectGivenItsOtherSideMeanwhile(kind: StoreKind) throws {
+        let types: [ManagedObject.Type] = [Safe.self, SafeKey.self]
+        let store = try TestStore(kind, types: types)
+        let mine = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let theirs = try Context(stack: kind == .memory ? store.stack : try store.reopen(types: types), updateTarget: .persistentStore)
+        try mine.beginUpdateAndWait { update in
+            try update.create(Safe.self).label = "S1"
+            try update.commit()
+        }
+        var thrown: (any Error)?
+        try mine.beginUpdateAndWait { update in
+            let safe = try #require(try update.fetch(Safe.self, %"label" == "S1"))
+            #expect(safe.key == nil)
+            try theirs.beginUpdateAndWait { update in
+                try update.create(SafeKey.self).safe = try update.fetch(Safe.self, %"label" == "S1")
+                try update.commit()
+            }
+            try update.delete(safe)
+            do { try update.commit() } catch { thrown = error }
+        }
+        #expect((thrown as? SaveError)?.code == .deleteDenied, "\(String(describing: thrown))")
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Safe\"") == .integer(1))
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"SafeKey\" WHERE safe IS NOT NULL") == .integer(1))
+    }
+}
+
+@Entity final class Safe: ManagedObject {
+    var label: String = ""
+    @Relationship(deleteRule: .deny, inverse: \SafeKey.safe) var key: SafeKey?
+}
+
+@Entity final class SafeKey: ManagedObject {
+    @Relationship var safe: Safe?
 }
 
 @Entity final class Locker: ManagedObject {
