@@ -32,32 +32,39 @@ extension QueuedStore {
     package func writeCommit(_ item: QueueItem, db: any StoreConnection,
                              write: (ChangeSet) throws -> WrittenItem) throws -> WrittenItem {
         guard item.changes.checksStore(under: item.policy) else {
-            // Most commits (`.objectTrump`, nothing to keep whole): no copy of the change set,
-            // which cost save1 1,700 instructions a commit through this generic frame.
-            let written = try write(item.changes)
-            if case .rewritten(let saved, _, _) = written, saved.needsReferenceCheck {
-                return Self.adding(try keepReferencesWhole(saved, db: db), to: written, queued: item.changes)
-            }
-            guard case .asQueued = written, item.changes.needsReferenceCheck else { return written }
-            return Self.adding(try keepReferencesWhole(item.changes, db: db), to: written, queued: item.changes)
+            // Most commits (`.objectTrump`): no copy of the change set, which cost save1 1,700
+            // instructions a commit through this generic frame.
+            return try keepingReferencesWhole(try write(item.changes), queued: item.changes, db: db)
         }
         var reader = RowReader(stored: db, graph: graph)
         let changes = try Self.resolve(item.changes, policy: item.policy, reader: &reader)
         var correction = try Self.keptValues(item.changes.updates, resolved: changes.updates, reader: &reader)
         var written = try write(changes)
-        var saved = changes
         switch written {
         case .rewritten(let rewritten, let adopted, let merged):
             correction.append(adopted)
             written = .rewritten(saved: rewritten, correction: correction, merged: merged)
-            saved = rewritten
         case .asQueued where !correction.isEmpty:
             written = .rewritten(saved: changes, correction: correction)
         case .asQueued, .batch:
             break
         }
-        guard saved.needsReferenceCheck else { return written }
-        return Self.adding(try keepReferencesWhole(saved, db: db), to: written, queued: changes)
+        return try keepingReferencesWhole(written, queued: changes, db: db)
+    }
+
+    /// `written` — `queued` as saved, or as rewritten — with what `keepReferencesWhole` changed
+    /// besides, when what was saved needs the look (`ChangeSet.needsReferenceCheck`).
+    private func keepingReferencesWhole(_ written: WrittenItem, queued: ChangeSet, db: any StoreConnection) throws -> WrittenItem {
+        switch written {
+        case .batch:
+            return written
+        case .rewritten(let saved, _, _):
+            guard saved.needsReferenceCheck else { return written }
+            return Self.adding(try keepReferencesWhole(saved, db: db), to: written, queued: queued)
+        case .asQueued:
+            guard queued.needsReferenceCheck else { return written }
+            return Self.adding(try keepReferencesWhole(queued, db: db), to: written, queued: queued)
+        }
     }
 
     /// Checks the references `changes` makes, and applies the delete rules of the rows it
