@@ -116,7 +116,7 @@ extension ContextCore {
                     previousKey = id.primaryKey
                     objects.append(checked(materialize(id, row), is: T.self))
                 }
-                if !inKeyOrder && query.order.isEmpty && request.limit == nil && request.offset == 0 {
+                if !inKeyOrder && query.isInKeyOrderAlone(offset: request.offset, limit: request.limit) {
                     objects.sort { $0.objectID.primaryKey < $1.objectID.primaryKey }
                 }
                 return reinterpret(objects, as: T.self)

@@ -487,7 +487,7 @@ extension RowReader {
     /// `byKey: false`: a query without an order or a window may leave out the key's order
     /// (its caller sorts); any other query keeps it.
     private func storedWindow(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, byKey: Bool = true) -> CompiledQuery.SQL {
-        let byKey = byKey || !query.order.isEmpty || limit != nil || offset > 0
+        let byKey = byKey || !query.isInKeyOrderAlone(offset: offset, limit: limit)
         // The closure is written at the call, not kept in a constant: a closure in a constant
         // escapes, and copied this reader and the query into its context for every query
         // (2,500 instructions of a 50,000-instruction prefix query, under callgrind).

@@ -69,6 +69,13 @@ extension CompiledQuery {
         return conditions
     }
 
+    /// Whether this query's window of stored rows comes in key order alone — no order, no
+    /// `LIMIT`, no `OFFSET` —, so that a caller may put them in key order itself and the SQL
+    /// need not (`orderBySQL(byKey: false)`).
+    func isInKeyOrderAlone(offset: Int, limit: Int?) -> Bool {
+        order.isEmpty && limit == nil && offset <= 0
+    }
+
     /// `ORDER BY …, t0."Z_PK"`. The key is never NULL, so its term needs no word on where NULL
     /// goes, and written without one it is the order of the primary key's index: PostgreSQL's
     /// `ASC NULLS FIRST` is not, and made it sort every row a fetch reads (spilling to disk past
@@ -80,6 +87,7 @@ extension CompiledQuery {
     /// them again in a temporary B-tree, a few thousand instructions for the 11 rows of a
     /// prefix query, where sorting the objects costs a few hundred.
     func orderBySQL(byKey: Bool = true) -> String {
+        precondition(byKey || order.isEmpty, "unreachable: only a query without an order leaves its key order to its caller")
         let key = "\(tableAliases[""]!).\"Z_PK\" ASC"
         if order.isEmpty { return byKey ? "ORDER BY " + key : "" }
         return "ORDER BY " + (order.map { dialect.orderTerm(columnSQL($0.path), ascending: $0.ascending) } + [key]).joined(separator: ", ")
