@@ -149,7 +149,7 @@ package final class PostgresStore: QueuedStore {
     /// unchanged, no commit of this process became visible in between (the writer moves it
     /// before it sends `COMMIT`, under the lock), so the snapshot is the one the lock would have
     /// given; changed, the read runs again with its snapshot taken under the lock. A pinned
-    /// view's read always takes it there. As on SQLite (`SQLiteStore.read`).
+    /// view's read always takes it there. As on SQLite (`SQLiteStore.withReadSession`).
     ///
     /// Such a read that runs one statement (`ReadShape.isOneStatement`, with an empty overlay)
     /// needs no transaction at all: the statement's own snapshot is the read's, and it goes out
@@ -157,21 +157,22 @@ package final class PostgresStore: QueuedStore {
     ///
     /// A read of rows by their keys (`ReadShape.byKeys`) runs on the writer's connection when
     /// no write holds it (`readOnIdleWriter`), and on a pooled reader otherwise.
-    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, shape: ReadShape, _ body: (ReadSession) throws -> T) throws -> T {
+    package func withReadSession(pin: UInt64?, whileLocked: (() -> Void)?, shape: ReadShape, _ body: (ReadSession) throws -> Void) throws {
         try readTwice { underLock in
             if shape == .byKeys && pin == nil && !underLock,
-               let attempt = try readOnIdleWriter(whileLocked: whileLocked, body) {
-                return attempt.result
+               let stands = try readOnIdleWriter(whileLocked: whileLocked, body) {
+                return stands
             }
             return try read(pin: pin, whileLocked: whileLocked, oneStatement: shape.isOneStatement, underLock: underLock, body)
         }
     }
 
-    /// One attempt of `read`; `nil` when its snapshot turned out not to be the one it needed,
-    /// or its connection broken at its first statement. `underLock` takes the snapshot under
-    /// the lock whatever the read needs (and a broken connection is then replaced at `BEGIN`).
-    private func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, underLock: Bool,
-                         _ body: (ReadSession) throws -> T) throws -> T? {
+    /// One attempt of a read; `false` when its snapshot turned out not to be the one it needed,
+    /// or its connection broken at its first statement (it does not stand). `underLock` takes
+    /// the snapshot under the lock whatever the read needs (and a broken connection is then
+    /// replaced at `BEGIN`).
+    private func read(pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, underLock: Bool,
+                      _ body: (ReadSession) throws -> Void) throws -> Bool {
         var plan = ReadPlan(time: .now, epoch: nil)
         let (connection, (overlay, pinned)) = try withReadTransaction(snapshotTime: { state in
             guard pin == nil && !underLock else { return .now }
@@ -196,8 +197,9 @@ package final class PostgresStore: QueuedStore {
     /// statement in autocommit, an index probe per key, which is why only reads by keys come
     /// here. With a commit queued or being written it would hold that write up (and, its
     /// overlay not empty, need a transaction: round trips more), so it goes to a reader then.
-    private func readOnIdleWriter<T>(whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> WriterRead<T>? {
-        try writer.withLockIfAvailable { slot -> WriterRead<T>? in
+    /// - Returns: whether the read stands (`read`), `nil` when it did not run here.
+    private func readOnIdleWriter(whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> Void) throws -> Bool? {
+        try writer.withLockIfAvailable { slot -> Bool? in
             guard let connection = slot, !connection.isInTransaction, connection.isAlive() else { return nil }
             let overlay = state.withLock { state -> Overlay? in
                 guard state.nothingToWrite else { return nil }
@@ -214,13 +216,8 @@ package final class PostgresStore: QueuedStore {
                 // does is not the writer's any more, and the next write connects anew.
                 if connection.isInTransaction && !connection.isBroken { slot = nil }
             }
-            return WriterRead(result: try run(body, on: connection, plan: plan, overlay: overlay, pinned: nil))
+            return try run(body, on: connection, plan: plan, overlay: overlay, pinned: nil)
         } ?? nil
-    }
-
-    /// What `readOnIdleWriter` read: `result` is `nil` when the read must run again.
-    private struct WriterRead<T> {
-        let result: T?
     }
 
     /// When a read's snapshot is taken, and the writer's epoch it is checked against.
@@ -243,10 +240,10 @@ package final class PostgresStore: QueuedStore {
     }
 
     /// Runs a read's `body` on `connection`, whose snapshot `plan` says when it is taken;
-    /// `nil` when the snapshot turned out not to be the one the read needed, or the connection
-    /// broken at the first statement.
-    private func run<T>(_ body: (ReadSession) throws -> T, on connection: PostgresConnection, plan: ReadPlan,
-                        overlay: Overlay, pinned: PinnedImages?) throws -> T? {
+    /// `false` when the snapshot turned out not to be the one the read needed, or the
+    /// connection broken at the first statement.
+    private func run(_ body: (ReadSession) throws -> Void, on connection: PostgresConnection, plan: ReadPlan,
+                     overlay: Overlay, pinned: PinnedImages?) throws -> Bool {
         connection.mustReadAgain = false
         if let epoch = plan.epoch {
             connection.snapshotCheck = snapshotUnchanged(since: epoch)
@@ -259,12 +256,12 @@ package final class PostgresStore: QueuedStore {
         defer { connection.snapshotCheck = nil }
         let before = connection.preparedStatementsRun
         do {
-            let result = try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
+            try body(ReadSession(graph: graph, connection: connection, overlay: overlay, pinned: pinned))
             assert(plan.time != .byTheStatement || connection.preparedStatementsRun - before <= 1,
                    "A read said to run one statement ran \(connection.preparedStatementsRun - before): its snapshot may not have held for all of them.")
-            return connection.mustReadAgain ? nil : result
+            return !connection.mustReadAgain
         } catch where connection.mustReadAgain {
-            return nil
+            return false
         }
     }
 

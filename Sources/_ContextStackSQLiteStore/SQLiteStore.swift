@@ -230,14 +230,14 @@ package final class SQLiteStore: QueuedStore {
     ///
     /// A read of one statement (`ReadShape.isOneStatement`, with an empty overlay) then needs no transaction
     /// at all (SQLite's autocommit); others share the first statement's snapshot in a deferred
-    /// transaction. As on PostgreSQL (`PostgresStore.read`).
+    /// transaction. As on PostgreSQL (`PostgresStore.withReadSession`).
     ///
     /// A read of rows by their keys (`ReadShape.byKeys`) runs on the writer's connection when
     /// no write holds it (`readOnIdleWriter`), and on a reader otherwise.
-    package func read<T>(pin: UInt64?, whileLocked: (() -> Void)?, shape: ReadShape, _ body: (ReadSession) throws -> T) throws -> T {
+    package func withReadSession(pin: UInt64?, whileLocked: (() -> Void)?, shape: ReadShape, _ body: (ReadSession) throws -> Void) throws {
         let (throughWriter, oneFile) = layout.withLock { ($0.readsThroughWriter, $0.parts.count == 1) }
-        if shape == .byKeys && pin == nil && oneFile, let read = try readOnIdleWriter(whileLocked: whileLocked, body) {
-            return read.result
+        if shape == .byKeys && pin == nil && oneFile, try readOnIdleWriter(whileLocked: whileLocked, body) {
+            return
         }
         if throughWriter {
             return try writer.withLock { writerState in
@@ -245,12 +245,12 @@ package final class SQLiteStore: QueuedStore {
                     whileLocked?()
                     return (state.overlay(forPin: pin), pin.flatMap { state.pins[$0] })
                 }
-                return try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
+                try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
             }
         }
         let reader = try takeReader()
         defer { finishReading(reader) }
-        return try readTwice { underLock in
+        try readTwice { underLock in
             try read(on: reader, pin: pin, whileLocked: whileLocked, oneStatement: shape.isOneStatement, underLock: underLock, body)
         }
     }
@@ -267,30 +267,27 @@ package final class SQLiteStore: QueuedStore {
     /// statement takes its snapshot, and none needs checking: no commit of this process can be
     /// written while the read holds the writer, and with nothing queued there is no overlay to
     /// keep in step with.
-    private func readOnIdleWriter<T>(whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> T) throws -> WriterRead<T>? {
-        try writer.withLockIfAvailable { writerState -> WriterRead<T>? in
+    /// - Returns: whether it read.
+    private func readOnIdleWriter(whileLocked: (() -> Void)?, _ body: (ReadSession) throws -> Void) throws -> Bool {
+        try writer.withLockIfAvailable { writerState -> Bool in
             let db = writerState.connection
-            guard !db.isInTransaction else { return nil }
+            guard !db.isInTransaction else { return false }
             let overlay = state.withLock { state -> Overlay? in
                 guard state.nothingToWrite else { return nil }
                 whileLocked?()
                 return state.overlay
             }
-            guard let overlay else { return nil }
-            return WriterRead(result: try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: nil)))
-        } ?? nil
+            guard let overlay else { return false }
+            try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: nil))
+            return true
+        } ?? false
     }
 
-    /// What `readOnIdleWriter` read (a value of its own, so that a read returning `nil` is told
-    /// apart from no read).
-    private struct WriterRead<T> {
-        let result: T
-    }
-
-    /// One attempt of `read` on `reader`; `nil` when its snapshot turned out not to be the one
-    /// it needed. `underLock` takes the snapshot under the lock whatever the read needs.
-    private func read<T>(on reader: Reader, pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, underLock: Bool,
-                         _ body: (ReadSession) throws -> T) throws -> T? {
+    /// One attempt of a read on `reader`; `false` when its snapshot turned out not to be the one
+    /// it needed (it does not stand). `underLock` takes the snapshot under the lock whatever
+    /// the read needs.
+    private func read(on reader: Reader, pin: UInt64?, whileLocked: (() -> Void)?, oneStatement: Bool, underLock: Bool,
+                      _ body: (ReadSession) throws -> Void) throws -> Bool {
         let db = reader.connection
         // After an attempt whose snapshot moved: its read transaction, if it had one, ends.
         if underLock && db.isInTransaction { try db.execute("COMMIT") }
@@ -316,10 +313,10 @@ package final class SQLiteStore: QueuedStore {
         if case .checked(let epoch) = start { db.snapshotCheck = snapshotUnchanged(since: epoch) }
         defer { db.snapshotCheck = nil }
         do {
-            let result = try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))
-            return db.snapshotMoved ? nil : result
+            try body(ReadSession(graph: graph, connection: db, overlay: overlay, pinned: pinned))
+            return !db.snapshotMoved
         } catch where db.snapshotMoved {
-            return nil
+            return false
         }
     }
 

@@ -90,7 +90,10 @@ extension ContextCore {
         let oneStatement = columns == nil && prefetch.isEmpty && !query.filtersInMemory
             && query.hopChains.isEmpty && query.toManyUses.isEmpty
             && (!request.includesPendingChanges || changed.isEmpty)
-        return try read(shape: oneStatement ? .oneStatement : .statements) { session -> [T] in
+        // The read returns `[ManagedObject]`, a type known here, so that the generic read it
+        // goes through is specialized for it: for `[T]` the runtime looked its `Optional` up at
+        // every fetch (`ObjectStore.withReadSession`).
+        let objects = try read(shape: oneStatement ? .oneStatement : .statements) { session -> [ManagedObject] in
             var reader = RowReader(session: session, context: request.includesPendingChanges ? self : nil)
             if columns == nil && prefetch.isEmpty {
                 // Whole objects and nothing to prefetch: each row becomes its object as it is
@@ -119,14 +122,14 @@ extension ContextCore {
                 if !inKeyOrder && query.isInKeyOrderAlone(offset: request.offset, limit: request.limit) {
                     objects.sort { $0.objectID.primaryKey < $1.objectID.primaryKey }
                 }
-                return reinterpret(objects, as: T.self)
+                return objects
             }
             let (rows, complete) = try selectRows(query, offset: request.offset, limit: request.limit, columns: columns, reader: &reader)
             reserveRegistrations(rows.count)
             if complete {
                 let objects = rows.map { checked(materialize($0.id, $0.row), is: T.self) }
                 if !prefetch.isEmpty { try loadPrefetch(prefetch, from: rows.map { ($0.id, $0.row) }, reader: &reader) }
-                return reinterpret(objects, as: T.self)
+                return objects
             }
             // Partly loaded objects prefetch now (they hold the foreign keys); faults when
             // their group loads.
@@ -140,8 +143,9 @@ extension ContextCore {
                 let group = FaultGroup(ids: batch.map(\.id), loadedSlots: loadedSlots, prefetch: partial ? [] : prefetch)
                 for row in batch { objects.append(checked(materializeFault(row.id, row.row, group: group), is: T.self)) }
             }
-            return reinterpret(objects, as: T.self)
+            return objects
         }
+        return reinterpret(objects, as: T.self)
     }
 }
 

@@ -6,7 +6,7 @@ import _ContextStackCore
 /// pinned views, `fetchOrCreate` claims, and the waiters of `flush`.
 ///
 /// `SQLiteStore` and `PostgresStore` conform and supply what only they know: how a read
-/// fixes its snapshot (`withCommittedView`, `read`), how a write transaction runs
+/// fixes its snapshot (`withCommittedView`, `withReadSession`), how a write transaction runs
 /// (`writeTransaction`, `execute(_:writer:)`), how one commit or batch operation is written
 /// (`writeItem`) and what a database's constraint error means (`saveError`). The rules every
 /// store keeps — a commit is seen wholly or not at all, commits are written in the order they
@@ -72,13 +72,13 @@ package protocol QueuedStore: ObjectStore {
 extension QueuedStore {
     /// Runs a read whose first statement takes its snapshot (`attempt(false)`), and again with
     /// the snapshot taken under the state lock (`attempt(true)`) when the first attempt returns
-    /// `nil`: a commit was written between the lock and that statement (`snapshotUnchanged`).
-    package func readTwice<T>(_ attempt: (_ underLock: Bool) throws -> T?) throws -> T {
-        if let result = try attempt(false) { return result }
-        guard let result = try attempt(true) else {
+    /// `false` (it does not stand): a commit was written between the lock and that statement
+    /// (`snapshotUnchanged`).
+    package func readTwice(_ attempt: (_ underLock: Bool) throws -> Bool) throws {
+        if try attempt(false) { return }
+        guard try attempt(true) else {
             preconditionFailure("a read whose snapshot was taken under the store's lock was abandoned as moved")
         }
-        return result
     }
 
     /// A connection's `snapshotCheck` for a read that noted `epoch` under the state lock: true
@@ -134,7 +134,7 @@ package struct QueueState: Sendable {
     /// `COMMIT`. A read that took what it keeps in step with its snapshot (the overlay, the
     /// commits handed to its context) under this lock, and its snapshot only later, outside
     /// it, finds this unchanged when nothing was written in between: its snapshot is then
-    /// the one it would have taken under the lock (`SQLiteStore.read`).
+    /// the one it would have taken under the lock (`SQLiteStore.withReadSession`).
     package var writeEpoch: UInt64 = 0
     /// Unique values claimed by `fetchOrCreate`, with the ID of the object made for them.
     var claims: [UniqueClaim: ObjectID] = [:]
