@@ -5,11 +5,14 @@ import Foundation
 /// One SQLite connection: a handle plus its cache of prepared statements.
 ///
 /// A `Connection` is not thread-safe and says so by not being `Sendable`: the `ConnectionPool`
-/// that owns it hands it out to one caller at a time.
+/// that owns it hands it out to one caller at a time. Its state has no run-time exclusivity
+/// checks (`@exclusivity(unchecked)`) for that reason: one caller uses it at a time and none
+/// of its methods calls out while it changes that state; the checks (`swift_beginAccess`, a
+/// look-up in the thread's access set) were four of a small query's fifteen.
 package final class Connection {
     package let handle: OpaquePointer
     package let path: String
-    private var statements: [String: Statement] = [:]
+    @exclusivity(unchecked) private var statements: [String: Statement] = [:]
     /// Past this many cached statements the cache starts over (generated SQL varies, in
     /// `IN (…)` lists for instance, and must not grow the cache without bound).
     package static let statementCacheLimit = 512
@@ -19,17 +22,17 @@ package final class Connection {
     /// byte by byte up to their first difference (generated SQL with a long common start
     /// costs more). Hashing each text with SipHash cost a look-up by key about a tenth of its
     /// instructions.
-    private var recent: [(sql: String, statement: Statement)] = []
-    private var nextRecent = 0
+    @exclusivity(unchecked) private var recent: [(sql: String, statement: Statement)] = []
+    @exclusivity(unchecked) private var nextRecent = 0
     private static let recentCount = 8
     /// Asked after the first step of each `select` — once SQLite has taken that statement's
     /// snapshot, before any row reaches the caller — whether the snapshot is the one the read
     /// wants; `false` abandons the select with `SnapshotMoved` and sets `snapshotMoved`. Inside
     /// a transaction it is asked once (the first statement fixes the transaction's snapshot);
     /// outside one, of every statement. A store's read sets it and clears it.
-    package var snapshotCheck: (() -> Bool)?
+    @exclusivity(unchecked) package var snapshotCheck: (() -> Bool)?
     /// Whether a select was abandoned by `snapshotCheck` since the read that set it began.
-    package var snapshotMoved = false
+    @exclusivity(unchecked) package var snapshotMoved = false
 
     /// Opens (or creates, when `create` is true) the database at `path`.
     package init(path: String, readOnly: Bool = false, create: Bool = true) throws(SQLiteError) {

@@ -32,8 +32,11 @@ package final class ContextCore: @unchecked Sendable {
     /// while it is being changed, and the check (`swift_beginAccess`, a look-up in the
     /// thread's access set, twice an object) was 2.5 % of a 100,000-object fetch.
     @exclusivity(unchecked) var registry = Registry()
-    /// Inserted, updated and deleted objects, held strongly until commit or rollback.
-    var changed: [ObjectID: ManagedObject] = [:]
+    /// Inserted, updated and deleted objects, held strongly until commit or rollback. Without
+    /// run-time exclusivity checks, like `registry` and the read's state below (`pin`,
+    /// `drainsOnNextRead`): confined the same way, and read by every fetch (five checks of a
+    /// small query's fifteen were these).
+    @exclusivity(unchecked) var changed: [ObjectID: ManagedObject] = [:]
     /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
     package var upserts: [ObjectID: [Int]] = [:]
     /// This update's pending objects by their unique values, once a `fetchOrCreate` needed it.
@@ -57,10 +60,10 @@ package final class ContextCore: @unchecked Sendable {
     /// For a main context that does not merge: the pinned view of the store it reads, so it
     /// sees nothing committed after it was created or last reset.
     let pinsView: Bool
-    var pin: UInt64?
+    @exclusivity(unchecked) var pin: UInt64?
     /// Set by the public reads of a main context: the next read takes the commits handed over
     /// so far, atomically with its snapshot, and applies them before reading.
-    private var drainsOnNextRead = false
+    @exclusivity(unchecked) private var drainsOnNextRead = false
     /// The `UpdateStarter` an update context belongs to (for the `.serial` deadlock check).
     package var starter: ObjectIdentifier?
     /// The first error a property accessor met in an update context since its last commit,

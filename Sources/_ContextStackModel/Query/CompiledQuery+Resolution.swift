@@ -13,12 +13,14 @@ extension CompiledQuery {
         let outerEntity: ResolvedEntity?
         /// `now()`: one instant for the whole query.
         let now: Instant
-        var uses: [(hops: [Property], property: Property, inner: CompiledQuery?)] = []
-        var chains: [String: [Property]] = [:]
+        // Without run-time exclusivity checks: a resolver lives in one query's compilation, on
+        // one thread, and nothing it calls reaches back into these while it changes them.
+        @exclusivity(unchecked) var uses: [(hops: [Property], property: Property, inner: CompiledQuery?)] = []
+        @exclusivity(unchecked) var chains: [String: [Property]] = [:]
         /// The keys of the outer object the condition reads (their joins are the outer query's).
-        var outerPaths: [ResolvedPath] = []
+        @exclusivity(unchecked) var outerPaths: [ResolvedPath] = []
         /// Nested queries made so far (quantifiers, subqueries), for unique table aliases.
-        var nested = 0
+        @exclusivity(unchecked) var nested = 0
 
         init(entity: ResolvedEntity, dialect: any SQLDialect, aliasPrefix: String, outerEntity: ResolvedEntity?, now: Instant) {
             self.entity = entity
