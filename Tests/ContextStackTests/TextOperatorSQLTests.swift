@@ -21,6 +21,20 @@ struct TextOperatorSQLTests {
         #expect(TextMatch.prefixSuccessor("\u{10FFFF}\u{10FFFF}") == nil)
     }
 
+    /// A prefix that ends in ASCII raises its last byte in place (below U+007F) or goes through
+    /// its scalars (U+007F, whose successor takes two bytes): both give the prefix with its last
+    /// scalar raised by one, short (inline) and long texts alike.
+    @Test func aPrefixEndingInASCIIHasTheSameSuccessorEitherWay() {
+        for body in ["", "é", "name-", String(repeating: "long-prefix-", count: 4)] {
+            for last in UInt32(0)...0x7F {
+                let prefix = body + String(Unicode.Scalar(last)!)
+                let expected = body + String(Unicode.Scalar(last + 1)!)
+                #expect(TextMatch.prefixSuccessor(prefix)?.unicodeScalars.elementsEqual(expected.unicodeScalars) == true,
+                        "successor of \(Array(prefix.utf8))")
+            }
+        }
+    }
+
     /// Texts at the edges: a prefix's successor itself, U+10FFFF (no successor), the scalars
     /// around the surrogates, a decomposed accent (Swift's `==` would call it equal to the
     /// composed one; the store compares scalars), U+0000 where the store holds it.

@@ -72,9 +72,19 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
         self.storedPositions = storedSlots.map { slotPositions[$0] }
     }
 
+    /// The property called `name`. An entity of a few properties compares the names in turn:
+    /// a short name is held inline and compared at once, which costs less than hashing it (a
+    /// prefix query looked its key up twice, 580 instructions each, through the dictionary).
     package func property(named name: String) -> Property? {
-        propertyIndex[name].map { properties[$0] }
+        if properties.count <= Self.mostPropertiesScanned {
+            for property in properties where property.name == name { return property }
+            return nil
+        }
+        return propertyIndex[name].map { properties[$0] }
     }
+
+    /// Up to this many properties, `property(named:)` compares names instead of hashing.
+    static let mostPropertiesScanned = 12
 
     /// Whether `other` is this entity or one below it.
     package func includes(_ other: ResolvedEntity) -> Bool {

@@ -70,6 +70,9 @@ extension CompiledQuery {
     /// Only for a query that has a `windowShape`.
     private func windowArguments(offset: Int, limit: Int?) -> [Value] {
         var arguments: [Value] = []
+        // Most conditions bind a few values: growing the array from empty reallocated it at
+        // the second.
+        arguments.reserveCapacity(4)
         if let node { collectArguments(node, positive: true, into: &arguments) }
         if limit != nil || offset > 0 { _ = dialect.window(limit: limit, offset: offset, arguments: &arguments) }
         return arguments
