@@ -56,6 +56,11 @@ struct PendingUniqueIndex {
         }
     }
 
+    /// The bits of a digest the index files under: all of them, except in a test that makes
+    /// every key collide (none) to check that a look-up judges what it finds by the object's
+    /// values — which `Hasher`, seeded anew in every process, never lets a test force.
+    private let digestMask: Int
+
     private var objects: [Int: OneOrMore<ObjectID>] = [:]
     /// The keys each object is filed under, to take it out when it changes.
     private var keys: [ObjectID: OneOrMore<Int>] = [:]
@@ -68,10 +73,12 @@ struct PendingUniqueIndex {
         if touched.last !== object { touched.append(object) }
     }
 
-    /// Files every pending object of `changed`.
-    init(_ changed: [ObjectID: ManagedObject]) {
+    /// Files every pending object of `changed`; `digestBits` is for tests only (see
+    /// `digestMask`).
+    init(_ changed: [ObjectID: ManagedObject], digestBits: Int = Int.bitWidth) {
+        digestMask = digestBits >= Int.bitWidth ? -1 : (1 << digestBits) - 1
         for object in changed.values where object.state != .deleted {
-            if let filed = Self.keys(of: object) { file(object.objectID, under: filed) }
+            if let filed = keys(of: object) { file(object.objectID, under: filed) }
         }
     }
 
@@ -83,7 +90,7 @@ struct PendingUniqueIndex {
             let refiling = touched
             touched.removeAll(keepingCapacity: true)
             for object in refiling {
-                let current = object.state != .deleted && changed[object.objectID] === object ? Self.keys(of: object) : nil
+                let current = object.state != .deleted && changed[object.objectID] === object ? keys(of: object) : nil
                 let filed = keys[object.objectID]
                 guard current != filed else { continue }
                 if let filed { unfile(object.objectID, from: filed) }
@@ -97,7 +104,7 @@ struct PendingUniqueIndex {
             for (slot, value) in zip(constraint.slots, values) where object.values[slot] != value { return nil }
             return matches(object) ? object : nil
         }
-        switch objects[Self.digest(constraint, values)] {
+        switch objects[Self.digest(constraint, values) & digestMask] {
         case nil: return nil
         case .one(let id): return holding(id)
         case .many(let ids):
@@ -107,10 +114,10 @@ struct PendingUniqueIndex {
     }
 
     /// The keys `object` belongs under now: one per constraint whose values it all holds.
-    private static func keys(of object: ManagedObject) -> OneOrMore<Int>? {
+    private func keys(of object: ManagedObject) -> OneOrMore<Int>? {
         let constraints = object.entity.uniqueConstraints
-        if constraints.count == 1 { return digest(constraints[0], in: object.values).map { .one($0) } }
-        let all = constraints.compactMap { digest($0, in: object.values) }
+        if constraints.count == 1 { return Self.digest(constraints[0], in: object.values).map { .one($0 & digestMask) } }
+        let all = constraints.compactMap { Self.digest($0, in: object.values).map { $0 & digestMask } }
         return all.isEmpty ? nil : all.count == 1 ? .one(all[0]) : .many(all)
     }
 
