@@ -154,6 +154,23 @@ struct PostgresConnectionTests {
         #expect((prepared.int64Value ?? .max) <= Int64(PostgresConnection.statementCacheLimit))
     }
 
+    /// A statement among the last used when the cache starts over (`DEALLOCATE ALL`) is
+    /// prepared again, not run under the name the server just forgot: the connection's list
+    /// of recent statements starts over with the cache.
+    @Test func aRecentStatementIsPreparedAgainAfterTheCacheStartsOver() throws {
+        func select(_ sql: String) throws -> Value {
+            var read = Value.null
+            try connection.query(sql, [.integer(1)]) { read = $0.value(0) }
+            return read
+        }
+        // The statements counted below fill the cache; "SELECT ? + 0" is recent when the next
+        // one starts it over.
+        for index in 1..<PostgresConnection.statementCacheLimit { _ = try select("SELECT ? + \(index)") }
+        #expect(try select("SELECT ? + 0") == .integer(1))
+        #expect(try select("SELECT ? - 1") == .integer(0))
+        #expect(try select("SELECT ? + 0") == .integer(1), "run under the name the server forgot")
+    }
+
     @Test func severalStatementsRunInOneExecute() throws {
         try connection.execute("CREATE TABLE a (x int); CREATE TABLE b (y int); INSERT INTO a VALUES (1)")
         var count = Value.null
