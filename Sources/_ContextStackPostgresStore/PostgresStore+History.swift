@@ -28,6 +28,10 @@ extension PostgresStore {
         "CREATE TABLE IF NOT EXISTS \"Z_HISTORY\" (\"Z_XID\" bigint NOT NULL, \"Z_SEQ\" bigint NOT NULL, \"Z_DATE\" double precision NOT NULL, \"Z_AUTHOR\" text, \"Z_ORIGIN\" bigint NOT NULL, \"Z_STACK\" text NOT NULL, \"Z_CHANGES\" bytea NOT NULL, PRIMARY KEY (\"Z_XID\", \"Z_SEQ\"))",
     ]
 
+    /// A commit's history row, its transaction's ID filled in by the server. Made once: written
+    /// at each commit, the interpolation was six appends a commit.
+    static let historyInsert = "INSERT INTO \"Z_HISTORY\" VALUES (\(ownTransaction), ?, ?, ?, ?, ?, ?)"
+
     /// The lowest transaction ID still running when the reading statement's snapshot was taken:
     /// every transaction below it has ended.
     static let settled = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
@@ -63,7 +67,7 @@ extension PostgresStore {
     /// token is the server's (the transaction's ID), so a local commit learns none.
     package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout PostgresConnection) throws -> HistoryToken? {
         guard tracksHistory else { return nil }
-        try writer.enqueue("INSERT INTO \"Z_HISTORY\" VALUES (\(Self.ownTransaction), ?, ?, ?, ?, ?, ?)",
+        try writer.enqueue(Self.historyInsert,
                            [.integer(Int64(bitPattern: sequence)), .double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
                             .integer(Int64(bitPattern: info.origin)), .text(instance), .blob(HistoryEncoding.encode(changes))])
         doorbell.withLock { $0.recorded() }

@@ -30,6 +30,19 @@ struct HistoryEncodingTests {
         #expect(try HistoryEncoding.decode(HistoryEncoding.encode([]), graph: graph).isEmpty)
     }
 
+    /// A one-object commit's blob (encoded without the table of groups) is the layout the
+    /// documentation gives, byte for byte: format 1; kind; the entity's name and the changed
+    /// keys, sorted and joined by commas, each after its 4-byte length; one key; integers
+    /// little-endian. Every other commit goes through the groups, checked above.
+    @Test func aOneObjectCommitsBlobIsTheDocumentedLayout() throws {
+        func le<T: FixedWidthInteger>(_ value: T) -> [UInt8] { withUnsafeBytes(of: value.littleEndian) { Array($0) } }
+        let blob = HistoryEncoding.encode([change(.update, "Person", 258, ["name", "age"])])
+        let expected: [UInt8] = [1, 1] + le(UInt32(6)) + Array("Person".utf8) + le(UInt32(8)) + Array("age,name".utf8)
+            + le(UInt32(1)) + le(UInt64(258))
+        #expect(Array(blob) == expected)
+        #expect(try HistoryEncoding.decode(blob, graph: graph) == [change(.update, "Person", 258, ["name", "age"])])
+    }
+
     @Test func anEntityTheModelNoLongerHasIsLeftOut() throws {
         let larger = try Model(Person.self, Pet.self, Article.self, Tag.self).graph
         let article = HistoryChange(kind: .insert, objectID: ObjectID(rootEntity: larger.entity(named: "Article")!.rootDescription, primaryKey: 5),

@@ -27,7 +27,7 @@ package enum WriteSQL {
     /// `UPDATE … SET a = ?, b = ? WHERE "Z_PK" = ?` for `slots` of `entity`, binding the
     /// slots' values then the key; `alsoSet` adds assignments that bind nothing.
     package static func update(_ entity: ResolvedEntity, slots: [Int], alsoSet: [String] = []) -> String {
-        let assignments = slots.map { "\(entity.properties[$0].name.quotedIdentifier) = ?" } + alsoSet
+        let assignments = slots.map { "\(entity.properties[$0].quotedName) = ?" } + alsoSet
         return "UPDATE \(entity.table.quotedName) SET \(assignments.joined(separator: ", ")) WHERE \"Z_PK\" = ?"
     }
 
@@ -40,7 +40,7 @@ package enum WriteSQL {
     package static func insert(_ entity: ResolvedEntity, rows: Int) -> String {
         var columns = ["\"Z_PK\""]
         if entity.table.hasEntityColumn { columns.append("\"Z_ENT\"") }
-        columns += entity.storedSlots.map { entity.properties[$0].name.quotedIdentifier }
+        columns += entity.storedSlots.map { entity.properties[$0].quotedName }
         let row = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
         return "INSERT INTO \(entity.table.quotedName) (\(columns.joined(separator: ", "))) VALUES " + Array(repeating: row, count: rows).joined(separator: ", ")
     }
