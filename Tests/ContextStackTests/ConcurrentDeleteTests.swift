@@ -159,6 +159,9 @@ import Testing
             #expect(seen.contains { $0.updated.contains(referrer) }, "the receivers hear that the friend changed")
         }
         if kind != .memory {
+            // On PostgreSQL a transaction is in the history once every older one has ended:
+            // other tests' transactions on the same server may hold it back for a moment.
+            try await fixture.store.settleHistory()
             let last = try #require(try fixture.store.stack.history(after: nil).last)
             let expected = HistoryChange(kind: rule == .cascade ? .delete : .update, objectID: referrer,
                                          entityName: rule == .cascade ? "Pet" : "Person", changedKeys: rule == .cascade ? [] : ["friend"])
