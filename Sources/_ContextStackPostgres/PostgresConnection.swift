@@ -6,45 +6,49 @@ import Foundation
 ///
 /// Like SQLite's `Connection`, it is synchronous and not thread-safe, and says so by not being
 /// `Sendable`: whoever owns it (a pool, a writer) hands it to one caller at a time, on a thread
-/// of its own, never on Swift's cooperative pool.
+/// of its own, never on Swift's cooperative pool. Its state has no run-time exclusivity checks
+/// (`@exclusivity(unchecked)`) for that reason: one caller at a time, and none of its methods
+/// calls out while it changes that state; the checks were some thirty look-ups in the
+/// thread's access set a one-object commit.
 ///
 /// Statements take `?` placeholders, as everywhere else in ContextStack; they become `$1`,
-/// `$2`, … once, when the statement is prepared (`PostgresPlaceholders`). Values are sent in
-/// text format with explicit types (`int8`, `float8`, `text`; `bytea` in binary) and results
-/// come back in text format, read by their column types (`PostgresRow`).
+/// `$2`, … once, when the statement is prepared (`PostgresPlaceholders`). Values are sent with
+/// explicit types, text in text format, `int8`, `float8` and `bytea` in binary
+/// (`PostgresParameters`); results come back in text format, read by their column types
+/// (`PostgresRow`).
 package final class PostgresConnection {
     package let handle: OpaquePointer
     package let settings: PostgresSettings
     /// Prepared statements by SQL and argument types: their server-side names.
-    private var statements: [StatementKey: String] = [:]
-    private var statementCount = 0
+    @exclusivity(unchecked) private var statements: [StatementKey: String] = [:]
+    @exclusivity(unchecked) private var statementCount = 0
     /// The statements named last, looked through before `statements`: a commit runs the same
     /// few texts again and again, most of them the very strings of the time before, which
     /// compare by identity. Looking each up in `statements` hashed its whole text, 1.2 k
     /// instructions a statement and six statements a one-object commit. As SQLite's
     /// connection does.
-    private var recent: [(key: StatementKey, name: String)] = []
-    private var nextRecent = 0
+    @exclusivity(unchecked) private var recent: [(key: StatementKey, name: String)] = []
+    @exclusivity(unchecked) private var nextRecent = 0
     private static let recentCount = 8
     /// Receives the SQL of every statement the connection runs (`Stack.trace`), values never.
-    package var tracer: StatementTracer?
+    @exclusivity(unchecked) package var tracer: StatementTracer?
     /// How many prepared statements (`run`, `query`) the connection has run.
-    package private(set) var preparedStatementsRun = 0
+    @exclusivity(unchecked) package private(set) var preparedStatementsRun = 0
     /// A statement sent with `send` whose answer has not been read yet.
-    private var unanswered: String?
+    @exclusivity(unchecked) private var unanswered: String?
     /// A `BEGIN` that goes out with the next statement, in the same round trip (`beginLater`).
-    private var pendingBegin: String?
+    @exclusivity(unchecked) private var pendingBegin: String?
     /// Asked once a `query`'s result has arrived — the server took the statement's snapshot
     /// when it ran it — before any row reaches the caller, whether that snapshot is the one
     /// the read wants; `false` abandons the query with `SnapshotMoved` and sets
     /// `mustReadAgain`. Inside a transaction it is asked once (its first statement fixed the
     /// snapshot of a repeatable-read transaction); outside one, of every statement. A store's
     /// read sets it and clears it.
-    package var snapshotCheck: (() -> Bool)?
+    @exclusivity(unchecked) package var snapshotCheck: (() -> Bool)?
     /// Whether a query was abandoned since the read that set `snapshotCheck` began, so that
     /// nothing of it was used and the read can run again: its snapshot was not the one wanted,
     /// or the connection turned out broken (a server restart) before the statement was answered.
-    package var mustReadAgain = false
+    @exclusivity(unchecked) package var mustReadAgain = false
     /// Past this many prepared statements the cache starts over (`DEALLOCATE ALL`), as
     /// SQLite's does: generated SQL varies and must not grow the server's memory without bound.
     package static let statementCacheLimit = 512
@@ -84,7 +88,7 @@ package final class PostgresConnection {
     /// Whether libpq has found the connection broken (the server closed it, or it was reset).
     package var isBroken: Bool { unusable || PQstatus(handle) != CONNECTION_OK }
     /// Set when the connection is left in a state no statement can follow.
-    private var unusable = false
+    @exclusivity(unchecked) private var unusable = false
 
     /// Whether the connection is inside a transaction block, idle or failed, or has one
     /// waiting to begin with its next statement. Also true while answers are unread (libpq
@@ -133,7 +137,7 @@ package final class PostgresConnection {
     /// pipeline (`enqueue`, a prepared statement), such as a `SET LOCAL` for that transaction
     /// alone — and only then: a `BEGIN` that goes out ahead of a simple-protocol statement
     /// (`execute`, `send`) goes alone. The writer relies on that (`PostgresStore.writeTransaction`).
-    package var transactionPreamble: [String] = []
+    @exclusivity(unchecked) package var transactionPreamble: [String] = []
 
     /// Forgets a `beginLater` that no statement took yet; whether there was one. A transaction
     /// that never began has nothing to commit or roll back.
@@ -257,10 +261,11 @@ package final class PostgresConnection {
             try enqueue(sql, arguments)
             return try finishPipeline(keepingLast: true)!
         }
-        let (name, parameters) = try prepared(sql, arguments)
+        let name = try prepared(sql, arguments)
         tracer?.emit(sql)
+        let count = Int32(parameters.types.count)
         let result = parameters.withPointers { values, lengths, formats in
-            PQexecPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
+            PQexecPrepared(handle, name, count, values, lengths, formats, 0)
         }
         guard let result else { throw lostConnection(sql: sql) }
         do {
@@ -273,22 +278,27 @@ package final class PostgresConnection {
     }
 
     /// The server-side name of `sql` prepared for the types of `arguments` (preparing it on
-    /// first use), and the arguments as libpq takes them.
+    /// first use); `parameters` holds the arguments as libpq takes them, until the next call.
     /// With `settlingFirst`, a statement to prepare waits for what is outstanding first.
-    private func prepared(_ sql: String, _ arguments: [Value], settlingFirst: Bool = false) throws(PostgresError) -> (String, PostgresParameters) {
-        let parameters: PostgresParameters
+    private func prepared(_ sql: String, _ arguments: [Value], settlingFirst: Bool = false) throws(PostgresError) -> String {
         do {
-            parameters = try PostgresParameters(arguments)
+            try parameters.fill(arguments)
         } catch {
             throw PostgresError(code: error.code, message: error.message, sql: sql)
         }
-        return (try statementName(sql, types: parameters.types, settlingFirst: settlingFirst), parameters)
+        return try statementName(sql, types: parameters.types, settlingFirst: settlingFirst)
     }
+
+    /// The arguments of the statement being sent (`prepared`): one buffer for all statements.
+    @exclusivity(unchecked) private var parameters = PostgresParameters()
 
     /// The server-side name of `sql` prepared for `types`, preparing it on first use.
     private func statementName(_ sql: String, types: [UInt32] = [], settlingFirst: Bool = false) throws(PostgresError) -> String {
         let key = StatementKey(sql: sql, types: types)
-        for entry in recent where entry.key == key { return entry.name }
+        // Lengths first: most texts of a commit differ in length, and comparing two different
+        // texts of equal length took the string comparison's slow path, thirty times a commit.
+        let length = sql.utf8.count
+        for entry in recent where entry.key.sql.utf8.count == length && entry.key == key { return entry.name }
         let name: String
         if let cached = statements[key] {
             name = cached
@@ -324,7 +334,7 @@ package final class PostgresConnection {
         }
         // Preparing waits for its answer, which pipeline mode does not allow: the queue goes
         // first (only a statement's first use in the connection's life costs that).
-        var (name, parameters) = try prepared(sql, arguments, settlingFirst: true)
+        var name = try prepared(sql, arguments, settlingFirst: true)
         if queued.count >= Self.pipelineDepth { try settle() }
         if queued.isEmpty {
             // `COMMIT` and the `BEGIN` go out prepared too; prepared now, while nothing is
@@ -341,19 +351,22 @@ package final class PostgresConnection {
                 try sendQueued(statement, name: name)
             }
         }
-        try sendQueued(sql, name: name, parameters)
+        try sendQueued(sql, name: name, withArguments: true)
     }
 
-    /// Sends a prepared statement into the open pipeline.
-    private func sendQueued(_ sql: String, name: String, _ parameters: PostgresParameters? = nil) throws(PostgresError) {
+    /// Sends a prepared statement into the open pipeline, with the arguments `prepared` made
+    /// last, or with none.
+    private func sendQueued(_ sql: String, name: String, withArguments: Bool = false) throws(PostgresError) {
         tracer?.emit(sql)
         queued.append(sql)
-        let sent = if let parameters {
-            parameters.withPointers { values, lengths, formats in
-                PQsendQueryPrepared(handle, name, Int32(parameters.types.count), values, lengths, formats, 0)
+        let sent: Int32
+        if withArguments {
+            let count = Int32(parameters.types.count)
+            sent = parameters.withPointers { values, lengths, formats in
+                PQsendQueryPrepared(handle, name, count, values, lengths, formats, 0)
             }
         } else {
-            PQsendQueryPrepared(handle, name, 0, nil, nil, nil, 0)
+            sent = PQsendQueryPrepared(handle, name, 0, nil, nil, nil, 0)
         }
         guard sent == 1 else { throw abandonPipeline(sql: sql) }
     }
@@ -371,9 +384,9 @@ package final class PostgresConnection {
     }
 
     /// Statements queued in the pipeline, in order, whose answers are not read yet.
-    private var queued: [String] = []
+    @exclusivity(unchecked) private var queued: [String] = []
     /// The server-side name of `COMMIT`, prepared when the first pipeline began.
-    private var commitName: String?
+    @exclusivity(unchecked) private var commitName: String?
     /// How many statements go out before their answers are read. Not for fear of a deadlock
     /// (libpq reads what the server sends while it waits to send more), but so that an error
     /// is read, and the statements after it are no longer built and sent, soon enough, and

@@ -32,26 +32,27 @@ package final class ContextCore: @unchecked Sendable {
     /// while it is being changed, and the check (`swift_beginAccess`, a look-up in the
     /// thread's access set, twice an object) was 2.5 % of a 100,000-object fetch.
     @exclusivity(unchecked) var registry = Registry()
-    /// Inserted, updated and deleted objects, held strongly until commit or rollback. Without
-    /// run-time exclusivity checks, like `registry` and the read's state below (`pin`,
-    /// `drainsOnNextRead`): confined the same way, and read by every fetch (five checks of a
-    /// small query's fifteen were these).
+    /// Inserted, updated and deleted objects, held strongly until commit or rollback.
+    ///
+    /// This and the other state below have no run-time exclusivity checks, like `registry`:
+    /// confined the same way, and touched by every fetch and commit (five checks of a small
+    /// query's fifteen, fifteen of a one-object commit's).
     @exclusivity(unchecked) var changed: [ObjectID: ManagedObject] = [:]
     /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
-    package var upserts: [ObjectID: [Int]] = [:]
+    @exclusivity(unchecked) package var upserts: [ObjectID: [Int]] = [:]
     /// This update's pending objects by their unique values, once a `fetchOrCreate` needed it.
-    var pendingUnique: PendingUniqueIndex?
+    @exclusivity(unchecked) var pendingUnique: PendingUniqueIndex?
     /// Join-table pairs added (`true`) or removed (`false`) since the last commit.
-    var links: [LinkKey: Bool] = [:]
-    var linkEnds: [LinkKey: LinkEnds] = [:]
+    @exclusivity(unchecked) var links: [LinkKey: Bool] = [:]
+    @exclusivity(unchecked) var linkEnds: [LinkKey: LinkEnds] = [:]
     /// Objects that `apply(_:expecting:)` checked: their commit fails with
     /// `MergeConflictError` if the stored row changed since they were loaded, whatever the
     /// merge policy.
-    var expectsStoredRow: Set<ObjectID> = []
+    @exclusivity(unchecked) var expectsStoredRow: Set<ObjectID> = []
     /// Bumped whenever loaded to-many relationships may be out of date.
-    var generation = 0
+    @exclusivity(unchecked) var generation = 0
     /// What `.prefetch` read ahead for objects not registered yet.
-    var prefetched = PrefetchCache(generation: 0)
+    @exclusivity(unchecked) var prefetched = PrefetchCache(generation: 0)
 
     /// Change sets handed to a main context, applied before its next read.
     let inbox = Locked<[ChangeSet]>([])
@@ -70,7 +71,7 @@ package final class ContextCore: @unchecked Sendable {
     /// rollback or reset. Accessors cannot throw, so what they return or change after a failed
     /// read may be incomplete (a relationship read as empty, a partner left linked); the next
     /// `commit()` throws this error instead of saving such changes.
-    var accessorFailure: (any Error)?
+    @exclusivity(unchecked) var accessorFailure: (any Error)?
 
     package init(kind: Kind, host: any ContextHost, pinsView: Bool = false) {
         self.kind = kind
