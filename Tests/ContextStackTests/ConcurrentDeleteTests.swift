@@ -19,10 +19,10 @@ import Testing
         let mine: Context
         let theirs: Context
 
-        init(_ kind: StoreKind, tracksHistory: Bool? = nil) throws {
-            store = try TestStore(kind, tracksHistory: tracksHistory)
+        init(_ kind: StoreKind, types: [ManagedObject.Type] = fullModelTypes, tracksHistory: Bool? = nil) throws {
+            store = try TestStore(kind, types: types, tracksHistory: tracksHistory)
             mine = try Context(stack: store.stack, updateTarget: .persistentStore)
-            let other = kind == .memory ? store.stack : try store.reopen()
+            let other = kind == .memory ? store.stack : try store.reopen(types: types)
             theirs = try Context(stack: other, updateTarget: .persistentStore)
         }
 
@@ -761,26 +761,18 @@ extension ConcurrentDeleteTests {
     /// letting go of it.
     @Test(arguments: StoreKind.available)
     func aOneToOneCascadeReachesTheOtherSideAddedMeanwhile(kind: StoreKind) throws {
-        let types: [ManagedObject.Type] = [Locker.self, LockerKey.self]
-        let store = try TestStore(kind, types: types)
-        let mine = try Context(stack: store.stack, updateTarget: .persistentStore)
-        let theirs = try Context(stack: kind == .memory ? store.stack : try store.reopen(types: types), updateTarget: .persistentStore)
-        try mine.beginUpdateAndWait { update in
-            try update.create(Locker.self).label = "A1"
-            try update.commit()
-        }
-        try mine.beginUpdateAndWait { update in
+        let fixture = try Fixture(kind, types: [Locker.self, LockerKey.self])
+        try fixture.commitMine { update in try update.create(Locker.self).label = "A1" }
+        try fixture.commitMine { update in
             let locker = try #require(try update.fetch(Locker.self, %"label" == "A1"))
             #expect(locker.key == nil)
-            try theirs.beginUpdateAndWait { update in
+            try fixture.commitTheirs { update in
                 try update.create(LockerKey.self).locker = try update.fetch(Locker.self, %"label" == "A1")
-                try update.commit()
             }
             try update.delete(locker)
-            try update.commit()
         }
-        #expect(try store.writtenScalar("SELECT count(*) FROM \"LockerKey\"") == .integer(0))
-        #expect(try store.writtenScalar("SELECT count(*) FROM \"Locker\"") == .integer(0))
+        #expect(try fixture.stored("SELECT count(*) FROM \"LockerKey\"") == [[.integer(0)]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"Locker\"") == [[.integer(0)]])
     }
 
     /// `.deny` across a one-to-one: the key another commit gave the safe this context deletes
@@ -788,28 +780,19 @@ extension ConcurrentDeleteTests {
     /// the safe and its key stay.
     @Test(arguments: StoreKind.available)
     func aOneToOneDenyRefusesADeleteOfAnObjectGivenItsOtherSideMeanwhile(kind: StoreKind) throws {
-        let types: [ManagedObject.Type] = [Safe.self, SafeKey.self]
-        let store = try TestStore(kind, types: types)
-        let mine = try Context(stack: store.stack, updateTarget: .persistentStore)
-        let theirs = try Context(stack: kind == .memory ? store.stack : try store.reopen(types: types), updateTarget: .persistentStore)
-        try mine.beginUpdateAndWait { update in
-            try update.create(Safe.self).label = "S1"
-            try update.commit()
-        }
-        var thrown: (any Error)?
-        try mine.beginUpdateAndWait { update in
+        let fixture = try Fixture(kind, types: [Safe.self, SafeKey.self])
+        try fixture.commitMine { update in try update.create(Safe.self).label = "S1" }
+        let thrown = try fixture.saveErrorOfMine { update in
             let safe = try #require(try update.fetch(Safe.self, %"label" == "S1"))
             #expect(safe.key == nil)
-            try theirs.beginUpdateAndWait { update in
+            try fixture.commitTheirs { update in
                 try update.create(SafeKey.self).safe = try update.fetch(Safe.self, %"label" == "S1")
-                try update.commit()
             }
             try update.delete(safe)
-            do { try update.commit() } catch { thrown = error }
         }
-        #expect((thrown as? SaveError)?.code == .deleteDenied, "\(String(describing: thrown))")
-        #expect(try store.writtenScalar("SELECT count(*) FROM \"Safe\"") == .integer(1))
-        #expect(try store.writtenScalar("SELECT count(*) FROM \"SafeKey\" WHERE safe IS NOT NULL") == .integer(1))
+        #expect(thrown?.code == .deleteDenied, "\(String(describing: thrown))")
+        #expect(try fixture.stored("SELECT count(*) FROM \"Safe\"") == [[.integer(1)]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"SafeKey\" WHERE safe IS NOT NULL") == [[.integer(1)]])
     }
 }
 
