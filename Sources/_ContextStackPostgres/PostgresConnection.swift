@@ -31,6 +31,8 @@ package final class PostgresConnection {
     @exclusivity(unchecked) private var recent: [(key: StatementKey, name: String)] = []
     @exclusivity(unchecked) private var nextRecent = 0
     private static let recentCount = 8
+    /// The arguments of the statement being sent (`prepared`): one buffer for all statements.
+    @exclusivity(unchecked) private var parameters = PostgresParameters()
     /// Receives the SQL of every statement the connection runs (`Stack.trace`), values never.
     @exclusivity(unchecked) package var tracer: StatementTracer?
     /// How many prepared statements (`run`, `query`) the connection has run.
@@ -270,8 +272,7 @@ package final class PostgresConnection {
         }
         let name = try prepared(sql, arguments)
         tracer?.emit(sql)
-        let count = Int32(parameters.types.count)
-        let result = parameters.withPointers { values, lengths, formats in
+        let result = parameters.withPointers { count, values, lengths, formats in
             PQexecPrepared(handle, name, count, values, lengths, formats, 0)
         }
         guard let result else { throw lostConnection(sql: sql) }
@@ -295,9 +296,6 @@ package final class PostgresConnection {
         }
         return try statementName(sql, types: parameters.types, settlingFirst: settlingFirst)
     }
-
-    /// The arguments of the statement being sent (`prepared`): one buffer for all statements.
-    @exclusivity(unchecked) private var parameters = PostgresParameters()
 
     /// The server-side name of `sql` prepared for `types`, preparing it on first use.
     private func statementName(_ sql: String, types: [UInt32] = [], settlingFirst: Bool = false) throws(PostgresError) -> String {
@@ -365,8 +363,7 @@ package final class PostgresConnection {
         queued.append(sql)
         let sent: Int32
         if withArguments {
-            let count = Int32(parameters.types.count)
-            sent = parameters.withPointers { values, lengths, formats in
+            sent = parameters.withPointers { count, values, lengths, formats in
                 PQsendQueryPrepared(handle, name, count, values, lengths, formats, 0)
             }
         } else {

@@ -110,8 +110,9 @@ struct PostgresParameters {
         formats.append(1)
     }
 
-    /// Calls `body` with libpq's `paramValues`, `paramLengths` and `paramFormats`.
-    mutating func withPointers<R>(_ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> R) -> R {
+    /// Calls `body` with libpq's `nParams`, `paramValues`, `paramLengths` and `paramFormats`.
+    mutating func withPointers<R>(_ body: (Int32, UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> R) -> R {
+        let count = Int32(types.count)
         pointers.removeAll(keepingCapacity: true)
         return bytes.withUnsafeBufferPointer { buffer in
             let base = UnsafeRawPointer(buffer.baseAddress!)
@@ -121,7 +122,7 @@ struct PostgresParameters {
             return pointers.withUnsafeBufferPointer { values in
                 lengths.withUnsafeBufferPointer { lengths in
                     formats.withUnsafeBufferPointer { formats in
-                        body(values.baseAddress, lengths.baseAddress, formats.baseAddress)
+                        body(count, values.baseAddress, lengths.baseAddress, formats.baseAddress)
                     }
                 }
             }

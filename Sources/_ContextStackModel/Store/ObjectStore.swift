@@ -91,7 +91,10 @@ extension ObjectStore {
                          _ body: (ReadSession) throws -> T) throws -> T {
         var result: T?
         try withReadSession(pin: pin, whileLocked: whileLocked, shape: shape) { result = try body($0) }
-        return result!
+        guard let result else {
+            preconditionFailure("\(Self.self).withReadSession returned without running its body to the end: a store must run it, or throw.")
+        }
+        return result
     }
 }
 
