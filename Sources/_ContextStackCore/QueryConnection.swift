@@ -59,9 +59,46 @@ package protocol QueryRow: AnyObject {
     func isNull(_ column: Int) -> Bool
     /// The number of columns.
     var columnCount: Int { get }
-    /// Reads column `positions[i]` into `values[slots[i]]` for every `i`: a whole object's
-    /// values in one call, so decoding a row costs one dynamic call rather than one a column.
-    func read(_ positions: [Int], into values: inout ContiguousArray<Value>, slots: [Int])
+    /// Reads column `layout.positions[i]` into `values[layout.slots[i]]` for every `i`: a whole
+    /// object's values in one call, so decoding a row costs one dynamic call rather than one a
+    /// column.
+    func read(_ layout: ColumnSlots, into values: inout ContiguousArray<Value>)
+}
+
+/// Where a whole-row SELECT's columns go among an object's slots: column `positions[i]` into
+/// slot `slots[i]`. Plain buffers rather than arrays, so that handing them to every row's
+/// `QueryRow.read` retains and releases nothing (with arrays each row retained and released
+/// both). Whoever makes one owns its memory: `allocate`, then `deallocate` once, when no read
+/// can use it any more.
+@usableFromInline
+package struct ColumnSlots: @unchecked Sendable {
+    // @unchecked: written only by `allocate`, before the owner shares it; read-only after.
+    package let positions: UnsafeBufferPointer<Int>
+    package let slots: UnsafeBufferPointer<Int>
+
+    /// No columns.
+    package static let none = ColumnSlots(positions: UnsafeBufferPointer(start: nil, count: 0),
+                                          slots: UnsafeBufferPointer(start: nil, count: 0))
+
+    private init(positions: UnsafeBufferPointer<Int>, slots: UnsafeBufferPointer<Int>) {
+        self.positions = positions
+        self.slots = slots
+    }
+
+    /// A copy of `positions` and `slots` (of the same length) in memory of its own.
+    package static func allocate(positions: [Int], slots: [Int]) -> ColumnSlots {
+        precondition(positions.count == slots.count, "unreachable: a layout pairs each position with a slot")
+        let memory = UnsafeMutableBufferPointer<Int>.allocate(capacity: positions.count * 2)
+        _ = memory.initialize(from: positions + slots)
+        return ColumnSlots(positions: UnsafeBufferPointer(rebasing: memory[..<positions.count]),
+                           slots: UnsafeBufferPointer(rebasing: memory[positions.count...]))
+    }
+
+    /// Frees what `allocate` took; the layout must not be read again.
+    package func deallocate() {
+        guard let base = positions.baseAddress else { return }
+        UnsafeMutablePointer(mutating: base).deinitialize(count: positions.count * 2).deallocate()
+    }
 }
 
 extension QueryRow {

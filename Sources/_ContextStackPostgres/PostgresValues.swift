@@ -206,21 +206,16 @@ package final class PostgresRow: QueryRow {
         }
     }
 
-    package func read(_ positions: [Int], into values: inout ContiguousArray<Value>, slots: [Int]) {
+    package func read(_ layout: ColumnSlots, into values: inout ContiguousArray<Value>) {
         // Every row of a fetch comes through here: the arrays are opened once a row, not once a
         // column (`values` was checked for uniqueness at every assignment).
-        precondition(positions.count <= slots.count, "unreachable: a row's positions and slots come from its entity")
-        let (result, row) = (result, index)
+        let (result, row, positions, slots) = (result, index, layout.positions, layout.slots)
         kinds.withUnsafeBufferPointer { kinds in
-            positions.withUnsafeBufferPointer { positions in
-                slots.withUnsafeBufferPointer { slots in
-                    values.withUnsafeMutableBufferPointer { values in
-                        for index in 0..<positions.count {
-                            let (column, slot) = (positions[index], slots[index])
-                            precondition(UInt(bitPattern: column) < UInt(kinds.count) && UInt(bitPattern: slot) < UInt(values.count), "unreachable: a row's positions and slots come from its entity")
-                            values[slot] = Self.value(result, row, Int32(truncatingIfNeeded: column), kinds[column])
-                        }
-                    }
+            values.withUnsafeMutableBufferPointer { values in
+                for index in 0..<positions.count {
+                    let (column, slot) = (positions[index], slots[index])
+                    precondition(UInt(bitPattern: column) < UInt(kinds.count) && UInt(bitPattern: slot) < UInt(values.count), "unreachable: a row's positions and slots come from its entity")
+                    values[slot] = Self.value(result, row, Int32(truncatingIfNeeded: column), kinds[column])
                 }
             }
         }

@@ -30,9 +30,9 @@ extension Connection: QueryConnection {
 extension Statement: QueryRow {
     package func value(_ column: Int) -> Value { self.column(column) }
 
-    package func read(_ positions: [Int], into values: inout ContiguousArray<Value>, slots: [Int]) {
-        for index in positions.indices {
-            values[slots[index]] = column(positions[index])
+    package func read(_ layout: ColumnSlots, into values: inout ContiguousArray<Value>) {
+        for index in layout.positions.indices {
+            values[layout.slots[index]] = column(layout.positions[index])
         }
     }
 }

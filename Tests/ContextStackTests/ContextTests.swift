@@ -436,6 +436,32 @@ import Testing
         #expect(try world.fetch(Pet.self, id: id!)?.name == "Rex")
     }
 
+    /// An object does not retain its entity (`ManagedObject.entity` is `unowned(unsafe)`): it
+    /// holds its context, which holds the model's graph, which holds the entity. With the stack
+    /// and the context let go, the entity lives as long as the object, which still reads.
+    @Test(arguments: StoreKind.available) @MainActor
+    func anObjectKeepsItsEntityAliveAfterItsStackIsLetGo(kind: StoreKind) throws {
+        weak var weakEntity: ResolvedEntity?
+        weak var weakContext: ContextCore?
+        var pet: Pet?
+        do {
+            let store = try TestStore(kind)
+            let world = try MainContext(stack: store.stack)
+            try world.beginUpdateAndWait { update in
+                try update.create(Pet.self).name = "Rex"
+                try update.commit()
+            }
+            pet = try world.fetch(Pet.self)
+            weakEntity = pet?.entity
+            weakContext = world.core
+        }
+        #expect(weakContext != nil)
+        #expect(weakEntity != nil)
+        #expect(pet?.name == "Rex")
+        #expect(pet?.description.hasPrefix("<Pet ") == true)
+        #expect(pet?.entity === weakContext?.graph.entity(for: Pet.self))
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func resetDropsObjects(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

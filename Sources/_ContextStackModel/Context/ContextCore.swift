@@ -220,15 +220,20 @@ package final class ContextCore: @unchecked Sendable {
 
     /// The context's object for a row it read: the registered one (refreshed when it has no
     /// changes of its own), or a new one.
-    package func materialize(_ id: ObjectID, _ row: ObjectRow) -> ManagedObject {
+    ///
+    /// The row is consumed: its values move into the object. (Copying them out of a borrowed
+    /// row retained them, and the row's end released them, for every row of a fetch.)
+    package func materialize(_ id: ObjectID, _ row: consuming ObjectRow) -> ManagedObject {
+        var values = ContiguousArray<Value>()
+        swap(&values, &row.values)
         if let existing = registered(id) {
             if existing.state == .clean {
-                existing.values = row.values
+                existing.values = consume values
                 existing.fault = nil
             }
             return existing
         }
-        let object = row.entity.type.init(_ObjectSeed(id: id, entity: row.entity, context: self, values: row.values))
+        let object = row.entity.type.init(_ObjectSeed(id: id, entity: row.entity, context: self, values: consume values))
         register(object)
         return object
     }
@@ -337,7 +342,7 @@ package final class ContextCore: @unchecked Sendable {
     /// their number first when the store knows it. Returns whether the rows were complete.
     @discardableResult
     func selectRows(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, keyOrderInMemory: Bool = false, reader: inout RowReader,
-                    expecting: (Int) -> Void, _ sink: (ObjectID, ObjectRow) throws -> Void) throws -> Bool {
+                    expecting: (Int) -> Void, _ sink: (ObjectID, consuming ObjectRow) throws -> Void) throws -> Bool {
         try reader.select(query, offset: offset, limit: limit, columns: columns, keyOrderInMemory: keyOrderInMemory, expecting: expecting, sink)
     }
 

@@ -60,7 +60,7 @@ package struct RowReader {
     /// `rows`, handing each decoded row to `body` as it is read instead of collecting them;
     /// `expecting` learns the number of rows first when the store knows it.
     func eachRow(_ sql: CompiledQuery.SQL, table: Table, columns: [Int]? = nil, expecting: (Int) -> Void,
-                 _ body: (ObjectID, ObjectRow) throws -> Void) throws {
+                 _ body: (ObjectID, consuming ObjectRow) throws -> Void) throws {
         guard let root = graph.entity(named: table.name) else { return }
         let identify = RowIdentifier(root)
         try session.connection.select(sql.text, sql.arguments, expecting: expecting) { row in
@@ -73,7 +73,7 @@ package struct RowReader {
         let entity = member.takeUnretainedValue()
         guard let columns else {
             var values = ContiguousArray<Value>.nulls(entity.properties.count)
-            row.read(entity.storedPositions, into: &values, slots: entity.storedSlots)
+            row.read(entity.rowLayout, into: &values)
             return (id, ObjectRow(entity: entity, values: values))
         }
         guard !columns.isEmpty else { return (id, ObjectRow(entity: entity, values: [])) }
@@ -118,7 +118,7 @@ package struct RowReader {
 
     /// The stored rows of `keys` (ascending, primary keys of `root`'s family), in key order,
     /// decoded whole: for a reader that `seesStoredRows(of:)` the family.
-    func eachStoredRow(of root: ResolvedEntity, ascendingKeys keys: [Int64], _ body: (ObjectID, ObjectRow) throws -> Void) throws {
+    func eachStoredRow(of root: ResolvedEntity, ascendingKeys keys: [Int64], _ body: (ObjectID, consuming ObjectRow) throws -> Void) throws {
         let table = root.table!
         let identify = RowIdentifier(root)
         try eachRow(keys: keys, sql: { "\(table.selectWholeRowsFrom) WHERE t0.\"Z_PK\" IN (\($0)) ORDER BY t0.\"Z_PK\"" }) { row in
@@ -416,7 +416,7 @@ extension RowReader {
     /// `CompiledQuery.orderBySQL(byKey:)`); other queries come in order either way.
     @discardableResult
     package mutating func select(_ query: CompiledQuery, offset: Int, limit: Int?, columns: [Int]?, keyOrderInMemory: Bool = false,
-                                 expecting: (Int) -> Void, _ sink: (ObjectID, ObjectRow) throws -> Void) throws -> Bool {
+                                 expecting: (Int) -> Void, _ sink: (ObjectID, consuming ObjectRow) throws -> Void) throws -> Bool {
         let recheck = try self.recheck(query)
         let table = query.entity.table!
         if recheck.isEmpty && !query.filtersInMemory {

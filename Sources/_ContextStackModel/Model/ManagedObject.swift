@@ -19,7 +19,10 @@ import _ContextStackCore
 open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible {
     /// The object's permanent identity, the same in every context, before and after commit.
     public let objectID: ObjectID
-    let entity: ResolvedEntity
+    /// Not retained: the entity belongs to the model's graph, which `context` holds (its
+    /// `graph`, from which every object's entity comes) for as long as this object holds the
+    /// context. Retaining it cost a retain and a release for every object made.
+    unowned(unsafe) let entity: ResolvedEntity
     package let context: ContextCore
     /// One slot per persisted property (attribute values; to-one relationships as the
     /// destination's primary key; `.null` for to-many relationships).
@@ -203,7 +206,8 @@ enum ObjectState: UInt8 {
 /// What a context hands to an entity initializer. Only contexts make one.
 public struct _ObjectSeed {
     let id: ObjectID
-    let entity: ResolvedEntity
+    /// Not retained, like the object's `entity`: `context` holds the graph it belongs to.
+    unowned(unsafe) let entity: ResolvedEntity
     let context: ContextCore
     let values: ContiguousArray<Value>
 }

@@ -21,9 +21,10 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
     @exclusivity(unchecked) package nonisolated(unsafe) private(set) var storedSlots: [Int] = []
     /// The slots of to-one relationships: the references a row of this entity holds.
     @exclusivity(unchecked) package nonisolated(unsafe) private(set) var toOneSlots: [Int] = []
-    /// For each of `storedSlots`, its column's position in a whole-row SELECT of the table
-    /// (`Z_PK`, then `Z_ENT` when the table has it, then the table's columns).
-    @exclusivity(unchecked) nonisolated(unsafe) private(set) var storedPositions: [Int] = []
+    /// `storedSlots`, each with its column's position in a whole-row SELECT of the table
+    /// (`Z_PK`, then `Z_ENT` when the table has it, then the table's columns): how a row's read
+    /// fills an object's slots. Its memory is this entity's, freed in `deinit`.
+    @exclusivity(unchecked) nonisolated(unsafe) private(set) var rowLayout = ColumnSlots.none
     /// For each slot, the position of its column in a whole-row SELECT of the table; -1 for a
     /// slot with no column (a to-many relationship).
     @exclusivity(unchecked) nonisolated(unsafe) private(set) var slotPositions: [Int] = []
@@ -69,7 +70,12 @@ package final class ResolvedEntity: Sendable, CustomStringConvertible {
         self.toOneSlots = properties.filter { $0.isToOne }.map(\.slot)
         let base = table.hasEntityColumn ? 2 : 1
         self.slotPositions = properties.map { $0.isStored ? base + $0.column : -1 }
-        self.storedPositions = storedSlots.map { slotPositions[$0] }
+        rowLayout.deallocate()
+        self.rowLayout = .allocate(positions: storedSlots.map { slotPositions[$0] }, slots: storedSlots)
+    }
+
+    deinit {
+        rowLayout.deallocate()
     }
 
     /// The property called `name`. An entity of a few properties compares the names in turn:
