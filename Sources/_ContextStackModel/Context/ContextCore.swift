@@ -90,15 +90,24 @@ package final class ContextCore: @unchecked Sendable {
 
     /// Reads the store as this context sees it (through its pinned view, if it has one).
     /// `shape`: how much `body` runs (`ReadShape`).
+    ///
+    /// It calls the store's `withReadSession` itself rather than `ObjectStore.read`: called
+    /// on `any ObjectStore`, that generic ran unspecialized and looked `Optional<T>`'s metadata
+    /// up in the runtime at every read (about 460 instructions of a read-modify-write's fetch).
     package func read<T>(shape: ReadShape = .statements, _ body: (ReadSession) throws -> T) throws -> T {
         if pinsView && pin == nil { pin = store.pin() }
-        guard drainsOnNextRead else { return try store.read(pin: pin, shape: shape, body) }
-        drainsOnNextRead = false
-        var pending: [ChangeSet] = []
-        return try store.read(pin: pin, whileLocked: { pending = self.takeInbox() }, shape: shape) { session in
-            apply(pending)
-            return try body(session)
+        var result: T?
+        if drainsOnNextRead {
+            drainsOnNextRead = false
+            var pending: [ChangeSet] = []
+            try store.withReadSession(pin: pin, whileLocked: { pending = self.takeInbox() }, shape: shape) { session in
+                apply(pending)
+                result = try body(session)
+            }
+        } else {
+            try store.withReadSession(pin: pin, whileLocked: nil, shape: shape) { result = try body($0) }
         }
+        return readResult(result, of: store)
     }
 
     /// Marks the start of a public read on a main context: registered objects catch up with

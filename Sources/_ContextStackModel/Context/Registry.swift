@@ -298,12 +298,12 @@ struct Registry: Sequence {
     /// weak reference's value witnesses: two fifths of growing the table.)
     private mutating func resize(to size: Int, droppingGone: Bool) {
         var grown = Registry()
-        grown.ids = Array(repeating: nil, count: size)
+        grown.ids = Self.repeated(nil, count: size)
         grown.shift = UInt64(64 - size.trailingZeroBitCount)
         let (mask, shift) = (size - 1, grown.shift)
         var moved = 0
         // Each new slot's old slot, or -1 for a free one. (A table of 2³¹ slots would hold 64 GiB.)
-        var sources = [Int32](repeating: -1, count: size)
+        var sources = Self.repeated(Int32(-1), count: size)
         ids.withUnsafeBufferPointer { ids in
             objects.withUnsafeBufferPointer { objects in
                 grown.ids.withUnsafeMutableBufferPointer { grownIDs in
@@ -321,22 +321,27 @@ struct Registry: Sequence {
                 }
             }
         }
-        objects.withUnsafeMutableBufferPointer { objects in
-            let old = objects.baseAddress!
-            sources.withUnsafeBufferPointer { sources in
-                grown.objects = Array(unsafeUninitializedCapacity: size) { buffer, initialized in
-                    let new = buffer.baseAddress!
-                    for slot in 0..<size {
-                        let source = Int(sources[slot])
-                        if source < 0 {
-                            (new + slot).initialize(to: ContextCore.WeakObject())
-                        } else {
-                            // The old slot is left empty, for the old array to destroy.
-                            (new + slot).moveInitialize(from: old + source, count: 1)
-                            (old + source).initialize(to: ContextCore.WeakObject())
+        if moved == 0 {
+            // Nothing to move (a new context's first registration).
+            grown.objects = Self.repeated(ContextCore.WeakObject(), count: size)
+        } else {
+            objects.withUnsafeMutableBufferPointer { objects in
+                let old = objects.baseAddress!
+                sources.withUnsafeBufferPointer { sources in
+                    grown.objects = Array(unsafeUninitializedCapacity: size) { buffer, initialized in
+                        let new = buffer.baseAddress!
+                        for slot in 0..<size {
+                            let source = Int(sources[slot])
+                            if source < 0 {
+                                (new + slot).initialize(to: ContextCore.WeakObject())
+                            } else {
+                                // The old slot is left empty, for the old array to destroy.
+                                (new + slot).moveInitialize(from: old + source, count: 1)
+                                (old + source).initialize(to: ContextCore.WeakObject())
+                            }
                         }
+                        initialized = size
                     }
-                    initialized = size
                 }
             }
         }
@@ -346,5 +351,16 @@ struct Registry: Sequence {
         grown.rebuilds = rebuilds + 1
         grown.sweeps = sweeps
         self = grown
+    }
+
+    /// `count` copies of `value`, made with `reserveCapacity` and `append`, which are
+    /// specialized here: `Array(repeating:count:)` is not, and looked the array's storage type
+    /// up in the runtime's metadata cache (600 instructions an array, three arrays for a new
+    /// context's first registration, once per commit of a read-modify-write loop).
+    private static func repeated<T>(_ value: T, count: Int) -> [T] {
+        var array: [T] = []
+        array.reserveCapacity(count)
+        for _ in 0..<count { array.append(value) }
+        return array
     }
 }

@@ -91,11 +91,18 @@ extension ObjectStore {
                          _ body: (ReadSession) throws -> T) throws -> T {
         var result: T?
         try withReadSession(pin: pin, whileLocked: whileLocked, shape: shape) { result = try body($0) }
-        guard let result else {
-            preconditionFailure("\(Self.self).withReadSession returned without running its body to the end: a store must run it, or throw.")
-        }
-        return result
+        return readResult(result, of: self)
     }
+}
+
+/// What a read's body returned, given to the caller of `withReadSession`, which returned
+/// without throwing: a store that did so without running the body to its end is wrong.
+@inline(__always)
+func readResult<T>(_ result: T?, of store: any ObjectStore) -> T {
+    guard let result else {
+        preconditionFailure("\(type(of: store)).withReadSession returned without running its body to the end: a store must run it, or throw.")
+    }
+    return result
 }
 
 /// How much a read runs, as far as its store cares.
