@@ -86,9 +86,12 @@ extension QueuedStore {
                 var neverStored = neverStored
                 try lockRows(of: batch, writer: &writer)
                 if batch.count == 1 {
+                    // Taken out once: each `batch[0]` of the captured array copied the whole
+                    // item (its change set's every array retained and released), four a commit.
+                    let item = batch[0]
                     do {
-                        let written = Self.told(try writeItem(batch[0], writer: &writer), batch[0], redirections[batch[0].sequence])
-                        outcome.record(batch[0], written, token: try recordHistory(batch[0], written, writer: &writer))
+                        let written = Self.told(try writeItem(item, writer: &writer), item, redirections[item.sequence])
+                        outcome.record(item, written, token: try recordHistory(item, written, writer: &writer))
                     } catch {
                         throw saveError(error)
                     }

@@ -285,9 +285,10 @@ extension QueuedStore {
 
 /// A waiter for `flush`, resumed by the writer once its sequence is written.
 final class FlushWaiter: Sendable {
-    private let continuation = Locked<CheckedContinuation<Void, any Error>?>(nil)
+    /// An async caller's continuation, and what the waiter reports once resumed: under one
+    /// lock (one each was two `NSLock`s made and freed for every commit a caller waits for).
+    private let waiting = Locked<(continuation: CheckedContinuation<Void, any Error>?, outcome: (any Error)?)>((nil, nil))
     private let semaphore = DispatchSemaphore(value: 0)
-    private let outcome = Locked<(any Error)?>(nil)
     /// What the waiter throws once resumed.
     enum Reporting: Sendable {
         /// The first background error since the last flush (`flush()`).
@@ -310,7 +311,7 @@ final class FlushWaiter: Sendable {
     init(reporting: Reporting = .backgroundErrors) { self.reporting = reporting }
 
     func setContinuation(_ continuation: CheckedContinuation<Void, any Error>) {
-        self.continuation.withLock { $0 = continuation }
+        waiting.withLock { $0.continuation = continuation }
     }
 
     /// Takes what the waiter reports from the store's state, then wakes its caller.
@@ -326,8 +327,11 @@ final class FlushWaiter: Sendable {
                 return nil
             }
         }
-        outcome.withLock { $0 = error }
-        if let continuation = continuation.withLock({ $0.take() }) {
+        let continuation = waiting.withLock { waiting in
+            waiting.outcome = error
+            return waiting.continuation.take()
+        }
+        if let continuation {
             if let error { continuation.resume(throwing: error) } else { continuation.resume() }
         }
         semaphore.signal()
@@ -335,7 +339,7 @@ final class FlushWaiter: Sendable {
 
     func wait() throws {
         semaphore.wait()
-        if let error = outcome.withLock({ $0 }) { throw error }
+        if let error = waiting.withLock({ $0.outcome }) { throw error }
     }
 }
 
