@@ -26,7 +26,29 @@ import Testing
     @Relationship(inverse: \Pet.owner) var pets: Set<Pet>
 }
 
+/// Declared by hand, as `@Relationship` cannot (Swift reports a circular reference):
+/// `friends` names itself as its inverse.
+final class Symmetric: ManagedObject, @unchecked Sendable {
+    // @unchecked: as for every entity (what `@Entity` adds): no state of its own, and
+    // `ManagedObject`'s is guarded by its context's confinement check.
+    nonisolated static let declared = EntityDescription(name: "Symmetric", type: Symmetric.self, superentity: nil,
+                                                        properties: [.toMany("friends", Symmetric.self, inverse: "friends")])
+    override class var entityDescription: EntityDescription { declared }
+}
+
 @Suite struct ModelTests {
+    /// A relationship that is its own inverse would be stored as one end of each pair only:
+    /// the model refuses it, naming the way to declare it.
+    @Test func aRelationshipThatIsItsOwnInverseIsRefused() {
+        #expect {
+            try Model(Symmetric.self)
+        } throws: { error in
+            guard let error = error as? ModelError, error.code == .badInverse else { return false }
+            return error.message.contains("Symmetric.friends names itself as its inverse")
+                && error.message.contains("Declare two relationships, each the other's inverse")
+        }
+    }
+
     @Test func aValidModelResolvesInversesBothWays() throws {
         let model = try Model(Person.self, Pet.self)
         let person = try #require(model.graph.entity(named: "Person"))

@@ -137,6 +137,13 @@ package final class ModelGraph: Sendable {
                     else {
                         throw ModelError(code: .badInverse, message: "\(entity.name).\(property.name) names the inverse \(destination.name).\(inverseName), but that relationship does not point back to \(entity.name).")
                     }
+                    if inverseName == property.name && (backEntity.includes(entity) || entity.includes(backEntity)) {
+                        // Symmetric (Core Data's `friends` that is its own inverse): one side
+                        // would have to be both ends of every pair, which the join table and the
+                        // inverse bookkeeping do not do. `@Relationship` cannot declare it (Swift
+                        // reports a circular reference); a description written by hand could.
+                        throw ModelError(code: .badInverse, message: "\(entity.name).\(property.name) names itself as its inverse, which ContextStack does not support. Declare two relationships, each the other's inverse (friends and friendOf), and set the one you mean.")
+                    }
                     if let backInverse, backInverse != property.name {
                         throw ModelError(code: .badInverse, message: "\(entity.name).\(property.name) names the inverse \(destination.name).\(inverseName), but \(destination.name).\(inverseName) names \(backInverse) as its inverse.")
                     }
