@@ -40,7 +40,8 @@ extension Array {
         precondition(items.first!.position >= 0 && items.last!.position <= count
                         && zip(items, items.dropFirst()).allSatisfy { $0.position <= $1.position },
                      "insert(_:): positions must not decrease and must lie in the array")
-        append(contentsOf: items.lazy.map(\.element))
+        // A closure, not `\.element`: a key path in a generic context is made at run time.
+        append(contentsOf: items.lazy.map { $0.element })
         withUnsafeMutableBufferPointer { buffer in
             let base = buffer.baseAddress!
             let taken = UnsafeMutablePointer<Element>.allocate(capacity: added)
