@@ -36,7 +36,24 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
     override class var entityDescription: EntityDescription { declared }
 }
 
+/// Two entities whose relationships share a name and are each other's inverse: not one
+/// relationship that is its own inverse.
+@Entity final class Dancer: ManagedObject {
+    @Relationship(inverse: \Partner.partner) var partner: Partner?
+}
+
+@Entity final class Partner: ManagedObject {
+    @Relationship var partner: Dancer?
+}
+
 @Suite struct ModelTests {
+    @Test func relationshipsOfOneNameOnTwoEntitiesMayBeEachOthersInverse() throws {
+        let model = try Model(Dancer.self, Partner.self)
+        let dancer = try #require(model.graph.entity(named: "Dancer")?.property(named: "partner"))
+        let partner = try #require(model.graph.entity(named: "Partner")?.property(named: "partner"))
+        #expect(dancer.inverse === partner && partner.inverse === dancer)
+    }
+
     /// A relationship that is its own inverse would be stored as one end of each pair only:
     /// the model refuses it, naming the way to declare it.
     @Test func aRelationshipThatIsItsOwnInverseIsRefused() {

@@ -137,7 +137,7 @@ package final class ModelGraph: Sendable {
                     else {
                         throw ModelError(code: .badInverse, message: "\(entity.name).\(property.name) names the inverse \(destination.name).\(inverseName), but that relationship does not point back to \(entity.name).")
                     }
-                    if inverseName == property.name && (backEntity.includes(entity) || entity.includes(backEntity)) {
+                    if inverseName == property.name && (destination.includes(entity) || entity.includes(destination)) {
                         // Symmetric (Core Data's `friends` that is its own inverse): one side
                         // would have to be both ends of every pair, which the join table and the
                         // inverse bookkeeping do not do. `@Relationship` cannot declare it (Swift
