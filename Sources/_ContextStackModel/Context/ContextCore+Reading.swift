@@ -110,14 +110,27 @@ extension ContextCore {
                 // it read along another index.
                 var previousKey = Int64.min
                 var inKeyOrder = true
-                try selectRows(query, offset: request.offset, limit: request.limit, columns: nil, keyOrderInMemory: true, reader: &reader,
-                               expecting: { count in
-                                   objects.reserveCapacity(count)
-                                   reserveRegistrations(count)
-                               }) { id, row in
+                // Nothing pending to merge: each row's values go from the connection into its
+                // object (`materialize(_:_:reading:)`). Else the merged rows, one by one.
+                let readInPlace = try reader.selectInPlace(query, offset: request.offset, limit: request.limit, keyOrderInMemory: true,
+                                                           expecting: { count in
+                                                               objects.reserveCapacity(count)
+                                                               reserveRegistrations(count)
+                                                           }) { id, entity, row in
                     if id.primaryKey < previousKey { inKeyOrder = false }
                     previousKey = id.primaryKey
-                    objects.append(checked(materialize(id, row), is: T.self))
+                    objects.append(checked(materialize(id, entity, reading: row), is: T.self))
+                }
+                if !readInPlace {
+                    try selectRows(query, offset: request.offset, limit: request.limit, columns: nil, keyOrderInMemory: true, reader: &reader,
+                                   expecting: { count in
+                                       objects.reserveCapacity(count)
+                                       reserveRegistrations(count)
+                                   }) { id, row in
+                        if id.primaryKey < previousKey { inKeyOrder = false }
+                        previousKey = id.primaryKey
+                        objects.append(checked(materialize(id, row), is: T.self))
+                    }
                 }
                 if !inKeyOrder && query.isInKeyOrderAlone(offset: request.offset, limit: request.limit) {
                     objects.sort { $0.objectID.primaryKey < $1.objectID.primaryKey }

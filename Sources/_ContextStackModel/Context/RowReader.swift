@@ -459,11 +459,11 @@ extension RowReader {
     /// unretained (the model keeps it alive): retaining and releasing it for every row cost
     /// more than a tenth of reading snapshots. Returns `false`,
     /// having read nothing, when pending commits or a condition SQL cannot decide alone mean the
-    /// rows must be merged in memory; then use `select`.
-    package mutating func selectInPlace(_ query: CompiledQuery, offset: Int, limit: Int?, expecting: (Int) -> Void,
+    /// rows must be merged in memory; then use `select`. `keyOrderInMemory` as for `select`.
+    package mutating func selectInPlace(_ query: CompiledQuery, offset: Int, limit: Int?, keyOrderInMemory: Bool = false, expecting: (Int) -> Void,
                                         _ body: (ObjectID, Unmanaged<ResolvedEntity>, any QueryRow) throws -> Void) throws -> Bool {
         guard !query.filtersInMemory, try recheck(query).isEmpty, let root = graph.entity(named: query.entity.table!.name) else { return false }
-        let sql = storedWindow(query, offset: offset, limit: limit, columns: nil)
+        let sql = storedWindow(query, offset: offset, limit: limit, columns: nil, byKey: !keyOrderInMemory)
         let identify = RowIdentifier(root)
         try session.connection.select(sql.text, sql.arguments, expecting: expecting) { row in
             if let (id, entity) = identify(row) { try body(id, entity, row) }
