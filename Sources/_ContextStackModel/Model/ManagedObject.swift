@@ -206,8 +206,7 @@ enum ObjectState: UInt8 {
 /// What a context hands to an entity initializer. Only contexts make one.
 public struct _ObjectSeed {
     let id: ObjectID
-    /// Not retained, like the object's `entity`: `context` holds the graph it belongs to.
-    unowned(unsafe) let entity: ResolvedEntity
+    let entity: ResolvedEntity
     let context: ContextCore
     let values: ContiguousArray<Value>
 }
