@@ -259,6 +259,12 @@ def main():
         if shutil.which(tool) is None:
             sys.exit(f"check: '{tool}' is missing (apt-get install {tool})")
     configuration = "release" if options.release else "debug"
+    # The server's own sources are compiled afresh every time (their times are renewed):
+    # SwiftPM does not recompile them when only a non-public field of a public library struct
+    # changes, yet that struct's layout is compiled into them (every @Entity init), and a stale
+    # copy crashed the server.
+    for source in (PACKAGE / "Sources").rglob("*.swift"):
+        os.utime(source)
     subprocess.run(["swift", "build", "-c", configuration, "--package-path", str(PACKAGE)], check=True)
     binary = str(PACKAGE / ".build" / configuration / "PeopleServer")
     work = tempfile.mkdtemp(prefix="people-server-")
