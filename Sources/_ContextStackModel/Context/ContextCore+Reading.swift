@@ -111,7 +111,9 @@ extension ContextCore {
                 var previousKey = Int64.min
                 var inKeyOrder = true
                 // Nothing pending to merge: each row's values go from the connection into its
-                // object (`materialize(_:_:reading:)`). Else the merged rows, one by one.
+                // object (`materialize(_:_:reading:)`). Else the merged rows, one by one. The two
+                // closures are written out: shared as local functions, which capture the loop's
+                // state in boxes, they made a 100,000-object fetch 15 % slower (43 → 50 ms).
                 let readInPlace = try reader.selectInPlace(query, offset: request.offset, limit: request.limit, keyOrderInMemory: true,
                                                            expecting: { count in
                                                                objects.reserveCapacity(count)

@@ -86,7 +86,10 @@ package protocol ObjectStore: AnyObject, Sendable {
 }
 
 extension ObjectStore {
-    /// `withReadSession`, returning what `body` returned in the attempt that stood.
+    /// `withReadSession`, returning what `body` returned in the attempt that stood. For tests
+    /// and cold paths: called on `any ObjectStore` it runs unspecialized, its `Optional<T>`
+    /// looked up in the runtime at every call, which is why a context's reads
+    /// (`ContextCore.read`) call `withReadSession` themselves.
     package func read<T>(pin: UInt64? = nil, whileLocked: (() -> Void)? = nil, shape: ReadShape = .statements,
                          _ body: (ReadSession) throws -> T) throws -> T {
         var result: T?
