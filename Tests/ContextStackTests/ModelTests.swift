@@ -66,6 +66,20 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
         }
     }
 
+    /// A server that makes a `Model` for every stack (one per tenant) keeps one resolved graph
+    /// of it, not one a stack: a graph's entities reference one another and are never freed.
+    @Test func modelsOfTheSameEntitiesShareOneResolvedGraph() throws {
+        let first = try Model(Dancer.self, Partner.self)
+        #expect(try Model(Partner.self, Dancer.self, Dancer.self).graph === first.graph)
+        let configured = try Model(Dancer.self, Partner.self, configurations: ["dance": [Dancer.self, Partner.self]])
+        #expect(configured.graph !== first.graph)
+        #expect(try Model(Dancer.self, Partner.self, configurations: ["dance": [Partner.self, Dancer.self]]).graph === configured.graph)
+        #expect(try Model(Dancer.self, Partner.self, configurations: ["other": [Partner.self, Dancer.self]]).graph !== configured.graph)
+        #expect(try Model(Stranger.self).graph !== first.graph)
+        let stacks = try (0..<3).map { _ in try Stack(model: Model(Dancer.self, Partner.self)) }
+        #expect(stacks.allSatisfy { $0.graph === first.graph })
+    }
+
     @Test func aValidModelResolvesInversesBothWays() throws {
         let model = try Model(Person.self, Pet.self)
         let person = try #require(model.graph.entity(named: "Person"))

@@ -27,7 +27,7 @@ public struct Model: Sendable {
 
     /// A model of `types`, each an `@Entity` class.
     public init(_ types: [ManagedObject.Type], configurations: [String: [ManagedObject.Type]] = [:]) throws {
-        graph = try ModelGraph(types.map { $0.entityDescription }, configurations: configurations.mapValues { $0.map { $0.entityDescription } })
+        graph = try ModelGraph.resolved(types.map { $0.entityDescription }, configurations: configurations.mapValues { $0.map { $0.entityDescription } })
     }
 
     /// The names of the model's entities.
@@ -47,6 +47,39 @@ package final class ModelGraph: Sendable {
     package let schemaDescription: String
     private let byDescription: [ObjectIdentifier: ResolvedEntity]
     private let byName: [String: ResolvedEntity]
+
+    /// The graph of `descriptions` and `configurations`: the one resolved before for the same
+    /// entities and configurations, or a new one, kept for the rest of the process.
+    ///
+    /// A resolved model's entities reference one another (an entity's family holds it, a
+    /// property its destination and inverse, a constraint its entity), so a graph is never
+    /// freed, and a server that made a `Model` for every stack (one per tenant, say) kept every
+    /// one of them: their entities, schema and cached SQL texts. Resolved once for each set of
+    /// entity types, as a type's metadata is, what the process keeps is bounded by the models
+    /// its code names. A graph changes nothing after it is made (its entities' caches of SQL
+    /// text are locked and keyed by dialect), so stacks of equal models share one, as stacks
+    /// given one `Model` always have. The key's identifiers stay unique: the graph it names
+    /// holds the descriptions they identify.
+    static func resolved(_ descriptions: [EntityDescription], configurations: [String: [EntityDescription]]) throws(ModelError) -> ModelGraph {
+        let key = Key(entities: Set(descriptions.map(ObjectIdentifier.init)),
+                      configurations: configurations.mapValues { Set($0.map(ObjectIdentifier.init)) })
+        if let graph = resolvedGraphs.withLock({ $0[key] }) { return graph }
+        // Resolved outside the lock; of two threads resolving one model at once, the first
+        // to store its graph has it used by both.
+        let graph = try ModelGraph(descriptions, configurations: configurations)
+        return resolvedGraphs.withLock { graphs in
+            if let earlier = graphs[key] { return earlier }
+            graphs[key] = graph
+            return graph
+        }
+    }
+
+    private struct Key: Hashable {
+        let entities: Set<ObjectIdentifier>
+        let configurations: [String: Set<ObjectIdentifier>]
+    }
+
+    private static let resolvedGraphs = Locked<[Key: ModelGraph]>([:])
 
     init(_ descriptions: [EntityDescription], configurations: [String: [EntityDescription]]) throws(ModelError) {
         guard !descriptions.isEmpty else {

@@ -34,11 +34,12 @@ final class TestStore: Sendable {
     let database: TestSchema?
 
     /// `tracksHistory`: `nil` for the store's default (off on SQLite, on on PostgreSQL).
+    /// `model`, when given, instead of a model of `types`.
     init(_ kind: StoreKind, rootContext: Stack.RootContext = .shared, types: [ManagedObject.Type] = fullModelTypes,
-         tracksHistory: Bool? = nil) throws {
+         model: Model? = nil, tracksHistory: Bool? = nil) throws {
         // Every context of the tests checks its object graph after each commit it makes or takes.
         ContextCore.checksInvariants.store(true, ordering: .relaxed)
-        stack = try Stack(model: Model(types), rootContext: rootContext)
+        stack = try Stack(model: model ?? Model(types), rootContext: rootContext)
         switch kind {
         case .file:
             let directory = try makeTemporaryDirectory()
