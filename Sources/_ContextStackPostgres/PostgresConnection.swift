@@ -152,8 +152,21 @@ package final class PostgresConnection {
     /// Whether the server is still there, as far as can be told without a round trip: reads
     /// what it sent meanwhile, which shows a connection it closed (a restart, an administrator)
     /// as broken. A machine that vanished without a word is only found by the next statement.
+    ///
+    /// A server that ends a session sends an error first (`57P01`, which libpq, the connection
+    /// being idle, hands to the notice processor) and then closes it; a read that takes the
+    /// error does not see the end that follows it, so the socket is read for as long as it has
+    /// something (a few times at most). One read left the connection looking alive, and the
+    /// writer's next `BEGIN` failed its commit with `57P01`
+    /// (`PostgresStoreTests.sessionsTheServerEndsAreReplacedWithoutAnError`).
     package func isAlive() -> Bool {
-        if unanswered == nil && pendingBegin == nil && queued.isEmpty && PQisBusy(handle) == 0 { _ = PQconsumeInput(handle) }
+        guard unanswered == nil && pendingBegin == nil && queued.isEmpty && PQisBusy(handle) == 0 else { return !isBroken }
+        var socket = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+        for _ in 0..<4 where !isBroken {
+            guard poll(&socket, 1, 0) > 0, PQconsumeInput(handle) == 1 else { break }
+            // Parses what came (notices), so that it is not kept for the next statement.
+            _ = PQisBusy(handle)
+        }
         return !isBroken
     }
 

@@ -25,9 +25,17 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         /// The class: the first two characters (`"23"` for every integrity violation).
         public var errorClass: String { String(rawValue.prefix(2)) }
 
-        /// Class 08, or a connection that libpq found broken: the statement may or may not
-        /// have reached the server, and the connection cannot be used again.
-        public var isConnectionFailure: Bool { errorClass == "08" || self == .connectionLost }
+        /// Class 08, a session the server ended (`57P01` to `57P03`: an administrator's
+        /// command, a fast or immediate shutdown, a crash of another backend, a server not yet
+        /// accepting connections), or a connection that libpq found broken: the statement
+        /// may or may not have reached the server, and the connection cannot be used again.
+        ///
+        /// A server that shuts down fast, or a failover that ends the old primary's sessions,
+        /// tells each client `57P01` before it closes the connection; libpq reports that code
+        /// to the connection's next statement.
+        public var isConnectionFailure: Bool {
+            errorClass == "08" || self == .connectionLost || self == .adminShutdown || self == .crashShutdown || self == .cannotConnectNow
+        }
 
         public static let uniqueViolation = Code(rawValue: "23505")
         public static let foreignKeyViolation = Code(rawValue: "23503")
@@ -43,6 +51,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         /// A lock waited for longer than `lock_timeout` allows.
         public static let lockNotAvailable = Code(rawValue: "55P03")
         public static let adminShutdown = Code(rawValue: "57P01")
+        /// The session ended because another server process crashed.
+        public static let crashShutdown = Code(rawValue: "57P02")
         public static let cannotConnectNow = Code(rawValue: "57P03")
         public static let insufficientPrivilege = Code(rawValue: "42501")
         /// Could not connect (SQLSTATE `08001`): the server is down, refused, or timed out.

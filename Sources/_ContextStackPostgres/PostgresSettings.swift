@@ -45,15 +45,16 @@ package struct PostgresSettings: Sendable {
 
     /// libpq's connection keywords and values, in the order it processes them: ContextStack's
     /// defaults first, then the URL (`dbname` expands it), whose own parameters override them.
-    /// `options` comes last, ContextStack's server settings followed by the URL's own, so that
-    /// a URL naming a `search_path` keeps the statement timeout and one naming a
-    /// `statement_timeout` wins (the server applies `-c` settings in order).
+    /// `client_encoding` comes after the URL, so that no URL changes it: every text is read
+    /// and written as UTF-8. `options` comes last, ContextStack's server settings followed by
+    /// the URL's own, so that a URL naming a `search_path` keeps the statement timeout and one
+    /// naming a `statement_timeout` wins (the server applies `-c` settings in order).
     var keywordsAndValues: [(String, String)] {
         let own = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems?.last { $0.name == "options" }?.value
         return [("connect_timeout", String(connectTimeout)),
                 ("application_name", applicationName),
-                ("client_encoding", "UTF8"),
                 ("dbname", url.absoluteString),
+                ("client_encoding", "UTF8"),
                 ("options", "-c statement_timeout=\(statementTimeout)" + (own.map { " " + $0 } ?? ""))]
     }
 }

@@ -80,6 +80,19 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
         #expect(stacks.allSatisfy { $0.graph === first.graph })
     }
 
+    /// Threads making one model at once all get the graph the first of them stored.
+    @Test func modelsMadeOnManyThreadsAtOnceShareOneGraph() {
+        let configuration = ["\(#function)": [Dancer.self, Partner.self] as [ManagedObject.Type]]
+        let graphs = Locked<[ObjectIdentifier?]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let graph = try? Model(Dancer.self, Partner.self, configurations: configuration).graph
+            graphs.withLock { $0.append(graph.map(ObjectIdentifier.init)) }
+        }
+        let made = graphs.withLock { $0 }
+        #expect(made.count == 8 && !made.contains(nil))
+        #expect(Set(made).count == 1)
+    }
+
     @Test func aValidModelResolvesInversesBothWays() throws {
         let model = try Model(Person.self, Pet.self)
         let person = try #require(model.graph.entity(named: "Person"))

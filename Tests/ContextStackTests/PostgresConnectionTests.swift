@@ -222,6 +222,16 @@ struct PostgresConnectionTests {
         #expect(try other.scalar("SHOW search_path") == .text("public"))
     }
 
+    /// Texts go both ways as UTF-8 whatever the URL says: a `client_encoding` there would make
+    /// the server send bytes the connection reads as UTF-8.
+    @Test func theClientEncodingIsUTF8WhateverTheURLSays() throws {
+        var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
+        parts.queryItems = [URLQueryItem(name: "client_encoding", value: "LATIN1")]
+        let connection = try PostgresConnection(PostgresSettings(url: parts.url!))
+        #expect(try connection.scalar("SHOW client_encoding") == .text("UTF8"))
+        #expect(try connection.scalar("SELECT ?::text", [.text("Zoë 🐈")]) == .text("Zoë 🐈"))
+    }
+
     /// A statement sent without waiting is answered before the connection's next use, and its
     /// error is thrown there.
     @Test func aStatementSentWithoutWaitingIsSettledByTheNextUse() throws {
@@ -375,9 +385,23 @@ struct PostgresConnectionTests {
         let error = try #require(throws: PostgresError.self) {
             try connection.query("SELECT ?", [.integer(1)]) { _ in }
         }
-        #expect(error.code.isConnectionFailure || error.code == .adminShutdown, "\(error)")
+        #expect(error.code.isConnectionFailure, "\(error)")
         #expect(connection.isBroken)
         #expect(throws: PostgresError.self) { try connection.execute("SELECT 1") }
+    }
+
+    /// The codes of a session that is gone, whatever its cause: class 08, and the server's
+    /// own ending of it (`57P01` to `57P03`), which is what a fast shutdown or a failover sends
+    /// a connection's next statement (the writer's `BEGIN` met it, before its connection was
+    /// read to the end: `PostgresStoreTests.sessionsTheServerEndsAreReplacedWithoutAnError`).
+    /// A cancelled statement, a deadlock or a constraint leave the session usable.
+    @Test func codesOfASessionThatIsGoneAreConnectionFailures() {
+        for code in ["08000", "08001", "08006", "57P01", "57P02", "57P03"] {
+            #expect(PostgresError.Code(rawValue: code).isConnectionFailure, "\(code)")
+        }
+        for code in ["57014", "40P01", "40001", "23505", "55P03", "XX000"] {
+            #expect(!PostgresError.Code(rawValue: code).isConnectionFailure, "\(code)")
+        }
     }
 
     @Test func aFailedConnectionNamesTheServerWithoutThePassword() throws {
@@ -478,3 +502,4 @@ struct PostgresConnectionTests {
         }
     }
 }
+

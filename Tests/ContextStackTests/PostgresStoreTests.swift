@@ -12,6 +12,44 @@ import Testing
 /// run on PostgreSQL too.)
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
 struct PostgresStoreTests {
+    /// A server that ends a stack's sessions — as a fast shutdown, a failover or an
+    /// administrator does, telling each client `57P01` before it closes — costs the stack
+    /// nothing once it is back: the key connection, the writer, the readers and the history
+    /// listener are replaced at their next use, and no error reaches the app. (The key
+    /// connection took `57P01` for an error of its own, so the first `create` of a new entity
+    /// threw it; the listener reported it to `onError`.)
+    @Test @MainActor func sessionsTheServerEndsAreReplacedWithoutAnError() async throws {
+        let store = try TestStore(.postgres)
+        let schema = try #require(store.database)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Before"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(try world.fetchCount(Person.self) == 1)
+
+        // Every session of the stack's (they carry the schema's name as `application_name`),
+        // each waited for until it is gone.
+        let admin = try PostgresConnection(PostgresSettings(url: schema.url))
+        let ended = try admin.scalar("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE application_name = ? AND pid <> pg_backend_pid()",
+                                     [.text(schema.name)])
+        // At least the key connection, the writer and the history listener.
+        #expect((ended.intValue ?? 0) >= 3, "\(ended)")
+
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "After"
+            try update.create(Pet.self).name = "First pet"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(try world.fetchCount(Person.self) == 2)
+        #expect(try world.fetchCount(Pet.self) == 1)
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+    }
+
     @Test func configurationsShareOneDatabaseEachWithItsOwnDescription() throws {
         let schema = try TestSchema()
         defer { schema.drop() }
