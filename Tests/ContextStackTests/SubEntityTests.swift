@@ -37,6 +37,10 @@ import Testing
         let team = try #require(try world.fetch(Team.self))
         #expect(Set(team.members.map(\.name)) == ["Ada", "Grace"])
         #expect(staff[0].team === team)
+        // An ID names the root entity, whose table and keys its sub-entities share
+        // (Docs/GettingStarted.md, "Object IDs").
+        #expect(staff[0].objectID.entityName == "Staff")
+        #expect("\(staff[0].objectID)".hasPrefix("Staff/"))
         try await harness.stack.flush()
         #expect(try harness.store.scalar("SELECT count(*) FROM \"Staff\"") == .integer(3))
         if setup.kind == .file {
