@@ -3,6 +3,7 @@ import ContextStackPostgres
 import _ContextStackCore
 @testable import _ContextStackModel
 @testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
 import Foundation
 import Testing
 
@@ -221,6 +222,58 @@ struct PostgresConflictTests {
         let rows = try store.writtenRows("SELECT age, location FROM \"Person\" WHERE \"Z_PK\" IN (\(list)) ORDER BY \"Z_PK\"")
         #expect(rows == shared.indices.map { [.integer(Int64($0 + 1)), .text("by B")] })
     }
+    /// A transaction PostgreSQL fails for a serialization failure (or a deadlock) is rolled
+    /// back and written again, up to five attempts in all; when every one fails, the error
+    /// reaches the committer and nothing of the commit is stored. A trigger of the test's own
+    /// fails the inserts of the first `failures` attempts, counting them in a sequence (which
+    /// no rollback takes back).
+    @Test(arguments: [2, 5]) func aTransactionFailedForASerializationFailureIsWrittenAgainUpToFiveTimes(failures: Int) async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let admin = try PostgresConnection(PostgresSettings(url: url))
+        try admin.execute("CREATE SEQUENCE attempts")
+        try admin.execute("""
+            CREATE FUNCTION fail_early() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF nextval('attempts') <= \(failures) THEN
+                    RAISE EXCEPTION 'made to fail' USING ERRCODE = 'serialization_failure';
+                END IF;
+                RETURN NEW;
+            END $$
+            """)
+        try admin.execute("CREATE TRIGGER fail_early BEFORE INSERT ON \"Person\" FOR EACH ROW EXECUTE FUNCTION fail_early()")
+
+        // A context whose commits go to the store: `commit()` returns once the writer is
+        // through, with its error.
+        let context = try ContextStack.Context(stack: store.stack)
+        func commit() throws {
+            try context.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "Ada"
+                try update.create(Pet.self).name = "Rex"
+                try update.commit()
+            }
+        }
+        let attempted = { try admin.scalar("SELECT last_value FROM attempts").intValue }
+        if failures < PostgresStore.transactionAttempts {
+            try commit()
+            try await store.stack.flush()
+            #expect(recorder.all.isEmpty, "\(recorder.all)")
+            #expect(try attempted() == failures + 1)
+            #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Ada")]])
+            #expect(try store.writtenRows("SELECT name FROM \"Pet\"") == [[.text("Rex")]])
+        } else {
+            let error = #expect(throws: PostgresError.self) { try commit() }
+            #expect(error?.code == .serializationFailure, "\(String(describing: error))")
+            try await store.stack.flush()
+            #expect(recorder.all.isEmpty, "a save its caller waits for reaches the caller alone")
+            #expect(try attempted() == PostgresStore.transactionAttempts)
+            #expect(try store.writtenRows("SELECT count(*) FROM \"Person\"") == [[.integer(0)]])
+            #expect(try store.writtenRows("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]])
+        }
+    }
+
     /// A deadlock no lock order prevents — a commit of a group waits on the unique index for
     /// another transaction's uncommitted value while that transaction waits for a row the group
     /// locked — is broken by PostgreSQL failing the writer's transaction. The writer rolls the
