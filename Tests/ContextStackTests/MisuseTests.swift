@@ -141,4 +141,71 @@ import Testing
         }
         expectTrapMessage(result, contains: "would wait for itself forever", "use perform { }")
     }
+
+    // The traps Docs/Errors.md and GettingStarted.md list besides those above.
+
+    @Test func fetchingBeforeAStoreIsAddedTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let stack = try Stack(model: Model(fullModelTypes))
+                let world = try MainContext(stack: stack)
+                _ = try world.fetchAll(Person.self)
+            }
+        }
+        expectTrapMessage(result, contains: "The stack has no store yet", "addDatabaseStore(at: url)")
+    }
+
+    @Test func creatingAnObjectOfAnEntityOutsideTheModelTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try world.beginUpdateAndWait { update in _ = try update.create(Stranger.self) }
+                _ = store
+            }
+        }
+        expectTrapMessage(result, contains: "Stranger is not in this stack's model", "add it to Model(...)")
+    }
+
+    @Test func deletingAnotherContextsObjectTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                let pet = try #require(try world.fetch(Pet.self))
+                try world.beginUpdateAndWait { update in try update.delete(pet) }  // should be `update.use(pet)`
+                _ = store
+            }
+        }
+        expectTrapMessage(result, contains: "belongs to another context", "try update.delete(update.use(object))")
+    }
+
+    @Test func usingAnObjectAfterItsUpdateRolledBackTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try world.beginUpdateAndWait { update in
+                    let pet = try update.create(Pet.self)
+                    update.rollback()
+                    pet.name = "after the rollback"
+                }
+                _ = store
+            }
+        }
+        expectTrapMessage(result, contains: "was used after its update was rolled back", "fetch it again by its objectID")
+    }
+
+    @Test func relatingAnObjectToOneDeletedInTheUpdateTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try world.beginUpdateAndWait { update in
+                    let farmer = try #require(try update.fetch(Person.self))
+                    let pet = try #require(try update.fetch(Pet.self))
+                    try update.delete(farmer)
+                    pet.owner = farmer
+                }
+                _ = store
+            }
+        }
+        expectTrapMessage(result, contains: "Cannot relate", "is deleted in this update")
+    }
 }
