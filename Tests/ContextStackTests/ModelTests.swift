@@ -46,7 +46,39 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
     @Relationship var partner: Dancer?
 }
 
+/// Two relationships that name each other's sides wrongly: `Left.a` names `Right.one` as its
+/// inverse, and `Right.one` names `Left.b`.
+@Entity final class Left: ManagedObject {
+    @Relationship(inverse: \Right.one) var a: Right?
+    @Relationship var b: Right?
+}
+
+@Entity final class Right: ManagedObject {
+    @Relationship(inverse: \Left.b) var one: Left?
+}
+
+@Entity(unique: [[]]) final class EmptyUnique: ManagedObject {
+    var name: String = ""
+}
+
 @Suite struct ModelTests {
+    /// The codes Docs/GettingStarted.md's table of `ModelError`s gives, each with its cause.
+    @Test func eachInconsistencyThrowsItsCode() {
+        func code(_ make: () throws -> Model) -> (ModelError.Code, String)? {
+            do { _ = try make(); return nil } catch let error as ModelError { return (error.code, error.message) } catch { return nil }
+        }
+        #expect(code { try Model([]) }?.0 == .emptyModel)
+        let unknown = code { try Model(Person.self, Pet.self, configurations: ["Main": [Person.self, Stranger.self]]) }
+        #expect(unknown?.0 == .unknownConfiguration)
+        #expect(unknown?.1.contains("Configuration 'Main' lists Stranger, which is not in the model") == true)
+        let crossed = code { try Model(Left.self, Right.self) }
+        #expect(crossed?.0 == .badInverse)
+        #expect(crossed?.1.contains("Left.a names the inverse Right.one, but Right.one names b as its inverse") == true, "\(String(describing: crossed))")
+        let empty = code { try Model(EmptyUnique.self) }
+        #expect(empty?.0 == .invalidUniqueness)
+        #expect(empty?.1.contains("lists an empty constraint") == true)
+    }
+
     @Test func relationshipsOfOneNameOnTwoEntitiesMayBeEachOthersInverse() throws {
         let model = try Model(Dancer.self, Partner.self)
         let dancer = try #require(model.graph.entity(named: "Dancer")?.property(named: "partner"))
