@@ -188,6 +188,32 @@ import Testing
         #expect(try world.fetchCount(Vault.self) == 0)
     }
 
+    /// A commit refused by a `.deny` rule leaves the update's changes pending
+    /// (Docs/GettingStarted.md, "Inside an update"): mended, the same update commits them.
+    @Test(arguments: Setup.all) @MainActor
+    func aDeniedCommitLeavesItsChangesPendingToCommitAgain(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
+            let vault = try update.create(Vault.self)
+            try update.create(Coin.self).vault = vault
+            try update.commit()
+        }
+        try await harness.write { update in
+            try update.delete(#require(try update.fetch(Vault.self)))
+            try update.create(Pet.self).name = "made with the delete"
+            let error = #expect(throws: SaveError.self) { try update.commit() }
+            #expect(error?.code == .deleteDenied)
+            #expect(try update.fetchCount(Vault.self) == 0, "the delete is still pending")
+            #expect(try update.fetchCount(Pet.self, %"name" == "made with the delete") == 1)
+            try update.delete(#require(try update.fetch(Coin.self)))
+            try update.commit()
+        }
+        #expect(try world.fetchCount(Vault.self) == 0)
+        #expect(try world.fetchCount(Coin.self) == 0)
+        #expect(try world.fetchAll(Pet.self).map(\.name) == ["made with the delete"])
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func noActionLeavesTheOtherSideAlone(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

@@ -92,6 +92,25 @@ import Testing
         #expect(defaults.optionalMood == nil)
     }
 
+    /// A stored raw value that matches no case (written by a later version of the app, say)
+    /// reads as the property's default, or `nil` for an optional enum (Docs/GettingStarted.md,
+    /// "Enums").
+    @Test @MainActor func aStoredRawValueOfNoCaseReadsAsTheDefault() throws {
+        let store = try TestStore(.file)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            (sample.mood, sample.optionalMood, sample.level) = (.grumpy, .cheerful, .high)
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        try store.rawConnection().execute("UPDATE \"Sample\" SET \"mood\" = 'sleepy', \"optionalMood\" = 'sleepy', \"level\" = 7")
+        let sample = try #require(try MainContext(stack: store.reopen()).fetch(Sample.self))
+        #expect(sample.mood == .calm)
+        #expect(sample.optionalMood == nil)
+        #expect(sample.level == .low)
+    }
+
     @Test @MainActor func transientPropertiesAreNotStored() throws {
         let store = try TestStore(.file)
         let world = try MainContext(stack: store.stack)
