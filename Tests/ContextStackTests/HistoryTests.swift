@@ -206,6 +206,23 @@ import Testing
             }
         }
         _ = several
+        // Nor a file that tracks history already, added beside another store.
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let tags = directory.appendingPathComponent("tags.sqlite")
+        do {
+            let alone = try Stack(model: model)
+            try alone.addDatabaseStore(at: tags, configuration: "tags", tracksHistory: true)
+            try alone.flushAndWait()
+        }
+        let second = try Stack(model: model)
+        try second.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "people")
+        #expect {
+            try second.addDatabaseStore(at: tags, configuration: "tags")
+        } throws: { error in
+            guard let error = error as? StoreError else { return false }
+            return error.code == .unsupported && error.message.contains("tracks history") && error.message.contains("Add it as the stack's only store")
+        }
     }
 
     // MARK: - Other stacks' commits

@@ -320,6 +320,23 @@ func storeBytes(_ url: URL) -> [Data?] {
         _ = try openStore([GadgetV1.self], at: url, autoMigrating: false)
     }
 
+    /// A file whose `Z_METADATA` lost the description of the model that wrote it cannot be
+    /// migrated (there is nothing to compare with): it throws `.cannotMigrate` and is left as
+    /// it was.
+    @Test func aStoreThatDoesNotRecordItsModelCannotMigrate() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        try Connection(path: url.path).execute("DELETE FROM Z_METADATA WHERE key = 'schema'")
+        let before = storeBytes(url)
+        #expect {
+            try openStore([GadgetV2.self], at: url)
+        } throws: { error in
+            guard let error = error as? StoreError else { return false }
+            return error.code == .cannotMigrate && error.message.contains("does not record the model that wrote it")
+        }
+        #expect(storeBytes(url) == before)
+    }
+
     @Test func resetOnFailureReplacesAStoreThatCannotMigrate() throws {
         defer { cleanUp() }
         try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }

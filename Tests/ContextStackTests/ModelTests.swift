@@ -125,6 +125,13 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
         #expect(Set(made).count == 1)
     }
 
+    /// A sub-entity's parents come along when only it is listed: fetching it reads their table.
+    @Test func aModelOfASubEntityHoldsItsParent() throws {
+        let model = try Model(Engineer.self, Team.self)
+        #expect(model.entityNames.contains("Staff"))
+        #expect(model.graph.entity(named: "Engineer")?.superentity === model.graph.entity(named: "Staff"))
+    }
+
     @Test func aValidModelResolvesInversesBothWays() throws {
         let model = try Model(Person.self, Pet.self)
         let person = try #require(model.graph.entity(named: "Person"))
