@@ -23,18 +23,22 @@ package enum PostgresSchemaInstaller {
         case migrated
     }
 
-    /// Installs `schema` with `connection`, which must not be inside a transaction.
+    /// Installs `schema` with `connection`, which must not be inside a transaction, then runs
+    /// `alongside` in the same transaction, under the same lock (the store's history table):
+    /// when anything throws, nothing of it stays.
     /// - Throws: `StoreError` with `.modelMismatch` (another model wrote the database and
     ///   `autoMigrating` is false), `.cannotMigrate` (what changed cannot be inferred; see
     ///   `PostgresMigration`), `.foreignDatabase` (tables of these names exist
     ///   that ContextStack did not create), or `.cannotOpen` (a name longer than PostgreSQL
     ///   keeps); `PostgresError` when the server fails.
-    package static func install(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool) throws -> Outcome {
+    package static func install(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool,
+                                alongside: (PostgresConnection) throws -> Void = { _ in }) throws -> Outcome {
         precondition(!connection.isInTransaction, "Install the schema on a connection outside any transaction: it runs in one of its own.")
         try connection.execute("BEGIN")
         do {
             try connection.run("SELECT pg_advisory_xact_lock(?)", [.integer(lockKey)])
             let outcome = try installLocked(schema, on: connection, autoMigrating: autoMigrating)
+            try alongside(connection)
             try connection.execute("COMMIT")
             return outcome
         } catch {

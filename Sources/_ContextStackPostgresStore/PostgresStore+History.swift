@@ -43,20 +43,13 @@ extension PostgresStore {
         transactions: "SELECT \"Z_XID\", \"Z_SEQ\", \"Z_DATE\", \"Z_AUTHOR\", \"Z_STACK\", \"Z_CHANGES\" FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") > (?, ?) AND \"Z_XID\" < \(settled) ORDER BY \"Z_XID\", \"Z_SEQ\"",
         arguments: { [.integer($0?.position ?? 0), .integer($0?.sequence ?? 0)] })
 
-    /// Creates the history tables when asked to (once, under the schema installer's lock), and
-    /// says whether the database tracks history: once one stack turned it on, every stack that
-    /// opens the database writes it.
+    /// Creates the history table when asked to, and says whether the database tracks history:
+    /// once one stack turned it on, every stack that opens the database writes it. Runs inside
+    /// the schema installer's transaction, under its lock (`PostgresSchemaInstaller.install`),
+    /// so that a store added with history is all there or not at all.
     static func prepareHistory(_ connection: PostgresConnection, enable: Bool) throws -> Bool {
         if enable {
-            try connection.execute("BEGIN")
-            do {
-                try connection.run("SELECT pg_advisory_xact_lock(?)", [.integer(PostgresSchemaInstaller.lockKey)])
-                for statement in historyCreation { try connection.execute(statement) }
-                try connection.execute("COMMIT")
-            } catch {
-                if connection.isInTransaction && !connection.isBroken { try? connection.execute("ROLLBACK") }
-                throw error
-            }
+            for statement in historyCreation { try connection.execute(statement) }
             return true
         }
         return try connection.scalar("SELECT CASE WHEN to_regclass('\"Z_HISTORY\"') IS NULL THEN 0 ELSE 1 END") == .integer(1)

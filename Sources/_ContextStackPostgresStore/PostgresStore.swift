@@ -78,8 +78,11 @@ package final class PostgresStore: QueuedStore {
         self.writesInBackground = writesInBackground
         self.reportError = reportError
         let connection = try Self.connect(settings, tracer: tracer)
-        _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: autoMigrating)
-        self.tracksHistory = try Self.prepareHistory(connection, enable: tracksHistory)
+        var tracks = false
+        _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: autoMigrating) { connection in
+            tracks = try Self.prepareHistory(connection, enable: tracksHistory)
+        }
+        self.tracksHistory = tracks
         historyChannel = try connection.scalar(Self.historyChannelSQL).stringValue ?? "cs_history"
         writer = Locked(connection)
         tables = Locked(Dictionary(uniqueKeysWithValues: schema.tables.map { ($0.name, $0) }))

@@ -12,6 +12,22 @@ import Testing
 /// run on PostgreSQL too.)
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
 struct PostgresStoreTests {
+    /// Adding a store is one transaction, the history table with the model's tables: when the
+    /// history table cannot be made (here a type of its name is in the way), nothing of the
+    /// store stays. (It was made in a second transaction, after the model's tables were in.)
+    @Test func aStoreWhoseHistoryTableFailsLeavesTheDatabaseAsItWas() throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        let admin = try PostgresConnection(PostgresSettings(url: schema.url))
+        try admin.execute("CREATE TYPE \"Z_HISTORY\" AS ENUM ('in the way')")
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        #expect(throws: PostgresError.self) { try stack.addPostgresStore(url: schema.url) }
+        #expect(try admin.allRows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") == [])
+        // Without history, the same database takes the store.
+        try Stack(model: Model(Person.self, Pet.self)).addPostgresStore(url: schema.url, tracksHistory: false)
+        #expect(try admin.scalar("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'Person'") == .integer(1))
+    }
+
     /// A server that ends a stack's sessions — as a fast shutdown, a failover or an
     /// administrator does, telling each client `57P01` before it closes — costs the stack
     /// nothing once it is back: the key connection, the writer, the readers and the history
