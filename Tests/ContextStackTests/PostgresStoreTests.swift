@@ -12,6 +12,53 @@ import Testing
 /// run on PostgreSQL too.)
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
 struct PostgresStoreTests {
+    /// The URL's password reaches no line of `stack.trace`, from adding the store through a
+    /// commit and a read (Docs/Postgres.md, "Connection settings").
+    @Test @MainActor func thePasswordNeverReachesTheTrace() async throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        var parts = URLComponents(url: schema.url, resolvingAgainstBaseURL: false)!
+        parts.password = "not-a-secret-to-print"
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        let lines = Locked<[String]>([])
+        stack.trace { line in lines.withLock { $0.append(line) } }
+        try stack.addPostgresStore(url: parts.url!)
+        let world = try MainContext(stack: stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        try await stack.flush()
+        #expect(try world.fetchCount(Person.self) == 1)
+        let traced = lines.withLock { $0 }
+        #expect(traced.contains { $0.contains("INSERT INTO \"Person\"") }, "\(traced)")
+        #expect(!traced.contains { $0.contains("not-a-secret-to-print") })
+    }
+
+    /// Batch operations add one to the version of every row they change, as the writer's
+    /// updates do, so that another process's commit that read a row before sees it changed.
+    @Test @MainActor func batchOperationsAddOneToTheRowVersion() async throws {
+        let store = try TestStore(.postgres)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let owner = try update.create(Person.self)
+            owner.name = "Ada"
+            try update.create(Pet.self).owner = owner
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let versions = { try store.writtenRows("SELECT (SELECT \"Z_VERSION\" FROM \"Person\"), (SELECT \"Z_VERSION\" FROM \"Pet\")") }
+        let before = try versions()
+        try world.beginUpdateAndWait { update in
+            #expect(try update.batchUpdate(Person.self, set: ["age": .integer(41)]) == 1)
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let after = try versions()
+        #expect(after[0][0].intValue == before[0][0].intValue.map { $0 + 1 }, "\(before) → \(after)")
+        #expect(after[0][1] == before[0][1])
+    }
+
     /// Adding a store is one transaction, the history table with the model's tables: when the
     /// history table cannot be made (here a type of its name is in the way), nothing of the
     /// store stays. (It was made in a second transaction, after the model's tables were in.)
