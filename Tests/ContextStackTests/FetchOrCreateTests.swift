@@ -35,6 +35,44 @@ import Testing
         #expect(reads.count == 1, "\(reads)")
     }
 
+    /// Who merges into whom when a key is saved first (Docs/Writing.md, "fetchOrCreate on
+    /// unique keys"): an object a `fetchOrCreate` made merges into the row that saved its key
+    /// first, whether `create` or `fetchOrCreate` made that row; an object made with
+    /// `create(_:)` never merges, and its commit fails with `.uniquenessViolated`.
+    @Test(arguments: StoreKind.available)
+    func aFetchOrCreateMergesIntoARowCreateSavedFirstAndNotTheOtherWay(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let first = try ContextStack.Context(stack: store.stack)
+        let second = try ContextStack.Context(stack: store.stack)
+        try first.beginUpdateAndWait { update in
+            let ada = try update.fetchOrCreate(Person.self, %"email" == "ada@example.com")
+            (ada.name, ada.age) = ("Ada (fetchOrCreate)", 36)
+            try second.beginUpdateAndWait { other in
+                let created = try other.create(Person.self)
+                (created.name, created.email) = ("Ada (create)", "ada@example.com")
+                try other.commit()
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\" WHERE email = 'ada@example.com'") == [[.text("Ada (fetchOrCreate)"), .integer(36)]])
+
+        let error = #expect(throws: SaveError.self) {
+            try first.beginUpdateAndWait { update in
+                let grace = try update.create(Person.self)
+                (grace.name, grace.email) = ("Grace (create)", "grace@example.com")
+                try second.beginUpdateAndWait { other in
+                    try other.fetchOrCreate(Person.self, %"email" == "grace@example.com").name = "Grace (fetchOrCreate)"
+                    try other.commit()
+                }
+                try update.commit()
+            }
+        }
+        #expect(error?.code == .uniquenessViolated)
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'grace@example.com'") == [[.text("Grace (fetchOrCreate)")]])
+    }
+
     /// A new object's unique values are looked up in the store once when its commit is handed
     /// over — for a row another process saved meanwhile (`adoptSavedRows`) and for uniqueness
     /// (`checkUniqueness`) alike, where each used to read them: a round trip per new object on
