@@ -62,6 +62,19 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: url.path + "-wal"))
     }
 
+    /// A store of ContextStack's whose header lost SQLite's mark cannot be told from a file
+    /// that is not a database: it is never reset (Docs/Stores.md, "Bad files").
+    @Test func aStoreWhoseHeaderMarkIsDamagedIsLeftUntouched() throws {
+        defer { cleanUp() }
+        try writeGoodStore()
+        var contents = try #require(FileManager.default.contents(atPath: url.path))
+        contents.replaceSubrange(0..<6, with: Data("SQLITE".utf8))
+        try contents.write(to: url)
+        expectCode(.notADatabase)
+        expectCode(.notADatabase, resetOnFailure: true)
+        #expect(FileManager.default.contents(atPath: url.path) == contents)
+    }
+
     @Test func someoneElsesDatabaseIsLeftUntouched() throws {
         defer { cleanUp() }
         do {

@@ -118,9 +118,10 @@ public final class Stack: Sendable {
     ///     Docs/Stores.md for what is inferred); `false` throws `StoreError.Code.modelMismatch`
     ///     for such a file instead.
     ///   - resetOnFailure: when the file holds an incompatible model, cannot be migrated, or is
-    ///     a damaged SQLite database, delete it (with its `-wal`, `-shm` and `-journal` files)
-    ///     and start an empty store instead of throwing. A file that is not an SQLite database,
-    ///     or a database ContextStack did not create, is never deleted.
+    ///     a damaged SQLite database, empty it through SQLite (the files stay, so another
+    ///     holder of them sees an empty store) and start an empty store in it instead of
+    ///     throwing. A file that is not an SQLite database, or a database ContextStack did not
+    ///     create, is never emptied (Docs/Stores.md, "Reset on failure").
     ///   - tracksHistory: record every save in the file's history, and follow the commits other
     ///     processes and stacks make to it (Docs/History.md). A file whose history another
     ///     stack turned on tracks it whatever this says. Only for a stack's only store.
