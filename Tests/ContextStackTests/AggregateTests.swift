@@ -65,5 +65,38 @@ import Testing
         #expect(throws: QueryError.self) { _ = try world.query(Person.self, .select("name"), orderBy: .ascending("unknownAlias")) }
         #expect(throws: QueryError.self) { _ = try world.query(Person.self, .count("name"), having: %"unknownAlias" > 1) }
         #expect(try world.query(Person.self, .count("name", alias: "n")).first?["n"] == .integer(0))
+        // Each refusal with the code Docs/Queries.md gives.
+        func code(_ body: () throws -> Void) -> QueryError.Code? {
+            do { try body(); return nil } catch let error as QueryError { return error.code } catch { return nil }
+        }
+        #expect(code { _ = try world.query(Person.self, .average("name")) } == .typeMismatch)
+        #expect(code { _ = try world.query(Person.self, .average("nope")) } == .unknownKey)
+        #expect(code { _ = try world.query(Person.self, .select("name"), orderBy: .ascending("unknownAlias")) } == .unknownKey)
+        #expect(code { _ = try world.query(Person.self, .count("name"), having: %"unknownAlias" > 1) } == .unknownKey)
+        #expect(code { _ = try world.query(Person.self, .select()) } == .unsupported)
+        #expect(code { _ = try world.query(Person.self, .count("pets")) } == .unsupported)
+        #expect(code { _ = try world.query(Person.self, .select("name"), having: %"name" == "x") } == .unsupported)
+        #expect(code { _ = try world.query(Person.self, .count("name", alias: "n"), groupBy: %"location", having: %"location"%.caseInsensitive == "x") } == .unsupported)
+        #expect(code { _ = try world.query(Sample.self, .min("decimal")) } == .unsupported)
+        #expect(code { _ = try world.query(Sample.self, .count("decimal", alias: "n")) } == nil)
+    }
+
+    /// A member count aggregates as a whole number (Docs/Queries.md, "Counts of members").
+    @Test @MainActor func aMemberCountIsAggregatedLikeANumber() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for pets in [0, 1, 2, 5] {
+                let person = try update.create(Person.self)
+                for _ in 0..<pets { try update.create(Pet.self).owner = person }
+            }
+            try update.commit()
+        }
+        let row = try #require(try world.query(Person.self, .average("pets.@count", alias: "a") | .max("pets.@count", alias: "m")).first)
+        #expect(row["a"] == .double(2))
+        #expect(row["m"] == .integer(5))
+        // fetch takes the first match; a limit of nothing gives nothing.
+        #expect(try world.fetch(Person.self, options: .limit(5)) != nil)
+        #expect(try world.fetch(Person.self, options: .limit(0)) == nil)
     }
 }

@@ -133,6 +133,7 @@ import Testing
         #expect(try Self.whereSQL(.where("%@ IN pets", pet)) == member)
         #expect(try Self.whereSQL(.where("pets CONTAINS %@", pet)) == member)
         #expect(try Self.whereSQL(.where("ANY pets == %@", pet)) == member)
+        #expect(try Self.whereSQL(.where("pets == %@", pet)) == member)
         #expect(try Self.whereSQL(.where("'Rex' IN pets.name")) == #"EXISTS (SELECT 1 FROM "Pet" AS q1_t0 WHERE q1_t0."owner" = t0."Z_PK" AND q1_t0."name" IS ?)"#)
         #expect(try Self.whereSQL(.where("'Rex' IN[c] pets.name")) == #"EXISTS (SELECT 1 FROM "Pet" AS q1_t0 WHERE q1_t0."owner" = t0."Z_PK" AND cs_fold(1, q1_t0."name") IS ?)"#)
         // A string on the right of IN: the left side is a substring of it.
