@@ -112,6 +112,17 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
         #expect(stacks.allSatisfy { $0.graph === first.graph })
     }
 
+    /// A model made again is the latest for `ObjectID(_:)`'s names, as a new one is, though
+    /// its graph was resolved before: after a model whose "Person" is another class, making
+    /// the first model again makes "Person/1" its `Person`'s.
+    @Test func aModelMadeAgainIsTheLatestForIDsByName() throws {
+        _ = try Model(Person.self, Pet.self)
+        _ = try Model(Impostor.self)
+        #expect(ObjectID("Person/1")?.rootEntity === Impostor.entityDescription)
+        _ = try Model(Person.self, Pet.self)
+        #expect(ObjectID("Person/1")?.rootEntity === Person.entityDescription)
+    }
+
     /// Threads making one model at once all get the graph the first of them stored.
     @Test func modelsMadeOnManyThreadsAtOnceShareOneGraph() {
         let configuration = ["\(#function)": [Dancer.self, Partner.self] as [ManagedObject.Type]]

@@ -63,7 +63,11 @@ package final class ModelGraph: Sendable {
     static func resolved(_ descriptions: [EntityDescription], configurations: [String: [EntityDescription]]) throws(ModelError) -> ModelGraph {
         let key = Key(entities: Set(descriptions.map(ObjectIdentifier.init)),
                       configurations: configurations.mapValues { Set($0.map(ObjectIdentifier.init)) })
-        if let graph = resolvedGraphs.withLock({ $0[key] }) { return graph }
+        if let graph = resolvedGraphs.withLock({ $0[key] }) {
+            // Made again, it is the latest model for `ObjectID(_:)`'s names, as a new one is.
+            ObjectID.register(graph.entities)
+            return graph
+        }
         // Resolved outside the lock; of two threads resolving one model at once, the first
         // to store its graph has it used by both.
         let graph = try ModelGraph(descriptions, configurations: configurations)
