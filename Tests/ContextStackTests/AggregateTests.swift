@@ -81,6 +81,42 @@ import Testing
         #expect(code { _ = try world.query(Sample.self, .count("decimal", alias: "n")) } == nil)
     }
 
+    /// What each aggregate gives over no rows and over some, on every store (Docs/Queries.md,
+    /// "Selecting"): `.sum` a double, `0.0` over none; `.count` `0`; the others NULL over none.
+    /// Compared case and all (`isIdentical`): `Value`'s `==` takes 70 and 70.0 as equal.
+    @Test(arguments: StoreKind.available) @MainActor
+    func eachAggregateOverNoRowsAndOverSome(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let all: Select = .sum("age", alias: "s") | .average("age", alias: "a") | .min("age", alias: "mi")
+            | .max("age", alias: "ma") | .stdDev("age", alias: "sd") | .median("age", alias: "me") | .count("location", alias: "c")
+        func expect(_ row: Row?, _ alias: String, _ value: Value, sourceLocation: SourceLocation = #_sourceLocation) {
+            #expect(row?[alias]?.isIdentical(to: value) == true, "\(alias): \(String(describing: row?[alias]))", sourceLocation: sourceLocation)
+        }
+        let none = try world.query(Person.self, all).first
+        expect(none, "s", .double(0))
+        for alias in ["a", "mi", "ma", "sd", "me"] { expect(none, alias, .null) }
+        expect(none, "c", .integer(0))
+        #expect(try world.queryValue(Person.self, .sum("age"), %"age" > 100).isIdentical(to: .double(0)))
+
+        try world.beginUpdateAndWait { update in
+            for (age, location) in [(30, "Kyoto"), (40, nil)] as [(Int, String?)] {
+                let person = try update.create(Person.self)
+                (person.age, person.location) = (age, location)
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let some = try world.query(Person.self, all).first
+        expect(some, "s", .double(70))
+        expect(some, "a", .double(35))
+        expect(some, "mi", .integer(30))
+        expect(some, "ma", .integer(40))
+        expect(some, "sd", .double(5))
+        expect(some, "me", .double(35))
+        expect(some, "c", .integer(1))
+    }
+
     /// A member count aggregates as a whole number (Docs/Queries.md, "Counts of members").
     @Test @MainActor func aMemberCountIsAggregatedLikeANumber() throws {
         let store = try TestStore(.memory)

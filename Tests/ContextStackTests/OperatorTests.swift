@@ -57,6 +57,9 @@ import Testing
         }
         #expect(try names(world, %"age"%.in([18, 19])) == ["c", "d"])
         #expect(try names(world, %"age"%.in([Int]())) == [])
+        // An empty list holds nothing, NULL included, and its negation everything, NULL included.
+        #expect(try names(world, %"location"%.in([String]())) == [])
+        #expect(try names(world, !(%"location"%.in([String]()))) == ["a", "b", "c", "d"])
         #expect(try names(world, %"age"%.between(1, 5)) == ["a", "b"])
         #expect(try names(world, %"age"%.between(5, 1)) == [])
         #expect(try names(world, %"location"%.in(["x"])) == ["a", "d"])

@@ -108,6 +108,11 @@ import Testing
                 return error.code == .unsupported && error.message.contains("decimal")
             }
         }
+        // A string operator on a key that is not text, and a quantifier on a key that is not
+        // a to-many relationship (Docs/Predicates.md, "Errors").
+        for (condition, code) in [((%"age").beginsWith("1"), QueryError.Code.typeMismatch), (%"name"%.any == "x", .unsupported)] {
+            #expect { _ = try world.fetchAll(Person.self, condition) } throws: { ($0 as? QueryError)?.code == code }
+        }
         _ = try world.fetchAll(Sample.self, %"decimal" == Decimal(1))
         _ = try world.fetchAll(Sample.self, %"decimal" != Decimal(1))
     }
