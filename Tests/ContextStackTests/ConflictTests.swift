@@ -73,6 +73,117 @@ import Testing
         #expect(sample?.int == 1)
         #expect(sample?.string == "A")
         #expect(sample?.double == 0)
+        // The rest of the commit is saved.
+        #expect(try sample.map { try $0.context.fetchCount(Pet.self, nil) } == 1)
+    }
+
+    /// Docs/Concurrency.md's promises about the policies beyond the five outcomes: the default,
+    /// a change changed back, an object deleted since it was read, the changes left pending by
+    /// a `MergeConflictError`, and the values a committing update's objects keep.
+    @Test @MainActor func objectTrumpIsTheDefault() throws {
+        let store = try TestStore(.memory)
+        #expect(try MainContext(stack: store.stack).mergePolicy == .objectTrump)
+        #expect(try ContextStack.Context(stack: store.stack).mergePolicy == .objectTrump)
+    }
+
+    @Test @MainActor func aValueChangedAndChangedBackIsNoConflict() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, mergePolicy: .error)
+        let id = try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            try update.commit()
+            return sample.objectID
+        }
+        let b = world.beginUpdateContext()
+        let held = try b.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        for value in ["A", "default"] {
+            try world.beginUpdateAndWait { update in
+                try #require(try update.fetch(Sample.self, id: id)).string = value
+                try update.commit()
+            }
+        }
+        try b.performAndWait { update in
+            try #require(held).int = 2
+            try update.commit()
+        }
+        #expect(try world.fetch(Sample.self, id: id)?.int == 2)
+    }
+
+    @Test(arguments: [MergePolicy.objectTrump, .storeTrump, .overwrite, .rollback, .error]) @MainActor
+    func changesToAnObjectDeletedSinceAreDroppedOrReported(policy: MergePolicy) throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, mergePolicy: policy)
+        let id = try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            try update.commit()
+            return sample.objectID
+        }
+        let b = world.beginUpdateContext()
+        let held = try b.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        try world.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Sample.self, id: id)))
+            try update.commit()
+        }
+        var failure: (any Error)?
+        do {
+            try b.performAndWait { update in
+                try #require(held).int = 2
+                try update.create(Pet.self).name = "B's"
+                try update.commit()
+            }
+        } catch {
+            failure = error
+        }
+        #expect(try world.fetch(Sample.self, id: id) == nil, "the deletion wins")
+        if policy == .error {
+            let conflict = try #require(failure as? MergeConflictError)
+            #expect(conflict.conflicts.map(\.key) == ["<deleted>"])
+            #expect(try world.fetchCount(Pet.self) == 0)
+        } else {
+            #expect(failure == nil, "\(String(describing: failure))")
+            #expect(try world.fetchCount(Pet.self) == 1)
+        }
+    }
+
+    @Test @MainActor func aConflictLeavesTheChangesPendingAndOurObjectsKeepOurValues() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, mergePolicy: .error)
+        let id = try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            try update.commit()
+            return sample.objectID
+        }
+        let b = world.beginUpdateContext()
+        let held = try b.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Sample.self, id: id)).int = 1
+            try update.commit()
+        }
+        try b.performAndWait { update in
+            let sample = try #require(held)
+            sample.int = 2
+            #expect(throws: MergeConflictError.self) { try update.commit() }
+            // Still pending: the update reads its own value, and the store's is untouched.
+            #expect(sample.int == 2 && sample.hasChanges)
+            update.rollback()
+        }
+        #expect(try world.fetch(Sample.self, id: id)?.int == 1)
+
+        // Under .objectTrump, a committing update's objects keep its values, not the store's.
+        let c = try MainContext(stack: store.stack).beginUpdateContext()
+        let mine = try c.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Sample.self, id: id)).string = "A"
+            try update.commit()
+        }
+        try c.performAndWait { update in
+            let sample = try #require(mine)
+            sample.int = 3
+            try update.commit()
+            #expect(sample.string == "default", "not A's change")
+        }
+        let stored = try #require(try world.fetch(Sample.self, id: id))
+        #expect(stored.int == 3 && stored.string == "A")
     }
 
     @Test @MainActor func errorThrowsWithSnapshotStoredAndOursAndSavesNothing() throws {
