@@ -83,6 +83,38 @@ struct PostgresConflictTests {
         return recorder
     }
 
+    /// `apply(_:expecting:)` checks again when the commit is written, whatever the policy:
+    /// another process's change that is committed between this `commit()` and the write (the
+    /// writer waits for its row lock meanwhile) fails the commit, even under `.objectTrump`,
+    /// and nothing of it is saved (Docs/Servers.md, "Conflicts: refusing lost updates").
+    @Test @MainActor func applyExpectingFailsForAnotherProcessesChangeBeforeTheWrite() async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let world = try MainContext(stack: store.stack)
+        let monk = try world.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age, monk.location) = ("Monk", 60, "Kyoto")
+            try update.commit()
+            return monk.objectID
+        }
+        try await store.stack.flush()
+        let original = try #require(try await ContextStack.Context(stack: store.stack).snapshot(Person.self, id: monk))
+        var edited = original
+        edited.age = 61
+
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.run("UPDATE \"Person\" SET location = 'Nara' WHERE \"Z_PK\" = ?", [.integer(monk.primaryKey)])
+        try world.beginUpdateAndWait { update in
+            try update.apply(edited, expecting: original)
+            try update.commit()
+        }
+        #expect(try await commitOnceAWriterWaits(otherProcess, url: url), "the writer never waited for the other process's row")
+        let error = await #expect(throws: MergeConflictError.self) { try await store.stack.flush() }
+        #expect(error?.conflicts.contains { $0.key == "location" && $0.stored == .text("Nara") } == true, "\(String(describing: error))")
+        #expect(try store.writtenRows("SELECT age, location FROM \"Person\"") == [[.integer(60), .text("Nara")]])
+    }
+
     /// A commit whose row another process holds locked waits for it without holding up this
     /// process's reads: its statements go out with `COMMIT` under the state lock, where reads
     /// begin, but wait for locks there at most 50 ms; past that the commit is written again

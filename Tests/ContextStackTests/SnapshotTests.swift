@@ -266,6 +266,28 @@ import Testing
         }
     }
 
+    /// A snapshot read on a main context that does not merge shows the latest state, not the
+    /// context's pinned view; `person.snapshot` in an update includes its pending changes
+    /// (Docs/Servers.md, "Snapshots" and "Async reads").
+    @Test @MainActor func snapshotReadsShowTheLatestStateAndAnObjectsSnapshotItsPendingChanges() async throws {
+        let store = try TestStore(.file, rootContext: .shared)
+        let pinned = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let ids = try pinned.beginUpdateAndWait(Self.makePeople)
+        try store.stack.flushAndWait()
+        let other = try MainContext(stack: store.stack)
+        try other.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: ids.bob)).age = 21
+            try update.commit()
+        }
+        #expect(try pinned.fetch(Person.self, id: ids.bob)?.age != 21, "the context's own view is pinned")
+        #expect(try await pinned.snapshot(Person.self, id: ids.bob)?.age == 21)
+        try pinned.beginUpdateAndWait { update in
+            let bob = try #require(try update.fetch(Person.self, id: ids.bob))
+            bob.location = "Lima"
+            #expect(bob.snapshot.location == "Lima" && bob.snapshot.age == 21)
+        }
+    }
+
     @Test @MainActor func objectIDsRoundTripThroughStrings() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
