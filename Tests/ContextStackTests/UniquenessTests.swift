@@ -134,6 +134,26 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         #expect(try world.fetchCount(Person.self) == 0)
     }
 
+    /// After `commit()` throws `.uniquenessViolated`, the update's changes stay pending
+    /// (Docs/Writing.md, "Uniqueness"): with the value mended, the same update commits them.
+    @Test(arguments: Setup.all) @MainActor
+    func aDuplicateLeavesTheChangesPendingToMendAndCommit(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
+            let first = try update.create(Person.self)
+            (first.name, first.email) = ("First", "twin@example.com")
+            let second = try update.create(Person.self)
+            (second.name, second.email) = ("Second", "twin@example.com")
+            let error = #expect(throws: SaveError.self) { try update.commit() }
+            #expect(error?.code == .uniquenessViolated)
+            #expect(try update.fetchCount(Person.self) == 2, "both are still pending")
+            second.email = "second@example.com"
+            try update.commit()
+        }
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("name")).map { $0.email } == ["twin@example.com", "second@example.com"])
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func changingAValueToOneInUseThrowsButSwapsAndReusesAreFine(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)
