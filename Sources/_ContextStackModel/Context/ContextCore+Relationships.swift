@@ -143,8 +143,10 @@ extension ContextCore {
             func record(_ other: ObjectID, present: Bool) {
                 let key = property.linkKey(join, owner: object.objectID.primaryKey, member: other.primaryKey)
                 links[key] = present
-                linkEnds[key] = property.linkEnds(owner: object.objectID, member: other)
-                if let inverse = property.inverse, let member = registered(other) {
+                let member = registered(other)
+                linkEnds[key] = property.linkEnds(owner: object.objectID, member: other,
+                                                  ownerEntity: object.entity.description_, memberEntity: member?.entity.description_)
+                if let inverse = property.inverse, let member {
                     updateCache(member, inverse) { ids in
                         if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }
                     }

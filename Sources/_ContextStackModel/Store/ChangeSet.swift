@@ -35,27 +35,40 @@ extension Property {
         isJoinSource ? (key.source, key.target) : (key.target, key.source)
     }
 
-    /// The objects and relationship names of the pair relating `owner` (on this side) to `member`.
-    package func linkEnds(owner: ObjectID, member: ObjectID) -> LinkEnds {
+    /// The objects and relationship names of the pair relating `owner` (on this side) to
+    /// `member`, with the entity of each where the caller knows it (its object is at hand).
+    package func linkEnds(owner: ObjectID, member: ObjectID,
+                          ownerEntity: EntityDescription? = nil, memberEntity: EntityDescription? = nil) -> LinkEnds {
         isJoinSource
-            ? LinkEnds(source: owner, sourceKey: name, target: member, targetKey: inverse?.name)
-            : LinkEnds(source: member, sourceKey: inverse?.name, target: owner, targetKey: name)
+            ? LinkEnds(source: owner, sourceKey: name, target: member, targetKey: inverse?.name,
+                       sourceEntity: ownerEntity, targetEntity: memberEntity)
+            : LinkEnds(source: member, sourceKey: inverse?.name, target: owner, targetKey: name,
+                       sourceEntity: memberEntity, targetEntity: ownerEntity)
     }
 }
 
 /// The two objects of a join-table pair and the relationship on each side (the target side's
 /// is `nil` for a to-many without inverse), so a commit can report both as changed.
+///
+/// An object's `ObjectID` names only its root entity (a hierarchy shares one table and its
+/// keys); each side's own entity, when the context knew it, lets the commit and its history
+/// name a sub-entity's object by its entity even when a pair is all the commit changed of it.
 package struct LinkEnds: Sendable {
     package let source: ObjectID
     package let sourceKey: String?
     package let target: ObjectID
     package let targetKey: String?
+    package let sourceEntity: EntityDescription?
+    package let targetEntity: EntityDescription?
 
-    package init(source: ObjectID, sourceKey: String?, target: ObjectID, targetKey: String?) {
+    package init(source: ObjectID, sourceKey: String?, target: ObjectID, targetKey: String?,
+                 sourceEntity: EntityDescription? = nil, targetEntity: EntityDescription? = nil) {
         self.source = source
         self.sourceKey = sourceKey
         self.target = target
         self.targetKey = targetKey
+        self.sourceEntity = sourceEntity
+        self.targetEntity = targetEntity
     }
 }
 

@@ -155,13 +155,14 @@ package struct ChangeSummary: Sendable {
         let inserted = Set(self.inserted.map(\.id)), deleted = Set(self.deleted.map(\.id))
         for link in changes.links {
             guard let ends = changes.linkEnds[link.key] else { continue }
-            for (id, key) in [(ends.source, ends.sourceKey), (ends.target, ends.targetKey)] {
+            for (id, key, entity) in [(ends.source, ends.sourceKey, ends.sourceEntity), (ends.target, ends.targetKey, ends.targetEntity)] {
                 guard let key, !inserted.contains(id), !deleted.contains(id) else { continue }
                 if let index = position[id] {
                     updated[index].keys.insert(key)
                 } else {
                     position[id] = updated.count
-                    updated.append((id, id.rootEntity, [key]))
+                    // Its own entity when the context knew the object; otherwise its root's.
+                    updated.append((id, entity ?? id.rootEntity, [key]))
                 }
             }
         }

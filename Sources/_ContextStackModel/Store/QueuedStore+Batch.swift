@@ -144,7 +144,8 @@ extension QueuedStore {
                         if !gone.isEmpty {
                             // A side the commit deleted was reported deleted by it, not changed.
                             ends = LinkEnds(source: ends.source, sourceKey: gone.contains(ends.source) ? nil : ends.sourceKey,
-                                            target: ends.target, targetKey: gone.contains(ends.target) ? nil : ends.targetKey)
+                                            target: ends.target, targetKey: gone.contains(ends.target) ? nil : ends.targetKey,
+                                            sourceEntity: ends.sourceEntity, targetEntity: ends.targetEntity)
                         }
                         changes.linkEnds[key] = ends
                     }

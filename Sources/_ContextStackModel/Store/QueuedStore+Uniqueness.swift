@@ -242,7 +242,9 @@ extension QueuedStore {
             let target = savedRow(of: ends.target) ?? ends.target
             guard source != ends.source || target != ends.target else { continue }
             let key = LinkKey(table: link.key.table, source: source.primaryKey, target: target.primaryKey)
-            let pointedEnds = LinkEnds(source: source, sourceKey: ends.sourceKey, target: target, targetKey: ends.targetKey)
+            // A row an object merged into is of the object's entity (`adoptSavedRows`).
+            let pointedEnds = LinkEnds(source: source, sourceKey: ends.sourceKey, target: target, targetKey: ends.targetKey,
+                                       sourceEntity: ends.sourceEntity, targetEntity: ends.targetEntity)
             saved.links[index] = (key, link.present)
             saved.linkEnds[link.key] = nil
             saved.linkEnds[key] = pointedEnds
