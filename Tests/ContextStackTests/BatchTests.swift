@@ -35,6 +35,28 @@ import Testing
         }
     }
 
+    /// A batch operation is not one of the update's changes: if the update then throws or
+    /// rolls back, the batch stays done, and the update's own pending changes go
+    /// (Docs/Writing.md, "Where batch operations run").
+    @Test(arguments: Setup.all) @MainActor
+    func aBatchStaysDoneWhenItsUpdateThrowsOrRollsBack(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        struct Abandoned: Error {}
+        #expect(throws: Abandoned.self) {
+            try harness.update { update in
+                try update.create(Person.self).name = "Pending, thrown away"
+                _ = try update.batchInsert(Person.self, [["name": "Batch 1"]])
+                throw Abandoned()
+            }
+        }
+        try harness.update { update in
+            try update.create(Person.self).name = "Pending, rolled back"
+            _ = try update.batchInsert(Person.self, [["name": "Batch 2"]])
+            update.rollback()
+        }
+        #expect(try harness.store.writtenRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Batch 1")], [.text("Batch 2")]])
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func batchInsertWritesAtOnceAndIsOneCommit(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

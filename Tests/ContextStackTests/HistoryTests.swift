@@ -238,6 +238,16 @@ import Testing
         #expect(try store.writtenScalar("SELECT count(*) FROM Person") == .integer(3))
     }
 
+    /// Without history — an in-memory store, a file or a PostgreSQL database that never had
+    /// it — reading history or its last token throws `.notTracked` (Docs/History.md).
+    @Test(arguments: StoreKind.available) func everyStoreWithoutHistorySaysSo(kind: StoreKind) throws {
+        let store = try TestStore(kind, tracksHistory: false)
+        let calls: [() throws -> Void] = [{ _ = try store.stack.history(after: nil) }, { _ = try store.stack.lastHistoryToken() }]
+        for call in calls {
+            #expect { try call() } throws: { ($0 as? HistoryError)?.code == .notTracked }
+        }
+    }
+
     @Test func storesThatDoNotTrackSaySo() throws {
         let store = try TestStore(.file, tracksHistory: false)
         #expect {
