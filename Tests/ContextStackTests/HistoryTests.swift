@@ -288,6 +288,35 @@ import Testing
 
     // MARK: - Other stacks' commits
 
+    /// A main context of a two-tier stack with auto-merge takes another stack's commits as a
+    /// three-tier one does: the object it holds takes the new value (Docs/History.md, "What
+    /// each topology does with a remote commit").
+    @Test(arguments: kinds) @MainActor
+    func otherStacksCommitsReachAnAutoMergingMainContext(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let world = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: true))
+        let other = try store.reopen()
+        let writer = try Context(stack: other, updateTarget: .persistentStore)
+        let remote = store.stack.allCommits.filter(\.isRemote)
+        var commits = remote.makeAsyncIterator()
+        let ada = try world.beginUpdateAndWait { update in
+            let ada = try update.create(Person.self)
+            (ada.name, ada.age) = ("Ada", 36)
+            try update.commit()
+            return ada.objectID
+        }
+        try await store.stack.flush()
+        await mainQueueTurn()
+        let held = try #require(try world.fetch(Person.self, id: ada))
+        try writer.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: ada)).age = 37
+            try update.commit()
+        }
+        let delivered = try #require(await commits.next())
+        #expect(delivered.updated == [ada])
+        #expect(held.age == 37, "the object the main context holds took the new value")
+    }
+
     /// Another stack on the file (as another process would) inserts, updates and deletes:
     /// this stack's three-tier main context, its results and its observers follow, and each
     /// remote commit says what the history says.
