@@ -165,3 +165,28 @@ import Testing
         #expect(TextMatch.evaluate(.matches, [], "ab", "a|ab"))
     }
 }
+
+/// SQLite joins at most 64 tables: 63 hops run, 64 throw `.unsupported` before any SQL,
+/// naming the path, in the DSL and in format strings alike (Docs/Predicates.md, "Key paths").
+@Suite struct JoinLimitTests {
+    @Test(arguments: StoreKind.available) @MainActor
+    func sixtyThreeHopsRunAndSixtyFourThrow(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let ada = try update.create(Person.self)
+            (ada.name, ada.age) = ("Ada", 36)
+            ada.friend = ada
+            try update.commit()
+        }
+        func path(_ hops: Int) -> String { Array(repeating: "friend", count: hops).joined(separator: ".") + ".age" }
+        #expect(try world.fetchAll(Person.self, Key(path(63)) > 30).map(\.name) == ["Ada"])
+        #expect(try world.fetchCount(Person.self, .where("%K > 30", path(63))) == 1)
+        for condition in [Key(path(64)) > 30, .where("%K > 30", path(64))] {
+            #expect { _ = try world.fetchAll(Person.self, condition) } throws: { error in
+                guard let error = error as? QueryError else { return false }
+                return error.code == .unsupported && error.message.contains("64 hops")
+            }
+        }
+    }
+}
