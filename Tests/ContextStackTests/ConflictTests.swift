@@ -8,10 +8,18 @@ import Testing
 
 /// Two updates read the same object; the second commits after the first. `policy` decides.
 @Suite struct ConflictTests {
-    /// Returns the sample as stored after: A sets int = 1 (and string = "A" when `alsoString`),
-    /// committed first; B, which read the object before A committed, sets int = 2 and
-    /// double = 2 and commits second under `policy`.
-    @MainActor func race(_ policy: MergePolicy, bothChangeInt: Bool = true) throws -> (Sample?, (any Error)?) {
+    /// A stored sample, and an update context B that read it and holds it (unchanged objects
+    /// are held weakly by their context), in a main context of `policy`.
+    struct Reader {
+        let store: TestStore
+        let world: MainContext
+        let id: ObjectID
+        let b: UpdateContext
+        let held: Sample?
+        var parts: (TestStore, MainContext, ObjectID, UpdateContext, Sample?) { (store, world, id, b, held) }
+    }
+
+    @MainActor static func aReader(_ policy: MergePolicy) throws -> Reader {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack, mergePolicy: policy)
         let id = try world.beginUpdateAndWait { update in
@@ -20,8 +28,16 @@ import Testing
             return sample.objectID
         }
         let b = world.beginUpdateContext()
-        // B reads the object and keeps it (unchanged objects are held weakly by their context).
         let held = try b.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        return Reader(store: store, world: world, id: id, b: b, held: held)
+    }
+
+    /// Returns the sample as stored after: A sets int = 1 (and string = "A" when `alsoString`),
+    /// committed first; B, which read the object before A committed, sets int = 2 and
+    /// double = 2 and commits second under `policy`.
+    @MainActor func race(_ policy: MergePolicy, bothChangeInt: Bool = true) throws -> (Sample?, (any Error)?) {
+        let (store, world, id, b, held) = try Self.aReader(policy).parts
+        defer { withExtendedLifetime(store) {} }
         try world.beginUpdateAndWait { update in
             let sample = try #require(try update.fetch(Sample.self, id: id))
             if bothChangeInt { sample.int = 1 }
@@ -87,15 +103,8 @@ import Testing
     }
 
     @Test @MainActor func aValueChangedAndChangedBackIsNoConflict() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack, mergePolicy: .error)
-        let id = try world.beginUpdateAndWait { update in
-            let sample = try update.create(Sample.self)
-            try update.commit()
-            return sample.objectID
-        }
-        let b = world.beginUpdateContext()
-        let held = try b.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        let (store, world, id, b, held) = try Self.aReader(.error).parts
+        defer { withExtendedLifetime(store) {} }
         for value in ["A", "default"] {
             try world.beginUpdateAndWait { update in
                 try #require(try update.fetch(Sample.self, id: id)).string = value
@@ -111,15 +120,8 @@ import Testing
 
     @Test(arguments: [MergePolicy.objectTrump, .storeTrump, .overwrite, .rollback, .error]) @MainActor
     func changesToAnObjectDeletedSinceAreDroppedOrReported(policy: MergePolicy) throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack, mergePolicy: policy)
-        let id = try world.beginUpdateAndWait { update in
-            let sample = try update.create(Sample.self)
-            try update.commit()
-            return sample.objectID
-        }
-        let b = world.beginUpdateContext()
-        let held = try b.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        let (store, world, id, b, held) = try Self.aReader(policy).parts
+        defer { withExtendedLifetime(store) {} }
         try world.beginUpdateAndWait { update in
             try update.delete(#require(try update.fetch(Sample.self, id: id)))
             try update.commit()
@@ -146,15 +148,8 @@ import Testing
     }
 
     @Test @MainActor func aConflictLeavesTheChangesPendingAndOurObjectsKeepOurValues() throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack, mergePolicy: .error)
-        let id = try world.beginUpdateAndWait { update in
-            let sample = try update.create(Sample.self)
-            try update.commit()
-            return sample.objectID
-        }
-        let b = world.beginUpdateContext()
-        let held = try b.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        let (store, world, id, b, held) = try Self.aReader(.error).parts
+        defer { withExtendedLifetime(store) {} }
         try world.beginUpdateAndWait { update in
             try #require(try update.fetch(Sample.self, id: id)).int = 1
             try update.commit()

@@ -39,10 +39,8 @@ struct PostgresConflictTests {
     /// Another process changes a row and holds it; a main context under `policy` commits a change
     /// to it, whose writer waits for the row; the other process commits. Checks what is stored and
     /// what the main context shows; returns what reached `onError`.
-    @MainActor private static func lateConflict(_ store: TestStore, url: URL, policy: MergePolicy) async throws -> ErrorRecorder {
-        let world = try MainContext(stack: store.stack, mergePolicy: policy)
-        let recorder = ErrorRecorder()
-        store.stack.onError = { recorder.record($0) }
+    /// The monk (60, in Kyoto), stored.
+    @MainActor private static func storedMonk(_ world: MainContext, _ store: TestStore) async throws -> ObjectID {
         let monk = try world.beginUpdateAndWait { update -> ObjectID in
             let monk = try update.create(Person.self)
             (monk.name, monk.age, monk.location) = ("Monk", 60, "Kyoto")
@@ -50,6 +48,14 @@ struct PostgresConflictTests {
             return monk.objectID
         }
         try await store.stack.flush()
+        return monk
+    }
+
+    @MainActor private static func lateConflict(_ store: TestStore, url: URL, policy: MergePolicy) async throws -> ErrorRecorder {
+        let world = try MainContext(stack: store.stack, mergePolicy: policy)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let monk = try await Self.storedMonk(world, store)
         let held = try #require(try world.fetch(Person.self, id: monk))
 
         // Another process changes the age and the location, and has not committed yet.
@@ -91,13 +97,7 @@ struct PostgresConflictTests {
         let store = try TestStore(.postgres)
         let url = try #require(store.database?.url)
         let world = try MainContext(stack: store.stack)
-        let monk = try world.beginUpdateAndWait { update -> ObjectID in
-            let monk = try update.create(Person.self)
-            (monk.name, monk.age, monk.location) = ("Monk", 60, "Kyoto")
-            try update.commit()
-            return monk.objectID
-        }
-        try await store.stack.flush()
+        let monk = try await Self.storedMonk(world, store)
         let original = try #require(try await ContextStack.Context(stack: store.stack).snapshot(Person.self, id: monk))
         var edited = original
         edited.age = 61

@@ -160,15 +160,20 @@ import Testing
         #expect(try world.fetchAll(Pet.self).map(\.name) == ["stray"])
     }
 
-    @Test(arguments: Setup.all) @MainActor
-    func denyMakesCommitThrowNamingObjectAndRelationship(setup: Setup) async throws {
+    /// A stored vault holding a coin: its `coins` relationship has the delete rule `.deny`.
+    @MainActor static func aVaultWithACoin(_ setup: Setup) async throws -> (TopologyHarness, MainContext) {
         let harness = try TopologyHarness(setup)
-        let world = harness.world
         try await harness.write { update in
             let vault = try update.create(Vault.self)
             try update.create(Coin.self).vault = vault
             try update.commit()
         }
+        return (harness, harness.world)
+    }
+
+    @Test(arguments: Setup.all) @MainActor
+    func denyMakesCommitThrowNamingObjectAndRelationship(setup: Setup) async throws {
+        let (harness, world) = try await Self.aVaultWithACoin(setup)
         await #expect {
             try await harness.write { update in
                 try update.delete(#require(try update.fetch(Vault.self)))
@@ -192,13 +197,7 @@ import Testing
     /// (Docs/GettingStarted.md, "Inside an update"): mended, the same update commits them.
     @Test(arguments: Setup.all) @MainActor
     func aDeniedCommitLeavesItsChangesPendingToCommitAgain(setup: Setup) async throws {
-        let harness = try TopologyHarness(setup)
-        let world = harness.world
-        try await harness.write { update in
-            let vault = try update.create(Vault.self)
-            try update.create(Coin.self).vault = vault
-            try update.commit()
-        }
+        let (harness, world) = try await Self.aVaultWithACoin(setup)
         try await harness.write { update in
             try update.delete(#require(try update.fetch(Vault.self)))
             try update.create(Pet.self).name = "made with the delete"
