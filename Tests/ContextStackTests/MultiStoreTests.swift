@@ -122,6 +122,18 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try again.fetchCount(Session.self) == 0)
     }
 
+    /// Fetching an entity that no added store holds throws SQLite's own error (Docs/Stores.md,
+    /// "Unknown names throw").
+    @Test @MainActor func fetchingAnEntityNoAddedStoreHoldsThrows() throws {
+        let store = try TestStore(model: splitModel()) { stack, directory in
+            try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
+        }
+        let world = try MainContext(stack: store.stack)
+        let error = #expect(throws: SQLiteError.self) { _ = try world.fetchAll(Session.self) }
+        #expect(error?.message.contains("no such table") == true, "\(String(describing: error))")
+        #expect(try world.fetchCount(Person.self) == 0)
+    }
+
     @Test func aRelationshipAcrossConfigurationsIsRejected() {
         #expect {
             try Model(Session.self, Bookmark.self, configurations: ["A": [Session.self], "B": [Bookmark.self]])
