@@ -117,6 +117,24 @@ import Testing
         expect(some, "c", .integer(1))
     }
 
+    /// A query honours `.noSubEntities` and `.tweak` (Docs/Queries.md, "Ordering and windowing
+    /// rows"): staff without engineers and managers; a tweak that narrows the condition.
+    @Test @MainActor func queriesHonourNoSubEntitiesAndTweaks() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Staff.self).name = "Sam"
+            try update.create(Engineer.self).name = "Ada"
+            try update.create(Manager.self).name = "Grace"
+            try update.commit()
+        }
+        #expect(try world.queryValue(Staff.self, .count("name")) == .integer(3))
+        #expect(try world.query(Staff.self, .select("name"), options: .noSubEntities).map { $0["name"] } == [.text("Sam")])
+        let tweaked = try world.query(Staff.self, .select("name"), orderBy: .ascending("name"),
+                                      options: .tweak { request in request.condition = %"name" != "Grace" })
+        #expect(tweaked.map { $0["name"] } == [.text("Ada"), .text("Sam")])
+    }
+
     /// A member count aggregates as a whole number (Docs/Queries.md, "Counts of members").
     @Test @MainActor func aMemberCountIsAggregatedLikeANumber() throws {
         let store = try TestStore(.memory)
