@@ -19,6 +19,21 @@ import Testing
 
 /// People and pets in a file, sessions in memory: DESIGN 3.1's configurations.
 let splitModelTypes: [ManagedObject.Type] = [Person.self, Pet.self, Session.self]
+/// Twelve entities, one configuration each: one more than a stack's stores can hold.
+@Entity final class Part0: ManagedObject { var value: Int = 0 }
+@Entity final class Part1: ManagedObject { var value: Int = 0 }
+@Entity final class Part2: ManagedObject { var value: Int = 0 }
+@Entity final class Part3: ManagedObject { var value: Int = 0 }
+@Entity final class Part4: ManagedObject { var value: Int = 0 }
+@Entity final class Part5: ManagedObject { var value: Int = 0 }
+@Entity final class Part6: ManagedObject { var value: Int = 0 }
+@Entity final class Part7: ManagedObject { var value: Int = 0 }
+@Entity final class Part8: ManagedObject { var value: Int = 0 }
+@Entity final class Part9: ManagedObject { var value: Int = 0 }
+@Entity final class Part10: ManagedObject { var value: Int = 0 }
+@Entity final class Part11: ManagedObject { var value: Int = 0 }
+let partTypes: [ManagedObject.Type] = [Part0.self, Part1.self, Part2.self, Part3.self, Part4.self, Part5.self, Part6.self, Part7.self, Part8.self, Part9.self, Part10.self, Part11.self]
+
 func splitModel() throws -> Model {
     try Model(splitModelTypes, configurations: ["Database": [Person.self, Pet.self], "InMemory": [Session.self]])
 }
@@ -120,6 +135,35 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         let again = try MainContext(stack: reopened)
         #expect(try again.fetchCount(Person.self) == 1)
         #expect(try again.fetchCount(Session.self) == 0)
+    }
+
+    /// SQLite attaches at most ten databases to a connection, so a stack holds at most eleven
+    /// stores (Docs/Stores.md): the twelfth throws `.unsupported` before its file is made
+    /// (it was made, tables and all, and then refused by SQLite), and the eleven go on working.
+    @Test @MainActor func aStackHoldsElevenStoresAndRefusesATwelfth() throws {
+        let configurations = Dictionary(uniqueKeysWithValues: partTypes.enumerated().map { ("c\($0.offset)", [$0.element]) })
+        let store = try TestStore(model: Model(partTypes, configurations: configurations)) { stack, directory in
+            for index in 0..<11 {
+                try stack.addDatabaseStore(at: directory.appendingPathComponent("part\(index).sqlite"), configuration: "c\(index)")
+            }
+            let twelfth = directory.appendingPathComponent("part11.sqlite")
+            let error = #expect(throws: StoreError.self) {
+                try stack.addDatabaseStore(at: twelfth, configuration: "c11")
+            }
+            #expect(error?.code == .unsupported)
+            #expect(error?.message.contains("A stack holds at most 11 SQLite stores") == true, "\(String(describing: error))")
+            // Refused before the file is made.
+            #expect(!FileManager.default.fileExists(atPath: twelfth.path))
+        }
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Part0.self).value = 1
+            try update.create(Part10.self).value = 10
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        #expect(try world.fetchAll(Part10.self).map(\.value) == [10])
+        #expect(try world.fetchCount(Part0.self) == 1)
     }
 
     /// Fetching an entity that no added store holds throws SQLite's own error (Docs/Stores.md,
