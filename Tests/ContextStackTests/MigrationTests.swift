@@ -69,6 +69,22 @@ import Testing
     var label: String = "plain"
 }
 
+// A to-one relationship turned into a to-many.
+
+@Entity(name: "Rack") final class RackV1: ManagedObject {
+    var name: String = ""
+    @Relationship var bin: Bin?
+}
+
+@Entity(name: "Rack") final class RackV2: ManagedObject {
+    var name: String = ""
+    @Relationship var bin: Set<Bin>
+}
+
+@Entity final class Bin: ManagedObject {
+    var label: String = ""
+}
+
 // Sub-entities added to a flat entity.
 
 @Entity(name: "Worker") final class WorkerV1: ManagedObject {
@@ -335,6 +351,31 @@ func storeBytes(_ url: URL) -> [Data?] {
             return error.code == .cannotMigrate && error.message.contains("does not record the model that wrote it")
         }
         #expect(storeBytes(url) == before)
+    }
+
+    /// A to-one turned into a to-many (of the same name) is inferred as one relationship
+    /// removed and one added: the store migrates, keeps the objects, and the old link is not
+    /// carried over (Docs/Stores.md, "Migration").
+    @Test func aToOneTurnedToManyIsOneRemovedAndOneAdded() throws {
+        defer { cleanUp() }
+        try writeStore([RackV1.self, Bin.self], at: url) { update in
+            let rack = try update.create(RackV1.self)
+            rack.name = "Left"
+            let bin = try update.create(Bin.self)
+            bin.label = "Screws"
+            rack.bin = bin
+        }
+        let context = try openStore([RackV2.self, Bin.self], at: url)
+        try context.beginUpdateAndWait { update in
+            let rack = try #require(try update.fetch(RackV2.self))
+            #expect(rack.name == "Left")
+            #expect(rack.bin.isEmpty)
+            #expect(try update.fetchAll(Bin.self).map(\.label) == ["Screws"])
+            rack.bin.insert(try #require(try update.fetch(Bin.self)))
+            try update.commit()
+        }
+        let labels = try context.beginUpdateAndWait { update in try #require(try update.fetch(RackV2.self)).bin.map(\.label) }
+        #expect(labels == ["Screws"])
     }
 
     @Test func resetOnFailureReplacesAStoreThatCannotMigrate() throws {
