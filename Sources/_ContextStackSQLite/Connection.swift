@@ -98,6 +98,10 @@ package final class Connection {
         return statement
     }
 
+    /// How many databases this connection may attach (`SQLITE_LIMIT_ATTACHED`: ten as SQLite
+    /// is built by default, up to 125 in a build that raises it).
+    package var attachLimit: Int { Int(sqlite3_limit(handle, SQLITE_LIMIT_ATTACHED, -1)) }
+
     /// Runs one or more statements that return nothing (no parameters).
     ///
     /// A single statement (no `;`) runs through the statement cache: BEGIN, COMMIT and the

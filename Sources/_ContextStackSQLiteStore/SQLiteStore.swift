@@ -134,10 +134,11 @@ package final class SQLiteStore: QueuedStore {
     /// Adds the store of another configuration: its file (opened, checked and migrated on its
     /// own first) or a new in-memory database, attached to the writer connection.
     package func attach(schema: StoreSchema, url: URL?, options: OpenOptions) throws {
-        // Refused before the file is opened: a twelfth file was created, its tables made, and
-        // then refused by SQLite's ATTACH ("too many attached databases").
-        guard parts.count < Self.mostParts else {
-            throw StoreError(.unsupported, "A stack holds at most \(Self.mostParts) SQLite stores: SQLite attaches at most \(Self.mostParts - 1) databases to the first. Put several configurations' entities in one configuration, and so in one file.")
+        // Refused before the file is opened: a file past the limit was created, its tables
+        // made, and then refused by SQLite's ATTACH ("too many attached databases").
+        let attachLimit = writer.withLock { $0.connection.attachLimit }
+        guard parts.count <= attachLimit else {
+            throw StoreError(.unsupported, "A stack holds at most \(attachLimit + 1) SQLite stores: this SQLite attaches at most \(attachLimit) databases to the first. Put several configurations' entities in one configuration, and so in one file.")
         }
         if tracksHistory || options.tracksHistory {
             // SQLite commits a transaction over attached files atomically only with a rollback
@@ -172,10 +173,6 @@ package final class SQLiteStore: QueuedStore {
 
     /// The stores of this stack, first added first.
     var parts: [Part] { layout.withLock { $0.parts } }
-
-    /// The most stores a stack holds: the first, and the ten SQLite attaches to a connection
-    /// at most (`SQLITE_MAX_ATTACHED` as SQLite is built by default).
-    static let mostParts = 11
 
     // MARK: - Keys
 

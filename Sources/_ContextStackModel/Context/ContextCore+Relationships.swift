@@ -140,10 +140,10 @@ extension ContextCore {
             for member in added { link(member, inverse, to: object) }
         case .joinTable:
             guard let join = property.joinTable else { break }
-            func record(_ other: ObjectID, present: Bool) {
+            // `member`: the other object, when this context holds it (an added one always is).
+            func record(_ other: ObjectID, _ member: ManagedObject?, present: Bool) {
                 let key = property.linkKey(join, owner: object.objectID.primaryKey, member: other.primaryKey)
                 links[key] = present
-                let member = registered(other)
                 linkEnds[key] = property.linkEnds(owner: object.objectID, member: other,
                                                   ownerEntity: object.entity.description_, memberEntity: member?.entity.description_)
                 if let inverse = property.inverse, let member {
@@ -152,8 +152,8 @@ extension ContextCore {
                     }
                 }
             }
-            removed.forEach { record($0, present: false) }
-            added.forEach { record($0.objectID, present: true) }
+            removed.forEach { record($0, registered($0), present: false) }
+            added.forEach { record($0.objectID, $0, present: true) }
         case .column:
             break
         }

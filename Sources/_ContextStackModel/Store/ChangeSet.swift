@@ -53,11 +53,14 @@ extension Property {
 /// An object's `ObjectID` names only its root entity (a hierarchy shares one table and its
 /// keys); each side's own entity, when the context knew it, lets the commit and its history
 /// name a sub-entity's object by its entity even when a pair is all the commit changed of it.
+///
+/// Code that points a pair elsewhere, or drops a side's key, changes a copy's fields, so that
+/// what it leaves alone (the entities) travels with the pair.
 package struct LinkEnds: Sendable {
-    package let source: ObjectID
-    package let sourceKey: String?
-    package let target: ObjectID
-    package let targetKey: String?
+    package var source: ObjectID
+    package var sourceKey: String?
+    package var target: ObjectID
+    package var targetKey: String?
     package let sourceEntity: EntityDescription?
     package let targetEntity: EntityDescription?
 

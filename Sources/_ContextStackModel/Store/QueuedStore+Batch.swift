@@ -141,12 +141,9 @@ extension QueuedStore {
                         let otherID = ObjectID(rootEntity: destination.rootDescription, primaryKey: other)
                         changes.links.append((key, false))
                         var ends = property.linkEnds(owner: mineID, member: otherID)
-                        if !gone.isEmpty {
-                            // A side the commit deleted was reported deleted by it, not changed.
-                            ends = LinkEnds(source: ends.source, sourceKey: gone.contains(ends.source) ? nil : ends.sourceKey,
-                                            target: ends.target, targetKey: gone.contains(ends.target) ? nil : ends.targetKey,
-                                            sourceEntity: ends.sourceEntity, targetEntity: ends.targetEntity)
-                        }
+                        // A side the commit deleted was reported deleted by it, not changed.
+                        if gone.contains(ends.source) { ends.sourceKey = nil }
+                        if gone.contains(ends.target) { ends.targetKey = nil }
                         changes.linkEnds[key] = ends
                     }
                     continue

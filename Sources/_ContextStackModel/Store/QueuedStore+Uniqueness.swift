@@ -243,8 +243,8 @@ extension QueuedStore {
             guard source != ends.source || target != ends.target else { continue }
             let key = LinkKey(table: link.key.table, source: source.primaryKey, target: target.primaryKey)
             // A row an object merged into is of the object's entity (`adoptSavedRows`).
-            let pointedEnds = LinkEnds(source: source, sourceKey: ends.sourceKey, target: target, targetKey: ends.targetKey,
-                                       sourceEntity: ends.sourceEntity, targetEntity: ends.targetEntity)
+            var pointedEnds = ends
+            (pointedEnds.source, pointedEnds.target) = (source, target)
             saved.links[index] = (key, link.present)
             saved.linkEnds[link.key] = nil
             saved.linkEnds[key] = pointedEnds
