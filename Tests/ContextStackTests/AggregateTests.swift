@@ -29,6 +29,9 @@ import Testing
         #expect(rows.map { $0["avgAge"]?.doubleValue } == [50, 30, 15])
         #expect(rows.map { $0["n"] } == [.integer(2), .integer(1), .integer(2)])
         #expect(rows.first?["nothing"] == nil)
+        // Docs/Queries.md, "Rows and values": what `print(row)` shows.
+        #expect(rows.map { "\($0)" } == [#"[location: "Kyoto", avgAge: 50.0, n: 2]"#, "[location: NULL, avgAge: 30.0, n: 1]",
+                                          #"[location: "Taipei", avgAge: 15.0, n: 2]"#])
 
         let having = try world.query(Person.self, .select("location") | .average("age", alias: "avgAge"),
                                      groupBy: %"location", having: %"avgAge" > 20)

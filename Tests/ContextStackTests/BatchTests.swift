@@ -187,6 +187,46 @@ import Testing
         #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Vault\"") == .integer(1))
     }
 
+    /// Docs/Writing.md, "batchDelete": under `.deny`, a related object deleted by the same batch
+    /// (here by a `.cascade` of the same deleted object) does not count; one that survives
+    /// refuses the whole batch.
+    @Test(arguments: StoreKind.available)
+    func aDeniedObjectTheSameBatchDeletesDoesNotCount(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: [Bookcase.self, Volume.self])
+        let context = try ContextStack.Context(stack: store.stack)
+        let (lending, kept) = try context.beginUpdateAndWait { update -> (ObjectID, ObjectID) in
+            // "own" shows one of its own volumes: the cascade deletes it with the bookcase.
+            let own = try update.create(Bookcase.self)
+            own.label = "own"
+            let mine = try update.create(Volume.self)
+            (mine.title, mine.bookcase, own.shown) = ("Mine", own, mine)
+            // "lending" shows a volume of the bookcase "other", which no batch below deletes.
+            let other = try update.create(Bookcase.self)
+            other.label = "other"
+            let lent = try update.create(Volume.self)
+            (lent.title, lent.bookcase) = ("Lent", other)
+            let lending = try update.create(Bookcase.self)
+            (lending.label, lending.shown) = ("lending", lent)
+            try update.commit()
+            return (lending.objectID, lent.objectID)
+        }
+        let error = #expect(throws: SaveError.self) {
+            try context.beginUpdateAndWait { update in
+                try update.batchDelete(Bookcase.self, %"label" == "own" || %"label" == "lending")
+            }
+        }
+        #expect(error?.code == .deleteDenied)
+        #expect(error?.objects == [lending, kept])
+        #expect(error?.message.contains("'shown'") == true, "\(String(describing: error))")
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Bookcase\"") == .integer(3), "the refused batch deleted nothing")
+
+        let deleted = try context.beginUpdateAndWait { update in try update.batchDelete(Bookcase.self, %"label" == "own") }
+        #expect(deleted == 1)
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT label FROM \"Bookcase\" ORDER BY label") == [[.text("lending")], [.text("other")]])
+        #expect(try store.writtenRows("SELECT title FROM \"Volume\"") == [[.text("Lent")]])
+    }
+
     @Test @MainActor func theUpdateItselfStaysCoherent() async throws {
         let harness = try TopologyHarness(.threeTier)
         try Self.seed(harness)
@@ -285,4 +325,17 @@ import Testing
         #expect(recorder.all.isEmpty)
         #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Pet\"") == .integer(32))
     }
+}
+
+/// A `.deny` relationship beside a `.cascade` one to the same entity.
+@Entity final class Bookcase: ManagedObject {
+    var label: String = ""
+    @Relationship(deleteRule: .cascade, inverse: \Volume.bookcase) var volumes: Set<Volume>
+    @Relationship(deleteRule: .deny, inverse: \Volume.shownIn) var shown: Volume?
+}
+
+@Entity final class Volume: ManagedObject {
+    var title: String = ""
+    @Relationship var bookcase: Bookcase?
+    @Relationship var shownIn: Bookcase?
 }

@@ -73,6 +73,38 @@ import Testing
         #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'grace@example.com'") == [[.text("Grace (fetchOrCreate)")]])
     }
 
+    /// Docs/Writing.md, "fetchOrCreate on unique keys": a store keeps at most 50,000 claims and
+    /// then forgets the oldest half. Two `fetchOrCreate`s racing on a forgotten key make two
+    /// objects, and the one committed second merges into the first one's row: never a duplicate.
+    @Test(arguments: StoreKind.available)
+    func pastTheClaimLimitARaceOnAForgottenKeyStillMakesOneRow(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let first = try ContextStack.Context(stack: store.stack)
+        let filler = try ContextStack.Context(stack: store.stack)
+        let second = try ContextStack.Context(stack: store.stack)
+        try first.beginUpdateAndWait { update in
+            let ada = try update.fetchOrCreate(Person.self, %"email" == "ada@example.com")
+            ada.name = "Ada (first)"
+            let claimed = ada.objectID
+            // Claims enough to push Ada's out. Never committed: a claim outlives its update.
+            try filler.beginUpdateAndWait { other in
+                for index in 0..<SQLiteStore.maximumClaims {
+                    _ = try other.fetchOrCreate(Person.self, %"email" == "\(index)@example.com")
+                }
+            }
+            try second.beginUpdateAndWait { other in
+                let again = try other.fetchOrCreate(Person.self, %"email" == "ada@example.com")
+                #expect(again.objectID != claimed, "the oldest claim was kept past the limit")
+                (again.name, again.age) = ("Ada (second)", 36)
+                try other.commit()
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        // The first update's object merged into the row the second saved, its name winning.
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\" WHERE email = 'ada@example.com'") == [[.text("Ada (first)"), .integer(36)]])
+    }
+
     /// A new object's unique values are looked up in the store once when its commit is handed
     /// over — for a row another process saved meanwhile (`adoptSavedRows`) and for uniqueness
     /// (`checkUniqueness`) alike, where each used to read them: a round trip per new object on

@@ -51,6 +51,71 @@ import Testing
         #expect(errors.all.count == 1, "three failed reads in a row are one error: \(errors.all)")
     }
 
+    /// Waits until `errors` holds a `HistoryError` `.expired`, or ten seconds passed.
+    private func waitForExpiry(in errors: ErrorRecorder) async throws -> Bool {
+        func expired() -> Bool { errors.all.contains { ($0 as? HistoryError)?.code == .expired } }
+        for _ in 0..<1000 where !expired() { try await Task.sleep(for: .milliseconds(10)) }
+        return expired()
+    }
+
+    /// Docs/History.md, "Purging": a stack's own watcher whose position was purged before it
+    /// read says so with `.expired` through `onError`, and goes on from the newest transaction:
+    /// the next remote commit reaches it, and nothing purged is delivered. SQLite: the watcher
+    /// is kept from reading (its reads fail) while another stack commits twice and purges the
+    /// first of the two.
+    @Test func aWatcherWhosePositionWasPurgedSaysSoAndGoesOn() async throws {
+        let store = try TestStore(.file, tracksHistory: true)
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        let delivered = Locked<[RemoteTransaction]>([])
+        try store.stack.store.followHistory { transactions in delivered.withLock { $0 += transactions } }
+        let watcher = try #require(store.stack.sqliteStore.watchers.withLock { $0.last })
+        watcher.failingReads.withLock { $0 = .max }
+        let other = try store.reopen()
+        try commitAPerson(in: other, named: "Purged")
+        try commitAPerson(in: other, named: "Newest before the purge")
+        try other.deleteHistory(before: try #require(try other.lastHistoryToken()))
+        watcher.failingReads.withLock { $0 = 0 }
+
+        #expect(try await waitForExpiry(in: errors), "\(errors.all)")
+        #expect(delivered.withLock { $0.isEmpty })
+        try commitAPerson(in: other, named: "After")
+        try await wait(for: 1, in: delivered)
+        #expect(delivered.withLock { $0.map(\.transaction.token) } == [try other.lastHistoryToken()],
+                "the watcher went on from the newest transaction, and only the next one reached it")
+    }
+
+    /// The same on PostgreSQL: the listener is held back by an older transaction still open
+    /// while another stack commits twice and purges the first of the two.
+    @Test(.enabled(if: PostgresServer.isAvailable, "PostgreSQL suites need a server"))
+    func aListenerWhosePositionWasPurgedSaysSoAndGoesOn() async throws {
+        let store = try TestStore(.postgres, tracksHistory: true)
+        let url = try #require(store.database?.url)
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        let delivered = Locked<[RemoteTransaction]>([])
+        try store.stack.store.followHistory { transactions in delivered.withLock { $0 += transactions } }
+        let other = try store.reopen()
+
+        let older = try PostgresConnection(PostgresSettings(url: url))
+        try older.execute("BEGIN")
+        _ = try older.scalar("SELECT pg_current_xact_id()")    // holds back every later transaction
+        try commitAPerson(in: other, named: "Purged")
+        try commitAPerson(in: other, named: "Newest before the purge")
+        // Not settled yet, so `lastHistoryToken()` does not name it: read it from the table.
+        let newest = try #require(try store.writtenRows("SELECT \"Z_XID\", \"Z_SEQ\" FROM \"Z_HISTORY\" ORDER BY 1 DESC, 2 DESC LIMIT 1").first)
+        try other.deleteHistory(before: HistoryToken(position: try #require(newest[0].int64Value), sequence: try #require(newest[1].int64Value)))
+        #expect(delivered.withLock { $0.isEmpty })
+        try older.execute("COMMIT")
+
+        #expect(try await waitForExpiry(in: errors), "\(errors.all)")
+        #expect(delivered.withLock { $0.isEmpty })
+        try commitAPerson(in: other, named: "After")
+        try await wait(for: 1, in: delivered)
+        #expect(delivered.withLock { $0.map(\.transaction.token) } == [try other.lastHistoryToken()],
+                "the listener went on from the newest transaction, and only the next one reached it")
+    }
+
     /// A stack that cannot start following (the newest transaction cannot be read) says so
     /// through `onError`, and the next thing that wants remote commits starts it.
     @Test @MainActor func aFollowerThatCouldNotStartStartsWhenNextWanted() async throws {

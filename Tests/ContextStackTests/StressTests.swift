@@ -201,4 +201,39 @@ import Testing
         #expect(undone.withLock { $0 } == 1)
         withExtendedLifetime(token) {}
     }
+
+    /// Docs/Topologies.md, "Group commit": a commit of a group that clashes with what another
+    /// process saved after it was handed over (here the same unique email) fails alone, with
+    /// `.uniquenessViolated` through `onError`; the group's other commits are stored.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aCommitClashingWithAnotherProcessFailsAloneInItsGroup(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "seed"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let other = try store.reopen()
+        try store.holdingTheWriter {
+            for index in 0..<3 {
+                try world.beginUpdateAndWait { update in
+                    let person = try update.create(Person.self)
+                    (person.name, person.email) = ("p\(index)", index == 1 ? "ada@example.com" : nil)
+                    try update.commit()
+                }
+            }
+            try ContextStack.Context(stack: other, updateTarget: .persistentStore).beginUpdateAndWait { update in
+                let ada = try update.create(Person.self)
+                (ada.name, ada.email) = ("Ada elsewhere", "ada@example.com")
+                try update.commit()
+            }
+        }
+        try? await store.stack.flush()
+        #expect(recorder.all.count == 1, "\(recorder.all)")
+        #expect((recorder.all.first as? SaveError)?.code == .uniquenessViolated, "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" ORDER BY name") == [["Ada elsewhere"], ["p0"], ["p2"], ["seed"]])
+    }
 }

@@ -2,8 +2,10 @@ import Dispatch
 import _ContextStackCore
 
 extension QueuedStore {
-    /// Claimed keys kept at most; past that the oldest are forgotten (a race on a forgotten
-    /// key ends in `SaveError.Code.uniquenessViolated`, never in a duplicate).
+    /// Claimed keys kept at most; past that the oldest half is forgotten. A race on a forgotten
+    /// key makes two objects, and the one committed second merges into the first one's row
+    /// (`mergeClaimedInserts`), never a duplicate
+    /// (`FetchOrCreateTests.pastTheClaimLimitARaceOnAForgottenKeyStillMakesOneRow`).
     static var maximumClaims: Int { 50_000 }
 
     /// The ID a `fetchOrCreate` that found nothing gives the object it creates for `claims`.
