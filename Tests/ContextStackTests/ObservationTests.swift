@@ -308,6 +308,98 @@ import Testing
         #expect(errors.all.first is QueryError)
     }
 
+    /// Docs/Observation.md, "Errors and misuse": results that could not follow a commit (the
+    /// store failed to read: here its table was renamed away for the moment) report the error,
+    /// keep their last contents, and refetch whole at the next commit that reaches them, so
+    /// they miss nothing. Following that next commit alone would leave the first one out.
+    @Test @MainActor func resultsThatFailedToFollowACommitRefetchAtTheNext() async throws {
+        let store = try TestStore(.file)
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        let world = try MainContext(stack: store.stack)
+        let bob = try world.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            (ann.name, ann.age) = ("Ann", 30)
+            let bob = try update.create(Person.self)
+            (bob.name, bob.age) = ("Bob", 10)
+            try update.commit()
+            return bob.objectID
+        }
+        try await store.stack.flush()
+        let results = try FetchedResults(context: world, Person.self, %"age" >= 18, orderBy: .ascending("name"))
+        #expect(results.objects.map(\.name) == ["Ann"])
+        var changes: [ResultsChange] = []
+        results.onChange = { changes.append($0) }
+
+        // Bob comes of age while the table is away (the writer held, so that the commit waits
+        // for it to come back): following the commit reads his stored row.
+        let held = Locked(false)
+        let release = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? store.holdingTheWriter {
+                held.withLock { $0 = true }
+                release.wait()
+            }
+        }
+        while !held.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+        let raw = try store.rawConnection()
+        try world.beginUpdateAndWait { update in
+            let person = try #require(try update.fetch(Person.self, id: bob))
+            try raw.execute("ALTER TABLE Person RENAME TO PersonAway")
+            person.age = 20
+            try update.commit()
+        }
+        await mainQueueTurn()
+        try raw.execute("ALTER TABLE PersonAway RENAME TO Person")
+        release.signal()
+        try await store.stack.flush()
+        #expect(errors.all.count == 1, "the results' read did not fail: \(errors.all)")
+        #expect(results.objects.map(\.name) == ["Ann"] && changes.isEmpty, "the results keep their last contents")
+
+        // A commit the results could follow by itself (an insert, whose row the commit holds).
+        try world.beginUpdateAndWait { update in
+            let cy = try update.create(Person.self)
+            (cy.name, cy.age) = ("Cy", 40)
+            try update.commit()
+        }
+        await mainQueueTurn()
+        #expect(results.objects.map(\.name) == ["Ann", "Bob", "Cy"])
+        #expect(changes.map(\.insertedRows) == [[.at(0, 1), .at(0, 2)]])
+    }
+
+    /// Docs/Observation.md, "Errors and misuse": when the refetch after a context's reset
+    /// fails, the results cannot keep objects the reset let go: they empty (one empty section
+    /// without `sectionBy`), say so with a reload, and fetch again at the next reset.
+    @Test @MainActor func resultsWhoseRefetchAfterAResetFailsEmptyAndSaySo() async throws {
+        let store = try TestStore(.file)
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        let world = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try world.beginUpdateAndWait { update in
+            for name in ["Ann", "Bob"] { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        try await store.stack.flush()
+        world.reset()
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
+        #expect(results.objects.map(\.name) == ["Ann", "Bob"])
+        var changes: [ResultsChange] = []
+        results.onChange = { changes.append($0) }
+
+        let raw = try store.rawConnection()
+        try raw.execute("ALTER TABLE Person RENAME TO PersonAway")
+        world.reset()
+        #expect(errors.all.count == 1, "the refetch did not fail: \(errors.all)")
+        #expect(results.sections.count == 1 && results.objects.isEmpty)
+        #expect(changes.map(\.isReload) == [true])
+        #expect(changes.first.map { ($0.deletedSections, $0.insertedSections) } ?? ([], []) == ([0], [0]))
+
+        try raw.execute("ALTER TABLE PersonAway RENAME TO Person")
+        world.reset()
+        #expect(results.objects.map(\.name) == ["Ann", "Bob"])
+        #expect(changes.count == 2 && changes.last?.insertedRows == [.at(0, 0), .at(0, 1)])
+    }
+
     @Test(arguments: Setup.all) @MainActor func changesEndWhenTheResultsAreReleased(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)

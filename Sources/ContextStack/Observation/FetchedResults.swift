@@ -91,6 +91,10 @@ public final class FetchedResults<T: ManagedObject> {
     /// Index paths by object, built on demand (refetching strategies).
     private var indexCache: [ObjectID: IndexPath]?
     private var observation: CommitObservation?
+    /// Set when following a commit or a reset failed: the results may lack what it changed (or,
+    /// after a reset, hold nothing), and a later commit's changes alone would not bring that
+    /// back, so the next commit that reaches them refetches them whole.
+    private var mustRefetch = false
     /// How many times the results ran their whole fetch (for tests of the incremental path).
     private(set) var fetchCount = 0
     private let streams = Locked<(next: UInt64, continuations: [UInt64: AsyncStream<ResultsChange>.Continuation])>((0, [:]))
@@ -211,6 +215,11 @@ public final class FetchedResults<T: ManagedObject> {
     private func process(_ commit: Commit) {
         guard merges else { return }
         do {
+            if mustRefetch {
+                try reload(touched: Set(commit.inserted + commit.updated + commit.deleted))
+                mustRefetch = false
+                return
+            }
             switch strategy {
             case .incremental:
                 let root = query.entity.rootDescription
@@ -231,18 +240,27 @@ public final class FetchedResults<T: ManagedObject> {
                 try reload(touched: Set(ids))
             }
         } catch {
+            mustRefetch = true
             context.stack.report(error)
         }
     }
 
     /// After the context reset: every object is new, so reload and report the difference.
+    ///
+    /// When the reload fails, the old objects are no longer valid (the context let them go), so
+    /// the results empty (one empty section without `sectionBy`), reported as a reload, and
+    /// are fetched whole again at the next commit that reaches them or the next reset.
     func contextDidReset() {
         do {
             try reload(touched: [])
+            mustRefetch = false
         } catch {
-            sections = []
+            let oldSectionCount = sections.count
+            sections = keepsEmptySection ? [Section(value: .null, objects: [], rows: [])] : []
             placed = [:]
             indexCache = nil
+            mustRefetch = true
+            emit(ResultsDiff.reload(oldSectionCount: oldSectionCount, newSectionCount: sections.count))
             context.stack.report(error)
         }
     }
