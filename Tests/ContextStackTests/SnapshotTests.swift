@@ -186,7 +186,20 @@ import Testing
     /// `commit()` is a conflict even under `.objectTrump`, which otherwise overwrites it.
     @Test(arguments: Setup.all) @MainActor
     func applyExpectingChecksAgainWhenTheCommitIsSaved(setup: Setup) async throws {
-        let harness = try TopologyHarness(setup)
+        try await checksAgainWhenSaved(TopologyHarness(setup))
+    }
+
+    /// README, "Servers": checked again when the commit is saved "whatever the merge policy":
+    /// none of them resolves such a conflict (`.storeTrump` would keep the stored location and
+    /// save the age, `.rollback` would drop the change, `.overwrite` would write it all).
+    @Test(arguments: StoreKind.available, [MergePolicy.storeTrump, .overwrite, .rollback, .error]) @MainActor
+    func applyExpectingChecksAgainUnderEveryMergePolicy(kind: StoreKind, policy: MergePolicy) async throws {
+        try await checksAgainWhenSaved(TopologyHarness(.threeTier, kind: kind, policy: policy))
+    }
+
+    /// `apply(_:expecting:)` in an update, then another commit changes the object, then the
+    /// update commits: a conflict, and the other commit's values stay.
+    @MainActor private func checksAgainWhenSaved(_ harness: TopologyHarness) async throws {
         let ids = try await harness.write(Self.makePeople)
         let context = try Context(stack: harness.stack)
         let original = try #require(try await context.snapshot(Person.self, id: ids.bob))
@@ -405,6 +418,45 @@ import Testing
         let eve = try #require(engineers.first)
         #expect(try await world.snapshot(Manager.self, id: eve.id) == nil)
         #expect(try world.fetch(Engineer.self)?.snapshot == eve)
+    }
+
+    /// Docs/Servers.md, "Where they run": each async read has its own reader connection and
+    /// never waits for the writer. With the writer held (a write in progress) and a commit
+    /// queued behind it, `snapshots`, `snapshot(_:id:)` and `count` finish, and show the queued
+    /// commit. (An in-memory store reads on its writer's connection, as the page says.)
+    @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
+    func asyncReadsDoNotWaitForTheWriter(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let ann = try context.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            ann.name = "Ann"
+            try update.commit()
+            return ann.objectID
+        }
+        try await store.stack.flush()
+
+        let held = Locked(false)
+        let release = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? store.holdingTheWriter {
+                try context.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = "Bob"
+                    try update.commit()
+                }
+                held.withLock { $0 = true }
+                release.wait()
+            }
+        }
+        defer { release.signal() }
+        while !held.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+
+        let reader = try Context(stack: store.stack)
+        #expect(try await reader.snapshots(Person.self, orderBy: .ascending("name")).map(\.name) == ["Ann", "Bob"])
+        #expect(try await reader.snapshot(Person.self, id: ann)?.name == "Ann")
+        #expect(try await reader.count(Person.self) == 2)
+        let unwritten = try !store.overlayIsEmpty
+        #expect(unwritten, "the writer wrote while held")
     }
 
     /// The async reads never need the main actor: they finish while it is blocked.
