@@ -59,6 +59,43 @@ import Testing
         return (try world.fetch(Sample.self, id: id), failure)
     }
 
+    /// Docs/Topologies.md, "Empty commits are not reported": a commit whose changes the merge
+    /// policy dropped entirely (`.rollback`; `.storeTrump` when it changed only keys another
+    /// commit changed) tells no observer, and, from a per-consumer updater, resets no consumer.
+    @Test(arguments: StoreKind.available, [MergePolicy.rollback, .storeTrump]) @MainActor
+    func aCommitThePolicyDroppedEntirelyTellsNobody(kind: StoreKind, policy: MergePolicy) async throws {
+        let harness = try TopologyHarness(.perConsumer, kind: kind, policy: policy)
+        let updater = try #require(harness.updater)
+        let id = try await harness.write { update in
+            let sample = try update.create(Sample.self)
+            try update.commit()
+            return sample.objectID
+        }
+        let shown = try #require(try harness.world.fetch(Sample.self, id: id))
+        let slow = updater.beginUpdateContext()
+        let held = try slow.performAndWait { update in try update.fetch(Sample.self, id: id) }
+        // Another context's commit changes the key the slow update is about to change.
+        let other = try Context(stack: harness.stack, updateTarget: .persistentStore)
+        try other.beginUpdateAndWait { update in
+            try #require(try update.fetch(Sample.self, id: id)).int = 1
+            try update.commit()
+        }
+        await mainQueueTurn()    // its own report delivered first
+        var told: [Commit] = []
+        let token = harness.stack.observeCommit { told.append($0) }
+        try slow.performAndWait { update in
+            try #require(held).int = 2
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        await mainQueueTurn()
+        #expect(told.isEmpty, "a commit with nothing left was reported: \(told)")
+        #expect(try harness.world.fetch(Sample.self, id: id) === shown && shown.int == 0,
+                "the consumer was reset: it would show the other context's value")
+        #expect(try harness.store.writtenScalar("SELECT int FROM \"Sample\"") == .integer(1))
+        withExtendedLifetime(token) {}
+    }
+
     @Test @MainActor func objectTrumpKeepsBothSidesChangesAndOursWinsTheSameKey() throws {
         let (sample, error) = try race(.objectTrump)
         #expect(error == nil)
