@@ -28,36 +28,89 @@ import Glibc
     @Test(arguments: [SIGTERM, SIGINT], [true, false])
     func aSignalRightAfterAThreeTierCommit(signal: Int32, flushes: Bool) async throws {
         let url = Self.storeURL(parent: getpid(), signal: signal, flushes: flushes)
-        defer {
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: url.path + suffix) }
-        }
+        defer { Self.remove(url) }
         await #expect(processExitsWith: .signal(signal)) { [signal, flushes] in
-            alarm(60)
-            try await MainActor.run {
-                let stack = try Stack(model: Model(Person.self, Pet.self))
-                try stack.addDatabaseStore(at: TerminationTests.storeURL(parent: getppid(), signal: signal, flushes: flushes))
+            try await TerminationTests.commitWhileTheWriterIsHeld(at: TerminationTests.storeURL(parent: getppid(), signal: signal, flushes: flushes)) { stack in
                 if flushes { stack.flushesOnTermination = true }
-                let world = try MainContext(stack: stack)
-                try world.beginUpdateAndWait { update in
-                    for index in 0..<20_000 { try update.create(Pet.self).age = index }
-                    // Hold the writer's connection for half a second from before the commit on.
-                    let held = DispatchSemaphore(value: 0)
-                    Thread {
-                        stack.sqliteStore.writer.withLock { _ in
-                            held.signal()
-                            usleep(500_000)
-                        }
-                    }.start()
-                    held.wait()
-                    try update.commit()
-                }
-                kill(getpid(), signal)
-                while true { sleep(1) }
             }
+            kill(getpid(), signal)
+            while true { sleep(1) }
         }
+        #expect(try await Self.storedPets(at: url) == (flushes ? 20_000 : 0))
+    }
+
+    /// Docs/Topologies.md, "Flushing when the process ends": a normal exit (`exit`) flushes
+    /// too, through `atexit`; without the setting (the control) the commit is lost.
+    @Test(arguments: [true, false])
+    func anExitRightAfterAThreeTierCommit(flushes: Bool) async throws {
+        let url = Self.storeURL(parent: getpid(), signal: 0, flushes: flushes)
+        defer { Self.remove(url) }
+        await #expect(processExitsWith: .success) { [flushes] in
+            try await TerminationTests.commitWhileTheWriterIsHeld(at: TerminationTests.storeURL(parent: getppid(), signal: 0, flushes: flushes)) { stack in
+                if flushes { stack.flushesOnTermination = true }
+            }
+            exit(0)
+        }
+        #expect(try await Self.storedPets(at: url) == (flushes ? 20_000 : 0))
+    }
+
+    /// The same page: a stack whose setting was turned back off is not flushed by the
+    /// handlers, which stay installed; the signal still ends the process.
+    @Test func aStackTurnedBackOffIsNotFlushedOnASignal() async throws {
+        let url = Self.storeURL(parent: getpid(), signal: SIGTERM, flushes: false).appendingPathExtension("off")
+        defer { Self.remove(url) }
+        await #expect(processExitsWith: .signal(SIGTERM)) {
+            let url = TerminationTests.storeURL(parent: getppid(), signal: SIGTERM, flushes: false).appendingPathExtension("off")
+            try await TerminationTests.commitWhileTheWriterIsHeld(at: url) { stack in
+                stack.flushesOnTermination = true
+                stack.flushesOnTermination = false
+            }
+            kill(getpid(), SIGTERM)
+            while true { sleep(1) }
+        }
+        #expect(try await Self.storedPets(at: url) == 0)
+    }
+
+    /// In the child: a stack on `url`, set up by `configure`, and a three-tier commit of 20,000
+    /// pets that the root cannot write for half a second (the child holds the writer's
+    /// connection from before the commit on), so that whatever ends the process next meets it
+    /// unwritten. The child kills itself with SIGALRM after a minute, so a hang fails the test
+    /// instead of stalling the suite.
+    static func commitWhileTheWriterIsHeld(at url: URL, configure: @MainActor (Stack) -> Void) async throws {
+        alarm(60)
+        try await MainActor.run {
+            let stack = try Stack(model: Model(Person.self, Pet.self))
+            try stack.addDatabaseStore(at: url)
+            configure(stack)
+            let world = try MainContext(stack: stack)
+            try world.beginUpdateAndWait { update in
+                for index in 0..<20_000 { try update.create(Pet.self).age = index }
+                let held = DispatchSemaphore(value: 0)
+                Thread {
+                    stack.sqliteStore.writer.withLock { _ in
+                        held.signal()
+                        usleep(500_000)
+                    }
+                }.start()
+                held.wait()
+                try update.commit()
+            }
+            // The stack and its context must outlive this function, as they would in an app:
+            // only the end of the (child) process ends them.
+            _ = Unmanaged.passRetained(stack)
+            _ = Unmanaged.passRetained(world)
+        }
+    }
+
+    /// How many pets the file at `url` holds, read by a fresh stack.
+    static func storedPets(at url: URL) async throws -> Int {
         let stack = try Stack(model: Model(Person.self, Pet.self))
         try stack.addDatabaseStore(at: url)
         let world = try await MainContext(stack: stack)
-        #expect(try await world.fetchCount(Pet.self) == (flushes ? 20_000 : 0))
+        return try await world.fetchCount(Pet.self)
+    }
+
+    static func remove(_ url: URL) {
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: url.path + suffix) }
     }
 }
