@@ -400,6 +400,26 @@ import Testing
         #expect(changes.count == 2 && changes.last?.insertedRows == [.at(0, 0), .at(0, 1)])
     }
 
+    /// Docs/Observation.md, "Object filters": the filter runs after the condition and before
+    /// the window, so `.limit(2)` keeps the first two objects that pass it.
+    @Test @MainActor func anObjectFilterRunsBeforeTheWindow() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for name in ["Al", "Barbara", "Cy", "Dan"] { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"), options: .limit(2),
+                                         objectFilter: { $0.name.count <= 3 })
+        #expect(results.objects.map(\.name) == ["Al", "Cy"])
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Bo"
+            try update.commit()
+        }
+        await mainQueueTurn()
+        #expect(results.objects.map(\.name) == ["Al", "Bo"])
+    }
+
     @Test(arguments: Setup.all) @MainActor func changesEndWhenTheResultsAreReleased(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)
