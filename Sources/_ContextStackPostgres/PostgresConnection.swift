@@ -37,6 +37,10 @@ package final class PostgresConnection {
     @exclusivity(unchecked) package var tracer: StatementTracer?
     /// How many prepared statements (`run`, `query`) the connection has run.
     @exclusivity(unchecked) package private(set) var preparedStatementsRun = 0
+    /// How many times the connection has waited for the server's answer since it connected:
+    /// each statement run alone, each prepare, each pipeline, each answer read of what `send`
+    /// sent (for the tests of what a save costs; Docs/Postgres.md).
+    @exclusivity(unchecked) package private(set) var roundTrips = 0
     /// A statement sent with `send` whose answer has not been read yet.
     @exclusivity(unchecked) private var unanswered: String?
     /// A `BEGIN` that goes out with the next statement, in the same round trip (`beginLater`).
@@ -118,6 +122,7 @@ package final class PostgresConnection {
         try settle()
         let text = takingPendingBegin(sql)
         tracer?.emit(sql)
+        roundTrips += 1
         let result = PQexec(handle, text)
         defer { PQclear(result) }
         try check(result, sql: sql)
@@ -247,6 +252,7 @@ package final class PostgresConnection {
         if !queued.isEmpty { _ = try finishPipeline(keepingLast: false) }
         guard let sql = unanswered else { return }
         unanswered = nil
+        roundTrips += 1
         var failure: PostgresError?
         while let result = PQgetResult(handle) {
             if failure == nil {
@@ -285,6 +291,7 @@ package final class PostgresConnection {
         }
         let name = try prepared(sql, arguments)
         tracer?.emit(sql)
+        roundTrips += 1
         let result = parameters.withPointers { count, values, lengths, formats in
             PQexecPrepared(handle, name, count, values, lengths, formats, 0)
         }
@@ -421,6 +428,7 @@ package final class PostgresConnection {
             }
         }
         let synced = PQpipelineSync(handle) == 1
+        roundTrips += 1
         var failure: PostgresError?
         var last: OpaquePointer?
         var answered = 0
@@ -500,6 +508,7 @@ package final class PostgresConnection {
         statementCount += 1
         let name = "cs\(statementCount)"
         let text = PostgresPlaceholders.numbered(key.sql)
+        roundTrips += 1
         let result = key.types.withUnsafeBufferPointer { types in
             PQprepare(handle, name, text, Int32(types.count), types.baseAddress)
         }

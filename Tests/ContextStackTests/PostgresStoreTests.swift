@@ -37,6 +37,38 @@ struct PostgresStoreTests {
 
     /// Batch operations add one to the version of every row they change, as the writer's
     /// updates do, so that another process's commit that read a row before sees it changed.
+    /// Docs/Postgres.md, "Why libpq", and the README: under `.objectTrump`, the default, a save
+    /// is one round trip (its statements go out with `BEGIN` and `COMMIT` in one pipeline),
+    /// and a read by ID before it one more (on the idle writer connection), as raw libpq's
+    /// read-modify-write is two. Without history, whose doorbell can go out alone a moment
+    /// later.
+    @Test func aReadModifyWriteIsTwoRoundTrips() throws {
+        let store = try TestStore(.postgres, tracksHistory: false)
+        let postgres = try #require(store.stack.store as? PostgresStore)
+        func roundTrips() -> Int { postgres.writer.withLock { $0?.roundTrips ?? 0 } }
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        let ann = try context.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            ann.name = "Ann"
+            try update.commit()
+            return ann.objectID
+        }
+        func readModifyWrite(_ age: Int) throws -> [Int] {
+            try context.beginUpdateAndWait { update in
+                let start = roundTrips()
+                let person = try #require(try update.fetch(Person.self, id: ann))
+                let afterRead = roundTrips()
+                person.age = age
+                try update.commit()
+                return [afterRead - start, roundTrips() - afterRead]
+            }
+        }
+        _ = try readModifyWrite(1)    // prepares the read's and the write's statements
+        #expect(try readModifyWrite(2) == [1, 1])
+        #expect(try readModifyWrite(3) == [1, 1])
+        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(3)]])
+    }
+
     @Test @MainActor func batchOperationsAddOneToTheRowVersion() async throws {
         let store = try TestStore(.postgres)
         let world = try MainContext(stack: store.stack)
