@@ -31,14 +31,21 @@ import Testing
         }
     }
 
-    /// SQLite: the watcher saw the file change, then failed to read the history. It reads
-    /// again at its next look, though nothing else is committed; the failures are one error.
-    @Test func aFailedHistoryReadIsReadAgainWithoutAnotherCommit() async throws {
-        let store = try TestStore(.file, tracksHistory: true)
+    /// A store of `kind` with history whose stack follows it, recording what it delivers and
+    /// what goes to `onError`.
+    private func following(_ kind: StoreKind) throws -> (TestStore, ErrorRecorder, Locked<[RemoteTransaction]>) {
+        let store = try TestStore(kind, tracksHistory: true)
         let errors = ErrorRecorder()
         store.stack.onError = { errors.record($0) }
         let delivered = Locked<[RemoteTransaction]>([])
         try store.stack.store.followHistory { transactions in delivered.withLock { $0 += transactions } }
+        return (store, errors, delivered)
+    }
+
+    /// SQLite: the watcher saw the file change, then failed to read the history. It reads
+    /// again at its next look, though nothing else is committed; the failures are one error.
+    @Test func aFailedHistoryReadIsReadAgainWithoutAnotherCommit() async throws {
+        let (store, errors, delivered) = try following(.file)
         let watcher = try #require(store.stack.sqliteStore.watchers.withLock { $0.last })
         watcher.failingReads.withLock { $0 = 3 }
 
@@ -64,11 +71,7 @@ import Testing
     /// is kept from reading (its reads fail) while another stack commits twice and purges the
     /// first of the two.
     @Test func aWatcherWhosePositionWasPurgedSaysSoAndGoesOn() async throws {
-        let store = try TestStore(.file, tracksHistory: true)
-        let errors = ErrorRecorder()
-        store.stack.onError = { errors.record($0) }
-        let delivered = Locked<[RemoteTransaction]>([])
-        try store.stack.store.followHistory { transactions in delivered.withLock { $0 += transactions } }
+        let (store, errors, delivered) = try following(.file)
         let watcher = try #require(store.stack.sqliteStore.watchers.withLock { $0.last })
         watcher.failingReads.withLock { $0 = .max }
         let other = try store.reopen()
@@ -89,12 +92,8 @@ import Testing
     /// while another stack commits twice and purges the first of the two.
     @Test(.enabled(if: PostgresServer.isAvailable, "PostgreSQL suites need a server"))
     func aListenerWhosePositionWasPurgedSaysSoAndGoesOn() async throws {
-        let store = try TestStore(.postgres, tracksHistory: true)
+        let (store, errors, delivered) = try following(.postgres)
         let url = try #require(store.database?.url)
-        let errors = ErrorRecorder()
-        store.stack.onError = { errors.record($0) }
-        let delivered = Locked<[RemoteTransaction]>([])
-        try store.stack.store.followHistory { transactions in delivered.withLock { $0 += transactions } }
         let other = try store.reopen()
 
         let older = try PostgresConnection(PostgresSettings(url: url))
