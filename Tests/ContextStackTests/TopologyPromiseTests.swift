@@ -129,4 +129,71 @@ import Testing
         #expect(!seen[0].isRemote && !seen[1].isRemote)
         withExtendedLifetime(token) {}
     }
+
+    /// "Per-consumer": a consumer is reset by the commits of updates started from its updater
+    /// only — not by its own updates' commits, not by another context's — and its registration
+    /// ends when it is released.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aConsumerIsResetByItsUpdatersCommitsOnly(kind: StoreKind) async throws {
+        let store = try TestStore(kind, rootContext: .none)
+        let updater = try Context(stack: store.stack)
+        var consumer: MainContext? = try MainContext(stack: store.stack, updateTarget: .persistentStore, resetOnCommitOf: updater)
+        let resetters = { store.stack.commits.resetterCount }
+        #expect(resetters() == 1)
+        func names() throws -> [String] { try #require(consumer).fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) }
+        #expect(try names().isEmpty)
+
+        _ = try create("Own", in: try #require(consumer))
+        try Context(stack: store.stack).beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Other"
+            try update.commit()
+        }
+        await mainQueueTurn()
+        #expect(try names().isEmpty, "a commit other than the updater's reset the consumer")
+
+        try updater.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Updater's"
+            try update.commit()
+        }
+        await mainQueueTurn()    // the reset runs on the main actor, after commit() returned
+        #expect(try names() == ["Other", "Own", "Updater's"])
+
+        consumer = nil
+        #expect(resetters() == 0)
+        try updater.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "After"
+            try update.commit()
+        }
+    }
+
+    /// "Delivery": observers are told of commits in the order the commits became visible (for
+    /// the root's, when queued), also for commits made at the same moment on different
+    /// threads. The writer writes them in that order too, so the store's history, one
+    /// transaction a commit, lists them as the observer heard them.
+    @Test @MainActor func observersHearCommitsFromManyThreadsInTheOrderTheyAreWritten() async throws {
+        let store = try TestStore(.file, tracksHistory: true)
+        var heard: [ObjectID] = []
+        let token = store.stack.observeCommit { heard += $0.inserted }
+        let stack = store.stack
+        let failures = Locked(0)
+        await onThreads(8) { worker in
+            for index in 0..<25 {
+                do {
+                    try Context(stack: stack, updateTarget: .rootContext(autoMerge: false)).beginUpdateAndWait { update in
+                        try update.create(Person.self).name = "\(worker)-\(index)"
+                        try update.commit()
+                    }
+                } catch {
+                    failures.withLock { $0 += 1 }
+                }
+            }
+        }
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(failures.withLock { $0 } == 0)
+        let written = try store.stack.history(after: nil).flatMap { $0.changes.map(\.objectID) }
+        #expect(heard.count == 200 && written.count == 200)
+        #expect(heard == written)
+        withExtendedLifetime(token) {}
+    }
 }

@@ -74,6 +74,9 @@ final class CommitHub: Sendable {
     /// How many live results and object observations are registered (for tests).
     var liveObserverCount: Int { state.withLock { $0.live.count } }
 
+    /// How many per-consumer contexts are registered to reset (for tests).
+    var resetterCount: Int { state.withLock { $0.resetters.count } }
+
     func stream(origin: ContextID?) -> AsyncStream<Commit> {
         let (stream, continuation) = AsyncStream<Commit>.makeStream(bufferingPolicy: .unbounded)
         let id = state.withLock { state in
