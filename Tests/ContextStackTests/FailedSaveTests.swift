@@ -32,6 +32,46 @@ import Testing
         #expect(try world.fetchCount(Person.self) == 1)
     }
 
+    /// Every commit a `transaction` makes is its caller's (no one else hears of its failure),
+    /// so none may be lost: when the body throws after committing, the body's error is thrown
+    /// and the save failure goes to `onError`; when the body committed twice and both fail,
+    /// the first is thrown and the second goes to `onError` (Docs/Concurrency.md, "Errors").
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func noSaveFailureOfATransactionIsLost(kind: StoreKind) async throws {
+        struct Oops: Error {}
+        let store = try TestStore(kind)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        _ = try await world.transaction { update in
+            try update.create(Person.self).name = "seed"
+            try update.commit()
+        }
+        try store.refuseWrites(ofName: "refused")
+
+        await #expect(throws: Oops.self) {
+            try await world.transaction { update in
+                try update.create(Person.self).name = "refused"
+                try update.commit()
+                throw Oops()
+            }
+        }
+        #expect(recorder.all.count == 1 && recorder.all.allSatisfy(TestStore.isRefusal), "\(recorder.all)")
+
+        let error = await #expect(throws: (any Error).self) {
+            try await world.transaction { update in
+                for _ in 0..<2 {
+                    try update.create(Person.self).name = "refused"
+                    try update.commit()
+                }
+            }
+        }
+        #expect(error.map(TestStore.isRefusal) == true, "\(String(describing: error))")
+        #expect(recorder.all.count == 2 && recorder.all.allSatisfy(TestStore.isRefusal), "\(recorder.all)")
+        try await store.stack.flush()
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("seed")]])
+    }
+
     static let mergingTargets: [UpdateTarget] = [.mainContext, .rootContext(autoMerge: true)]
 
     @Test(arguments: mergingTargets) @MainActor

@@ -88,24 +88,37 @@ final class UpdateStarter: Sendable {
         return try makeUpdateContext().performAndWait(block)
     }
 
+    /// Runs `body` in a fresh update, commits, and returns once every commit it made is
+    /// written.
+    ///
+    /// Each of those commits is claimed for this caller (`waitsForSaves`): a failure to save
+    /// one goes nowhere but here. So every one is waited for, also when `body` threw after
+    /// committing, and none is lost: the caller gets `body`'s error, or else the first save
+    /// failure; any other save failure, which it cannot also receive, goes to `onError`.
     func transaction<T: Sendable>(_ body: @escaping @Sendable (Update) throws -> T) async throws -> T {
         let context = makeUpdateContext(waitsForSaves: true)
-        let result: T = try await withCheckedThrowingContinuation { continuation in
+        let outcome: Result<T, any Error> = await withCheckedContinuation { continuation in
             context.perform { update in
                 do {
                     let value = try body(update)
                     try update.commit()
-                    continuation.resume(returning: value)
+                    continuation.resume(returning: .success(value))
                 } catch {
                     update.rollback()
-                    continuation.resume(throwing: error)
+                    continuation.resume(returning: .failure(error))
                 }
             }
         }
-        // Every commit the body made, not only the last: each one's failure is this caller's.
+        var thrown: (any Error)?
+        if case .failure(let error) = outcome { thrown = error }
         for sequence in context.committedSequences {
-            try await stack.store.waitUntilWritten(sequence)
+            do {
+                try await stack.store.waitUntilWritten(sequence)
+            } catch {
+                if thrown == nil { thrown = error } else { stack.report(error) }
+            }
         }
-        return result
+        if let thrown { throw thrown }
+        return try outcome.get()
     }
 }
