@@ -138,4 +138,44 @@ struct PostgresFaultTests {
         #expect(try world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["after", "before"])
         #expect(recorder.all.isEmpty, "a lost listener connection is not reported: \(recorder.all)")
     }
+
+    /// Docs/History.md, "Failure modes": a stack that cannot start following the history (the
+    /// server is down when its main context is made) reports it once, and tries again by
+    /// itself: once the server is back, other stacks' commits reach the main context, though
+    /// nothing else asked for remote commits again.
+    @Test @MainActor func followingTheHistoryStartsOnceTheServerIsBack() async throws {
+        let server = try DedicatedPostgresServer()
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        let recorder = ErrorRecorder()
+        stack.onError = { recorder.record($0) }
+        try stack.addPostgresStore(url: server.url)
+        let other = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+        try other.addPostgresStore(url: server.url)
+        let writer = try Context(stack: other, updateTarget: .persistentStore)
+        let ann = try writer.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            ann.name = "Ann"
+            try update.commit()
+            return ann.objectID
+        }
+
+        try server.cluster.crash()
+        let world = try MainContext(stack: stack)
+        #expect(recorder.all.count == 1, "the failed start was not reported: \(recorder.all)")
+        try server.cluster.start()
+
+        let held = try #require(try world.fetch(Person.self, id: ann))
+        var merged = false
+        for age in 1...100 where !merged {
+            _ = try? writer.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, id: ann)).age = age
+                try update.commit()
+            }
+            try await Task.sleep(for: .milliseconds(100))
+            _ = try world.fetchCount(Pet.self)    // a read applies what was handed over
+            merged = held.age == age
+        }
+        #expect(merged, "no remote commit reached the main context once the server was back")
+        #expect(recorder.all.count == 1, "the retries reported again: \(recorder.all)")
+    }
 }

@@ -61,6 +61,8 @@ public final class Stack: Sendable {
         /// observer), and whether the store's history is followed for it yet.
         var wantsRemoteCommits = false
         var followsHistory = false
+        /// Whether a new attempt to start following is scheduled (after one failed).
+        var followRetryScheduled = false
     }
 
     struct WeakContext: Sendable {
@@ -244,10 +246,14 @@ public final class Stack: Sendable {
     }
 
     /// Starts following the store's history once something wants remote commits. If it cannot
-    /// start (the newest transaction cannot be read), the error goes to `onError`, and the
-    /// next thing that wants remote commits (a `MainContext`, `observeCommit`, `allCommits`)
-    /// tries again.
-    private func followHistoryIfWanted() {
+    /// start (the newest transaction cannot be read: the server is down, say), the error goes
+    /// to `onError`, and it tries again by itself — after half a second, then twice as long
+    /// each time up to 30 seconds, without reporting again — and whenever something else wants
+    /// remote commits (a `MainContext`, `observeCommit`, `allCommits`). Until it starts, no
+    /// remote commit is delivered; from the moment it does, every later one is.
+    ///
+    /// `failures`: how many attempts of this run have failed before this one.
+    private func followHistoryIfWanted(failures: Int = 0) {
         let store = state.withLock { state -> (any ObjectStore)? in
             guard state.wantsRemoteCommits, !state.followsHistory, let store = state.store, store.tracksHistory else { return nil }
             state.followsHistory = true
@@ -257,8 +263,19 @@ public final class Stack: Sendable {
         do {
             try store.followHistory { [weak self] transactions in self?.receiveRemote(transactions) }
         } catch {
-            state.withLock { $0.followsHistory = false }
-            report(error)
+            let schedule = state.withLock { state -> Bool in
+                state.followsHistory = false
+                defer { state.followRetryScheduled = true }
+                return !state.followRetryScheduled
+            }
+            if failures == 0 { report(error) }
+            guard schedule else { return }
+            let delay = min(0.5 * Double(1 << min(failures, 6)), 30)
+            DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + delay) { [weak self] in
+                guard let self else { return }
+                self.state.withLock { $0.followRetryScheduled = false }
+                self.followHistoryIfWanted(failures: failures + 1)
+            }
         }
     }
 
