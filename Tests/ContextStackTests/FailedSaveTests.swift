@@ -119,6 +119,50 @@ import Testing
         #expect(recorder.all.count == 1)
     }
 
+    /// A deletion handed to a merging main context before the root wrote it, whose write then
+    /// fails, is undone there too: the object the app holds is no longer deleted, shows what
+    /// is stored, is still the context's object for its ID, and its observer hears it is back.
+    @Test(arguments: mergingTargets) @MainActor
+    func aFailedDeleteIsUndoneInMergingMainContexts(target: UpdateTarget) async throws {
+        let store = try TestStore(.file)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack, updateTarget: target)
+        try world.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age) = ("Monk", 63)
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
+        var heard: [ObjectChange] = []
+        let watch = world.observe(monk) { heard.append($0) }
+        try store.stack.sqliteStore.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP TRIGGER "refuse_delete" BEFORE DELETE ON main."Person"
+                BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+                """)
+        }
+        // The deletion is shown before the root writes it: the test holds the writer until then.
+        try store.stack.sqliteStore.writer.withLock { _ in
+            try world.beginUpdateAndWait { update in
+                try update.delete(update.use(monk))
+                try update.commit()
+            }
+            #expect(monk.isDeleted)
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        _ = try world.fetchCount(Pet.self)    // a read applies the undoing commit
+        await mainQueueTurn()
+        #expect(!monk.isDeleted && monk.name == "Monk" && monk.age == 63)
+        #expect(try world.fetch(Person.self, id: monk.objectID) === monk)
+        #expect(try world.fetch(Person.self, %"name" == "Monk") === monk)
+        #expect(heard.map(\.isDeleted) == [true, false])
+        #expect(heard.last?.changedKeys.contains("age") == true)
+        #expect(recorder.all.count == 1)
+        withExtendedLifetime(watch) {}
+    }
+
     /// How commits queued behind a failing one meet the writer: in the same group (the write
     /// queue held until all are queued); in one group after the failed commit's own (the
     /// writer held once it took the first); or alone after it (one dependent commit queued

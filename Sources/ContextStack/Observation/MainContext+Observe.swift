@@ -8,7 +8,9 @@ public struct ObjectChange: Sendable, CustomStringConvertible {
     public let objectID: ObjectID
     /// The keys the commit changed (relationships by name; empty for a deletion).
     public let changedKeys: Set<String>
-    /// True when the commit deleted the object: no further changes come.
+    /// True when the commit deleted the object: no further changes come, unless that commit
+    /// then fails to save. What undoes it brings the object back, reported as a change of every
+    /// key with `isDeleted` false.
     public let isDeleted: Bool
     /// The whole commit.
     public let commit: Commit
@@ -41,9 +43,13 @@ extension MainContext {
             preconditionFailure("\(object) belongs to another context: observe it through the MainContext it was fetched from.")
         }
         let id = object.objectID
+        let everyKey = Set(core.graph.entity(for: type(of: object)).properties.map(\.name))
         return stack.commits.addLiveObserver { commit in
             if commit.deleted.contains(id) {
                 block(ObjectChange(objectID: id, changedKeys: [], isDeleted: true, commit: commit))
+            } else if commit.inserted.contains(id) {
+                // Only what undoes a deletion that failed to save inserts an ID again.
+                block(ObjectChange(objectID: id, changedKeys: everyKey, isDeleted: false, commit: commit))
             } else {
                 let keys = commit.changedKeys(of: id)
                 guard !keys.isEmpty else { return }

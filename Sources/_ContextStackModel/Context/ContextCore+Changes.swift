@@ -165,6 +165,7 @@ extension ContextCore {
         links.removeAll()
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
+        mergedDeletions.removeAll()
         generation += 1
         // Nothing is left for handed-over commits to update.
         _ = takeInbox()

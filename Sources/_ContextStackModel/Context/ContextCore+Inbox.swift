@@ -59,7 +59,7 @@ extension ContextCore {
         pendingUnique = nil
     }
 
-    /// Applies commits to registered objects: changed values, deletions.
+    /// Applies commits to registered objects: changed values, deletions, and deletions undone.
     func apply(_ pending: [ChangeSet]) {
         guard !pending.isEmpty else { return }
         for changes in pending {
@@ -73,11 +73,31 @@ extension ContextCore {
                 guard let object = registered(delete.id) else { continue }
                 object.state = .deleted
                 registry[delete.id] = nil
+                keepMergedDeletion(object)
+            }
+            // An ID is never inserted twice, except by what undoes a deletion whose save failed
+            // (`QueuedStore.undo`): the object this context marked deleted lives again, with
+            // the stored values.
+            for insert in changes.inserts where !mergedDeletions.isEmpty {
+                guard let object = mergedDeletions.removeValue(forKey: insert.id)?.object,
+                      object.state == .deleted, registered(insert.id) == nil else { continue }
+                object.values = insert.row.values
+                object.fault = nil
+                object.state = .clean
+                register(object)
             }
         }
         generation += 1
         #if DEBUG
         checkInvariants()
         #endif
+    }
+
+    /// Remembers an object a handed-over commit deleted, in case that commit's save fails.
+    private func keepMergedDeletion(_ object: ManagedObject) {
+        mergedDeletions[object.objectID] = WeakObject(object: object)
+        guard mergedDeletions.count >= mergedDeletionsSweepAt else { return }
+        mergedDeletions = mergedDeletions.filter { $0.value.object != nil }
+        mergedDeletionsSweepAt = max(64, mergedDeletions.count * 2)
     }
 }

@@ -54,6 +54,13 @@ package final class ContextCore: @unchecked Sendable {
     /// What `.prefetch` read ahead for objects not registered yet.
     @exclusivity(unchecked) var prefetched = PrefetchCache(generation: 0)
 
+    /// The objects a handed-over commit deleted (main contexts), held weakly: if that commit
+    /// then fails to save, what undoes it inserts the row again, and the object the app holds
+    /// comes back to life instead of a second object for the same ID (`apply`). Entries of
+    /// objects gone are dropped whenever the table doubles.
+    @exclusivity(unchecked) var mergedDeletions: [ObjectID: WeakObject] = [:]
+    @exclusivity(unchecked) var mergedDeletionsSweepAt = 64
+
     /// Change sets handed to a main context, applied before its next read.
     let inbox = Locked<[ChangeSet]>([])
     let inboxHasWork = Atomic<Bool>(false)
