@@ -50,6 +50,41 @@ import Testing
         #expect(try store.scalar("SELECT name FROM main.\"Pet\"") == .text("Rex II"))
     }
 
+    /// A `delete` whose rules cannot read what they need (here the shipment a to-one
+    /// `.cascade` takes) throws, and leaves the object marked deleted with its rules applied in
+    /// part: the update's commits throw that error until it is rolled back, so the half-applied
+    /// delete is never saved (Docs/Concurrency.md, "Errors"). Saved, it would delete the
+    /// parcel and keep its shipment: the writer follows no to-one cascade whose inverse is a
+    /// to-many (the shipment's other parcels do not say it must go).
+    @Test func aDeleteWhoseRulesCannotReadStopsTheNextCommit() throws {
+        let store = try TestStore(.memory, types: [Parcel.self, Shipment.self])
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            let parcel = try update.create(Parcel.self)
+            parcel.label = "Parcel"
+            parcel.shipment = try update.create(Shipment.self)
+            try update.commit()
+        }
+        let updater = context.beginUpdateContext()
+        try updater.performAndWait { update in
+            let parcel = try #require(try update.fetch(Parcel.self))
+            try Self.breakReads(of: "Shipment", in: store)
+            #expect(throws: SQLiteError.self) { try update.delete(parcel) }
+            try update.delete(parcel)    // marked deleted already: nothing more to do
+            #expect(throws: SQLiteError.self) { try update.commit() }
+            update.rollback()
+        }
+        #expect(try store.scalar("SELECT count(*) FROM main.\"Parcel\"") == .integer(1))
+        // With reads back, the same update deletes the parcel and its shipment.
+        try store.stack.sqliteStore.writer.withLock { try $0.connection.execute("DROP VIEW temp.\"Shipment\"") }
+        try updater.performAndWait { update in
+            try update.delete(try #require(try update.fetch(Parcel.self)))
+            try update.commit()
+        }
+        #expect(try store.scalar("SELECT count(*) FROM main.\"Parcel\"") == .integer(0))
+        #expect(try store.scalar("SELECT count(*) FROM main.\"Shipment\"") == .integer(0))
+    }
+
     /// Unlinking one side of a one-to-one must clear the partner too; when the partner cannot
     /// be read, the commit is refused rather than saving one side.
     @Test func aPartnerThatCannotBeReadStopsTheCommit() throws {
@@ -75,4 +110,15 @@ import Testing
         }
         #expect(try store.scalar("SELECT holder FROM main.\"Passport\"") == holder)
     }
+}
+
+/// A to-one `.cascade` whose inverse is a to-many: deleting a parcel deletes its shipment.
+@Entity final class Parcel: ManagedObject {
+    var label: String = ""
+    @Relationship(deleteRule: .cascade, inverse: \Shipment.parcels) var shipment: Shipment?
+}
+
+@Entity final class Shipment: ManagedObject {
+    var number: Int = 0
+    @Relationship var parcels: Set<Parcel>
 }

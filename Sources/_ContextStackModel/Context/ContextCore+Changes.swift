@@ -14,31 +14,40 @@ extension ContextCore {
         markChanged(object)
         let wasInserted = object.state == .inserted
         object.state = .deleted
-        var cascade: [ManagedObject] = []
-        for property in object.entity.properties where property.isRelationship {
-            switch property.deleteRule {
-            case .deny, .noAction:
-                continue
-            case .cascade:
-                if property.isToMany {
-                    cascade += try objects(for: Array(try toManyIDs(of: object, property)))
-                } else if let id = foreignKey(object, property), let target = try self.object(for: id) {
-                    cascade.append(target)
-                }
-                fallthrough
-            case .nullify:
-                if property.isToMany {
-                    try replaceMembers(object, property, with: [])
-                } else {
-                    link(object, property, to: nil)
+        do {
+            var cascade: [ManagedObject] = []
+            for property in object.entity.properties where property.isRelationship {
+                switch property.deleteRule {
+                case .deny, .noAction:
+                    continue
+                case .cascade:
+                    if property.isToMany {
+                        cascade += try objects(for: Array(try toManyIDs(of: object, property)))
+                    } else if let id = foreignKey(object, property), let target = try self.object(for: id) {
+                        cascade.append(target)
+                    }
+                    fallthrough
+                case .nullify:
+                    if property.isToMany {
+                        try replaceMembers(object, property, with: [])
+                    } else {
+                        link(object, property, to: nil)
+                    }
                 }
             }
+            if wasInserted {
+                // Never stored: nothing to delete below.
+                changed[object.objectID] = nil
+            }
+            for target in cascade { try delete(target) }
+        } catch {
+            // A read the rules needed failed: the object is marked deleted and its rules ran
+            // in part, which a commit would save as it is (and a second `delete` would find
+            // done). As after a failed relationship read, the update's commits throw the error
+            // until it is rolled back.
+            if accessorFailure == nil { accessorFailure = error }
+            throw error
         }
-        if wasInserted {
-            // Never stored: nothing to delete below.
-            changed[object.objectID] = nil
-        }
-        for target in cascade { try delete(target) }
     }
 
     // MARK: - Committing
