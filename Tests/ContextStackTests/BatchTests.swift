@@ -227,6 +227,29 @@ import Testing
         #expect(try store.writtenRows("SELECT title FROM \"Volume\"") == [[.text("Lent")]])
     }
 
+    /// Docs/Writing.md, "batchDelete": `.cascade` deletes the related objects too, through a
+    /// to-one as through a to-many, as `delete(_:)` does in a context.
+    @Test(arguments: StoreKind.available)
+    func batchDeleteCascadesThroughAToOne(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: [Parcel.self, Shipment.self])
+        let context = try ContextStack.Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            let shipment = try update.create(Shipment.self)
+            for label in ["a", "b"] {
+                let parcel = try update.create(Parcel.self)
+                (parcel.label, parcel.shipment) = (label, shipment)
+            }
+            try update.create(Shipment.self).number = 2
+            try update.commit()
+        }
+        let deleted = try context.beginUpdateAndWait { update in try update.batchDelete(Parcel.self, %"label" == "a") }
+        #expect(deleted == 1)
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT number FROM \"Shipment\"") == [[.integer(2)]], "the cascade kept parcel a's shipment")
+        // The shipment's own rule (`.nullify`) cleared parcel b's reference to it.
+        #expect(try store.writtenRows("SELECT label, shipment FROM \"Parcel\"") == [[.text("b"), .null]])
+    }
+
     @Test @MainActor func theUpdateItselfStaysCoherent() async throws {
         let harness = try TopologyHarness(.threeTier)
         try Self.seed(harness)
