@@ -78,13 +78,15 @@ extension ContextCore {
             // An ID is never inserted twice, except by what undoes a deletion whose save failed
             // (`QueuedStore.undo`): the object this context marked deleted lives again, with
             // the stored values.
-            for insert in changes.inserts where !mergedDeletions.isEmpty {
-                guard let object = mergedDeletions.removeValue(forKey: insert.id)?.object,
-                      object.state == .deleted, registered(insert.id) == nil else { continue }
-                object.values = insert.row.values
-                object.fault = nil
-                object.state = .clean
-                register(object)
+            if !mergedDeletions.isEmpty {
+                for insert in changes.inserts {
+                    guard let object = mergedDeletions.removeValue(forKey: insert.id)?.object,
+                          object.state == .deleted, registered(insert.id) == nil else { continue }
+                    object.values = insert.row.values
+                    object.fault = nil
+                    object.state = .clean
+                    register(object)
+                }
             }
         }
         generation += 1
