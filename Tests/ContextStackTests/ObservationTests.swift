@@ -341,6 +341,8 @@ import Testing
                 release.wait()
             }
         }
+        var released = false
+        defer { if !released { release.signal() } }
         while !held.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
         let raw = try store.rawConnection()
         try world.beginUpdateAndWait { update in
@@ -352,6 +354,7 @@ import Testing
         await mainQueueTurn()
         try raw.execute("ALTER TABLE PersonAway RENAME TO Person")
         release.signal()
+        released = true
         try await store.stack.flush()
         #expect(errors.all.count == 1, "the results' read did not fail: \(errors.all)")
         #expect(results.objects.map(\.name) == ["Ann"] && changes.isEmpty, "the results keep their last contents")
@@ -398,6 +401,40 @@ import Testing
         world.reset()
         #expect(results.objects.map(\.name) == ["Ann", "Bob"])
         #expect(changes.count == 2 && changes.last?.insertedRows == [.at(0, 0), .at(0, 1)])
+    }
+
+    /// `observe(_:)` reports an insert of its object only when it brings back an object whose
+    /// deletion failed to save (`FailedSaveTests.aFailedDeleteIsUndoneInMergingMainContexts`).
+    /// Here a commit made on another thread inserts Ann; the main actor, blocked until it is
+    /// written, fetches and observes her before the commit is delivered to the main actor's
+    /// observers: she hears nothing of her own insert.
+    @Test @MainActor func anObjectObservedBeforeItsInsertIsDeliveredHearsNothingOfIt() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let writer = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let everything = store.stack.observeCommit { _ in }    // so that the commit is delivered
+        let written = DispatchSemaphore(value: 0)
+        let inserted = Locked<ObjectID?>(nil)
+        Thread.detachNewThread {
+            let id = try? writer.beginUpdateAndWait { update in
+                let ann = try update.create(Person.self)
+                ann.name = "Ann"
+                try update.commit()
+                return ann.objectID
+            }
+            inserted.withLock { $0 = id }
+            written.signal()
+        }
+        // Blocks the main actor, so that the commit's delivery to it waits.
+        #expect(written.wait(timeout: .now() + 60) == .success)
+        let id = try #require(inserted.withLock { $0 })
+        let ann = try #require(try world.fetch(Person.self, id: id))
+        var heard: [ObjectChange] = []
+        let watch = world.observe(ann) { heard.append($0) }
+        await mainQueueTurn()
+        await mainQueueTurn()
+        #expect(heard.isEmpty, "\(heard)")
+        withExtendedLifetime((watch, everything)) {}
     }
 
     /// Docs/Observation.md, "Object filters": the filter runs after the condition and before

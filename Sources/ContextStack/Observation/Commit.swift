@@ -33,6 +33,9 @@ public struct Commit: Sendable, CustomStringConvertible {
     /// ones delivered once written (`.persistentStore` targets, batch operations) by a store
     /// that tracks history; `nil` for a commit delivered before the root wrote it.
     public let token: HistoryToken?
+    /// Whether the commit undoes one that was announced and then failed to save: its inserts
+    /// are objects that commit deleted, back (`observe(_:)` reports them so).
+    let undoesFailedSave: Bool
     private let changedKeysByID: [ObjectID: Set<String>]
     private let entities: [ObjectID: EntityDescription]
 
@@ -44,6 +47,7 @@ public struct Commit: Sendable, CustomStringConvertible {
         self.origin = origin
         self.target = target
         isRemote = false
+        undoesFailedSave = changes.undoesFailedSave
         author = changes.info.author
         token = changes.info.token
         var keys: [ObjectID: Set<String>] = [:]
@@ -79,6 +83,7 @@ public struct Commit: Sendable, CustomStringConvertible {
         origin = .remote
         target = .persistentStore
         isRemote = true
+        undoesFailedSave = false
         author = transaction.author
         token = transaction.token
         changedKeysByID = keys

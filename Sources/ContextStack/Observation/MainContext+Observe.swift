@@ -47,8 +47,8 @@ extension MainContext {
         return stack.commits.addLiveObserver { commit in
             if commit.deleted.contains(id) {
                 block(ObjectChange(objectID: id, changedKeys: [], isDeleted: true, commit: commit))
-            } else if commit.inserted.contains(id) {
-                // Only what undoes a deletion that failed to save inserts an ID again.
+            } else if commit.undoesFailedSave && commit.inserted.contains(id) {
+                // The commit that deleted it failed to save: it is back.
                 block(ObjectChange(objectID: id, changedKeys: everyKey, isDeleted: false, commit: commit))
             } else {
                 let keys = commit.changedKeys(of: id)

@@ -75,17 +75,14 @@ extension ContextCore {
                 registry[delete.id] = nil
                 keepMergedDeletion(object)
             }
-            // An ID is never inserted twice, except by what undoes a deletion whose save failed
-            // (`QueuedStore.undo`): the object this context marked deleted lives again, with
-            // the stored values.
-            if !mergedDeletions.isEmpty {
+            // What undoes a deletion whose save failed (`QueuedStore.undo`) inserts its rows
+            // again: the object this context marked deleted lives again, with the stored values
+            // (unless a read already brought it back, `revivedDeletion`).
+            if changes.undoesFailedSave {
                 for insert in changes.inserts {
-                    guard let object = mergedDeletions.removeValue(forKey: insert.id)?.object,
-                          object.state == .deleted, registered(insert.id) == nil else { continue }
+                    guard let object = revivedDeletion(insert.id) else { continue }
                     object.values = insert.row.values
                     object.fault = nil
-                    object.state = .clean
-                    register(object)
                 }
             }
         }
@@ -93,6 +90,19 @@ extension ContextCore {
         #if DEBUG
         checkInvariants()
         #endif
+    }
+
+    /// The object a handed-over commit deleted for `id`, registered again as clean, if it is
+    /// still held somewhere; `nil` otherwise. Called when the row is back: by what undoes the
+    /// deletion, or by a read that found the row first (the failed commit leaves the store's
+    /// overlay before its undo is handed over), which would otherwise make a second object for
+    /// the ID. The caller gives it its values.
+    func revivedDeletion(_ id: ObjectID) -> ManagedObject? {
+        guard !mergedDeletions.isEmpty, let object = mergedDeletions.removeValue(forKey: id)?.object,
+              object.state == .deleted, registered(id) == nil else { return nil }
+        object.state = .clean
+        register(object)
+        return object
     }
 
     /// Remembers an object a handed-over commit deleted, in case that commit's save fails.

@@ -56,8 +56,9 @@ package final class ContextCore: @unchecked Sendable {
 
     /// The objects a handed-over commit deleted (main contexts), held weakly: if that commit
     /// then fails to save, what undoes it inserts the row again, and the object the app holds
-    /// comes back to life instead of a second object for the same ID (`apply`). Entries of
-    /// objects gone are dropped whenever the table doubles.
+    /// comes back to life instead of a second object for the same ID (`revivedDeletion`). An
+    /// entry stays while its object lives, also once the deletion is saved (the row never
+    /// comes back then); entries of objects gone are dropped whenever the table doubles.
     @exclusivity(unchecked) var mergedDeletions: [ObjectID: WeakObject] = [:]
     @exclusivity(unchecked) var mergedDeletionsSweepAt = 64
 
@@ -74,9 +75,10 @@ package final class ContextCore: @unchecked Sendable {
     @exclusivity(unchecked) private var drainsOnNextRead = false
     /// The `UpdateStarter` an update context belongs to (for the `.serial` deadlock check).
     package var starter: ObjectIdentifier?
-    /// The first error a property accessor met in an update context since its last commit,
-    /// rollback or reset. Accessors cannot throw, so what they return or change after a failed
-    /// read may be incomplete (a relationship read as empty, a partner left linked); the next
+    /// The first error a property accessor, or a `delete`'s rules, met in an update context
+    /// since its last commit, rollback or reset. Accessors cannot throw, so what they return or
+    /// change after a failed read may be incomplete (a relationship read as empty, a partner
+    /// left linked); a `delete` that threw leaves its rules applied in part. The next
     /// `commit()` throws this error instead of saving such changes.
     @exclusivity(unchecked) var accessorFailure: (any Error)?
 
@@ -264,6 +266,11 @@ package final class ContextCore: @unchecked Sendable {
                 existing.fault = nil
             }
             return existing
+        }
+        if let revived = revivedDeletion(id) {
+            revived.values = values
+            revived.fault = nil
+            return revived
         }
         let object = entity.type.init(_ObjectSeed(id: id, entity: entity, context: self, values: values))
         register(object)

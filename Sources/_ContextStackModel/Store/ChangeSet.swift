@@ -122,6 +122,10 @@ package struct ChangeSet: Sendable {
     package var upserts: [ObjectID: [Int]] = [:]
     /// Who made the commit, and where it sits in the history once written.
     package var info = CommitInfo()
+    /// Set on what undoes a commit that was announced and then failed to save
+    /// (`QueuedStore.undo`): its inserts are rows that commit deleted, restored, which main
+    /// contexts bring their deleted objects back for (`ContextCore.apply`).
+    package var undoesFailedSave = false
 
     package init() {}
 

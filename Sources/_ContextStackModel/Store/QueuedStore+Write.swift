@@ -214,13 +214,15 @@ extension QueuedStore {
                 var reader = RowReader(session: ReadSession(graph: committed.session.graph, connection: committed.session.connection,
                                                             overlay: state.overlay), context: nil)
                 for item in announced {
-                    let undo = try Self.undo(item.changes, reader: &reader)
+                    var undo = try Self.undo(item.changes, reader: &reader)
+                    undo.undoesFailedSave = true
                     if !undo.isEmpty { item.correct?(undo) }
                 }
             }
         } catch {
             for item in announced {
-                let undo = Self.undoFromSnapshots(item.changes)
+                var undo = Self.undoFromSnapshots(item.changes)
+                undo.undoesFailedSave = true
                 if !undo.isEmpty { item.correct?(undo) }
             }
             if announced.contains(where: { !$0.changes.deletes.isEmpty }) { reportError(error) }
