@@ -69,6 +69,20 @@ import Testing
         #expect(error.map(TestStore.isRefusal) == true, "\(String(describing: error))")
         #expect(recorder.all.count == 2 && recorder.all.allSatisfy(TestStore.isRefusal), "\(recorder.all)")
         try await store.stack.flush()
+
+        // A commit of an `update.perform` continuation, which runs after the transaction
+        // returned, is not the transaction's: its failure goes to onError and the next flush.
+        let continued = Locked(false)
+        _ = try await world.transaction { update in
+            update.perform { later in
+                try later.create(Person.self).name = "refused"
+                try later.commit()
+                continued.withLock { $0 = true }
+            }
+        }
+        while !continued.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        #expect(recorder.all.count == 3, "\(recorder.all)")
         #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("seed")]])
     }
 

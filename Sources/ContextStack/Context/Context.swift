@@ -70,6 +70,11 @@ public final class Context: CommitSource {
     }
 
     /// Runs `body` in a new update context, commits when it returns, and resumes once durable.
+    ///
+    /// Every commit the block makes is waited for, also when it throws after committing: the
+    /// call throws the block's error, or else the first commit's save error, and any other
+    /// save error of its commits goes to `stack.onError`. A commit of an `update.perform`
+    /// continuation, which runs after the call returned, is not waited for.
     public func transaction<T: Sendable>(_ body: @escaping @Sendable (Update) throws -> T) async throws -> T {
         try await starter.transaction(body)
     }

@@ -191,6 +191,11 @@ public final class MainContext: CommitSource {
     /// Runs `body` in a new update context, commits when it returns (rolls back when it
     /// throws), and resumes once the changes are in SQLite.
     ///
+    /// Every commit the block makes is waited for, also when it throws after committing: the
+    /// call throws the block's error, or else the first commit's save error, and any other
+    /// save error of its commits goes to `stack.onError`. A commit of an `update.perform`
+    /// continuation, which runs after the call returned, is not waited for.
+    ///
     /// For example:
     ///
     /// ```swift

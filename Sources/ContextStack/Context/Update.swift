@@ -156,6 +156,10 @@ public struct Update: Sendable {
     // MARK: Deleting
 
     /// Deletes `object`, applying the delete rules of its relationships.
+    ///
+    /// - Throws: an error of the store when a read the rules need fails (the objects a
+    ///   `.cascade` takes, say). The object stays marked deleted with its rules applied in
+    ///   part, so the update's `commit()` throws the same error until you roll it back.
     public func delete(_ object: ManagedObject) throws {
         core.checkExecution("update.delete(_:)")
         guard object.context === core else {

@@ -16,11 +16,12 @@ public final class UpdateContext: Sendable {
     let core: ContextCore
     let starter: UpdateStarter
     private let queue = DispatchQueue(label: "ContextStack.UpdateContext")
-    /// Set for `transaction`: the caller waits for durability and receives save errors.
-    let waitsForSaves: Bool
     private let state = Locked(State())
 
     private struct State {
+        /// Set while a `transaction`'s block runs (`claimingSaves`): its commits' save errors
+        /// are the caller's, who waits for them, and reach no one else.
+        var claimsSaves = false
         /// The sequence numbers of this context's commits, for durability waits.
         var committedSequences: [UInt64] = []
         /// Blocks queued or running; under `.serial` the update holds its turn while this is > 0.
@@ -42,11 +43,20 @@ public final class UpdateContext: Sendable {
         case held
     }
 
-    init(starter: UpdateStarter, waitsForSaves: Bool = false) {
+    init(starter: UpdateStarter) {
         self.core = ContextCore(kind: .update, host: starter.stack)
         self.core.starter = ObjectIdentifier(starter)
         self.starter = starter
-        self.waitsForSaves = waitsForSaves
+    }
+
+    /// Runs `body` (a `transaction`'s block and its commit) with the commits made meanwhile
+    /// claimed for the transaction's caller. A commit made later — by an `update.perform`
+    /// continuation, after the transaction stopped waiting — is not: its failure goes to
+    /// `onError` and the next flush, as any other's.
+    func claimingSaves<T>(_ body: () throws -> T) rethrows -> T {
+        state.withLock { $0.claimsSaves = true }
+        defer { state.withLock { $0.claimsSaves = false } }
+        return try body()
     }
 
     deinit {
@@ -167,7 +177,7 @@ public final class UpdateContext: Sendable {
         core.checkExecution("update.commit()")
         let changes = try core.makeChangeSet()
         if !changes.isEmpty {
-            let sequence = try starter.deliver(changes, waitsForSaves: waitsForSaves)
+            let sequence = try starter.deliver(changes, waitsForSaves: state.withLock { $0.claimsSaves })
             state.withLock { $0.committedSequences.append(sequence) }
         }
         core.didCommit()

@@ -29,8 +29,8 @@ final class UpdateStarter: Sendable {
         self.turns = order == .serial ? SerialGate() : nil
     }
 
-    func makeUpdateContext(waitsForSaves: Bool = false) -> UpdateContext {
-        UpdateContext(starter: self, waitsForSaves: waitsForSaves)
+    func makeUpdateContext() -> UpdateContext {
+        UpdateContext(starter: self)
     }
 
     /// Saves a commit into the target and tells observers; returns the store's sequence number.
@@ -91,21 +91,23 @@ final class UpdateStarter: Sendable {
     /// Runs `body` in a fresh update, commits, and returns once every commit it made is
     /// written.
     ///
-    /// Each of those commits is claimed for this caller (`waitsForSaves`): a failure to save
+    /// Each of those commits is claimed for this caller (`claimingSaves`): a failure to save
     /// one goes nowhere but here. So every one is waited for, also when `body` threw after
     /// committing, and none is lost: the caller gets `body`'s error, or else the first save
     /// failure; any other save failure, which it cannot also receive, goes to `onError`.
     func transaction<T: Sendable>(_ body: @escaping @Sendable (Update) throws -> T) async throws -> T {
-        let context = makeUpdateContext(waitsForSaves: true)
+        let context = makeUpdateContext()
         let outcome: Result<T, any Error> = await withCheckedContinuation { continuation in
             context.perform { update in
-                do {
-                    let value = try body(update)
-                    try update.commit()
-                    continuation.resume(returning: .success(value))
-                } catch {
-                    update.rollback()
-                    continuation.resume(returning: .failure(error))
+                context.claimingSaves {
+                    do {
+                        let value = try body(update)
+                        try update.commit()
+                        continuation.resume(returning: .success(value))
+                    } catch {
+                        update.rollback()
+                        continuation.resume(returning: .failure(error))
+                    }
                 }
             }
         }
