@@ -165,8 +165,9 @@ struct PostgresFaultTests {
         try server.cluster.start()
 
         let held = try #require(try world.fetch(Person.self, id: ann))
+        // Retries come at most 30 s apart (Stack.followHistoryIfWanted): the loop allows 45 s.
         var merged = false
-        for age in 1...100 where !merged {
+        for age in 1...450 where !merged {
             _ = try? writer.beginUpdateAndWait { update in
                 try #require(try update.fetch(Person.self, id: ann)).age = age
                 try update.commit()

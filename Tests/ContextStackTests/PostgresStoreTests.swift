@@ -35,8 +35,6 @@ struct PostgresStoreTests {
         #expect(!traced.contains { $0.contains("not-a-secret-to-print") })
     }
 
-    /// Batch operations add one to the version of every row they change, as the writer's
-    /// updates do, so that another process's commit that read a row before sees it changed.
     /// Docs/Postgres.md, "Why libpq", and the README: under `.objectTrump`, the default, a save
     /// is one round trip (its statements go out with `BEGIN` and `COMMIT` in one pipeline),
     /// and a read by ID before it one more (on the idle writer connection), as raw libpq's
@@ -69,6 +67,8 @@ struct PostgresStoreTests {
         #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(3)]])
     }
 
+    /// Batch operations add one to the version of every row they change, as the writer's
+    /// updates do, so that another process's commit that read a row before sees it changed.
     @Test @MainActor func batchOperationsAddOneToTheRowVersion() async throws {
         let store = try TestStore(.postgres)
         let world = try MainContext(stack: store.stack)

@@ -247,9 +247,10 @@ public final class Stack: Sendable {
 
     /// Starts following the store's history once something wants remote commits. If it cannot
     /// start (the newest transaction cannot be read: the server is down, say), the error goes
-    /// to `onError`, and it tries again by itself — after half a second, then twice as long
-    /// each time up to 30 seconds, without reporting again — and whenever something else wants
-    /// remote commits (a `MainContext`, `observeCommit`, `allCommits`). Until it starts, no
+    /// to `onError`, and it tries again by itself on a background queue — after half a second,
+    /// then twice as long each time up to 30 seconds, for as long as it fails — and, at once,
+    /// whenever something else wants remote commits (a `MainContext`, `observeCommit`,
+    /// `allCommits`). Only the first failure of such a run is reported. Until it starts, no
     /// remote commit is delivered; from the moment it does, every later one is.
     ///
     /// `failures`: how many attempts of this run have failed before this one.
@@ -268,7 +269,9 @@ public final class Stack: Sendable {
                 defer { state.followRetryScheduled = true }
                 return !state.followRetryScheduled
             }
-            if failures == 0 { report(error) }
+            // A run of failures is reported once: by its first attempt, not by the retries, nor
+            // by an attempt something else made while a retry was due.
+            if failures == 0 && schedule { report(error) }
             guard schedule else { return }
             let delay = min(0.5 * Double(1 << min(failures, 6)), 30)
             DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + delay) { [weak self] in
