@@ -88,20 +88,25 @@ import Testing
 
     static let mergingTargets: [UpdateTarget] = [.mainContext, .rootContext(autoMerge: true)]
 
-    @Test(arguments: mergingTargets) @MainActor
-    func aFailedBackgroundSaveIsUndoneInMergingMainContexts(target: UpdateTarget) async throws {
+    /// A file store whose errors are recorded, a main context of `target`, and Monk (63),
+    /// stored and fetched by it.
+    @MainActor static func aStoredMonk(_ target: UpdateTarget) async throws -> (TestStore, ErrorRecorder, MainContext, Person) {
         let store = try TestStore(.file)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         let world = try MainContext(stack: store.stack, updateTarget: target)
         try world.beginUpdateAndWait { update in
             let monk = try update.create(Person.self)
-            monk.name = "Monk"
-            monk.age = 63
+            (monk.name, monk.age) = ("Monk", 63)
             try update.commit()
         }
         try await store.stack.flush()
-        let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
+        return (store, recorder, world, try #require(try world.fetch(Person.self, %"name" == "Monk")))
+    }
+
+    @Test(arguments: mergingTargets) @MainActor
+    func aFailedBackgroundSaveIsUndoneInMergingMainContexts(target: UpdateTarget) async throws {
+        let (store, recorder, world, monk) = try await Self.aStoredMonk(target)
         try store.refuseWrites(ofName: "refused")
         try store.stack.sqliteStore.writer.withLock { writer in
             try writer.connection.execute("""
@@ -138,17 +143,7 @@ import Testing
     /// is stored, is still the context's object for its ID, and its observer hears it is back.
     @Test(arguments: mergingTargets) @MainActor
     func aFailedDeleteIsUndoneInMergingMainContexts(target: UpdateTarget) async throws {
-        let store = try TestStore(.file)
-        let recorder = ErrorRecorder()
-        store.stack.onError = { recorder.record($0) }
-        let world = try MainContext(stack: store.stack, updateTarget: target)
-        try world.beginUpdateAndWait { update in
-            let monk = try update.create(Person.self)
-            (monk.name, monk.age) = ("Monk", 63)
-            try update.commit()
-        }
-        try await store.stack.flush()
-        let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
+        let (store, recorder, world, monk) = try await Self.aStoredMonk(target)
         var heard: [ObjectChange] = []
         let watch = world.observe(monk) { heard.append($0) }
         try store.stack.sqliteStore.writer.withLock { writer in
