@@ -19,11 +19,10 @@ public final class UpdateContext: Sendable {
     private let state = Locked(State())
 
     private struct State {
-        /// Set while a `transaction`'s block runs (`claimingSaves`): its commits' save errors
-        /// are the caller's, who waits for them, and reach no one else.
-        var claimsSaves = false
-        /// The sequence numbers of this context's commits, for durability waits.
-        var committedSequences: [UInt64] = []
+        /// While a `transaction`'s block runs (`claimingSaves`), the sequence numbers of the
+        /// commits it made: their save errors are the caller's, who waits for them, and reach
+        /// no one else. `nil` otherwise.
+        var claimed: [UInt64]?
         /// Blocks queued or running; under `.serial` the update holds its turn while this is > 0.
         var activeBlocks = 0
         var turn = Turn.idle
@@ -49,14 +48,18 @@ public final class UpdateContext: Sendable {
         self.starter = starter
     }
 
-    /// Runs `body` (a `transaction`'s block and its commit) with the commits made meanwhile
-    /// claimed for the transaction's caller. A commit made later — by an `update.perform`
-    /// continuation, after the transaction stopped waiting — is not: its failure goes to
-    /// `onError` and the next flush, as any other's.
-    func claimingSaves<T>(_ body: () throws -> T) rethrows -> T {
-        state.withLock { $0.claimsSaves = true }
-        defer { state.withLock { $0.claimsSaves = false } }
-        return try body()
+    /// Runs `body` (a `transaction`'s block and its commit) with the commits it makes claimed
+    /// for the transaction's caller, and returns their sequence numbers with `body`'s result,
+    /// for the caller to wait for. A commit made later — by an `update.perform` continuation,
+    /// after the transaction stopped waiting — is not claimed: its failure goes to `onError`
+    /// and the next flush, as any other's.
+    func claimingSaves<T>(_ body: () -> T) -> (result: T, claimed: [UInt64]) {
+        state.withLock { $0.claimed = [] }
+        let result = body()
+        return (result, state.withLock { state in
+            defer { state.claimed = nil }
+            return state.claimed ?? []
+        })
     }
 
     deinit {
@@ -177,12 +180,10 @@ public final class UpdateContext: Sendable {
         core.checkExecution("update.commit()")
         let changes = try core.makeChangeSet()
         if !changes.isEmpty {
-            let sequence = try starter.deliver(changes, waitsForSaves: state.withLock { $0.claimsSaves })
-            state.withLock { $0.committedSequences.append(sequence) }
+            let claims = state.withLock { $0.claimed != nil }
+            let sequence = try starter.deliver(changes, waitsForSaves: claims)
+            if claims { state.withLock { $0.claimed?.append(sequence) } }
         }
         core.didCommit()
     }
-
-    /// The store's sequence numbers of this context's commits, for durability waits.
-    var committedSequences: [UInt64] { state.withLock { $0.committedSequences } }
 }

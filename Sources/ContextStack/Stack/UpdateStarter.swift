@@ -97,23 +97,25 @@ final class UpdateStarter: Sendable {
     /// failure; any other save failure, which it cannot also receive, goes to `onError`.
     func transaction<T: Sendable>(_ body: @escaping @Sendable (Update) throws -> T) async throws -> T {
         let context = makeUpdateContext()
-        let outcome: Result<T, any Error> = await withCheckedContinuation { continuation in
+        let (outcome, claimed) = await withCheckedContinuation { (continuation: CheckedContinuation<(Result<T, any Error>, [UInt64]), Never>) in
             context.perform { update in
-                context.claimingSaves {
-                    do {
-                        let value = try body(update)
-                        try update.commit()
-                        continuation.resume(returning: .success(value))
-                    } catch {
-                        update.rollback()
-                        continuation.resume(returning: .failure(error))
+                continuation.resume(returning: context.claimingSaves {
+                    Result { () throws -> T in
+                        do {
+                            let value = try body(update)
+                            try update.commit()
+                            return value
+                        } catch {
+                            update.rollback()
+                            throw error
+                        }
                     }
-                }
+                })
             }
         }
         var thrown: (any Error)?
         if case .failure(let error) = outcome { thrown = error }
-        for sequence in context.committedSequences {
+        for sequence in claimed {
             do {
                 try await stack.store.waitUntilWritten(sequence)
             } catch {
