@@ -270,4 +270,27 @@ import Testing
         }
         #expect(world.core.registry.capacity < 1_000, "the registry grew for 5,000 gone objects: \(world.core.registry.capacity)")
     }
+
+    /// A main context keeps the objects merged deletions took (`ContextCore.mergedDeletions`,
+    /// in case such a deletion fails to save) only while they live: the entries of objects
+    /// gone are dropped as the table grows, so deleting many objects nobody holds any more
+    /// does not grow it without end.
+    @Test @MainActor func objectsMergedDeletionsTookAreForgottenOnceGone() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for index in 0..<300 { try update.create(Person.self).age = index }
+            try update.commit()
+        }
+        for batch in 0..<3 {
+            var held: [Person]? = try world.fetchAll(Person.self, %"age" >= batch * 100 && %"age" < batch * 100 + 100)
+            try world.beginUpdateAndWait { update in
+                for person in try #require(held) { try update.delete(update.use(person)) }
+                try update.commit()
+            }
+            #expect(try #require(held).allSatisfy(\.isDeleted))
+            held = nil
+        }
+        #expect(world.core.mergedDeletions.count <= 128, "\(world.core.mergedDeletions.count) entries for 300 objects gone")
+    }
 }

@@ -43,13 +43,13 @@ extension MainContext {
             preconditionFailure("\(object) belongs to another context: observe it through the MainContext it was fetched from.")
         }
         let id = object.objectID
-        let everyKey = Set(core.graph.entity(for: type(of: object)).properties.map(\.name))
+        let entity = core.graph.entity(for: type(of: object))
         return stack.commits.addLiveObserver { commit in
             if commit.deleted.contains(id) {
                 block(ObjectChange(objectID: id, changedKeys: [], isDeleted: true, commit: commit))
             } else if commit.undoesFailedSave && commit.inserted.contains(id) {
                 // The commit that deleted it failed to save: it is back.
-                block(ObjectChange(objectID: id, changedKeys: everyKey, isDeleted: false, commit: commit))
+                block(ObjectChange(objectID: id, changedKeys: Set(entity.properties.map(\.name)), isDeleted: false, commit: commit))
             } else {
                 let keys = commit.changedKeys(of: id)
                 guard !keys.isEmpty else { return }

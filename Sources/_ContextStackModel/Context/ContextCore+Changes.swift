@@ -15,26 +15,7 @@ extension ContextCore {
         let wasInserted = object.state == .inserted
         object.state = .deleted
         do {
-            var cascade: [ManagedObject] = []
-            for property in object.entity.properties where property.isRelationship {
-                switch property.deleteRule {
-                case .deny, .noAction:
-                    continue
-                case .cascade:
-                    if property.isToMany {
-                        cascade += try objects(for: Array(try toManyIDs(of: object, property)))
-                    } else if let id = foreignKey(object, property), let target = try self.object(for: id) {
-                        cascade.append(target)
-                    }
-                    fallthrough
-                case .nullify:
-                    if property.isToMany {
-                        try replaceMembers(object, property, with: [])
-                    } else {
-                        link(object, property, to: nil)
-                    }
-                }
-            }
+            let cascade = try applyDeleteRules(of: object)
             if wasInserted {
                 // Never stored: nothing to delete below.
                 changed[object.objectID] = nil
@@ -45,9 +26,36 @@ extension ContextCore {
             // in part, which a commit would save as it is (and a second `delete` would find
             // done). As after a failed relationship read, the update's commits throw the error
             // until it is rolled back.
-            if accessorFailure == nil { accessorFailure = error }
+            refuseCommits(with: error)
             throw error
         }
+    }
+
+    /// Applies the delete rules of `object`'s relationships that clear its references
+    /// (`.cascade` and `.nullify`), and returns the objects its cascades delete next.
+    /// (`.deny` is checked at commit; `.noAction` does nothing.)
+    private func applyDeleteRules(of object: ManagedObject) throws -> [ManagedObject] {
+        var cascade: [ManagedObject] = []
+        for property in object.entity.properties where property.isRelationship {
+            switch property.deleteRule {
+            case .deny, .noAction:
+                continue
+            case .cascade:
+                if property.isToMany {
+                    cascade += try objects(for: Array(try toManyIDs(of: object, property)))
+                } else if let id = foreignKey(object, property), let target = try self.object(for: id) {
+                    cascade.append(target)
+                }
+                fallthrough
+            case .nullify:
+                if property.isToMany {
+                    try replaceMembers(object, property, with: [])
+                } else {
+                    link(object, property, to: nil)
+                }
+            }
+        }
+        return cascade
     }
 
     // MARK: - Committing

@@ -24,7 +24,7 @@ extension ContextCore {
     /// A fault for `id` in `group`, or the registered object (which keeps what it has).
     func materializeFault(_ id: ObjectID, _ row: ObjectRow, group: FaultGroup) -> ManagedObject {
         if let existing = registered(id) { return existing }
-        if let revived = revivedDeletion(id) {
+        if !mergedDeletions.isEmpty, let revived = revivedDeletion(id) {
             revived.values = row.values
             revived.fault = group
             return revived

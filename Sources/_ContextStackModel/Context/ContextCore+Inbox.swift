@@ -96,9 +96,10 @@ extension ContextCore {
     /// still held somewhere; `nil` otherwise. Called when the row is back: by what undoes the
     /// deletion, or by a read that found the row first (the failed commit leaves the store's
     /// overlay before its undo is handed over), which would otherwise make a second object for
-    /// the ID. The caller gives it its values.
+    /// the ID. The caller gives it its values. (Reads that make objects ask only when the
+    /// table holds something: they make a hundred thousand at a time.)
     func revivedDeletion(_ id: ObjectID) -> ManagedObject? {
-        guard !mergedDeletions.isEmpty, let object = mergedDeletions.removeValue(forKey: id)?.object,
+        guard let object = mergedDeletions.removeValue(forKey: id)?.object,
               object.state == .deleted, registered(id) == nil else { return nil }
         object.state = .clean
         register(object)

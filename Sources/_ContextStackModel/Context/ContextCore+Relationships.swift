@@ -29,6 +29,12 @@ extension ContextCore {
     /// `stack.onError`, and an update context refuses its next commit with it.
     func accessorFailed(_ error: any Error) {
         host.report(error)
+        refuseCommits(with: error)
+    }
+
+    /// Makes an update context refuse its commits with `error` (the first such one) until it
+    /// is rolled back: what it changed may be incomplete.
+    func refuseCommits(with error: any Error) {
         if isUpdate && accessorFailure == nil { accessorFailure = error }
     }
 

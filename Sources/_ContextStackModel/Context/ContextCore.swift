@@ -267,7 +267,7 @@ package final class ContextCore: @unchecked Sendable {
             }
             return existing
         }
-        if let revived = revivedDeletion(id) {
+        if !mergedDeletions.isEmpty, let revived = revivedDeletion(id) {
             revived.values = values
             revived.fault = nil
             return revived
