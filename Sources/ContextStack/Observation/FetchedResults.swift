@@ -214,16 +214,16 @@ public final class FetchedResults<T: ManagedObject> {
 
     private func process(_ commit: Commit) {
         guard merges else { return }
+        let ids = commit.inserted + commit.updated + commit.deleted
         do {
             if mustRefetch {
-                try reload(touched: Set(commit.inserted + commit.updated + commit.deleted))
+                try reload(touched: Set(ids))
                 mustRefetch = false
                 return
             }
             switch strategy {
             case .incremental:
                 let root = query.entity.rootDescription
-                let ids = commit.inserted + commit.updated + commit.deleted
                 var seen = Set<ObjectID>()
                 let touched = ids.filter { $0.rootEntity === root && seen.insert($0).inserted }
                 var changed: [ObjectIdentifier: Set<Int64>] = [:]
@@ -235,7 +235,6 @@ public final class FetchedResults<T: ManagedObject> {
                 guard !touched.isEmpty || !changed.isEmpty else { return }
                 try applyIncrementally(touched, referencing: changed)
             case .refetch, .reload:
-                let ids = commit.inserted + commit.updated + commit.deleted
                 guard ids.contains(where: { relevantRoots.contains(ObjectIdentifier($0.rootEntity)) }) else { return }
                 try reload(touched: Set(ids))
             }
