@@ -105,6 +105,39 @@ import Testing
         withExtendedLifetime((first, second, third)) {}
     }
 
+    /// "Iteration ends when the consumer stops": a stream the consumer left with `break`, whose
+    /// task was cancelled, or that was dropped without being iterated is forgotten by the
+    /// stack — it buffers every commit while registered, so one kept would grow for ever.
+    @Test @MainActor func aStreamIsForgottenOnceItsConsumerStops() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let streams = { store.stack.commits.streamCount }
+        let before = streams()
+
+        let ann = try create("Ann", in: world)
+        Task { @MainActor in _ = try create("Bob", in: world) }
+        for await commit in world.commits {
+            #expect(streams() == before + 1)
+            #expect(commit.inserted != [ann], "a stream buffers commits from the moment it was made")
+            break
+        }
+        #expect(streams() == before, "left with break")
+
+        let consumer = Task { @MainActor in
+            for await _ in store.stack.allCommits {}
+        }
+        for _ in 0..<100 where streams() == before { await mainQueueTurn() }
+        #expect(streams() == before + 1)
+        consumer.cancel()
+        await consumer.value
+        #expect(streams() == before, "its task cancelled")
+
+        _ = world.commits
+        #expect(streams() == before, "dropped without being iterated")
+        _ = try create("Cy", in: world)
+        #expect(streams() == before)
+    }
+
     /// "The payload": a commit's origin, target and author are its context's; its token is
     /// known for a commit reported once written (SQLite with history, `.persistentStore`), and
     /// not for one reported when the root took it.

@@ -77,6 +77,9 @@ final class CommitHub: Sendable {
     /// How many per-consumer contexts are registered to reset (for tests).
     var resetterCount: Int { state.withLock { $0.resetters.count } }
 
+    /// How many `commits` and `allCommits` streams are registered (for tests).
+    var streamCount: Int { state.withLock { $0.streams.count } }
+
     func stream(origin: ContextID?) -> AsyncStream<Commit> {
         let (stream, continuation) = AsyncStream<Commit>.makeStream(bufferingPolicy: .unbounded)
         let id = state.withLock { state in
