@@ -370,7 +370,89 @@ struct PostgresConflictTests {
         #expect(try store.writtenRows("SELECT name, age, email FROM \"Person\" WHERE name <> 'Held' ORDER BY name")
                 == [[.text("Locked"), .integer(1), .null], [.text("Monk"), .integer(0), .text("monk@example.com")]])
     }
+    /// "Deadlocks": a group that deletes a row another process's transaction refers to, while
+    /// that transaction deletes a row the group refers to, waits in a circle no lock order
+    /// prevents. PostgreSQL breaks it by failing the group (it waited first, so it finds the
+    /// circle first); the writer rolls it back and writes it again after the other transaction:
+    /// "deadlock detected" reaches nobody. Written again, the group's delete takes along what
+    /// the other transaction related to its row meanwhile (`.cascade`), and its commit that
+    /// relates an object to the row the other transaction deleted fails alone, with
+    /// `relatesToDeletedObject`.
+    @Test func groupsThatDeleteWhatTheOtherRefersToAreBrokenOutOfTheirCircleAndWrittenAgain() async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let seeding = try ContextStack.Context(stack: store.stack)
+        let (held, deletedHere, deletedThere, relatedHere, relatedThere) = try seeding.beginUpdateAndWait { update in
+            let people = try ["Held", "Deleted here", "Deleted there"].map { name in
+                let person = try update.create(Person.self)
+                person.name = name
+                return person.objectID
+            }
+            let pets = try ["Related here", "Related there"].map { name in
+                let pet = try update.create(Pet.self)
+                pet.name = name
+                return pet.objectID
+            }
+            try update.commit()
+            return (people[0], people[1], people[2], pets[0], pets[1])
+        }
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: .objectTrump)
+
+        // One connection holds a row of the writer's first commit, so that the next two queue
+        // up behind it and go out together, as one group.
+        let holder = try PostgresConnection(PostgresSettings(url: url))
+        try holder.execute("BEGIN")
+        try holder.run("UPDATE \"Person\" SET age = age WHERE \"Z_PK\" = ?", [.integer(held.primaryKey)])
+        try context.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: held)).location = "Kyoto"
+            try update.commit()
+        }
+        #expect(try await waitForLockWaiters(1, url: url, blockedBy: holder.backendPID), "the writer never waited for the held row")
+        try context.beginUpdateAndWait { update in
+            try update.delete(try #require(try update.fetch(Person.self, id: deletedHere)))
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            try #require(try update.fetch(Pet.self, id: relatedHere)).owner = try update.fetch(Person.self, id: deletedThere)
+            try update.commit()
+        }
+        // The other process deletes a person the group relates a pet to, and has not committed.
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.run("DELETE FROM \"Person\" WHERE \"Z_PK\" = ?", [.integer(deletedThere.primaryKey)])
+        try holder.execute("COMMIT")
+
+        // The group deleted its person and waits to read the other's (`FOR KEY SHARE`); the
+        // other process now reads the group's person to relate a pet to it, and waits too.
+        #expect(try await waitForLockWaiters(1, url: url, blockedBy: otherProcess.backendPID), "the group never waited for the other process's delete")
+        let handedOver = HandedOver(otherProcess)
+        let otherCommitted = Locked<Bool?>(nil)
+        Thread.detachNewThread {
+            do {
+                let connection = handedOver.connection
+                try connection.select("SELECT \"Z_PK\" FROM \"Person\" WHERE \"Z_PK\" = ? FOR KEY SHARE", [.integer(deletedHere.primaryKey)]) { _ in }
+                try connection.run("UPDATE \"Pet\" SET owner = ?, \"Z_VERSION\" = \"Z_VERSION\" + 1 WHERE \"Z_PK\" = ?",
+                                   [.integer(deletedHere.primaryKey), .integer(relatedThere.primaryKey)])
+                try connection.execute("COMMIT")
+                otherCommitted.withLock { $0 = true }
+            } catch {
+                otherCommitted.withLock { $0 = false }
+            }
+        }
+        while otherCommitted.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(otherCommitted.withLock { $0 } == true, "PostgreSQL failed the other process, not the group")
+
+        let flushed = await #expect(throws: SaveError.self) { try await store.stack.flush() }
+        #expect(flushed?.code == .relatesToDeletedObject)
+        #expect(recorder.all.map { ($0 as? SaveError)?.code } == [.relatesToDeletedObject], "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT name, location FROM \"Person\"") == [[.text("Held"), .text("Kyoto")]])
+        #expect(try store.writtenRows("SELECT name, owner FROM \"Pet\"") == [[.text("Related here"), .null]],
+                "the pet related to the group's person went with it; the group's own relation failed")
+    }
 }
+
 
 /// A connection handed to another thread for one blocking statement.
 // @unchecked Sendable: the test does not touch the connection from the moment it hands it over
