@@ -18,6 +18,9 @@ struct PostgresMigration {
 
     /// The tables in the store's schema now.
     private var existingTables: Set<String> = []
+    /// What the migration dropped that held or could hold data: tables, columns, the rows of
+    /// entities the model no longer has (`ModelHistory.refusal`).
+    private(set) var lost: [String] = []
 
     init(connection: PostgresConnection, schema: StoreSchema, oldDescription: String) throws {
         self.connection = connection
@@ -56,6 +59,7 @@ struct PostgresMigration {
         // Tables of the old model that nothing claims belonged to removed entities or
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables.contains(name) {
+            lost.append("the table \(name)")
             try execute("DROP TABLE \(name.quotedIdentifier)")
             try execute("DROP SEQUENCE IF EXISTS \(StoreSchema.sequenceName(ofTableNamed: name).quotedIdentifier)")
         }
@@ -120,6 +124,7 @@ struct PostgresMigration {
             kept.insert(column.name)
         }
         for name in oldColumns.keys.sorted() where !kept.contains(name) {
+            lost.append("the column \(sourceName).\(name)")
             try execute("ALTER TABLE \(table.quotedName) DROP COLUMN \(name.quotedIdentifier)")
         }
 
@@ -133,7 +138,7 @@ struct PostgresMigration {
                     remaining.append(code)
                     if code != entity.entityCode { cases.append("WHEN \(code) THEN \(entity.entityCode)") }
                 }
-                try execute("DELETE FROM \(table.quotedName)" + (remaining.isEmpty ? "" : " WHERE \"Z_ENT\" NOT IN (\(remaining.map(String.init).joined(separator: ", ")))"))
+                try deleteRows(of: table, sourceName: sourceName, where: remaining.isEmpty ? "true" : "\"Z_ENT\" NOT IN (\(remaining.map(String.init).joined(separator: ", ")))")
                 if !cases.isEmpty {
                     try execute("UPDATE \(table.quotedName) SET \"Z_ENT\" = CASE \"Z_ENT\" \(cases.joined(separator: " ")) ELSE \"Z_ENT\" END")
                 }
@@ -146,11 +151,20 @@ struct PostgresMigration {
         } else if oldColumns["Z_ENT"] != nil {
             // The sub-entities went away: only the root's own rows stay.
             if let code = old.entityCode(of: root) {
-                try execute("DELETE FROM \(table.quotedName) WHERE \"Z_ENT\" <> \(code)")
+                try deleteRows(of: table, sourceName: sourceName, where: "\"Z_ENT\" <> \(code)")
             }
             try execute("ALTER TABLE \(table.quotedName) DROP COLUMN \"Z_ENT\"")
         }
         return sourceName
+    }
+
+    /// Deletes the rows of entities the model no longer has, counting them as lost when there
+    /// are any.
+    private mutating func deleteRows(of table: Table, sourceName: String, where condition: String) throws {
+        if try connection.scalar("SELECT count(*) FROM \(table.quotedName) WHERE \(condition)") != .integer(0) {
+            lost.append("the rows of \(sourceName) whose entities the model no longer has")
+        }
+        try execute("DELETE FROM \(table.quotedName) WHERE \(condition)")
     }
 
     /// The columns of `table`, with their types as `StoreSchema.postgresType` names them.

@@ -80,8 +80,14 @@ package enum PostgresSchemaInstaller {
         guard let description else {
             throw StoreError(.cannotMigrate, "The PostgreSQL database \(server) was written by a different model and does not record it, so what changed cannot be inferred: the database was left as it was. Open it with the model that wrote it.")
         }
+        var recorded: String?
+        try connection.query("SELECT value FROM \"Z_METADATA\" WHERE key = ?", [.text(schema.postgresModelsKey)]) { recorded = $0.value(0).stringValue }
+        let history = ModelHistory(recorded: recorded, current: stored)
         var migration = try PostgresMigration(connection: connection, schema: schema, oldDescription: description)
         try migration.run()
+        // Thrown inside the transaction: `install` rolls the migration back whole.
+        if let refusal = history.refusal(returningTo: schema.hash, lost: migration.lost, store: "The PostgreSQL database \(server)") { throw refusal }
+        try connection.run("UPDATE \"Z_METADATA\" SET value = ? WHERE key = ?", [.text(history.moved(to: schema.hash).text), .text(schema.postgresModelsKey)])
         return .migrated
     }
 

@@ -40,6 +40,8 @@ extension StoreSchema {
     /// The key of this part's hash in `Z_METADATA`: `hash` for a whole model, `hash:Name` for
     /// configuration "Name", so that several configurations can share one database.
     package var postgresHashKey: String { configuration.map { "hash:\($0)" } ?? "hash" }
+    /// The key of this part's model history in `Z_METADATA` (`ModelHistory`).
+    package var postgresModelsKey: String { configuration.map { "models:\($0)" } ?? "models" }
     /// The key of this part's description in `Z_METADATA`.
     package var postgresSchemaKey: String { configuration.map { "schema:\($0)" } ?? "schema" }
 
@@ -94,7 +96,8 @@ extension StoreSchema {
 
     /// Records this part's description and hash, replacing what was there.
     package var postgresMetadataStatement: String {
-        "INSERT INTO \"Z_METADATA\" (key, value) VALUES (\(postgresHashKey.quotedLiteral), \(hash.quotedLiteral)), (\(postgresSchemaKey.quotedLiteral), \(description.quotedLiteral)), ('format', '1') "
+        "INSERT INTO \"Z_METADATA\" (key, value) VALUES (\(postgresHashKey.quotedLiteral), \(hash.quotedLiteral)), (\(postgresSchemaKey.quotedLiteral), \(description.quotedLiteral)), ('format', '1'), "
+            + "(\(postgresModelsKey.quotedLiteral), \(hash.quotedLiteral)) "
             + "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
     }
 }

@@ -25,6 +25,9 @@ struct Migration {
 
     /// The tables in the file now, with the SQL that created them.
     private var existingTables: [String: String] = [:]
+    /// What the migration dropped that held or could hold data: tables, columns, the rows of
+    /// entities the model no longer has (`ModelHistory.refusal`).
+    private(set) var lost: [String] = []
 
     init(db: Connection, schema: StoreSchema, oldDescription: String) throws {
         self.db = db
@@ -66,6 +69,7 @@ struct Migration {
         // Tables of the old model that nothing claims belonged to removed entities or
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables[name] != nil {
+            lost.append("the table \(name)")
             try db.execute("DROP TABLE \(name.quotedIdentifier)")
             try db.execute("DELETE FROM Z_KEYS WHERE name = \(name.quotedLiteral)")
         }
@@ -98,6 +102,7 @@ struct Migration {
         var selections = ["\"Z_PK\""]
         var names = ["\"Z_PK\""]
         var identity = sourceName == table.name
+        var carried: Set<String> = ["Z_PK", "Z_ENT"]
         for column in table.columns {
             let property = family.lazy.compactMap { $0.property(named: column.name) }.first
             let source: String? = if oldColumns[column.name] != nil {
@@ -113,6 +118,7 @@ struct Migration {
             }
             names.append(column.name.quotedIdentifier)
             selections.append(source?.quotedIdentifier ?? "NULL")
+            if let source { carried.insert(source) }
             if source != column.name { identity = false }
         }
         if Set(oldColumns.keys).subtracting(["Z_PK", "Z_ENT"]).count != table.columns.count { identity = false }
@@ -142,6 +148,11 @@ struct Migration {
             // The sub-entities went away: only the root's own rows stay.
             filter = old.entityCode(of: root).map { " WHERE \"Z_ENT\" = \($0)" } ?? ""
             identity = false
+        }
+
+        lost += oldColumns.keys.sorted().filter { !carried.contains($0) }.map { "the column \(sourceName).\($0)" }
+        if !filter.isEmpty, try db.scalar("SELECT EXISTS (SELECT 1 FROM \(sourceName.quotedIdentifier) WHERE NOT (\(filter.dropFirst(" WHERE ".count))))") == .integer(1) {
+            lost.append("the rows of \(sourceName) whose entities the model no longer has")
         }
 
         let wanted = schema.createTable(table, named: table.quotedName)

@@ -143,12 +143,17 @@ extension SQLiteStore {
             guard let description = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'schema'").stringValue else {
                 throw StoreError(.cannotMigrate, "The store at \(path) does not record the model that wrote it, so it cannot be migrated; open it with resetOnFailure: true to replace it with an empty store.")
             }
+            let history = ModelHistory(recorded: try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'models'").stringValue,
+                                       current: storedHash ?? "")
             var migration = try Migration(db: db, schema: schema, oldDescription: description)
             do {
                 try migration.run()
             } catch let error as SQLiteError {
                 throw StoreError(.cannotMigrate, "Migrating the store at \(path) failed; the file is unchanged.", underlying: error)
             }
+            // Thrown inside the transaction: the migration is rolled back whole.
+            if let refusal = history.refusal(returningTo: schema.hash, lost: migration.lost, store: "The store at \(path)") { throw refusal }
+            try db.execute("INSERT OR REPLACE INTO Z_METADATA (key, value) VALUES ('models', ?)", [.text(history.moved(to: schema.hash).text)])
         }
     }
 

@@ -46,6 +46,6 @@ extension StoreSchema {
 
     /// Records this part's description and hash (replacing what was there).
     func metadataStatement(in prefix: String = "") -> String {
-        "INSERT OR REPLACE INTO \(prefix)Z_METADATA (key, value) VALUES ('hash', \(hash.quotedLiteral)), ('schema', \(description.quotedLiteral)), ('format', 1)"
+        "INSERT OR REPLACE INTO \(prefix)Z_METADATA (key, value) VALUES ('hash', \(hash.quotedLiteral)), ('schema', \(description.quotedLiteral)), ('format', 1), ('models', \(hash.quotedLiteral))"
     }
 }

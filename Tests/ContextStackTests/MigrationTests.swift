@@ -267,6 +267,57 @@ func storeBytes(_ url: URL) -> [Data?] {
         #expect(try db.scalar("PRAGMA integrity_check") == .text("ok"))
     }
 
+    /// An older version of the app (an old server starting during a rolling deploy, a
+    /// rollback) opens a store a newer version migrated: its model is one the store had
+    /// before, and migrating back to it would drop the newer model's tables and columns with
+    /// their data. It is refused with `.modelMismatch` naming them, and the file is left as it
+    /// was; the newer model still opens it.
+    @Test func anOlderModelDoesNotMigrateBackOverWhatANewerOneWrote() throws {
+        defer { cleanUp() }
+        try writeVersion1()
+        let newer = [ProductV2.self, OwnerV2.self, LabelV2.self] as [ManagedObject.Type]
+        try openStore(newer, at: url).beginUpdateAndWait { update in
+            let label = try update.create(LabelV2.self)
+            label.name = "sale"
+            try #require(try update.fetch(ProductV2.self)).labels.insert(label)
+            try update.commit()
+        }
+        let before = storeBytes(url)
+        let refused = try #require(throws: StoreError.self) { try openStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url) }
+        #expect(refused.code == .modelMismatch)
+        #expect(refused.message.contains("the table Label") && refused.message.contains("the table Product,")
+                && refused.message.contains("Nothing was changed"), "\(refused.message)")
+        #expect(storeBytes(url) == before)
+        try openStore(newer, at: url).beginUpdateAndWait { (update: Update) throws in
+            #expect(try update.fetch(LabelV2.self)?.products.count == 1)
+        }
+
+        // A column and the rows of a sub-entity the older model does not have.
+        let workers = directory.appendingPathComponent("workers.sqlite")
+        try writeStore([WorkerV1.self], at: workers) { try $0.create(WorkerV1.self).name = "Ada" }
+        try openStore([WorkerV2.self, WelderV2.self], at: workers).beginUpdateAndWait { update in
+            try update.create(WelderV2.self).name = "Wes"
+            try update.commit()
+        }
+        let welded = try #require(throws: StoreError.self) { try openStore([WorkerV1.self], at: workers) }
+        #expect(welded.message.contains("the column Worker.torch"), "\(welded.message)")
+        #expect(welded.message.contains("the rows of Worker whose entities the model no longer has"), "\(welded.message)")
+    }
+
+    /// Returning to an earlier model is allowed when its migration drops nothing: here it only
+    /// puts constraints back and makes an attribute non-optional again. A model the store never
+    /// had migrates as always, dropping what it removed (`everyInferableChangeKeepsTheData`).
+    @Test func returningToAnEarlierModelThatDropsNothingMigrates() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        _ = try openStore([GadgetV2.self], at: url)
+        let context = try openStore([GadgetV1.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetch(GadgetV1.self)?.serial } == "S1")
+        let db = try Connection(path: url.path)
+        let hashes = try [GadgetV1.self, GadgetV2.self, GadgetV1.self].map { try Model($0).versionHash }
+        #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'models'") == .text(hashes.joined(separator: " ")))
+    }
+
     @Test func constraintsRemovedAndNonOptionalMadeOptionalKeepTheData() throws {
         defer { cleanUp() }
         try writeStore([GadgetV1.self], at: url) { update in

@@ -83,6 +83,44 @@ struct PostgresMigrationTests {
         #expect(try db.scalar("SELECT value FROM \"Z_METADATA\" WHERE key = 'hash'") == .text(try Model(ProductV2.self, OwnerV2.self, LabelV2.self).versionHash))
     }
 
+    /// An older version of the app opening a database a newer version migrated: migrating
+    /// back would drop the newer model's tables and columns with their data, so it is refused
+    /// (`.modelMismatch`, naming them) and the database is left as it was
+    /// (`MigrationTests.anOlderModelDoesNotMigrateBackOverWhatANewerOneWrote`, on SQLite).
+    @Test func anOlderModelDoesNotMigrateBackOverWhatANewerOneWrote() throws {
+        defer { schema.drop() }
+        try write([ItemV1.self, OwnerV1.self, GoneV1.self], fillVersion1)
+        let newer = [ProductV2.self, OwnerV2.self, LabelV2.self] as [ManagedObject.Type]
+        try write(newer) { update in
+            let label = try update.create(LabelV2.self)
+            label.name = "sale"
+            try #require(try update.fetch(ProductV2.self)).labels.insert(label)
+        }
+        let before = try contents()
+        let refused = try #require(throws: StoreError.self) { try open([ItemV1.self, OwnerV1.self, GoneV1.self]) }
+        #expect(refused.code == .modelMismatch)
+        #expect(refused.message.contains("the table Label") && refused.message.contains("the table Product,")
+                && refused.message.contains("Nothing was changed"), "\(refused.message)")
+        #expect(try contents() == before)
+        try open(newer).beginUpdateAndWait { (update: Update) throws in
+            #expect(try update.fetch(LabelV2.self)?.products.count == 1)
+        }
+
+        // A column and the rows of a sub-entity the older model does not have.
+        try write([WorkerV1.self]) { try $0.create(WorkerV1.self).name = "Ada" }
+        try open([WorkerV2.self, WelderV2.self]).beginUpdateAndWait { update in
+            try update.create(WelderV2.self).name = "Wes"
+            try update.commit()
+        }
+        let welded = try #require(throws: StoreError.self) { try open([WorkerV1.self]) }
+        #expect(welded.message.contains("the column Worker.torch"), "\(welded.message)")
+        #expect(welded.message.contains("the rows of Worker whose entities the model no longer has"), "\(welded.message)")
+        // A return that drops nothing migrates, and the history records it.
+        try write([GadgetV1.self]) { try $0.create(GadgetV1.self).serial = "S1" }
+        _ = try open([GadgetV2.self])
+        #expect(try open([GadgetV1.self]).beginUpdateAndWait { try $0.fetch(GadgetV1.self)?.serial } == "S1")
+    }
+
     @Test func constraintsRemovedAndNonOptionalMadeOptionalKeepTheData() throws {
         defer { schema.drop() }
         try write([GadgetV1.self]) { update in

@@ -49,11 +49,12 @@ struct PostgresSchemaTests {
         try connection.query("SELECT key, value FROM \"Z_METADATA\"") { stored[$0.value(0).stringValue!] = $0.value(1).stringValue }
         #expect(stored["hash"] == schema.hash)
         #expect(stored["schema"] == schema.description)
+        #expect(stored["models"] == schema.hash, "the history of the models it had starts with this one")
         // Writing it again replaces it rather than failing on the key.
         try connection.execute(schema.postgresMetadataStatement)
         var count = Value.null
         try connection.query("SELECT count(*) FROM \"Z_METADATA\"") { count = $0.value(0) }
-        #expect(count == .integer(3))
+        #expect(count == .integer(4))
     }
 
     @Test func textOrdersByBytesAsOnSQLite() throws {

@@ -158,7 +158,8 @@ struct PostgresStoreTests {
         }
         #expect(changed.code == .alreadyAdded)
         let keys = try PostgresConnection(PostgresSettings(url: schema.url)).allRows("SELECT key FROM \"Z_METADATA\" ORDER BY key")
-        #expect(keys == [[.text("format")], [.text("hash:Database")], [.text("hash:InMemory")], [.text("schema:Database")], [.text("schema:InMemory")]])
+        #expect(keys == [[.text("format")], [.text("hash:Database")], [.text("hash:InMemory")], [.text("models:Database")], [.text("models:InMemory")],
+                         [.text("schema:Database")], [.text("schema:InMemory")]])
 
         // A second stack opening the same database finds both parts as they are.
         let again = try Stack(model: splitModel())

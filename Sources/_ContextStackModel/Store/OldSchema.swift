@@ -59,3 +59,50 @@ package struct OldSchema {
         return nil
     }
 }
+
+/// The models a store was written by, oldest first: their hashes, kept in `Z_METADATA` under
+/// `models` beside the current one's `hash`, and added to at every creation and migration.
+///
+/// What it is for: an older version of the app that opens a store a newer version migrated
+/// (an old server starting during a rolling deploy, a rollback) has a model the store was at
+/// before. Migrating "back" to it would drop the tables and columns the newer model added,
+/// with what the newer version wrote in them, so such a migration is refused when it would
+/// drop anything (`refusal`). A model never seen before migrates as always, dropping what it
+/// removed: that is a new version's choice.
+package struct ModelHistory: Equatable, Sendable {
+    /// The hashes, oldest first; the last is the store's current model's.
+    package private(set) var hashes: [String]
+
+    /// At most this many are kept: the oldest go first.
+    static let limit = 64
+
+    /// `recorded` is the `models` entry, `nil` in a store from before it was kept, whose
+    /// history is its current model alone.
+    package init(recorded: String?, current: String) {
+        var hashes = recorded.map { $0.split(separator: " ").map(String.init) } ?? []
+        if hashes.last != current { hashes.append(current) }
+        self.hashes = hashes
+    }
+
+    /// Whether the store was at `hash` before the model it is at now.
+    package func wasEarlier(_ hash: String) -> Bool { hashes.dropLast().contains(hash) }
+
+    /// The history once the store is at `hash`.
+    package func moved(to hash: String) -> ModelHistory {
+        var next = self
+        if next.hashes.last != hash { next.hashes.append(hash) }
+        next.hashes.removeFirst(max(0, next.hashes.count - Self.limit))
+        return next
+    }
+
+    /// The `models` entry.
+    package var text: String { hashes.joined(separator: " ") }
+
+    /// The error for opening `store` with a model it was at before, whose migration would drop
+    /// `lost` (tables, columns, an entity's rows); `nil` when it drops nothing, or the model is
+    /// not an earlier one.
+    package func refusal(returningTo hash: String, lost: [String], store: String) -> StoreError? {
+        guard wasEarlier(hash), !lost.isEmpty else { return nil }
+        return StoreError(.modelMismatch, "\(store) was migrated to a newer model by a newer version of the app; this model is one it had before, and migrating back to it would drop \(lost.joined(separator: ", ")), with what the newer version wrote there. Nothing was changed. Run the newer version of the app. To return to this model on purpose, drop those yourself first: a migration that drops nothing is allowed.")
+    }
+}

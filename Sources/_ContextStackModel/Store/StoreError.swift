@@ -10,7 +10,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
             case cannotMigrate, corrupt, permissionDenied, unsupported
         }
         private let base: Base
-        /// The file was written by a different model, and `autoMigrating` is false.
+        /// The file was written by a different model, and `autoMigrating` is false; or the
+        /// model is one the store had before a newer one, and migrating back would drop what
+        /// the message names (`ModelHistory`). The file is left as it was.
         public static let modelMismatch = Code(base: .modelMismatch)
         /// The file was written by a different model, and the change cannot be inferred (an
         /// attribute's type changed, a new unique constraint that stored rows violate): the
