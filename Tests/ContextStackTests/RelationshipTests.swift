@@ -213,6 +213,32 @@ import Testing
         #expect(try world.fetchAll(Pet.self).map(\.name) == ["made with the delete"])
     }
 
+    /// `.deny` holds for an object the update created and then deleted, too: `commit()` throws
+    /// `.deleteDenied` with the changes left pending. (Before, the rule was not checked, the
+    /// coin was saved pointing at a vault that never was, and the writer failed the whole
+    /// commit, in the background under a root, with `.relatesToDeletedObject`.)
+    @Test(arguments: Setup.all) @MainActor
+    func denyHoldsForAnObjectCreatedAndDeletedInOneUpdate(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
+            let vault = try update.create(Vault.self)
+            let coin = try update.create(Coin.self)
+            coin.vault = vault
+            try update.create(Pet.self).name = "made with the vault"
+            try update.delete(vault)
+            let error = #expect(throws: SaveError.self) { try update.commit() }
+            #expect(error?.code == .deleteDenied && error?.message.contains("coins") == true)
+            // Mended, the same update commits the rest.
+            try update.delete(coin)
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        #expect(try world.fetchCount(Vault.self) == 0)
+        #expect(try world.fetchCount(Coin.self) == 0)
+        #expect(try world.fetchAll(Pet.self).map(\.name) == ["made with the vault"])
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func noActionLeavesTheOtherSideAlone(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

@@ -19,6 +19,9 @@ extension ContextCore {
             if wasInserted {
                 // Never stored: nothing to delete below.
                 changed[object.objectID] = nil
+                if object.entity.properties.contains(where: { $0.isRelationship && $0.deleteRule == .deny }) {
+                    deletedInsertsToCheck.append(object)
+                }
             }
             for target in cascade { try delete(target) }
         } catch {
@@ -65,16 +68,8 @@ extension ContextCore {
         if let accessorFailure { throw accessorFailure }
         var changes = ChangeSet()
         var gone = Set<ObjectID>()
-        for object in changed.values where object.state == .deleted {
-            for property in object.entity.properties where property.isRelationship && property.deleteRule == .deny {
-                let isEmpty = property.isToMany
-                    ? try objects(for: Array(try toManyIDs(of: object, property))).isEmpty
-                    : (try foreignKey(object, property).flatMap { try self.object(for: $0) }) == nil
-                if !isEmpty {
-                    throw SaveError(.deleteDenied, "Cannot delete \(object): its relationship '\(property.name)' has the delete rule .deny and is not empty. Remove or delete the related objects first.", objects: [object.objectID])
-                }
-            }
-        }
+        for object in changed.values where object.state == .deleted { try checkDenyRules(of: object) }
+        for object in deletedInsertsToCheck { try checkDenyRules(of: object) }
         // In key order, table by table, not the dictionary's: a B-tree takes rows in key order
         // at its right edge and updates them a page at a time, where rows in hash order land all
         // over the table. With a table larger than SQLite's page cache, each of those read and
@@ -123,6 +118,19 @@ extension ContextCore {
         return changes
     }
 
+    /// Throws `.deleteDenied` when a `.deny` relationship of the deleted `object` still
+    /// relates to an object.
+    private func checkDenyRules(of object: ManagedObject) throws {
+        for property in object.entity.properties where property.isRelationship && property.deleteRule == .deny {
+            let isEmpty = property.isToMany
+                ? try objects(for: Array(try toManyIDs(of: object, property))).isEmpty
+                : (try foreignKey(object, property).flatMap { try self.object(for: $0) }) == nil
+            if !isEmpty {
+                throw SaveError(.deleteDenied, "Cannot delete \(object): its relationship '\(property.name)' has the delete rule .deny and is not empty. Remove or delete the related objects first.", objects: [object.objectID])
+            }
+        }
+    }
+
     /// After a commit: every object is clean again, deleted ones leave the context.
     package func didCommit() {
         for object in changed.values {
@@ -141,6 +149,7 @@ extension ContextCore {
         links.removeAll()
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
+        deletedInsertsToCheck.removeAll()
         #if DEBUG
         checkInvariants()
         #endif
@@ -167,6 +176,7 @@ extension ContextCore {
         links.removeAll()
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
+        deletedInsertsToCheck.removeAll()
         generation += 1
     }
 
@@ -182,6 +192,7 @@ extension ContextCore {
         links.removeAll()
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
+        deletedInsertsToCheck.removeAll()
         mergedDeletions.removeAll()
         generation += 1
         // Nothing is left for handed-over commits to update.

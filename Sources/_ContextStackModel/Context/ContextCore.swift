@@ -38,6 +38,11 @@ package final class ContextCore: @unchecked Sendable {
     /// confined the same way, and touched by every fetch and commit (five checks of a small
     /// query's fifteen, fifteen of a one-object commit's).
     @exclusivity(unchecked) var changed: [ObjectID: ManagedObject] = [:]
+    /// Objects this update created and then deleted that have a `.deny` relationship: they
+    /// left `changed` (nothing of them is stored), but their rule is checked at commit all the
+    /// same — the objects still related to them would otherwise be saved pointing at a row
+    /// that never was, failing the whole commit in the writer.
+    @exclusivity(unchecked) var deletedInsertsToCheck: [ManagedObject] = []
     /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
     @exclusivity(unchecked) package var upserts: [ObjectID: [Int]] = [:]
     /// This update's pending objects by their unique values, once a `fetchOrCreate` needed it.
