@@ -96,6 +96,51 @@ import Testing
         }
     }
 
+    /// In an update, rows and members read ahead by `.prefetch` never hide the update's own
+    /// later changes: a pet related to the prefetched farmer is among its pets (and a delete
+    /// cascades to it), and a farmer the update deleted and committed is not made again from
+    /// its read-ahead row.
+    @Test(arguments: Setup.all) @MainActor
+    func prefetchedRowsAndMembersFollowTheUpdatesOwnChanges(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        try await harness.write { update in
+            let knight = try update.create(Person.self)
+            let farmer = try update.create(Person.self)
+            (knight.name, farmer.name) = ("Knight", "Farmer")
+            knight.friend = farmer
+            let rex = try update.create(Pet.self)
+            (rex.name, rex.owner) = ("Rex", farmer)
+            try update.commit()
+        }
+        try await harness.write { update in
+            let knight = try #require(try update.fetch(Person.self, %"name" == "Knight", options: .prefetch(["friend.pets"])))
+            let farmer = try #require(knight.friend)
+            let fido = try update.create(Pet.self)
+            (fido.name, fido.owner) = ("Fido", farmer)
+            #expect(Set(farmer.pets.map(\.name)) == ["Rex", "Fido"])
+            try update.delete(farmer)
+            #expect(fido.isDeleted, "the cascade reached the pet related after the prefetch")
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        #expect(try harness.world.fetchCount(Pet.self) == 0)
+
+        let ann = try await harness.write { update in
+            let knight = try update.create(Person.self)
+            let ann = try update.create(Person.self)
+            (knight.name, ann.name) = ("Knight", "Ann")
+            knight.friend = ann
+            try update.commit()
+            return ann.objectID
+        }
+        try await harness.write { update in
+            _ = try update.fetchAll(Person.self, %"name" == "Knight", options: .prefetch(["friend"]))
+            try update.delete(#require(try update.fetch(Person.self, id: ann)))
+            try update.commit()
+            #expect(try update.fetch(Person.self, id: ann) == nil, "made again from the row read ahead before the commit")
+        }
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func prefetchRejectsUnknownKeysAndAttributes(setup: Setup) async throws {
         let (store, world) = try await Self.populated(setup)

@@ -150,6 +150,10 @@ extension ContextCore {
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
         deletedInsertsToCheck.removeAll()
+        // Rows read ahead before the commit may show what it changed, or objects it deleted
+        // (which left the registry above): an update context sees no later commit that would
+        // drop them.
+        if !prefetched.rows.isEmpty || !prefetched.members.isEmpty { prefetched = PrefetchCache(generation: generation) }
         #if DEBUG
         checkInvariants()
         #endif

@@ -68,9 +68,20 @@ extension ContextCore {
     }
 
     func updateCache(_ object: ManagedObject, _ property: Property, _ change: (inout Set<ObjectID>) -> Void) {
-        guard var cached = object.toManyCache[property.slot], cached.generation == generation else { return }
+        guard var cached = object.toManyCache[property.slot], cached.generation == generation else {
+            forgetPrefetchedMembers(of: object.objectID, property)
+            return
+        }
         change(&cached.ids)
         object.toManyCache[property.slot] = cached
+    }
+
+    /// Drops the members of `owner`'s to-many `property` that `.prefetch` read ahead, which a
+    /// change of the relationship just made out of date: read when next asked for, they
+    /// include this context's changes.
+    func forgetPrefetchedMembers(of owner: ObjectID, _ property: Property) {
+        guard !prefetched.members.isEmpty else { return }
+        prefetched.members[owner]?[property.slot] = nil
     }
 
     /// Points a to-one relationship at `target`, keeping the inverse side in sync.
@@ -88,7 +99,11 @@ extension ContextCore {
         guard let inverse = property.inverse else { return }
         if let oldID {
             if inverse.isToMany {
-                if let old = registered(oldID) { updateCache(old, inverse) { $0.remove(object.objectID) } }
+                if let old = registered(oldID) {
+                    updateCache(old, inverse) { $0.remove(object.objectID) }
+                } else {
+                    forgetPrefetchedMembers(of: oldID, inverse)
+                }
             } else if let old = loadPartner(oldID), foreignKey(old, inverse) == object.objectID {
                 markChanged(old)
                 old.values[inverse.slot] = .null
@@ -152,9 +167,13 @@ extension ContextCore {
                 links[key] = present
                 linkEnds[key] = property.linkEnds(owner: object.objectID, member: other,
                                                   ownerEntity: object.entity.description_, memberEntity: member?.entity.description_)
-                if let inverse = property.inverse, let member {
-                    updateCache(member, inverse) { ids in
-                        if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }
+                if let inverse = property.inverse {
+                    if let member {
+                        updateCache(member, inverse) { ids in
+                            if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }
+                        }
+                    } else {
+                        forgetPrefetchedMembers(of: other, inverse)
                     }
                 }
             }
