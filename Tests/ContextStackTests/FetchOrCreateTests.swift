@@ -416,6 +416,35 @@ import Testing
         }
         #expect(try world.fetchCount(Person.self) == 0)
     }
+
+    /// "A value that does not fit throws `.typeMismatch`": a number out of an `Int16`'s or an
+    /// `Int32`'s range, a `Bool` other than 0 or 1, `nil` for a non-optional attribute. Stored,
+    /// each would read back as another value (`Int16(truncatingIfNeeded:)`, `true`, `""`), which
+    /// the same condition would not find again. Values that fit are created as asked.
+    @Test(arguments: Setup.all) @MainActor
+    func aValueTheAttributeCannotHoldThrowsTypeMismatch(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let misfits: [(ManagedObject.Type, Condition)] = [
+            (Sample.self, %"int16" == 40_000), (Sample.self, %"int32" == Int64(Int32.max) + 1),
+            (Sample.self, %"flag" == 2), (Person.self, %"name" == nil),
+        ]
+        for (type, condition) in misfits {
+            let error = await #expect(throws: QueryError.self, "\(condition)") {
+                try await harness.write { update in
+                    _ = try update.fetchOrCreate(type, condition)
+                    try update.commit()
+                }
+            }
+            #expect(error?.code == .typeMismatch, "\(condition)")
+        }
+        #expect(try harness.world.fetchCount(Sample.self) == 0 && harness.world.fetchCount(Person.self) == 0)
+        try await harness.write { update in
+            let sample = try update.fetchOrCreate(Sample.self, %"int16" == -32_768 && %"flag" == true && %"optionalInt" == nil)
+            #expect(sample.int16 == -32_768 && sample.flag && sample.optionalInt == nil)
+            try update.commit()
+        }
+        #expect(try harness.world.fetchCount(Sample.self, %"int16" == -32_768 && %"flag" == true) == 1)
+    }
 }
 
 @Suite struct FetchOrCreateMissingTargetTests {
