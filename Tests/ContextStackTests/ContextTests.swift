@@ -379,6 +379,40 @@ import Testing
         #expect(try world.fetch(Pet.self, id: created)?.name == "Later")
     }
 
+    /// Docs/GettingStarted.md: a long-lived update context is not told of other contexts'
+    /// commits, and `fetch` and `fetchAll` refresh the objects they return. Their to-many
+    /// relationships too: a pet another update gave the farmer is among its pets once a fetch
+    /// returned the farmer again, as its owner's side already says.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aRefetchInALongLivedUpdateRefreshesToManyRelationships(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let farmerID = try world.beginUpdateAndWait { update in
+            let farmer = try update.create(Person.self)
+            farmer.name = "Farmer"
+            try update.commit()
+            return farmer.objectID
+        }
+        let context = world.beginUpdateContext()
+        var held: Person?
+        try context.performAndWait { update in
+            held = try update.fetch(Person.self, id: farmerID)
+            #expect(held?.pets.isEmpty == true)
+        }
+        try world.beginUpdateAndWait { update in
+            let fido = try update.create(Pet.self)
+            (fido.name, fido.owner) = ("Fido", try update.fetch(Person.self, id: farmerID))
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try context.performAndWait { update in
+            #expect(try update.fetchAll(Person.self).map(\.objectID) == [farmerID])
+            #expect(held?.pets.map(\.name) == ["Fido"])
+            let fido = try update.fetch(Pet.self)
+            #expect(fido?.owner === held)
+        }
+    }
+
     @Test @MainActor func updatePerformContinuesInTheSameContext() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)

@@ -269,6 +269,9 @@ package final class ContextCore: @unchecked Sendable {
             if existing.state == .clean {
                 existing.values = values
                 existing.fault = nil
+                // Its to-many relationships are refreshed too, when next used: an update
+                // context's loaded ones stay current with its own changes only.
+                if !existing.toManyCache.isEmpty { existing.toManyCache.removeAll() }
             }
             return existing
         }
