@@ -252,4 +252,33 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
         }
         #expect(try world.fetch(Pet.self)?.hasChanges == false)
     }
+
+    /// Both ends of a changed relationship have changes, whichever side was set, as in Core
+    /// Data: the owner a pet joins and the one it leaves, both sides of a many-to-many pair.
+    /// (`Commit` still lists only the objects whose stored values changed: Docs/Topologies.md.)
+    @Test @MainActor func bothEndsOfAChangedRelationshipHaveChanges() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let (ann, bob, rex) = (try update.create(Person.self), try update.create(Person.self), try update.create(Pet.self))
+            let (article, tag) = (try update.create(Article.self), try update.create(Tag.self))
+            try update.commit()
+            #expect(![ann, bob].contains { $0.hasChanges } && !rex.hasChanges)
+
+            rex.owner = ann
+            #expect(rex.hasChanges && ann.hasChanges && !bob.hasChanges)
+            try update.commit()
+            rex.owner = bob
+            #expect(rex.hasChanges && ann.hasChanges && bob.hasChanges, "the owner it left and the one it joined")
+            try update.commit()
+            bob.pets.remove(rex)
+            #expect(rex.hasChanges && bob.hasChanges)
+            update.rollback()
+
+            tag.articles.insert(article)
+            #expect(tag.hasChanges && article.hasChanges)
+            try update.commit()
+            #expect(!tag.hasChanges && !article.hasChanges)
+        }
+    }
 }
