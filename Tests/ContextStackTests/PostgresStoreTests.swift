@@ -94,6 +94,27 @@ struct PostgresStoreTests {
     /// Adding a store is one transaction, the history table with the model's tables: when the
     /// history table cannot be made (here a type of its name is in the way), nothing of the
     /// store stays. (It was made in a second transaction, after the model's tables were in.)
+    /// Docs/Postgres.md: a string holding U+0000 cannot go to PostgreSQL in a condition either.
+    /// A fetch, a count and a `fetchOrCreate` with one throw `PostgresError` 22021 (where
+    /// SQLite would match the rows it names), and nothing is created.
+    @Test func aConditionWithU0000ThrowsCharacterNotInRepertoire() throws {
+        let store = try TestStore(.postgres, tracksHistory: false)
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "a"
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            for attempt in [{ _ = try update.fetchAll(Person.self, %"name" == "a\u{0}b") },
+                            { _ = try update.fetchCount(Person.self, %"name" < "a\u{0}b") },
+                            { _ = try update.fetchOrCreate(Person.self, %"name" == "a\u{0}b") }] as [() throws -> Void] {
+                let error = try #require(throws: PostgresError.self) { try attempt() }
+                #expect(error.code == .characterNotInRepertoire)
+            }
+        }
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("a")]])
+    }
+
     @Test func aStoreWhoseHistoryTableFailsLeavesTheDatabaseAsItWas() throws {
         let schema = try TestSchema()
         defer { schema.drop() }
