@@ -47,14 +47,24 @@ package struct PostgresSettings: Sendable {
     /// defaults first, then the URL (`dbname` expands it), whose own parameters override them.
     /// `client_encoding` comes after the URL, so that no URL changes it: every text is read
     /// and written as UTF-8. `options` comes last, ContextStack's server settings followed by
-    /// the URL's own, so that a URL naming a `search_path` keeps the statement timeout and one
-    /// naming a `statement_timeout` wins (the server applies `-c` settings in order).
-    var keywordsAndValues: [(String, String)] {
+    /// the environment's `PGOPTIONS` and the URL's own, so that a URL naming a `search_path`
+    /// keeps the statement timeout and one naming a `statement_timeout` wins (the server
+    /// applies `-c` settings in order).
+    ///
+    /// libpq reads its environment variables (`PGHOST`, `PGAPPNAME`, …) only for keywords it
+    /// is not given, so a default is left out where the environment sets its own:
+    /// `PGCONNECT_TIMEOUT` and `PGAPPNAME` win over ContextStack's defaults, and the URL over
+    /// both. (`PGCLIENTENCODING` does not: the encoding is always UTF-8.)
+    var keywordsAndValues: [(String, String)] { keywordsAndValues(environment: ProcessInfo.processInfo.environment) }
+
+    func keywordsAndValues(environment: [String: String]) -> [(String, String)] {
         let own = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems?.last { $0.name == "options" }?.value
-        return [("connect_timeout", String(connectTimeout)),
-                ("application_name", applicationName),
-                ("dbname", url.absoluteString),
-                ("client_encoding", "UTF8"),
-                ("options", "-c statement_timeout=\(statementTimeout)" + (own.map { " " + $0 } ?? ""))]
+        var pairs: [(String, String)] = []
+        if environment["PGCONNECT_TIMEOUT"] == nil { pairs.append(("connect_timeout", String(connectTimeout))) }
+        if environment["PGAPPNAME"] == nil { pairs.append(("application_name", applicationName)) }
+        let options = ["-c statement_timeout=\(statementTimeout)", environment["PGOPTIONS"], own].compactMap { $0 }.filter { !$0.isEmpty }
+        return pairs + [("dbname", url.absoluteString),
+                        ("client_encoding", "UTF8"),
+                        ("options", options.joined(separator: " "))]
     }
 }

@@ -232,6 +232,24 @@ struct PostgresConnectionTests {
         #expect(try connection.scalar("SELECT ?::text", [.text("Zoë 🐈")]) == .text("Zoë 🐈"))
     }
 
+    /// libpq's environment variables are read for the keywords it is not given: ContextStack
+    /// leaves out its default connect timeout and name where `PGCONNECT_TIMEOUT` and
+    /// `PGAPPNAME` are set, and puts `PGOPTIONS` after its own server settings and before the
+    /// URL's (Docs/Postgres.md, "Connection settings"). The encoding stays UTF-8.
+    @Test func theEnvironmentsSettingsComeBetweenTheDefaultsAndTheURL() throws {
+        var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
+        parts.queryItems = [URLQueryItem(name: "options", value: "-c work_mem=8MB")]
+        let settings = PostgresSettings(url: parts.url!)
+        let plain = Dictionary(settings.keywordsAndValues(environment: [:]), uniquingKeysWith: { $1 })
+        #expect(plain["connect_timeout"] == "10" && plain["application_name"] == "ContextStack")
+        #expect(plain["options"] == "-c statement_timeout=60000 -c work_mem=8MB")
+        let environment = ["PGCONNECT_TIMEOUT": "3", "PGAPPNAME": "orders", "PGOPTIONS": "-c search_path=tenant", "PGCLIENTENCODING": "LATIN1"]
+        let set = Dictionary(settings.keywordsAndValues(environment: environment), uniquingKeysWith: { $1 })
+        #expect(set["connect_timeout"] == nil && set["application_name"] == nil, "left to libpq, which reads the environment")
+        #expect(set["options"] == "-c statement_timeout=60000 -c search_path=tenant -c work_mem=8MB")
+        #expect(set["client_encoding"] == "UTF8")
+    }
+
     /// A statement sent without waiting is answered before the connection's next use, and its
     /// error is thrown there.
     @Test func aStatementSentWithoutWaitingIsSettledByTheNextUse() throws {
