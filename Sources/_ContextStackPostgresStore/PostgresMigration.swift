@@ -179,9 +179,11 @@ struct PostgresMigration {
 
     // MARK: - Indexes and defaults
 
-    /// Drops every index of the old model's tables but the primary keys: the wanted ones are
-    /// created again once the tables are migrated (`createIndexes`). PostgreSQL keeps no text
-    /// of an index to compare with what the model wants, and a migration is rare.
+    /// Drops ContextStack's own indexes of the old model's tables (named `Z_…`, as
+    /// `StoreSchema.indexes` names them): the wanted ones are created again once the tables are
+    /// migrated (`createIndexes`). PostgreSQL keeps no text of an index to compare with what
+    /// the model wants, and a migration is rare. Indexes someone else added, and those behind
+    /// constraints, are kept, as on SQLite.
     private func dropIndexes() throws {
         let tables = old.tableNames.union(old.joinNames).filter { existingTables.contains($0) }
         guard !tables.isEmpty else { return }
@@ -191,6 +193,7 @@ struct PostgresMigration {
             JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
             JOIN pg_namespace n ON n.oid = t.relnamespace
             WHERE n.nspname = current_schema() AND NOT x.indisprimary AND t.relname = ANY(string_to_array(?, ','))
+              AND i.relname LIKE 'Z\\_%' AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)
             """, [.text(tables.sorted().joined(separator: ","))]) { row in
             if let name = row.value(0).stringValue { names.append(name) }
         }

@@ -83,6 +83,12 @@ package enum PostgresSchemaInstaller {
         var recorded: String?
         try connection.query("SELECT value FROM \"Z_METADATA\" WHERE key = ?", [.text(schema.postgresModelsKey)]) { recorded = $0.value(0).stringValue }
         let history = ModelHistory(recorded: recorded, current: stored)
+        // A statement of a migration may take long (an index built on a large table), and must
+        // not be cancelled for it: the next server to start would try again and fail again. What
+        // is bounded instead is each wait for a lock, by the statement timeout the session has:
+        // an `ALTER TABLE` waiting behind a long transaction would hold up every statement on
+        // the table queued behind it.
+        try connection.execute("SELECT set_config('lock_timeout', current_setting('statement_timeout'), true), set_config('statement_timeout', '0', true)")
         var migration = try PostgresMigration(connection: connection, schema: schema, oldDescription: description)
         try migration.run()
         // Thrown inside the transaction: `install` rolls the migration back whole.

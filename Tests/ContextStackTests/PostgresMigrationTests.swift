@@ -121,6 +121,52 @@ struct PostgresMigrationTests {
         #expect(try open([GadgetV1.self]).beginUpdateAndWait { try $0.fetch(GadgetV1.self)?.serial } == "S1")
     }
 
+    /// A migration drops and creates again ContextStack's own indexes only: one a DBA added,
+    /// and the index behind a constraint someone added, are still there after it.
+    @Test func indexesSomeoneElseAddedSurviveAMigration() throws {
+        defer { schema.drop() }
+        try write([GadgetV1.self]) { update in
+            for index in 0..<3 { try update.create(GadgetV1.self).serial = "S\(index)" }
+        }
+        try connection().execute("CREATE INDEX dba_label ON \"Gadget\" (lower(label)); ALTER TABLE \"Gadget\" ADD CONSTRAINT dba_size_serial UNIQUE (size, serial)")
+        _ = try open([GadgetV2.self])
+        let indexes = Set(try connection().allRows("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Gadget'").compactMap { $0[0].stringValue })
+        #expect(indexes == ["Gadget_pkey", "dba_label", "dba_size_serial"], "\(indexes)")
+        _ = try open([GadgetV1.self])
+        let again = Set(try connection().allRows("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Gadget'").compactMap { $0[0].stringValue })
+        #expect(again == ["Gadget_pkey", "dba_label", "dba_size_serial", "Z_Gadget_size", "Z_Gadget_unique_serial"], "\(again)")
+    }
+
+    /// A migration's statements are not cancelled by the statement timeout, however long they
+    /// take (here an `UPDATE` filling defaults, slowed by a trigger); its waits for locks are
+    /// bounded by it instead: behind another transaction's lock on the table it fails with
+    /// `lockNotAvailable`, leaving the database as it was, and succeeds once the lock is gone.
+    @Test func aMigrationTakesAsLongAsItNeedsButWaitsForLocksNoLongerThanTheTimeout() throws {
+        defer { schema.drop() }
+        let url = schema.url.addingServerOption("-cstatement_timeout=300")
+        func openV1() throws {
+            let stack = try Stack(model: Model(GadgetV1.self), rootContext: .none)
+            try stack.addPostgresStore(url: url)
+        }
+        try write([GadgetV2.self]) { update in
+            for index in 0..<3 { try update.create(GadgetV2.self).serial = "S\(index)" }
+        }
+        let db = try connection()
+        try db.execute("""
+            CREATE FUNCTION slowly() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(0.2); RETURN NEW; END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER slowly BEFORE UPDATE ON "Gadget" FOR EACH ROW EXECUTE FUNCTION slowly()
+            """)
+        let holder = try connection()
+        try holder.execute("BEGIN; LOCK TABLE \"Gadget\" IN ROW EXCLUSIVE MODE")    // as a writer holds it
+        let before = try contents()
+        let waited = try #require(throws: PostgresError.self) { try openV1() }
+        #expect(waited.code == .lockNotAvailable, "\(waited)")
+        #expect(try contents() == before)
+        try holder.execute("COMMIT")
+        try openV1()    // three rows of 0.2 s in one UPDATE, past the 0.3 s timeout
+        #expect(try db.allRows("SELECT label FROM \"Gadget\"") == Array(repeating: [.text("plain")], count: 3))
+    }
+
     @Test func constraintsRemovedAndNonOptionalMadeOptionalKeepTheData() throws {
         defer { schema.drop() }
         try write([GadgetV1.self]) { update in
