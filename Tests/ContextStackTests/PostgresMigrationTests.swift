@@ -165,6 +165,15 @@ struct PostgresMigrationTests {
         try holder.execute("COMMIT")
         try openV1()    // three rows of 0.2 s in one UPDATE, past the 0.3 s timeout
         #expect(try db.allRows("SELECT label FROM \"Gadget\"") == Array(repeating: [.text("plain")], count: 3))
+
+        // A server starting while another migrates waits under its statement timeout, and one
+        // that gives up can start again later.
+        try holder.execute("BEGIN")
+        try holder.run("SELECT pg_advisory_xact_lock(?)", [.integer(PostgresSchemaInstaller.lockKey)])
+        let gaveUp = try #require(throws: PostgresError.self) { try openV1() }
+        #expect(gaveUp.code == .queryCanceled, "\(gaveUp)")
+        try holder.execute("COMMIT")
+        try openV1()
     }
 
     @Test func constraintsRemovedAndNonOptionalMadeOptionalKeepTheData() throws {
