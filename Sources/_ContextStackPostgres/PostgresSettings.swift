@@ -25,6 +25,12 @@ package struct PostgresSettings: Sendable {
         self.applicationName = applicationName
     }
 
+    /// libpq's keywords that make a connection whose server stopped answering fail within
+    /// about 30 seconds: probes after 15 s of silence, 5 s apart, 3 unanswered; data unacknowledged
+    /// for 30 s.
+    static let deadServerDetection = [("keepalives", "1"), ("keepalives_idle", "15"), ("keepalives_interval", "5"),
+                                      ("keepalives_count", "3"), ("tcp_user_timeout", "30000")]
+
     /// The URL without its password and query: `postgres://app@db:5432/app`. What error
     /// messages and traces show of the server.
     package var redactedURL: String {
@@ -62,6 +68,12 @@ package struct PostgresSettings: Sendable {
         var pairs: [(String, String)] = []
         if environment["PGCONNECT_TIMEOUT"] == nil { pairs.append(("connect_timeout", String(connectTimeout))) }
         if environment["PGAPPNAME"] == nil { pairs.append(("application_name", applicationName)) }
+        // A server that stops answering without closing the connection — a network dropped in
+        // between, its machine gone — would leave a statement waiting for as long as the
+        // kernel retries (about fifteen minutes on Linux), and with it the commits and reads
+        // queued behind it. TCP keepalives find such a connection while it waits for an answer,
+        // and the user timeout while what it sent goes unacknowledged: about 30 seconds.
+        pairs += Self.deadServerDetection
         let options = ["-c statement_timeout=\(statementTimeout)", environment["PGOPTIONS"], own].compactMap { $0 }.filter { !$0.isEmpty }
         return pairs + [("dbname", url.absoluteString),
                         ("client_encoding", "UTF8"),

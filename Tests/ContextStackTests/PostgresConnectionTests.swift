@@ -250,6 +250,29 @@ struct PostgresConnectionTests {
         #expect(set["client_encoding"] == "UTF8")
     }
 
+    /// Docs/Postgres.md, "Faults": a connection whose server stops answering without closing
+    /// it (a dropped network, a machine gone) is found broken in about 30 seconds, not the
+    /// kernel's fifteen minutes. The kernel does the finding; what ContextStack does is give
+    /// the socket TCP keepalives (after 15 s, every 5 s, 3 unanswered) and a user timeout of
+    /// 30 s, as read back from the socket here. A URL's own `keepalives_idle` wins.
+    @Test func theSocketGivesUpOnAServerThatStoppedAnswering() throws {
+        func option(_ socket: Int32, _ level: Int32, _ name: Int32) -> Int32 {
+            var value: Int32 = -1
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            return getsockopt(socket, level, name, &value, &length) == 0 ? value : -1
+        }
+        let tcp = Int32(IPPROTO_TCP)
+        let socket = connection.socket
+        #expect(option(socket, SOL_SOCKET, SO_KEEPALIVE) == 1)
+        #expect(option(socket, tcp, TCP_KEEPIDLE) == 15 && option(socket, tcp, TCP_KEEPINTVL) == 5 && option(socket, tcp, TCP_KEEPCNT) == 3)
+        #expect(option(socket, tcp, TCP_USER_TIMEOUT) == 30_000)
+
+        var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
+        parts.queryItems = [URLQueryItem(name: "keepalives_idle", value: "60")]
+        let tuned = try PostgresConnection(PostgresSettings(url: parts.url!))
+        #expect(option(tuned.socket, tcp, TCP_KEEPIDLE) == 60)
+    }
+
     /// A statement sent without waiting is answered before the connection's next use, and its
     /// error is thrown there.
     @Test func aStatementSentWithoutWaitingIsSettledByTheNextUse() throws {
