@@ -255,7 +255,9 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
 
     /// Both ends of a changed relationship have changes, whichever side was set, as in Core
     /// Data: the owner a pet joins and the one it leaves, both sides of a many-to-many pair.
-    /// (`Commit` still lists only the objects whose stored values changed: Docs/Topologies.md.)
+    /// (`Commit` still lists only the objects whose stored values changed: Docs/Topologies.md;
+    /// and the owner's row has nothing to save, so it is not a pending object a fetch must
+    /// merge.)
     @Test @MainActor func bothEndsOfAChangedRelationshipHaveChanges() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)

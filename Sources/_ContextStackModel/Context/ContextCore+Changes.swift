@@ -150,6 +150,7 @@ extension ContextCore {
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
         deletedInsertsToCheck.removeAll()
+        touchedRelationships.removeAll()
         // Rows read ahead before the commit may show what it changed, or objects it deleted
         // (which left the registry above): an update context sees no later commit that would
         // drop them.
@@ -181,6 +182,7 @@ extension ContextCore {
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
         deletedInsertsToCheck.removeAll()
+        touchedRelationships.removeAll()
         generation += 1
     }
 
@@ -197,6 +199,7 @@ extension ContextCore {
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
         deletedInsertsToCheck.removeAll()
+        touchedRelationships.removeAll()
         mergedDeletions.removeAll()
         generation += 1
         // Nothing is left for handed-over commits to update.

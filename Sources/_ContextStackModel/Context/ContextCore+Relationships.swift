@@ -100,9 +100,7 @@ extension ContextCore {
         if let oldID {
             if inverse.isToMany {
                 if let old = registered(oldID) {
-                    // Both ends of a changed relationship have changes, as in Core Data
-                    // (`hasChanges`), though only this object's row changes.
-                    markChanged(old)
+                    touchedRelationships.insert(oldID)
                     updateCache(old, inverse) { $0.remove(object.objectID) }
                 } else {
                     forgetPrefetchedMembers(of: oldID, inverse)
@@ -114,7 +112,7 @@ extension ContextCore {
         }
         guard let target else { return }
         if inverse.isToMany {
-            markChanged(target)
+            touchedRelationships.insert(target.objectID)
             updateCache(target, inverse) { $0.insert(object.objectID) }
         } else {
             // One-to-one: the target's previous partner lets go of it.
@@ -173,7 +171,7 @@ extension ContextCore {
                                                   ownerEntity: object.entity.description_, memberEntity: member?.entity.description_)
                 if let inverse = property.inverse {
                     if let member {
-                        markChanged(member)
+                        touchedRelationships.insert(member.objectID)
                         updateCache(member, inverse) { ids in
                             if present { ids.insert(object.objectID) } else { ids.remove(object.objectID) }
                         }

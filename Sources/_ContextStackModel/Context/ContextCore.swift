@@ -43,6 +43,10 @@ package final class ContextCore: @unchecked Sendable {
     /// same — the objects still related to them would otherwise be saved pointing at a row
     /// that never was, failing the whole commit in the writer.
     @exclusivity(unchecked) var deletedInsertsToCheck: [ManagedObject] = []
+    /// Objects whose to-many side of a relationship this update changed by setting the other
+    /// side (`rex.owner = ann` for `ann`): their rows do not change, so they are not in
+    /// `changed`, but they have changes (`hasChanges`), as both ends do in Core Data.
+    @exclusivity(unchecked) package var touchedRelationships: Set<ObjectID> = []
     /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
     @exclusivity(unchecked) package var upserts: [ObjectID: [Int]] = [:]
     /// This update's pending objects by their unique values, once a `fetchOrCreate` needed it.
@@ -270,8 +274,9 @@ package final class ContextCore: @unchecked Sendable {
                 existing.values = values
                 existing.fault = nil
                 // Its to-many relationships are refreshed too, when next used: an update
-                // context's loaded ones stay current with its own changes only.
-                if !existing.toManyCache.isEmpty { existing.toManyCache.removeAll() }
+                // context's loaded ones stay current with its own changes only. (A main
+                // context's follow every commit it applies.)
+                if kind == .update && !existing.toManyCache.isEmpty { existing.toManyCache.removeAll() }
             }
             return existing
         }
