@@ -15,6 +15,9 @@ struct PostgresMigration {
     let connection: PostgresConnection
     let schema: StoreSchema
     let old: OldSchema
+    /// Reads what a migration would do, and changes nothing: for `lost`, before a migration to
+    /// an earlier model is refused (`ModelHistory`) without taking a table's lock.
+    let dryRun: Bool
 
     /// The tables in the store's schema now.
     private var existingTables: Set<String> = []
@@ -22,9 +25,10 @@ struct PostgresMigration {
     /// entities the model no longer has (`ModelHistory.refusal`).
     private(set) var lost: [String] = []
 
-    init(connection: PostgresConnection, schema: StoreSchema, oldDescription: String) throws {
+    init(connection: PostgresConnection, schema: StoreSchema, oldDescription: String, dryRun: Bool = false) throws {
         self.connection = connection
         self.schema = schema
+        self.dryRun = dryRun
         self.old = OldSchema(parsing: oldDescription)
         try connection.query("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") { row in
             if let name = row.value(0).stringValue { existingTables.insert(name) }
@@ -69,6 +73,7 @@ struct PostgresMigration {
     }
 
     private func execute(_ sql: String) throws {
+        guard !dryRun else { return }
         try connection.execute(sql)
     }
 
@@ -90,11 +95,11 @@ struct PostgresMigration {
             try execute("CREATE SEQUENCE \(StoreSchema.sequenceName(of: table).quotedIdentifier) AS bigint")
             return nil
         }
+        var oldColumns = try columns(of: sourceName)
         if sourceName != table.name {
             try execute("ALTER TABLE \(sourceName.quotedIdentifier) RENAME TO \(table.quotedName)")
             try execute("ALTER SEQUENCE \(StoreSchema.sequenceName(ofTableNamed: sourceName).quotedIdentifier) RENAME TO \(StoreSchema.sequenceName(of: table).quotedIdentifier)")
         }
-        var oldColumns = try columns(of: table.name)
 
         // Columns: kept, renamed, added; then what is left of the old ones goes.
         var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
@@ -161,7 +166,9 @@ struct PostgresMigration {
     /// Deletes the rows of entities the model no longer has, counting them as lost when there
     /// are any.
     private mutating func deleteRows(of table: Table, sourceName: String, where condition: String) throws {
-        if try connection.scalar("SELECT count(*) FROM \(table.quotedName) WHERE \(condition)") != .integer(0) {
+        // Renamed by now, unless nothing is done.
+        let current = dryRun ? sourceName.quotedIdentifier : table.quotedName
+        if try connection.scalar("SELECT EXISTS (SELECT 1 FROM \(current) WHERE \(condition))") == .integer(1) {
             lost.append("the rows of \(sourceName) whose entities the model no longer has")
         }
         try execute("DELETE FROM \(table.quotedName) WHERE \(condition)")
@@ -193,7 +200,7 @@ struct PostgresMigration {
             JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
             JOIN pg_namespace n ON n.oid = t.relnamespace
             WHERE n.nspname = current_schema() AND NOT x.indisprimary AND t.relname = ANY(string_to_array(?, ','))
-              AND i.relname LIKE 'Z\\_%' AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)
+              AND left(i.relname, 2) = 'Z_' AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)
             """, [.text(tables.sorted().joined(separator: ","))]) { row in
             if let name = row.value(0).stringValue { names.append(name) }
         }
@@ -216,6 +223,7 @@ struct PostgresMigration {
     /// Gives non-optional attributes their default where the store holds `NULL` (an attribute
     /// that was optional, or a column added for a new attribute).
     private func fillDefaults() throws {
+        guard !dryRun else { return }
         for (sql, value) in schema.defaultFills { try connection.run(sql, [value]) }
     }
 }

@@ -22,6 +22,9 @@ struct Migration {
     let db: Connection
     let schema: StoreSchema
     let old: OldSchema
+    /// Reads what a migration would do, and changes nothing: for `lost`, before a migration to
+    /// an earlier model is refused (`ModelHistory`) without copying a table.
+    let dryRun: Bool
 
     /// The tables in the file now, with the SQL that created them.
     private var existingTables: [String: String] = [:]
@@ -29,13 +32,20 @@ struct Migration {
     /// entities the model no longer has (`ModelHistory.refusal`).
     private(set) var lost: [String] = []
 
-    init(db: Connection, schema: StoreSchema, oldDescription: String) throws {
+    init(db: Connection, schema: StoreSchema, oldDescription: String, dryRun: Bool = false) throws {
         self.db = db
         self.schema = schema
+        self.dryRun = dryRun
         self.old = OldSchema(parsing: oldDescription)
         for row in try db.rows("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'") {
             if let name = row[0].stringValue { existingTables[name] = row[1].stringValue ?? "" }
         }
+    }
+
+    /// Runs a statement that changes the file, unless nothing is done (`dryRun`).
+    private func execute(_ sql: String) throws(SQLiteError) {
+        guard !dryRun else { return }
+        try db.execute(sql)
     }
 
     /// Runs the migration; the caller holds the write transaction.
@@ -53,16 +63,16 @@ struct Migration {
                 if swapped {
                     // The renamed side now sorts on the other side of the name: it owns the
                     // other column, so the pairs turn around.
-                    try db.execute(schema.createJoinTable(named: join.quotedName))
-                    try db.execute("INSERT INTO \(join.quotedName) (source, target) SELECT target, source FROM \(previous.quotedIdentifier)")
-                    try db.execute("DROP TABLE \(previous.quotedIdentifier)")
+                    try execute(schema.createJoinTable(named: join.quotedName))
+                    try execute("INSERT INTO \(join.quotedName) (source, target) SELECT target, source FROM \(previous.quotedIdentifier)")
+                    try execute("DROP TABLE \(previous.quotedIdentifier)")
                 } else {
-                    try db.execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
+                    try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
                 }
                 claimed.insert(previous)
                 claimed.insert(join.name)
             } else {
-                try db.execute(schema.createJoinTable(named: join.quotedName))
+                try execute(schema.createJoinTable(named: join.quotedName))
                 claimed.insert(join.name)
             }
         }
@@ -70,12 +80,12 @@ struct Migration {
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables[name] != nil {
             lost.append("the table \(name)")
-            try db.execute("DROP TABLE \(name.quotedIdentifier)")
-            try db.execute("DELETE FROM Z_KEYS WHERE name = \(name.quotedLiteral)")
+            try execute("DROP TABLE \(name.quotedIdentifier)")
+            try execute("DELETE FROM Z_KEYS WHERE name = \(name.quotedLiteral)")
         }
         try reconcileIndexes()
         try fillDefaults()
-        try db.execute(schema.metadataStatement())
+        try execute(schema.metadataStatement())
     }
 
     // MARK: - Tables
@@ -92,8 +102,8 @@ struct Migration {
             nil
         }
         guard let sourceName else {
-            try db.execute(schema.createTable(table, named: table.quotedName))
-            try db.execute("INSERT OR IGNORE INTO Z_KEYS (name, next) VALUES (\(table.name.quotedLiteral), 1)")
+            try execute(schema.createTable(table, named: table.quotedName))
+            try execute("INSERT OR IGNORE INTO Z_KEYS (name, next) VALUES (\(table.name.quotedLiteral), 1)")
             return nil
         }
         let oldColumns = try columns(of: sourceName)
@@ -159,21 +169,21 @@ struct Migration {
         if identity && existingTables[sourceName] == wanted {
             // Same table; only rows of removed sub-entities, if any, go.
             if !filter.isEmpty {
-                try db.execute("DELETE FROM \(table.quotedName) WHERE NOT (\(filter.dropFirst(" WHERE ".count)))")
+                try execute("DELETE FROM \(table.quotedName) WHERE NOT (\(filter.dropFirst(" WHERE ".count)))")
             }
             return sourceName
         }
 
         let temporary = "Z_MIGRATING_\(table.name)".quotedIdentifier
-        try db.execute(schema.createTable(table, named: temporary))
-        try db.execute("INSERT INTO \(temporary) (\(names.joined(separator: ", "))) SELECT \(selections.joined(separator: ", ")) FROM \(sourceName.quotedIdentifier)\(filter)")
-        try db.execute("DROP TABLE \(sourceName.quotedIdentifier)")
-        try db.execute("ALTER TABLE \(temporary) RENAME TO \(table.quotedName)")
+        try execute(schema.createTable(table, named: temporary))
+        try execute("INSERT INTO \(temporary) (\(names.joined(separator: ", "))) SELECT \(selections.joined(separator: ", ")) FROM \(sourceName.quotedIdentifier)\(filter)")
+        try execute("DROP TABLE \(sourceName.quotedIdentifier)")
+        try execute("ALTER TABLE \(temporary) RENAME TO \(table.quotedName)")
         if sourceName != table.name {
-            try db.execute("DELETE FROM Z_KEYS WHERE name = \(table.name.quotedLiteral)")
-            try db.execute("UPDATE Z_KEYS SET name = \(table.name.quotedLiteral) WHERE name = \(sourceName.quotedLiteral)")
+            try execute("DELETE FROM Z_KEYS WHERE name = \(table.name.quotedLiteral)")
+            try execute("UPDATE Z_KEYS SET name = \(table.name.quotedLiteral) WHERE name = \(sourceName.quotedLiteral)")
         }
-        try db.execute("INSERT OR IGNORE INTO Z_KEYS (name, next) VALUES (\(table.name.quotedLiteral), 1)")
+        try execute("INSERT OR IGNORE INTO Z_KEYS (name, next) VALUES (\(table.name.quotedLiteral), 1)")
         return sourceName
     }
 
@@ -197,12 +207,12 @@ struct Migration {
         }
         let wantedSQL = Dictionary(wanted.map { ($0.name, $0.sql) }, uniquingKeysWith: { first, _ in first })
         for (name, sql) in present where wantedSQL[name] != sql && name.hasPrefix("Z_") {
-            try db.execute("DROP INDEX \(name.quotedIdentifier)")
+            try execute("DROP INDEX \(name.quotedIdentifier)")
             present[name] = nil
         }
         for index in wanted where present[index.name] == nil {
             do {
-                try db.execute(index.sql)
+                try execute(index.sql)
             } catch {
                 guard error.code.primary == .constraint else { throw error }
                 let constraint = schema.tables.flatMap(\.uniqueConstraints).first { $0.indexName == index.name }
@@ -214,6 +224,7 @@ struct Migration {
     /// Gives non-optional attributes their default where the store holds `NULL` (an attribute
     /// that was optional, or a column added for a new attribute).
     private func fillDefaults() throws {
+        guard !dryRun else { return }
         for (sql, value) in schema.defaultFills { try db.execute(sql, [value]) }
     }
 }

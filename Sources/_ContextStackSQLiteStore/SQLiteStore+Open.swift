@@ -145,14 +145,20 @@ extension SQLiteStore {
             }
             let history = ModelHistory(recorded: try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'models'").stringValue,
                                        current: storedHash ?? "")
-            var migration = try Migration(db: db, schema: schema, oldDescription: description)
             do {
+                if history.isOlder(schema.hash) {
+                    // Said before anything is copied or dropped: what would it drop?
+                    var dryRun = try Migration(db: db, schema: schema, oldDescription: description, dryRun: true)
+                    try dryRun.run()
+                    if let refusal = history.refusal(returningTo: schema.hash, lost: dryRun.lost, store: "The store at \(path)") { throw refusal }
+                }
+                var migration = try Migration(db: db, schema: schema, oldDescription: description)
                 try migration.run()
+                // What the dry run could not foresee is refused all the same, and rolled back.
+                if let refusal = history.refusal(returningTo: schema.hash, lost: migration.lost, store: "The store at \(path)") { throw refusal }
             } catch let error as SQLiteError {
                 throw StoreError(.cannotMigrate, "Migrating the store at \(path) failed; the file is unchanged.", underlying: error)
             }
-            // Thrown inside the transaction: the migration is rolled back whole.
-            if let refusal = history.refusal(returningTo: schema.hash, lost: migration.lost, store: "The store at \(path)") { throw refusal }
             try db.execute("INSERT OR REPLACE INTO Z_METADATA (key, value) VALUES ('models', ?)", [.text(history.moved(to: schema.hash).text)])
         }
     }

@@ -270,7 +270,7 @@ func storeBytes(_ url: URL) -> [Data?] {
     /// An older version of the app (an old server starting during a rolling deploy, a
     /// rollback) opens a store a newer version migrated: its model is one the store had
     /// before, and migrating back to it would drop the newer model's tables and columns with
-    /// their data. It is refused with `.modelMismatch` naming them, and the file is left as it
+    /// their data. It is refused with `.newerModel` naming them, before anything is changed (even with `resetOnFailure`), and the file is left as it
     /// was; the newer model still opens it.
     @Test func anOlderModelDoesNotMigrateBackOverWhatANewerOneWrote() throws {
         defer { cleanUp() }
@@ -284,10 +284,13 @@ func storeBytes(_ url: URL) -> [Data?] {
         }
         let before = storeBytes(url)
         let refused = try #require(throws: StoreError.self) { try openStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url) }
-        #expect(refused.code == .modelMismatch)
+        #expect(refused.code == .newerModel)
         #expect(refused.message.contains("the table Label") && refused.message.contains("the table Product,")
                 && refused.message.contains("Nothing was changed"), "\(refused.message)")
         #expect(storeBytes(url) == before)
+        let notReset = try #require(throws: StoreError.self) { try openStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url, resetOnFailure: true) }
+        #expect(notReset.code == .newerModel)
+        #expect(storeBytes(url) == before, "resetOnFailure does not reset a store a newer model wrote")
         try openStore(newer, at: url).beginUpdateAndWait { (update: Update) throws in
             #expect(try update.fetch(LabelV2.self)?.products.count == 1)
         }
@@ -302,6 +305,21 @@ func storeBytes(_ url: URL) -> [Data?] {
         let welded = try #require(throws: StoreError.self) { try openStore([WorkerV1.self], at: workers) }
         #expect(welded.message.contains("the column Worker.torch"), "\(welded.message)")
         #expect(welded.message.contains("the rows of Worker whose entities the model no longer has"), "\(welded.message)")
+    }
+
+    /// Which model is older: one the store had only before it first had its current one. After a
+    /// rollback and the rollout again (A, B, A), neither A nor B is older than the other, and
+    /// the rollout may go on (`ModelHistory.isOlder`). A store from before the history was kept
+    /// knows only its current model.
+    @Test func theOlderModelIsOneTheStoreHadOnlyBeforeItsCurrentOne() {
+        let rolledOut = ModelHistory(recorded: "A B", current: "B")
+        #expect(rolledOut.isOlder("A") && !rolledOut.isOlder("B") && !rolledOut.isOlder("C"))
+        #expect(!ModelHistory(recorded: "A B A", current: "A").isOlder("B"), "rolled back, then out again")
+        #expect(ModelHistory(recorded: "A B A C", current: "C").isOlder("B"))
+        #expect(ModelHistory(recorded: nil, current: "B").hashes == ["B"])
+        #expect(rolledOut.moved(to: "C").text == "A B C" && rolledOut.moved(to: "B").text == "A B")
+        let long = (0..<70).reduce(ModelHistory(recorded: nil, current: "h0")) { $0.moved(to: "h\($1)") }
+        #expect(long.hashes.count == 64 && long.hashes.last == "h69")
     }
 
     /// Returning to an earlier model is allowed when its migration drops nothing: here it only

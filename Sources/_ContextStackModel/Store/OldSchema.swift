@@ -67,7 +67,8 @@ package struct OldSchema {
 /// (an old server starting during a rolling deploy, a rollback) has a model the store was at
 /// before. Migrating "back" to it would drop the tables and columns the newer model added,
 /// with what the newer version wrote in them, so such a migration is refused when it would
-/// drop anything (`refusal`). A model never seen before migrates as always, dropping what it
+/// drop anything (`refusal`), before it changes anything: a dry run of the migration says what
+/// it would drop. A model never seen before migrates as always, dropping what it
 /// removed: that is a new version's choice.
 package struct ModelHistory: Equatable, Sendable {
     /// The hashes, oldest first; the last is the store's current model's.
@@ -84,8 +85,14 @@ package struct ModelHistory: Equatable, Sendable {
         self.hashes = hashes
     }
 
-    /// Whether the store was at `hash` before the model it is at now.
-    package func wasEarlier(_ hash: String) -> Bool { hashes.dropLast().contains(hash) }
+    /// Whether `hash` is older than the store's model: the store was at it, and only before it
+    /// was first at its current one. A model the store went back to and on from again (a
+    /// rollback, then the rollout once more) is neither older nor newer than the other.
+    package func isOlder(_ hash: String) -> Bool {
+        guard let current = hashes.last, hash != current, let last = hashes.lastIndex(of: hash),
+              let first = hashes.firstIndex(of: current) else { return false }
+        return last < first
+    }
 
     /// The history once the store is at `hash`.
     package func moved(to hash: String) -> ModelHistory {
@@ -98,11 +105,11 @@ package struct ModelHistory: Equatable, Sendable {
     /// The `models` entry.
     package var text: String { hashes.joined(separator: " ") }
 
-    /// The error for opening `store` with a model it was at before, whose migration would drop
-    /// `lost` (tables, columns, an entity's rows); `nil` when it drops nothing, or the model is
-    /// not an earlier one.
+    /// The error for opening `store` with a model older than its own (`isOlder`), whose
+    /// migration would drop `lost` (tables, columns, an entity's rows); `nil` when it drops
+    /// nothing, or the model is not an older one.
     package func refusal(returningTo hash: String, lost: [String], store: String) -> StoreError? {
-        guard wasEarlier(hash), !lost.isEmpty else { return nil }
-        return StoreError(.modelMismatch, "\(store) was migrated to a newer model by a newer version of the app; this model is one it had before, and migrating back to it would drop \(lost.joined(separator: ", ")), with what the newer version wrote there. Nothing was changed. Run the newer version of the app. To return to this model on purpose, drop those yourself first: a migration that drops nothing is allowed.")
+        guard isOlder(hash), !lost.isEmpty else { return nil }
+        return StoreError(.newerModel, "\(store) was migrated to a newer model by a newer version of the app; this model is one it had before, and migrating back to it would drop \(lost.joined(separator: ", ")), with what the newer version wrote there. Nothing was changed. Run the newer version of the app. To return to this model on purpose, drop those yourself first: a migration that drops nothing is allowed.")
     }
 }

@@ -7,13 +7,16 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case modelMismatch, alreadyAdded, unknownConfiguration, cannotOpen, notADatabase, foreignDatabase
-            case cannotMigrate, corrupt, permissionDenied, unsupported
+            case cannotMigrate, corrupt, permissionDenied, unsupported, newerModel
         }
         private let base: Base
-        /// The file was written by a different model, and `autoMigrating` is false; or the
-        /// model is one the store had before a newer one, and migrating back would drop what
-        /// the message names (`ModelHistory`). The file is left as it was.
+        /// The file was written by a different model, and `autoMigrating` is false.
         public static let modelMismatch = Code(base: .modelMismatch)
+        /// A newer model migrated the store, this model is one it had before, and migrating
+        /// back would drop what the newer version wrote: the tables, columns or rows the
+        /// message names. The store is left as it was, even with `resetOnFailure`: run the
+        /// newer version of the app.
+        public static let newerModel = Code(base: .newerModel)
         /// The file was written by a different model, and the change cannot be inferred (an
         /// attribute's type changed, a new unique constraint that stored rows violate): the
         /// message names the entity and attribute; the file is left as it was.
