@@ -1,3 +1,4 @@
+import CLibpq
 import Foundation
 
 /// Where a PostgreSQL server is and how long to wait for it: a `postgres://` URL plus the
@@ -28,8 +29,10 @@ package struct PostgresSettings: Sendable {
     /// libpq's keywords that make a connection whose server stopped answering fail within
     /// about 30 seconds: probes after 15 s of silence, 5 s apart, 3 unanswered; data unacknowledged
     /// for 30 s.
+    /// (`tcp_user_timeout` only from libpq 12 on, which older ones refuse as an unknown
+    /// option.)
     static let deadServerDetection = [("keepalives", "1"), ("keepalives_idle", "15"), ("keepalives_interval", "5"),
-                                      ("keepalives_count", "3"), ("tcp_user_timeout", "30000")]
+                                      ("keepalives_count", "3")] + (PQlibVersion() >= 120_000 ? [("tcp_user_timeout", "30000")] : [])
 
     /// The URL without its password and query: `postgres://app@db:5432/app`. What error
     /// messages and traces show of the server.

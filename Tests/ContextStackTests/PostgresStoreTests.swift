@@ -91,9 +91,6 @@ struct PostgresStoreTests {
         #expect(after[0][1] == before[0][1])
     }
 
-    /// Adding a store is one transaction, the history table with the model's tables: when the
-    /// history table cannot be made (here a type of its name is in the way), nothing of the
-    /// store stays. (It was made in a second transaction, after the model's tables were in.)
     /// Docs/Postgres.md: a string holding U+0000 cannot go to PostgreSQL in a condition either.
     /// A fetch, a count and a `fetchOrCreate` with one throw `PostgresError` 22021 (where
     /// SQLite would match the rows it names), and nothing is created.
@@ -115,6 +112,9 @@ struct PostgresStoreTests {
         #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("a")]])
     }
 
+    /// Adding a store is one transaction, the history table with the model's tables: when the
+    /// history table cannot be made (here a type of its name is in the way), nothing of the
+    /// store stays. (It was made in a second transaction, after the model's tables were in.)
     @Test func aStoreWhoseHistoryTableFailsLeavesTheDatabaseAsItWas() throws {
         let schema = try TestSchema()
         defer { schema.drop() }

@@ -142,6 +142,7 @@ enum BatchValues {
             let range: ClosedRange<Int64>? = switch kind {
             case .int16: Int64(Int16.min)...Int64(Int16.max)
             case .int32: Int64(Int32.min)...Int64(Int32.max)
+            case .bool: 0...1
             default: nil
             }
             if let range, !range.contains(int) { throw mismatch("it is out of range") }

@@ -211,7 +211,7 @@ enum FetchOrCreate {
                 guard let property = entity.property(named: key), property.isStored else { throw invalid() }
                 switch operand {
                 case .value(let value, _):
-                    result.append((property.slot, try normalize(value, for: property, key: key)))
+                    result.append((property.slot, try normalize(value, for: property, in: entity)))
                 case .object(let id):
                     result.append((property.slot, .integer(id.primaryKey)))
                 case .key:
@@ -231,35 +231,11 @@ enum FetchOrCreate {
     }
 
     /// The value as the attribute stores it (a whole number for an `Int`, a double for a
-    /// `Double`), or `.typeMismatch` when the attribute cannot hold it: the object would be
-    /// saved with a value it reads back as another (`Int16(truncatingIfNeeded:)`, `2` as
-    /// `true`, `nil` as `""`), which the same condition would then not find.
-    private static func normalize(_ value: Value, for property: Property, key: String) throws(QueryError) -> Value {
-        guard let kind = property.attributeKind else { return value }
-        func mismatch(_ what: String) -> QueryError {
-            QueryError(.typeMismatch, "fetchOrCreate cannot store \(what) in the \(kind) attribute '\(key)', which cannot hold it: the object would read back another value.", key: key)
-        }
-        if case .null = value {
-            guard property.isOptional else { throw mismatch("nil") }
-            return value
-        }
-        var stored = value
-        switch (kind.columnType, value) {
-        case ("REAL", .integer(let int)): stored = .double(Double(int))
-        case ("INTEGER", .double(let double)):
-            guard let int = Int64(exactly: double) else { throw mismatch("\(double)") }
-            stored = .integer(int)
-        default: break
-        }
-        if case .integer(let int) = stored {
-            let fits = switch kind {
-            case .bool: int == 0 || int == 1
-            case .int16: Int16(exactly: int) != nil
-            case .int32: Int32(exactly: int) != nil
-            default: true
-            }
-            guard fits else { throw mismatch("\(int)") }
-        }
-        return stored
+    /// `Double`), or `.typeMismatch` when the attribute cannot hold it, as for batch updates:
+    /// the object would be saved with a value it reads back as another
+    /// (`Int16(truncatingIfNeeded:)`, `2` as `true`, `nil` as `""`), which the same condition
+    /// would then not find.
+    private static func normalize(_ value: Value, for property: Property, in entity: ResolvedEntity) throws(QueryError) -> Value {
+        try BatchValues.normalize(value, for: property, in: entity)
     }
 }
