@@ -32,6 +32,26 @@ import Testing
         expectTrapMessage(result, contains: "whose objects are read-only", "try update.use(object)")
     }
 
+    /// `stack.onError` runs on the writer, in the middle of its turn: waiting there for writes
+    /// would wait for the writer itself, for ever. It traps on that line, naming what to do
+    /// instead.
+    @Test func waitingForWritesInsideOnErrorTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try store.refuseWrites(ofName: "refused")
+                let stack = store.stack
+                stack.onError = { _ in try? stack.flushAndWait() }
+                try world.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = "refused"
+                    try update.commit()
+                }
+            }
+            try await Task.sleep(for: .seconds(30))    // the writer traps meanwhile
+        }
+        expectTrapMessage(result, contains: "inside stack.onError", "Task { try await stack.flush() }")
+    }
+
     @Test func relatingObjectsOfTwoContextsTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {

@@ -49,6 +49,24 @@ package enum Execution {
     /// (on Linux, an async `main` has a worker thread drain it).
     package static var isOnMainQueue: Bool { DispatchQueue.getSpecific(key: mainQueueKey) == true }
 
+    // Created once, never changed: set while a writer thread tells `onError` of a failed save.
+    private static let reportingKey: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    /// True while the current thread is a writer telling `onError` of a save that failed, in
+    /// the middle of its turn: a wait for writes there would wait for itself.
+    package static var isReportingWriteFailure: Bool { pthread_getspecific(reportingKey) != nil }
+
+    /// Runs `body` — the writer's call of `onError` — marked as such (`isReportingWriteFailure`).
+    package static func reportingWriteFailure(_ body: () -> Void) {
+        pthread_setspecific(reportingKey, UnsafeRawPointer(bitPattern: 1))
+        defer { pthread_setspecific(reportingKey, nil) }
+        body()
+    }
+
     /// True while the current thread runs a block of `context`.
     package static func isRunning(_ context: AnyObject) -> Bool {
         let running: UnsafeMutableRawPointer? = pthread_getspecific(key)

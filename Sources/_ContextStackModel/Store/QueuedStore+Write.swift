@@ -10,7 +10,9 @@ extension QueuedStore {
         while let (batch, neverStored, merged) = takeBatch(until: until), let last = batch.last?.sequence {
             let outcome = write(batch, upTo: last, neverStored: neverStored, merged: merged)
             undoAnnounced(batch, outcome)
-            for failure in outcome.failures where !failure.claimed { reportError(failure.error) }
+            for failure in outcome.failures where !failure.claimed {
+                Execution.reportingWriteFailure { reportError(failure.error) }
+            }
             let failedInserts = Self.failedInserts(batch, outcome, neverStored: neverStored)
             for waiter in finish(outcome, failedInserts, upTo: last) { waiter.resume(state: state) }
         }
@@ -225,7 +227,7 @@ extension QueuedStore {
                 undo.undoesFailedSave = true
                 if !undo.isEmpty { item.correct?(undo) }
             }
-            if announced.contains(where: { !$0.changes.deletes.isEmpty }) { reportError(error) }
+            if announced.contains(where: { !$0.changes.deletes.isEmpty }) { Execution.reportingWriteFailure { reportError(error) } }
         }
     }
 
