@@ -278,6 +278,26 @@ import Testing
         #expect(store.stack.commits.liveObserverCount == before)
     }
 
+    /// A per-consumer context resets at every commit of its updater, letting every object go:
+    /// a fetch stream yields the same rows as new objects then, even when nothing it shows
+    /// changed, so that the consumer never holds objects of before the reset (reading one
+    /// traps). (`FetchedResults` itself reports only the difference:
+    /// `aPerConsumerResetReloadsAndReportsTheDifference`.)
+    @Test(arguments: Setup.all.filter { $0.topology == .perConsumer }) @MainActor
+    func aStreamYieldsNewObjectsOnceItsContextResets(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        var adults = harness.world.fetchAllStream(Person.self, %"age" > 30, orderBy: .ascending("name")).makeAsyncIterator()
+        let before = try #require(await adults.next())
+        #expect(before.map(\.name) == ["Monk", "Warrior"])
+        try harness.update { update in
+            try update.create(Pet.self).name = "unrelated"
+            try update.commit()
+        }
+        let after = try #require(await adults.next())
+        #expect(after.map(\.name) == ["Monk", "Warrior"])
+        #expect(!after.contains { object in before.contains { $0 === object } })
+    }
+
     @Test(arguments: Setup.merging) @MainActor func fetchStreamFollowsTheFirstObject(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)

@@ -242,7 +242,10 @@ extension FetchedResults {
     /// exact; after, the consumer is told to reload.
     private func recover(_ touched: [ObjectID], oldSectionCount: Int? = nil) throws {
         assertionFailure("FetchedResults lost track of an object; refetching.")
-        guard let oldSectionCount else { return try reload(touched: Set(touched)) }
+        guard let oldSectionCount else {
+            try reload(touched: Set(touched))
+            return
+        }
         sections = try fetchSections()
         indexAll()
         emit(ResultsDiff.reload(oldSectionCount: oldSectionCount, newSectionCount: sections.count))

@@ -73,6 +73,9 @@ public final class FetchedResults<T: ManagedObject> {
     public internal(set) var sections: [Section] = []
     /// Called on the main actor with each change, before the `changes` streams get it.
     public var onChange: (@MainActor (ResultsChange) -> Void)?
+    /// Called after a reset of the context that changed nothing the results show: their
+    /// objects are new all the same (the reset let the old ones go). Fetch streams yield then.
+    var afterQuietReset: (@MainActor () -> Void)?
 
     let query: CompiledQuery
     let strategy: Strategy
@@ -251,8 +254,9 @@ public final class FetchedResults<T: ManagedObject> {
     /// are fetched whole again at the next commit that reaches them or the next reset.
     func contextDidReset() {
         do {
-            try reload(touched: [])
+            let reported = try reload(touched: [])
             mustRefetch = false
+            if !reported { afterQuietReset?() }
         } catch {
             let oldSectionCount = sections.count
             sections = keepsEmptySection ? [Section(value: .null, objects: [], rows: [])] : []
@@ -264,8 +268,10 @@ public final class FetchedResults<T: ManagedObject> {
         }
     }
 
-    /// Refetches, and reports the difference between the old and the new contents.
-    func reload(touched: Set<ObjectID>) throws {
+    /// Refetches, and reports the difference between the old and the new contents; says
+    /// whether there was one.
+    @discardableResult
+    func reload(touched: Set<ObjectID>) throws -> Bool {
         let old = sections
         let fresh = try fetchSections()
         var oldRows: [ObjectID: ContiguousArray<Value>] = [:]
@@ -287,11 +293,12 @@ public final class FetchedResults<T: ManagedObject> {
         sections = fresh
         indexCache = nil
         if strategy == .incremental { indexAll() }
-        guard !change.isEmpty else { return }
+        guard !change.isEmpty else { return false }
         if strategy == .reload {
             change = ResultsDiff.reload(oldSectionCount: old.count, newSectionCount: fresh.count)
         }
         emit(change)
+        return true
     }
 
     func emit(_ change: ResultsChange) {

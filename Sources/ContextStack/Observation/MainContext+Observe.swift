@@ -104,6 +104,9 @@ extension MainContext {
         }
         continuation.yield(element(results))
         results.onChange = { [unowned results] _ in continuation.yield(element(results)) }
+        // A reset that changed nothing the results show still let their objects go: the
+        // consumer gets the new ones (a per-consumer context resets at every commit it follows).
+        results.afterQuietReset = { [unowned results] in continuation.yield(element(results)) }
         // The results live as long as the consumer iterates: ending drops them, and with them
         // their commit observation.
         let holder = Locked<FetchedResults<T>?>(results)
