@@ -116,12 +116,16 @@ import Testing
             #expect(try update.batchDelete(Person.self, %"name" == "Owner") == 1)
             try update.commit()
         }
+        try importer.beginUpdateAndWait { update in
+            let inserted = try update.batchInsert(Tag.self, [["name": "imported"]])
+            #expect(inserted == 1)
+        }
         try await store.stack.flush()
         await mainQueueTurn()
         try await store.settleHistory()
 
         let history = try store.stack.history(after: nil)
-        #expect(history.map(\.author) == ["app", "importer", "app", "app", "importer", "app", "app", "importer"])
+        #expect(history.map(\.author) == ["app", "importer", "app", "app", "importer", "app", "app", "importer", "importer"])
         #expect(history.map(\.token) == history.map(\.token).sorted())
         #expect(Set(history.map(\.token)).count == history.count)
         func changes(_ index: Int) -> Set<HistoryChange> { Set(history[index].changes) }
@@ -136,6 +140,8 @@ import Testing
         #expect(changes(5) == [HistoryChange(kind: .delete, objectID: rex, entityName: "Pet", changedKeys: [])])
         #expect(changes(7) == Set([HistoryChange(kind: .delete, objectID: owner, entityName: "Person", changedKeys: [])]
             + pets.map { HistoryChange(kind: .delete, objectID: $0, entityName: "Pet", changedKeys: []) }))
+        #expect(history[8].changes.map(\.kind) == [.insert] && history[8].changes.map(\.entityName) == ["Tag"])
+        #expect(importerCommits.withLock { $0.last?.author } == "importer", "a batch insert's Commit names its author too")
         // A commit delivered once written carries its token — on SQLite, where the writer
         // numbers transactions itself.
         if kind != .postgres {

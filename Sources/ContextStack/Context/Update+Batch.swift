@@ -34,6 +34,8 @@ extension Update {
         core.checkExecution("update.batchInsert(\(T.self).self, …)")
         let entity = core.graph.entity(for: type)
         var changes = ChangeSet()
+        // Who made it, for the history and the `Commit`, as every other save of this update.
+        changes.info = context.starter.info
         for row in rows {
             var values = entity.defaults
             for (key, value) in row {
