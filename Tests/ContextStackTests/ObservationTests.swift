@@ -255,6 +255,41 @@ import Testing
         watch.cancel()
     }
 
+    /// Observation.md: for a commit the context does not merge (a `.persistentStore` commit,
+    /// seen by a three-tier context), the held object keeps its values and `fetch(_:id:)`
+    /// returns it as held; a fetch whose condition names it (`SELF == %@`) reads the row again
+    /// — the new values, or nothing once the row is deleted.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aFetchThatNamesTheObjectSeesACommitTheContextDoesNotMerge(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let id = try world.beginUpdateAndWait { update in
+            let knight = try update.create(Person.self)
+            (knight.name, knight.age) = ("Knight", 30)
+            try update.commit()
+            return knight.objectID
+        }
+        try await store.stack.flush()
+        let knight = try #require(try world.fetch(Person.self, id: id))
+        var ages: [Int?] = []
+        let watch = world.observe(knight) { change in
+            ages.append(try? world.fetch(Person.self, .where("SELF == %@", change.objectID))?.age)
+        }
+        let importer = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        try importer.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).age = 40
+            try update.commit()
+        }
+        await mainQueueTurn()
+        try importer.beginUpdateAndWait { update in
+            try update.delete(#require(try update.fetch(Person.self, id: id)))
+            try update.commit()
+        }
+        await mainQueueTurn()
+        #expect(ages == [40, nil])
+        watch.cancel()
+    }
+
     @Test(arguments: Setup.merging) @MainActor func fetchAllStreamYieldsFreshResultsAndEndsWhenTheConsumerStops(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)
