@@ -290,6 +290,35 @@ import Testing
         watch.cancel()
     }
 
+    /// Observation.md: a relationship change lists the side that stores it. After
+    /// `rex.owner = ann`, results of pets report Rex updated; results of people report nothing,
+    /// though `ann.hasChanges` was true in the update.
+    @Test @MainActor func aRelationshipChangeListsTheSideThatStoresIt() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let (ann, rex) = try world.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            let rex = try update.create(Pet.self)
+            (ann.name, rex.name) = ("Ann", "Rex")
+            try update.commit()
+            return (ann.objectID, rex.objectID)
+        }
+        let people = try FetchedResults(context: world, Person.self)
+        let pets = try FetchedResults(context: world, Pet.self)
+        var peopleChanges: [ResultsChange] = []
+        people.onChange = { peopleChanges.append($0) }
+        var petChanges = pets.changes.makeAsyncIterator()
+        try world.beginUpdateAndWait { update in
+            let owner = try #require(try update.fetch(Person.self, id: ann))
+            try #require(try update.fetch(Pet.self, id: rex)).owner = owner
+            #expect(owner.hasChanges)
+            try update.commit()
+        }
+        let petChange = try #require(await petChanges.next())
+        #expect(petChange.updatedRows == [IndexPath(item: 0, section: 0)])
+        #expect(peopleChanges.isEmpty)
+    }
+
     @Test(arguments: Setup.merging) @MainActor func fetchAllStreamYieldsFreshResultsAndEndsWhenTheConsumerStops(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)
