@@ -159,12 +159,22 @@ package enum TextMatch {
         return p == elements.count
     }
 
-    private static let expressions = Locked<[String: NSRegularExpression]>([:])
+    /// What a compiled expression is cached by: the options apart from the pattern. (Keyed by
+    /// their suffix written before the pattern, `MATCHES[cd] 'og'` and `MATCHES '[cd]og'` were
+    /// one entry, and whichever ran first answered for both.)
+    private struct ExpressionKey: Hashable {
+        let pattern: String
+        let caseInsensitive: Bool
+        let diacriticInsensitive: Bool
+    }
+
+    private static let expressions = Locked<[ExpressionKey: NSRegularExpression]>([:])
 
     /// A compiled expression, cached by pattern and options; `nil` when the pattern is invalid
     /// (which matches nothing).
     private static func regularExpression(_ pattern: String, _ options: MatchOptions) -> NSRegularExpression? {
-        let key = options.formatSuffix + pattern
+        let key = ExpressionKey(pattern: pattern, caseInsensitive: options.contains(.caseInsensitive),
+                                diacriticInsensitive: options.contains(.diacriticInsensitive))
         if let cached = expressions.withLock({ $0[key] }) { return cached }
         var flags: NSRegularExpression.Options = []
         if options.contains(.caseInsensitive) { flags.insert(.caseInsensitive) }

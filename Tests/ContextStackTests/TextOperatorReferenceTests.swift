@@ -37,6 +37,17 @@ import Testing
         }
     }
 
+    /// A pattern and its options are cached apart: `MATCHES[cd] 'og'` and `MATCHES '[cd]og'`
+    /// are two expressions, whichever runs first (they were one cache entry, keyed by the
+    /// options' suffix written before the pattern).
+    @Test func aPatternThatBeginsLikeAnOptionSuffixIsItsOwnExpression() {
+        #expect(TextMatch.evaluate(.matches, [.caseInsensitive, .diacriticInsensitive], "OG", "og"))
+        #expect(TextMatch.evaluate(.matches, [], "dog", "[cd]og"))
+        #expect(!TextMatch.evaluate(.matches, [], "OG", "[cd]og"))
+        #expect(TextMatch.evaluate(.matches, [.caseInsensitive], "Og", "og"))
+        #expect(TextMatch.evaluate(.matches, [], "cog", "[c]og") && !TextMatch.evaluate(.matches, [], "Og", "[c]og"))
+    }
+
     @Test(arguments: ReferenceText.Operator.allCases)
     @MainActor func bothPathsAgreeWithTheReference(op: ReferenceText.Operator) async throws {
         let store = try TestStore(.memory)
