@@ -42,6 +42,7 @@ import Testing
     func translatedPredicatesAgreeWithFoundationEvaluation(setup: Setup) async throws {
         let (store, world) = try await Self.world(setup)
         _ = store
+        let places: [String?] = ["Kyoto", "Taipei"], kyoto: [String?] = ["Kyoto"], kyotoOrNowhere: [String?] = ["Kyoto", nil]
         let predicates: [(String, Predicate<Person>)] = [
             ("comparison", #Predicate<Person> { $0.age > 18 }),
             ("and/starts", #Predicate<Person> { $0.age > 18 && $0.name.starts(with: "M") }),
@@ -52,6 +53,11 @@ import Testing
             ("optional value", #Predicate<Person> { $0.location != "Taipei" }),
             ("contains", #Predicate<Person> { $0.name.contains("onk") }),
             ("in list", #Predicate<Person> { [12, 18, 63].contains($0.age) }),
+            // Swift's contains is two-valued for a nil property (SQL's IN with NULL is not).
+            ("optional in list", #Predicate<Person> { places.contains($0.location) }),
+            ("optional not in list", #Predicate<Person> { !kyoto.contains($0.location) }),
+            ("optional in list with nil", #Predicate<Person> { kyotoOrNowhere.contains($0.location) }),
+            ("optional not in list with nil", #Predicate<Person> { !kyotoOrNowhere.contains($0.location) }),
             ("to-one ?.", #Predicate<Person> { ($0.friend?.age ?? 0) > 20 }),
             ("to-one ?? true", #Predicate<Person> { ($0.friend?.age ?? 100) > 20 }),
             ("to-one nil", #Predicate<Person> { $0.friend == nil }),

@@ -365,7 +365,17 @@ extension PredicateExpressions.SequenceContains: PredicateTranslatable {
             throw translator.unsupported(self, "contains(_:) takes a list of values and a property ([18, 19].contains($0.age)); for a to-many relationship use contains(where:)")
         }
         let key = try translator.path(element)
-        return .condition(.oneOf(key, values.map { .value($0, kind) }))
+        // Swift's `contains` is two-valued: a nil property is in the list when the list holds
+        // nil, and out of it otherwise — also under a `!`. SQL's `IN` with a NULL is neither,
+        // so the property is tested for nil first, with the null-safe comparisons.
+        let present = values.filter { if case .null = $0 { return false } else { return true } }
+        var node: Condition.Node? = present.isEmpty ? nil
+            : .and(.compare(key, .notEqual, .value(.null, kind)), .oneOf(key, present.map { .value($0, kind) }))
+        if present.count < values.count {
+            let isNil = Condition.Node.compare(key, .equal, .value(.null, kind))
+            node = node.map { .or($0, isNil) } ?? isNil
+        }
+        return .condition(node ?? .constant(false))
     }
 }
 
