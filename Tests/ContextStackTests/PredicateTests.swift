@@ -96,6 +96,11 @@ import Testing
         expectError(%"name" == %"age", .typeMismatch, key: "name")
         expectError(%"pets" == nil, .unsupported, key: "pets")
         expectError(%"age" > nil as Int?, .unsupported, key: "age")
+        // BETWEEN orders too: a bound of nil or NaN is refused as `> nil` is (SQL's
+        // `BETWEEN NULL AND 30` matched the people over 30 under a NOT).
+        expectError(!(%"age"%.between(nil as Int?, 30)), .unsupported, key: "age")
+        expectError(%"age"%.between(0.0, Double.nan), .unsupported, key: "age")
+        expectError(!.where("age BETWEEN {nil, 30}"), .unsupported, key: "age")
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, orderBy: .ascending("nope")) }
         // Decimals are stored as text: == and != only, no order (Docs/GettingStarted.md).
         for refused: () throws -> Void in [

@@ -423,8 +423,12 @@ extension CompiledQuery {
         case .between:
             switch (lhs, rhs) {
             case (.path, .list(let items)) where items.count == 2, (.computed, .list(let items)) where items.count == 2:
-                return .between(term(lhs), try value(of: items[0], comparedWith: lhs, key: key, op: .lessOrEqual, in: entity),
-                                try value(of: items[1], comparedWith: lhs, key: key, op: .lessOrEqual, in: entity), textOptions)
+                let low = try value(of: items[0], comparedWith: lhs, key: key, op: .lessOrEqual, in: entity)
+                let high = try value(of: items[1], comparedWith: lhs, key: key, op: .lessOrEqual, in: entity)
+                // As for `<` and `>`: a bound of nil (or NaN, which is nil) orders nothing, and
+                // SQL's `BETWEEN NULL AND x` would match half of what it says under a NOT.
+                if low.isNull || high.isNull { throw unsupported("nil never matches between: its bounds must be values (NaN is nil).") }
+                return .between(term(lhs), low, high, textOptions)
             case (.value, .list(let items)) where items.count == 2:
                 return .constant(try constantOutcome(lhs, op, rhs, textOptions, unsupported: unsupported, mismatch: mismatch))
             default:
