@@ -302,6 +302,20 @@ import Testing
         }
     }
 
+    /// Two constants are evaluated as Apple evaluates them, which refuses to compare kinds that
+    /// do not compare: a string with a number, a date with a number, throw `.typeMismatch` as a
+    /// key and such a value do (not the store's order of kinds, numbers before text, which made
+    /// `'a' > 1` TRUEPREDICATE). Numbers compare with numbers of either kind.
+    @Test func constantsOfKindsThatDoNotCompareThrowTypeMismatch() throws {
+        for condition in [Condition.where("%@ > %@", "a", 1), .where("%@ == %@", Date(timeIntervalSince1970: 0), 0),
+                          .where("%@ BETWEEN {1, 'z'}", 5), .where("%@ IN {1, 'b'}", "b")] {
+            let error = #expect(throws: QueryError.self, "\(condition)") { try Self.compiled(condition) }
+            #expect(error?.code == .typeMismatch, "\(condition)")
+        }
+        #expect(try Self.whereSQL(.where("%@ > %@", 2, 1.5)) == Self.whereSQL(.all))
+        #expect(try Self.whereSQL(.where("%@ == %@", "a", "b")) == Self.whereSQL(.none))
+    }
+
     @Test func surplusArgumentsAreIgnoredAsNSPredicateIgnoresThem() throws {
         #expect(try Self.whereSQL(.where("age > %@", 3, 4)) == Self.whereSQL(%"age" > 3))
         #expect(try Self.whereSQL(.where("age > 3", "x")) == Self.whereSQL(%"age" > 3))

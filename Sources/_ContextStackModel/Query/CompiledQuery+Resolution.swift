@@ -466,14 +466,34 @@ extension CompiledQuery {
         }
     }
 
+    /// Which values compare with each other when no attribute says their kinds: numbers with
+    /// numbers, texts with texts, bytes with bytes.
+    static func valueClass(_ value: Value) -> Int {
+        switch value {
+        case .integer, .double: 0
+        case .text: 1
+        case .blob: 2
+        case .null: 3
+        }
+    }
+
     /// A comparison of two constants (`%@ > %@`, `'a' IN {'a', 'b'}`), evaluated now, as Apple
     /// evaluates it. One that nil makes unknown throws, as `key > nil` does; objects compare
     /// by ID, with == and != and IN only.
     static func constantOutcome(_ lhs: Side, _ op: Condition.PredicateOperator, _ rhs: Side, _ options: MatchOptions,
                                         unsupported: (String) -> QueryError, mismatch: (String) -> QueryError) throws(QueryError) -> Bool {
         func fold(_ value: Value) -> Value { Self.fold(value, options) }
+        /// Throws `.typeMismatch` for two values of kinds that do not compare (a string and a
+        /// number, a date and a number), as a key and a value of them do, and as Apple's
+        /// evaluation refuses: the store's order of kinds (numbers before text) means nothing.
+        func checkKinds(_ a: Condition.Operand, _ b: Condition.Operand) throws(QueryError) {
+            guard case .value(let x, let xKind) = a, case .value(let y, let yKind) = b, !x.isNull, !y.isNull else { return }
+            let comparable = if let xKind, let yKind { xKind.isComparable(with: yKind) } else { Self.valueClass(x) == Self.valueClass(y) }
+            if !comparable { throw mismatch(describe(rhs)) }
+        }
         /// Whether two constants are the same: values by value (nil equals nil), objects by ID.
         func same(_ a: Condition.Operand, _ b: Condition.Operand) throws(QueryError) -> Bool {
+            try checkKinds(a, b)
             switch (a, b) {
             case (.value(let x, _), .value(let y, _)): return Value.compare(fold(x), fold(y)) == 0
             case (.object(let x), .object(let y)): return x == y
@@ -491,6 +511,7 @@ extension CompiledQuery {
         case (.compare(let comparison), .value(let right, let kind)):
             if comparison.isOrdering {
                 guard case .value(let value, _) = left else { throw unsupported("objects compare only with == and !=.") }
+                try checkKinds(left, .value(right, kind))
                 guard let outcome = order(fold(value), fold(right), comparison) else { throw unsupported("nil never matches \(comparison.rawValue): use == nil or != nil.") }
                 return outcome
             }
@@ -512,6 +533,8 @@ extension CompiledQuery {
             guard case .value(let value, _) = left, case .value(let low, _) = items[0], case .value(let high, _) = items[1] else {
                 throw mismatch(describe(rhs))
             }
+            try checkKinds(left, items[0])
+            try checkKinds(left, items[1])
             guard let above = order(fold(value), fold(low), .greaterOrEqual), let below = order(fold(value), fold(high), .lessOrEqual) else {
                 throw unsupported("nil is between nothing.")
             }
