@@ -438,6 +438,8 @@ import Testing
         Failure("%K == 3", 42, at: 0, "%K (argument 1) needs a key path as a String, found an Int"),
         Failure("%K == 3", nil, at: 0, "%K (argument 1) needs a key path as a String, found nil"),
         Failure("friend.%K == 3", ["name"], at: 7, "%K (argument 1) needs a key path as a String, found an Array<String>"),
+        // Its options could not reach the operator: refused, not dropped.
+        Failure("%K == %@", Key("name").caseInsensitive, "MONK", at: 0, "%K (argument 1) is the key 'name' with options"),
         Failure("age > %@", Opaque(), at: 6, "the argument for %@ (argument 1) is an Opaque, which a predicate cannot use: pass a String, a number"),
         Failure("age > %@", Key("age"), at: 6, "%@ (argument 1) is a Key: pass keys with %K"),
         Failure("age IN %@", [1, Opaque()] as [any Sendable], at: 7, "element 2 of the array for %@ (argument 1) is an Opaque, which a predicate cannot use"),

@@ -654,7 +654,13 @@ struct FormatParser {
                 let (argument, number) = try takeArgument(for: token)
                 switch argument {
                 case let path as String: parts.append(path)
-                case let key as Key: parts.append(key.path)
+                case let key as Key:
+                    // Its options would have to reach the operator, which the format names: a
+                    // `Key` with options is refused rather than compared without them.
+                    guard key.options.isEmpty else {
+                        throw fail(token, "%K (argument \(number)) is the key '\(key.path)' with options: %K substitutes the key path only, so write the options on the operator instead (==[c], BEGINSWITH[cd])")
+                    }
+                    parts.append(key.path)
                 default:
                     throw fail(token, "%K (argument \(number)) needs a key path as a String, found \(Self.describeArgument(argument))")
                 }
