@@ -95,6 +95,11 @@ import Testing
         expectError(%"friend" == "x", .typeMismatch, key: "friend")
         expectError(%"name" == %"age", .typeMismatch, key: "name")
         expectError(%"pets" == nil, .unsupported, key: "pets")
+        // A to-many relationship holds objects: compared with a value it is refused as such
+        // (it was a type mismatch of "Pet.SELF").
+        expectError(%"pets" == "Rex", .unsupported, key: "pets")
+        expectError(%"pets" > 3, .unsupported, key: "pets")
+        expectError(%"pets"%.in([1]), .unsupported, key: "pets")
         expectError(%"age" > nil as Int?, .unsupported, key: "age")
         // BETWEEN orders too: a bound of nil or NaN is refused as `> nil` is (SQL's
         // `BETWEEN NULL AND 30` matched the people over 30 under a NOT).

@@ -137,8 +137,15 @@ extension CompiledQuery {
                 guard toMany.count == 1 else {
                     throw QueryError(.unsupported, "\(entity.name): \(toMany[0]) \(spelled) \(toMany[1]) compares two to-many key paths; compare one of them with a quantifier (ANY, ALL, NONE) against values.", key: key, entity: entity.name)
                 }
-                for case .constant(.value(.null, _)) in [left, right] where entity.property(named: key)?.isToMany == true {
-                    throw QueryError(.unsupported, "\(entity.name).\(key) \(spelled) nil: a to-many relationship is never nil. To ask whether it is empty, compare \(key).@count with 0.", key: key, entity: entity.name)
+                for side in [left, right] where entity.property(named: key)?.isToMany == true {
+                    var values: [Condition.Operand] = []
+                    if case .constant(let operand) = side { values = [operand] } else if case .list(let operands) = side { values = operands }
+                    for case .value(let value, _) in values {
+                        if value.isNull && values.count == 1 {
+                            throw QueryError(.unsupported, "\(entity.name).\(key) \(spelled) nil: a to-many relationship is never nil. To ask whether it is empty, compare \(key).@count with 0.", key: key, entity: entity.name)
+                        }
+                        throw QueryError(.unsupported, "\(entity.name).\(key) \(spelled) a value: a to-many relationship holds objects, not values. Compare a key of its members (ANY \(key).name == 'Rex'), or ask for an object with CONTAINS.", key: key, entity: entity.name)
+                    }
                 }
                 if case .key(key) = left {
                     if case .text(.contains) = op { return try quantify(.any, key, .expression(left, .compare(.equal), right, options)) }
