@@ -137,30 +137,43 @@ extension SQLiteStore {
             }
             let storedHash = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'hash'").stringValue
             if storedHash == schema.hash { return }
-            guard options.autoMigrating else {
-                throw StoreError(.modelMismatch, "The store at \(path) was written by a different model (hash \(storedHash ?? "none"), this model \(schema.hash)). Open it with autoMigrating: true to migrate it, with the model that wrote it, or with resetOnFailure: true to replace it with an empty store.")
-            }
-            guard let description = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'schema'").stringValue else {
-                throw StoreError(.cannotMigrate, "The store at \(path) does not record the model that wrote it, so it cannot be migrated; open it with resetOnFailure: true to replace it with an empty store.")
-            }
             let history = ModelHistory(recorded: try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'models'").stringValue,
                                        current: storedHash ?? "")
             do {
-                if history.isOlder(schema.hash) {
-                    // Said before anything is copied or dropped: what would it drop?
-                    var dryRun = try Migration(db: db, schema: schema, oldDescription: description, dryRun: true)
-                    try dryRun.run()
-                    if let refusal = history.refusal(returningTo: schema.hash, lost: dryRun.lost, store: "The store at \(path)") { throw refusal }
-                }
-                var migration = try Migration(db: db, schema: schema, oldDescription: description)
-                try migration.run()
-                // What the dry run could not foresee is refused all the same, and rolled back.
-                if let refusal = history.refusal(returningTo: schema.hash, lost: migration.lost, store: "The store at \(path)") { throw refusal }
-            } catch let error as SQLiteError {
-                throw StoreError(.cannotMigrate, "Migrating the store at \(path) failed; the file is unchanged.", underlying: error)
+                try migrate(db, schema: schema, history: history, storedHash: storedHash, options: options, path: path)
+            } catch let error as StoreError where error.code.allowsReset && history.isOlder(schema.hash) {
+                // A newer version wrote this store: `resetOnFailure` must not erase what it wrote
+                // because an older one cannot open it.
+                throw StoreError(.newerModel, error.message + " A newer version of the app migrated this store, and this model is one it had before: it is not reset, even with resetOnFailure. Run the newer version.", underlying: error.underlying)
             }
-            try db.execute("INSERT OR REPLACE INTO Z_METADATA (key, value) VALUES ('models', ?)", [.text(history.moved(to: schema.hash).text)])
         }
+    }
+
+    /// Migrates the store from the model that wrote it (`storedHash`) to `schema`, refusing a
+    /// return to an older model that would drop what a newer one wrote (`ModelHistory`).
+    private static func migrate(_ db: Connection, schema: StoreSchema, history: ModelHistory, storedHash: String?,
+                                options: OpenOptions, path: String) throws {
+        guard options.autoMigrating else {
+            throw StoreError(.modelMismatch, "The store at \(path) was written by a different model (hash \(storedHash ?? "none"), this model \(schema.hash)). Open it with autoMigrating: true to migrate it, with the model that wrote it, or with resetOnFailure: true to replace it with an empty store.")
+        }
+        guard let description = try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'schema'").stringValue else {
+            throw StoreError(.cannotMigrate, "The store at \(path) does not record the model that wrote it, so it cannot be migrated; open it with resetOnFailure: true to replace it with an empty store.")
+        }
+        do {
+            if history.isOlder(schema.hash) {
+                // Said before anything is copied or dropped: what would it drop?
+                var dryRun = try Migration(db: db, schema: schema, oldDescription: description, dryRun: true)
+                try dryRun.run()
+                if let refusal = history.refusal(returningTo: schema.hash, lost: dryRun.lost, store: "The store at \(path)") { throw refusal }
+            }
+            var migration = try Migration(db: db, schema: schema, oldDescription: description)
+            try migration.run()
+            // What the dry run could not foresee is refused all the same, and rolled back.
+            if let refusal = history.refusal(returningTo: schema.hash, lost: migration.lost, store: "The store at \(path)") { throw refusal }
+        } catch let error as SQLiteError {
+            throw StoreError(.cannotMigrate, "Migrating the store at \(path) failed; the file is unchanged.", underlying: error)
+        }
+        try db.execute("INSERT OR REPLACE INTO Z_METADATA (key, value) VALUES ('models', ?)", [.text(history.moved(to: schema.hash).text)])
     }
 
     // MARK: - Bad files

@@ -125,5 +125,7 @@ import Testing
         #expect(try sql(.predicate(#Predicate<Person> { $0.pets.filter { $0.age > 3 }.count > 1 }))
                 == (try sql(.where("SUBQUERY(pets, $p, $p.age > 3).@count > 1"))))
         #expect(try sql(.predicate(#Predicate<Person> { $0.age + 1 > 30 })) == (try sql(.where("age + 1 > 30"))))
+        // A non-optional property is never nil: its list is a plain IN.
+        #expect(try sql(.predicate(#Predicate<Person> { [12, 18].contains($0.age) })) == (try sql(%"age"%.in([12, 18]))))
     }
 }

@@ -291,6 +291,11 @@ func storeBytes(_ url: URL) -> [Data?] {
         let notReset = try #require(throws: StoreError.self) { try openStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url, resetOnFailure: true) }
         #expect(notReset.code == .newerModel)
         #expect(storeBytes(url) == before, "resetOnFailure does not reset a store a newer model wrote")
+        let notMigrated = try #require(throws: StoreError.self) {
+            try openStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url, autoMigrating: false, resetOnFailure: true)
+        }
+        #expect(notMigrated.code == .newerModel, "nor when autoMigrating is false")
+        #expect(storeBytes(url) == before)
         try openStore(newer, at: url).beginUpdateAndWait { (update: Update) throws in
             #expect(try update.fetch(LabelV2.self)?.products.count == 1)
         }
@@ -307,14 +312,15 @@ func storeBytes(_ url: URL) -> [Data?] {
         #expect(welded.message.contains("the rows of Worker whose entities the model no longer has"), "\(welded.message)")
     }
 
-    /// Which model is older: one the store had only before it first had its current one. After a
-    /// rollback and the rollout again (A, B, A), neither A nor B is older than the other, and
-    /// the rollout may go on (`ModelHistory.isOlder`). A store from before the history was kept
-    /// knows only its current model.
+    /// Which model is older: one the store first had before it first had its current one. After
+    /// a rollback (A, B, A), B is not older than A and the rollout may go on; once it has (A, B,
+    /// A, B), A is older again (`ModelHistory.isOlder`). A store from before the history was
+    /// kept knows only its current model.
     @Test func theOlderModelIsOneTheStoreHadOnlyBeforeItsCurrentOne() {
         let rolledOut = ModelHistory(recorded: "A B", current: "B")
         #expect(rolledOut.isOlder("A") && !rolledOut.isOlder("B") && !rolledOut.isOlder("C"))
-        #expect(!ModelHistory(recorded: "A B A", current: "A").isOlder("B"), "rolled back, then out again")
+        #expect(!ModelHistory(recorded: "A B A", current: "A").isOlder("B"), "rolled back: the rollout may go on")
+        #expect(ModelHistory(recorded: "A B A B", current: "B").isOlder("A"), "and A stays older than B")
         #expect(ModelHistory(recorded: "A B A C", current: "C").isOlder("B"))
         #expect(ModelHistory(recorded: nil, current: "B").hashes == ["B"])
         #expect(rolledOut.moved(to: "C").text == "A B C" && rolledOut.moved(to: "B").text == "A B")

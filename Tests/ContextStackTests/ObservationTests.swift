@@ -347,7 +347,7 @@ import Testing
     /// changed, so that the consumer never holds objects of before the reset (reading one
     /// traps). (`FetchedResults` itself reports only the difference:
     /// `aPerConsumerResetReloadsAndReportsTheDifference`.)
-    @Test(arguments: Setup.all.filter { $0.topology == .perConsumer }) @MainActor
+    @Test(.timeLimit(.minutes(1)), arguments: Setup.all.filter { $0.topology == .perConsumer }) @MainActor
     func aStreamYieldsNewObjectsOnceItsContextResets(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         var adults = harness.world.fetchAllStream(Person.self, %"age" > 30, orderBy: .ascending("name")).makeAsyncIterator()

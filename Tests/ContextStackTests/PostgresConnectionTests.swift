@@ -255,7 +255,14 @@ struct PostgresConnectionTests {
     /// the socket TCP keepalives (after 15 s, every 5 s, 3 unanswered) and a user timeout of
     /// 30 s, as read back from the socket here. A URL's own `keepalives_idle` wins.
     #if os(Linux)
-    @Test func theSocketGivesUpOnAServerThatStoppedAnswering() throws {
+    @Test func theSocketHasKeepalivesAndAUserTimeout() throws {
+        var address = sockaddr_storage()
+        var size = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let family = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(connection.socket, $0, &size) == 0 ? Int32($0.pointee.sa_family) : -1 }
+        }
+        // A server reached through a Unix socket (CONTEXTSTACK_POSTGRES_URL) has no TCP to tune.
+        guard family == AF_INET || family == AF_INET6 else { return }
         func option(_ socket: Int32, _ level: Int32, _ name: Int32) -> Int32 {
             var value: Int32 = -1
             var length = socklen_t(MemoryLayout<Int32>.size)

@@ -302,13 +302,13 @@ import Testing
         }
     }
 
-    /// Two constants are evaluated as Apple evaluates them, which refuses to compare kinds that
-    /// do not compare: a string with a number, a date with a number, throw `.typeMismatch` as a
-    /// key and such a value do (not the store's order of kinds, numbers before text, which made
+    /// Two constants of kinds that do not compare — a string with a number, a date with a
+    /// number — throw `.typeMismatch`, as a key and such a value do, in a list wherever they
+    /// stand (they were ordered by the store's order of kinds, numbers before text, which made
     /// `'a' > 1` TRUEPREDICATE). Numbers compare with numbers of either kind.
     @Test func constantsOfKindsThatDoNotCompareThrowTypeMismatch() throws {
         for condition in [Condition.where("%@ > %@", "a", 1), .where("%@ == %@", Date(timeIntervalSince1970: 0), 0),
-                          .where("%@ BETWEEN {1, 'z'}", 5), .where("%@ IN {1, 'b'}", "b")] {
+                          .where("%@ BETWEEN {1, 'z'}", 5), .where("%@ IN {1, 'b'}", "b"), .where("%@ IN {'b', 1}", "b")] {
             let error = #expect(throws: QueryError.self, "\(condition)") { try Self.compiled(condition) }
             #expect(error?.code == .typeMismatch, "\(condition)")
         }

@@ -71,7 +71,8 @@ extension MainContext {
     ///
     /// The first element is the current result. Each later one follows a commit that inserted,
     /// deleted, moved or changed one of the objects — exactly when a `FetchedResults` with the
-    /// same arguments reports a change. The sequence ends when the consumer stops iterating
+    /// same arguments reports a change — or a reset of the context, whose objects are new
+    /// even when nothing changed (not when the result is empty). The sequence ends when the consumer stops iterating
     /// (the observation is removed then). A condition that cannot run (an unknown key) ends
     /// the sequence at once and goes to `stack.onError`.
     public func fetchAllStream<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
@@ -106,7 +107,9 @@ extension MainContext {
         results.onChange = { [unowned results] _ in continuation.yield(element(results)) }
         // A reset that changed nothing the results show still let their objects go: the
         // consumer gets the new ones (a per-consumer context resets at every commit it follows).
-        results.afterQuietReset = { [unowned results] in continuation.yield(element(results)) }
+        results.afterQuietReset = { [unowned results] in
+            if results.count > 0 { continuation.yield(element(results)) }
+        }
         // The results live as long as the consumer iterates: ending drops them, and with them
         // their commit observation.
         let holder = Locked<FetchedResults<T>?>(results)

@@ -273,10 +273,10 @@ package final class ContextCore: @unchecked Sendable {
             if existing.state == .clean {
                 existing.values = values
                 existing.fault = nil
-                // Its to-many relationships are refreshed too, when next used: an update
-                // context's loaded ones stay current with its own changes only. (A main
-                // context's follow every commit it applies.)
-                if kind == .update && !existing.toManyCache.isEmpty { existing.toManyCache.removeAll() }
+                // Its to-many relationships are refreshed too, when next used: loaded ones
+                // follow only the commits the context applies (an update context's own, a main
+                // context's merged ones), and the row may show another's.
+                if !existing.toManyCache.isEmpty { existing.toManyCache.removeAll() }
             }
             return existing
         }

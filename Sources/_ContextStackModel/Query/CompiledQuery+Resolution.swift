@@ -528,6 +528,9 @@ extension CompiledQuery {
             return try same(left, .object(id)) == (comparison == .equal)
         case (.isIn, .list(let items)):
             if case .value(let value, _) = left, value.isNull { throw unsupported("nil is in no list: compare with == nil instead.") }
+            // Every item's kind, not only those before a match: the answer must not depend on
+            // the order of the list.
+            for item in items { try checkKinds(left, item) }
             for item in items where try same(left, item) {
                 if case .value(let value, _) = item, value.isNull { continue }
                 return true

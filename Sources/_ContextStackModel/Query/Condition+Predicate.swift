@@ -369,8 +369,11 @@ extension PredicateExpressions.SequenceContains: PredicateTranslatable {
         // nil, and out of it otherwise — also under a `!`. SQL's `IN` with a NULL is neither,
         // so the property is tested for nil first, with the null-safe comparisons.
         let present = values.filter { if case .null = $0 { return false } else { return true } }
+        // (Only where the property can be nil: an optional, or one reached through an optional.)
+        let mayBeNil = RHS.Output.self is any PredicateOptional.Type
+        let inList = Condition.Node.oneOf(key, present.map { .value($0, kind) })
         var node: Condition.Node? = present.isEmpty ? nil
-            : .and(.compare(key, .notEqual, .value(.null, kind)), .oneOf(key, present.map { .value($0, kind) }))
+            : mayBeNil ? .and(.compare(key, .notEqual, .value(.null, kind)), inList) : inList
         if present.count < values.count {
             let isNil = Condition.Node.compare(key, .equal, .value(.null, kind))
             node = node.map { .or($0, isNil) } ?? isNil
@@ -459,3 +462,7 @@ protocol _OptionalManagedObject {
 extension Optional: _OptionalManagedObject {
     static var wrappedType: ManagedObject.Type? { Wrapped.self as? ManagedObject.Type }
 }
+
+/// What `Optional` is, for a translation to ask of a type (`SequenceContains`).
+private protocol PredicateOptional {}
+extension Optional: PredicateOptional {}

@@ -85,13 +85,13 @@ package struct ModelHistory: Equatable, Sendable {
         self.hashes = hashes
     }
 
-    /// Whether `hash` is older than the store's model: the store was at it, and only before it
-    /// was first at its current one. A model the store went back to and on from again (a
-    /// rollback, then the rollout once more) is neither older nor newer than the other.
+    /// Whether `hash` is older than the store's model: the store first had it before it first
+    /// had its current one. After a rollback (A, B, A), B is not older than A, so the rollout
+    /// goes on (A, B, A, B); A stays older than B from then on.
     package func isOlder(_ hash: String) -> Bool {
-        guard let current = hashes.last, hash != current, let last = hashes.lastIndex(of: hash),
+        guard let current = hashes.last, hash != current, let older = hashes.firstIndex(of: hash),
               let first = hashes.firstIndex(of: current) else { return false }
-        return last < first
+        return older < first
     }
 
     /// The history once the store is at `hash`.

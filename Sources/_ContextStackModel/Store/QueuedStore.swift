@@ -338,7 +338,7 @@ final class FlushWaiter: Sendable {
     }
 
     func wait() throws {
-        precondition(!Execution.isReportingWriteFailure, "A write was waited for (flushAndWait, a commit to .persistentStore, a commit on a stack without a root, or an update's fetchOrCreate) inside stack.onError, which the writer calls in the middle of writing: it would wait for itself forever. Do it after onError returns: Task { try await stack.flush() }, or DispatchQueue.global().async { … }.")
+        precondition(!Execution.isReportingWriteFailure, "A write was waited for (flushAndWait, a commit to .persistentStore, a commit on a stack without a root, a batch update or delete, an aggregate query that waits for queued commits) inside stack.onError, which the writer calls in the middle of writing: it would wait for itself forever. Do it after onError returns: Task { try await stack.flush() }, or DispatchQueue.global().async { … }.")
         semaphore.wait()
         if let error = waiting.withLock({ $0.outcome }) { throw error }
     }
