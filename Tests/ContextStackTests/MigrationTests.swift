@@ -340,6 +340,19 @@ func storeBytes(_ url: URL) -> [Data?] {
         let db = try Connection(path: url.path)
         let hashes = try [GadgetV1.self, GadgetV2.self, GadgetV1.self].map { try Model($0).versionHash }
         #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'models'") == .text(hashes.joined(separator: " ")))
+
+        // A return that cannot be inferred (the newer model's rows break a unique constraint the
+        // older one puts back) is not reset either: the newer version's rows stay.
+        let duplicates = directory.appendingPathComponent("duplicates.sqlite")
+        try writeStore([GadgetV1.self], at: duplicates) { try $0.create(GadgetV1.self).serial = "S1" }
+        try openStore([GadgetV2.self], at: duplicates).beginUpdateAndWait { update in
+            try update.create(GadgetV2.self).serial = "S1"
+            try update.commit()
+        }
+        let before = storeBytes(duplicates)
+        let kept = try #require(throws: StoreError.self) { try openStore([GadgetV1.self], at: duplicates, resetOnFailure: true) }
+        #expect(kept.code == .newerModel && kept.message.contains("Gadget.serial"), "\(kept)")
+        #expect(storeBytes(duplicates) == before)
     }
 
     @Test func constraintsRemovedAndNonOptionalMadeOptionalKeepTheData() throws {
