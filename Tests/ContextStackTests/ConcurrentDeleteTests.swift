@@ -375,6 +375,32 @@ extension ConcurrentDeleteTests {
         #expect(try store.writtenRows("SELECT name, kennel IS NOT NULL FROM \"Dog\"") == [[.text("Max"), .integer(1)]])
     }
 
+    /// `.noAction` on an object the update created and then deleted: a dog left pointing at the
+    /// kennel would be saved pointing at a row that never was, so `commit()` throws
+    /// `.relatesToDeletedObject` with the changes pending — under a root too, where the writer
+    /// failed the whole commit in the background before. Mended, the same update commits.
+    @Test(arguments: StoreKind.available)
+    func aReferenceToAnObjectTheUpdateCreatedAndDeletedFailsItsCommit(kind: StoreKind) async throws {
+        let store = try TestStore(kind, types: [Kennel.self, Dog.self])
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try context.beginUpdateAndWait { update in
+            let kennel = try update.create(Kennel.self)
+            let dog = try update.create(Dog.self)
+            (kennel.name, dog.name, dog.kennel) = ("north", "Rex", kennel)
+            try update.create(Dog.self).name = "Max"
+            try update.delete(kennel)
+            let error = #expect(throws: SaveError.self) { try update.commit() }
+            #expect(error?.code == .relatesToDeletedObject && error?.objects == [dog.objectID, kennel.objectID])
+            dog.kennel = nil
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT name, kennel IS NULL FROM \"Dog\" ORDER BY name") == [[.text("Max"), .integer(1)], [.text("Rex"), .integer(1)]])
+    }
+
     /// What the writer reads to keep references whole (`stack.trace`): nothing for a commit that
     /// relates objects only to objects it inserts and deletes nothing; one look-up per table
     /// for one that relates objects to stored ones.

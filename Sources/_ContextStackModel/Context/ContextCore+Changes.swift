@@ -19,7 +19,7 @@ extension ContextCore {
             if wasInserted {
                 // Never stored: nothing to delete below.
                 changed[object.objectID] = nil
-                if object.entity.properties.contains(where: { $0.isRelationship && $0.deleteRule == .deny }) {
+                if object.entity.properties.contains(where: { $0.isRelationship && ($0.deleteRule == .deny || $0.deleteRule == .noAction) }) {
                     deletedInsertsToCheck.append(object)
                 }
             }
@@ -70,6 +70,7 @@ extension ContextCore {
         var gone = Set<ObjectID>()
         for object in changed.values where object.state == .deleted { try checkDenyRules(of: object) }
         for object in deletedInsertsToCheck { try checkDenyRules(of: object) }
+        if !deletedInsertsToCheck.isEmpty { try checkReferencesToDeletedInserts() }
         // In key order, table by table, not the dictionary's: a B-tree takes rows in key order
         // at its right edge and updates them a page at a time, where rows in hash order land all
         // over the table. With a table larger than SQLite's page cache, each of those read and
@@ -127,6 +128,20 @@ extension ContextCore {
                 : (try foreignKey(object, property).flatMap { try self.object(for: $0) }) == nil
             if !isEmpty {
                 throw SaveError(.deleteDenied, "Cannot delete \(object): its relationship '\(property.name)' has the delete rule .deny and is not empty. Remove or delete the related objects first.", objects: [object.objectID])
+            }
+        }
+    }
+
+    /// Throws `.relatesToDeletedObject` when an object of the commit points at one this update
+    /// created and then deleted, which a `.noAction` rule left it pointing at: that object is
+    /// never stored, and the writer would fail the whole commit for it, in the background under
+    /// a root.
+    private func checkReferencesToDeletedInserts() throws {
+        let gone = Set(deletedInsertsToCheck.map(\.objectID))
+        for object in changed.values where object.state == .inserted || object.state == .updated {
+            for slot in object.entity.toOneSlots {
+                guard let target = foreignKey(object, object.entity.properties[slot]), gone.contains(target) else { continue }
+                throw SaveError(.relatesToDeletedObject, "The commit relates \(object.objectID) to \(target) through '\(object.entity.properties[slot].name)', but this update created \(target) and then deleted it (its inverse relationship's rule, .noAction, leaves the reference), so it is never stored. Nothing of this commit is saved: clear the relationship, or delete \(object.objectID) too, and commit again.", objects: [object.objectID, target])
             }
         }
     }

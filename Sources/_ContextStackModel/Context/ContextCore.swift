@@ -38,10 +38,10 @@ package final class ContextCore: @unchecked Sendable {
     /// confined the same way, and touched by every fetch and commit (five checks of a small
     /// query's fifteen, fifteen of a one-object commit's).
     @exclusivity(unchecked) var changed: [ObjectID: ManagedObject] = [:]
-    /// Objects this update created and then deleted that have a `.deny` relationship: they
-    /// left `changed` (nothing of them is stored), but their rule is checked at commit all the
-    /// same — the objects still related to them would otherwise be saved pointing at a row
-    /// that never was, failing the whole commit in the writer.
+    /// Objects this update created and then deleted that have a `.deny` or `.noAction`
+    /// relationship: they left `changed` (nothing of them is stored), but their rules are
+    /// checked at commit all the same — the objects still related to them would otherwise be
+    /// saved pointing at a row that never was, failing the whole commit in the writer.
     @exclusivity(unchecked) var deletedInsertsToCheck: [ManagedObject] = []
     /// Objects whose to-many side of a relationship this update changed by setting the other
     /// side (`rex.owner = ann` for `ann`): their rows do not change, so they are not in
