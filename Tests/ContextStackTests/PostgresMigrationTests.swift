@@ -98,12 +98,14 @@ struct PostgresMigrationTests {
         }
         let before = try contents()
         // Refused before any table is locked: a reader holding the newer tables does not make
-        // it wait (a 0.3 s lock wait would fail it with 55P03 otherwise).
+        // it wait (a lock wait of the 5 s timeout would fail it with 55P03 otherwise). (Not less:
+        // the timeout bounds the wait for the advisory lock too, which the installs of the tests
+        // running at once take.)
         let reader = try connection()
         try reader.execute("BEGIN; LOCK TABLE \"Product\", \"Label\" IN ACCESS SHARE MODE")
         let hurried = try #require(throws: StoreError.self) {
             let stack = try Stack(model: Model(ItemV1.self, OwnerV1.self, GoneV1.self), rootContext: .none)
-            try stack.addPostgresStore(url: schema.url.addingServerOption("-cstatement_timeout=300"))
+            try stack.addPostgresStore(url: schema.url.addingServerOption("-cstatement_timeout=5000"))
         }
         #expect(hurried.code == .newerModel, "\(hurried)")
         try reader.execute("COMMIT")
@@ -153,7 +155,9 @@ struct PostgresMigrationTests {
     /// `lockNotAvailable`, leaving the database as it was, and succeeds once the lock is gone.
     @Test func aMigrationTakesAsLongAsItNeedsButWaitsForLocksNoLongerThanTheTimeout() throws {
         defer { schema.drop() }
-        let url = schema.url.addingServerOption("-cstatement_timeout=300")
+        // Not shorter: the timeout bounds the wait for the advisory lock too, which the installs
+        // of the tests running at once take.
+        let url = schema.url.addingServerOption("-cstatement_timeout=2000")
         func openV1() throws {
             let stack = try Stack(model: Model(GadgetV1.self), rootContext: .none)
             try stack.addPostgresStore(url: url)
@@ -163,7 +167,7 @@ struct PostgresMigrationTests {
         }
         let db = try connection()
         try db.execute("""
-            CREATE FUNCTION slowly() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(0.2); RETURN NEW; END $$ LANGUAGE plpgsql;
+            CREATE FUNCTION slowly() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$ LANGUAGE plpgsql;
             CREATE TRIGGER slowly BEFORE UPDATE ON "Gadget" FOR EACH ROW EXECUTE FUNCTION slowly()
             """)
         let holder = try connection()
@@ -173,7 +177,7 @@ struct PostgresMigrationTests {
         #expect(waited.code == .lockNotAvailable, "\(waited)")
         #expect(try contents() == before)
         try holder.execute("COMMIT")
-        try openV1()    // three rows of 0.2 s in one UPDATE, past the 0.3 s timeout
+        try openV1()    // three rows of 1 s in one UPDATE, past the 2 s timeout
         #expect(try db.allRows("SELECT label FROM \"Gadget\"") == Array(repeating: [.text("plain")], count: 3))
 
         // A server starting while another migrates waits under its statement timeout, and one
