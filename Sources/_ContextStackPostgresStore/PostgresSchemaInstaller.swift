@@ -89,16 +89,12 @@ package enum PostgresSchemaInstaller {
         // an `ALTER TABLE` waiting behind a long transaction would hold up every statement on
         // the table queued behind it.
         try connection.execute("SELECT set_config('lock_timeout', current_setting('statement_timeout'), true), set_config('statement_timeout', '0', true)")
-        if history.isOlder(schema.hash) {
-            // Said before any table is locked or altered: what would it drop?
-            var dryRun = try PostgresMigration(connection: connection, schema: schema, oldDescription: description, dryRun: true)
-            try dryRun.run()
-            if let refusal = history.refusal(returningTo: schema.hash, lost: dryRun.lost, store: "The PostgreSQL database \(server)") { throw refusal }
+        // Refused, `install` rolls back whatever the migration did.
+        try history.migrate(to: schema.hash, store: "The PostgreSQL database \(server)") { dryRun in
+            var migration = try PostgresMigration(connection: connection, schema: schema, oldDescription: description, dryRun: dryRun)
+            try migration.run()
+            return migration.lost
         }
-        var migration = try PostgresMigration(connection: connection, schema: schema, oldDescription: description)
-        try migration.run()
-        // What the dry run could not foresee is refused all the same; `install` rolls it back.
-        if let refusal = history.refusal(returningTo: schema.hash, lost: migration.lost, store: "The PostgreSQL database \(server)") { throw refusal }
         try connection.run("UPDATE \"Z_METADATA\" SET value = ? WHERE key = ?", [.text(history.moved(to: schema.hash).text), .text(schema.postgresModelsKey)])
         return .migrated
     }

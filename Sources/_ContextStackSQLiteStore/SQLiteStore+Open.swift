@@ -160,16 +160,11 @@ extension SQLiteStore {
             throw StoreError(.cannotMigrate, "The store at \(path) does not record the model that wrote it, so it cannot be migrated; open it with resetOnFailure: true to replace it with an empty store.")
         }
         do {
-            if history.isOlder(schema.hash) {
-                // Said before anything is copied or dropped: what would it drop?
-                var dryRun = try Migration(db: db, schema: schema, oldDescription: description, dryRun: true)
-                try dryRun.run()
-                if let refusal = history.refusal(returningTo: schema.hash, lost: dryRun.lost, store: "The store at \(path)") { throw refusal }
+            try history.migrate(to: schema.hash, store: "The store at \(path)") { dryRun in
+                var migration = try Migration(db: db, schema: schema, oldDescription: description, dryRun: dryRun)
+                try migration.run()
+                return migration.lost
             }
-            var migration = try Migration(db: db, schema: schema, oldDescription: description)
-            try migration.run()
-            // What the dry run could not foresee is refused all the same, and rolled back.
-            if let refusal = history.refusal(returningTo: schema.hash, lost: migration.lost, store: "The store at \(path)") { throw refusal }
         } catch let error as SQLiteError {
             throw StoreError(.cannotMigrate, "Migrating the store at \(path) failed; the file is unchanged.", underlying: error)
         }

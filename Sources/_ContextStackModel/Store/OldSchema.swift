@@ -105,10 +105,21 @@ package struct ModelHistory: Equatable, Sendable {
     /// The `models` entry.
     package var text: String { hashes.joined(separator: " ") }
 
+    /// Migrates the store to the model `hash` with `migrate`, which returns what it dropped
+    /// (tables, columns, an entity's rows) and, given `dryRun: true`, changes nothing. Going
+    /// back to an older model (`isOlder`) is refused when it would drop anything: from a dry
+    /// run first, before anything is locked or changed, and from the real run again — for what
+    /// the dry run could not foresee; the caller's transaction rolls that back.
+    /// - Throws: `refusal`'s error, or `migrate`'s.
+    package func migrate(to hash: String, store: String, _ migrate: (_ dryRun: Bool) throws -> [String]) throws {
+        if isOlder(hash), let refusal = refusal(returningTo: hash, lost: try migrate(true), store: store) { throw refusal }
+        if let refusal = refusal(returningTo: hash, lost: try migrate(false), store: store) { throw refusal }
+    }
+
     /// The error for opening `store` with a model older than its own (`isOlder`), whose
     /// migration would drop `lost` (tables, columns, an entity's rows); `nil` when it drops
     /// nothing, or the model is not an older one.
-    package func refusal(returningTo hash: String, lost: [String], store: String) -> StoreError? {
+    private func refusal(returningTo hash: String, lost: [String], store: String) -> StoreError? {
         guard isOlder(hash), !lost.isEmpty else { return nil }
         return StoreError(.newerModel, "\(store) was migrated to a newer model by a newer version of the app; this model is one it had before, and migrating back to it would drop \(lost.joined(separator: ", ")), with what the newer version wrote there. Nothing was changed. Run the newer version of the app. To return to this model on purpose, drop those yourself first: a migration that drops nothing is allowed.")
     }
