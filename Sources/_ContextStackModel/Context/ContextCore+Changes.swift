@@ -146,6 +146,19 @@ extension ContextCore {
         }
     }
 
+    /// Empties what an update keeps of its changes until it commits or rolls back: once it has
+    /// done either, or the context reset.
+    private func forgetPendingChanges() {
+        changed.removeAll()
+        upserts.removeAll()
+        pendingUnique = nil
+        links.removeAll()
+        linkEnds.removeAll()
+        expectsStoredRow.removeAll()
+        deletedInsertsToCheck.removeAll()
+        touchedRelationships.removeAll()
+    }
+
     /// After a commit: every object is clean again, deleted ones leave the context.
     package func didCommit() {
         for object in changed.values {
@@ -158,14 +171,7 @@ extension ContextCore {
                 object.beforeImage = nil
             }
         }
-        changed.removeAll()
-        upserts.removeAll()
-        pendingUnique = nil
-        links.removeAll()
-        linkEnds.removeAll()
-        expectsStoredRow.removeAll()
-        deletedInsertsToCheck.removeAll()
-        touchedRelationships.removeAll()
+        forgetPendingChanges()
         // Rows read ahead before the commit may show what it changed, or objects it deleted
         // (which left the registry above): an update context sees no later commit that would
         // drop them.
@@ -190,14 +196,7 @@ extension ContextCore {
         }
         // Objects created then deleted are no longer in `changed`; they are dropped with the registry entries.
         accessorFailure = nil
-        changed.removeAll()
-        upserts.removeAll()
-        pendingUnique = nil
-        links.removeAll()
-        linkEnds.removeAll()
-        expectsStoredRow.removeAll()
-        deletedInsertsToCheck.removeAll()
-        touchedRelationships.removeAll()
+        forgetPendingChanges()
         generation += 1
     }
 
@@ -207,14 +206,7 @@ extension ContextCore {
         for object in changed.values { object.state = .invalidated }
         accessorFailure = nil
         registry.removeAll()
-        changed.removeAll()
-        upserts.removeAll()
-        pendingUnique = nil
-        links.removeAll()
-        linkEnds.removeAll()
-        expectsStoredRow.removeAll()
-        deletedInsertsToCheck.removeAll()
-        touchedRelationships.removeAll()
+        forgetPendingChanges()
         mergedDeletions.removeAll()
         generation += 1
         // Nothing is left for handed-over commits to update.
