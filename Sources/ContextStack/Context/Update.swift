@@ -211,7 +211,11 @@ enum FetchOrCreate {
                 guard let property = entity.property(named: key), property.isStored else { throw invalid() }
                 switch operand {
                 case .value(let value, _):
-                    result.append((property.slot, try normalize(value, for: property, in: entity)))
+                    // As the attribute stores it, or `.typeMismatch` when it cannot hold the
+                    // value, as for batch updates: stored, `Int16(truncatingIfNeeded:)`, `2` as
+                    // `true` or `nil` as `""` would read back as another value, which the same
+                    // condition would then not find.
+                    result.append((property.slot, try BatchValues.normalize(value, for: property, in: entity)))
                 case .object(let id):
                     result.append((property.slot, .integer(id.primaryKey)))
                 case .key:
@@ -228,14 +232,5 @@ enum FetchOrCreate {
         }
         try collect(condition.node)
         return result
-    }
-
-    /// The value as the attribute stores it (a whole number for an `Int`, a double for a
-    /// `Double`), or `.typeMismatch` when the attribute cannot hold it, as for batch updates:
-    /// the object would be saved with a value it reads back as another
-    /// (`Int16(truncatingIfNeeded:)`, `2` as `true`, `nil` as `""`), which the same condition
-    /// would then not find.
-    private static func normalize(_ value: Value, for property: Property, in entity: ResolvedEntity) throws(QueryError) -> Value {
-        try BatchValues.normalize(value, for: property, in: entity)
     }
 }

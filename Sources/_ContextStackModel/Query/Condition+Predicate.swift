@@ -370,7 +370,7 @@ extension PredicateExpressions.SequenceContains: PredicateTranslatable {
         // so the property is tested for nil first, with the null-safe comparisons.
         let present = values.filter { if case .null = $0 { return false } else { return true } }
         // (Only where the property can be nil: an optional, or one reached through an optional.)
-        let mayBeNil = RHS.Output.self is any PredicateOptional.Type
+        let mayBeNil = RHS.Output.self is any _OptionalManagedObject.Type
         let inList = Condition.Node.oneOf(key, present.map { .value($0, kind) })
         var node: Condition.Node? = present.isEmpty ? nil
             : mayBeNil ? .and(.compare(key, .notEqual, .value(.null, kind)), inList) : inList
@@ -454,7 +454,8 @@ extension Array: _ToManyCollection {
     static func isCount(_ keyPath: AnyKeyPath) -> Bool { keyPath == \[Element].count }
 }
 
-/// `Optional<SomeEntity>`, the type of to-one relationships.
+/// Every `Optional`: the type of to-one relationships (`Optional<SomeEntity>`, with its
+/// entity), and of properties that may be nil (`SequenceContains`).
 protocol _OptionalManagedObject {
     static var wrappedType: ManagedObject.Type? { get }
 }
@@ -462,7 +463,3 @@ protocol _OptionalManagedObject {
 extension Optional: _OptionalManagedObject {
     static var wrappedType: ManagedObject.Type? { Wrapped.self as? ManagedObject.Type }
 }
-
-/// What `Optional` is, for a translation to ask of a type (`SequenceContains`).
-private protocol PredicateOptional {}
-extension Optional: PredicateOptional {}

@@ -216,15 +216,13 @@ extension QueuedStore {
                 var reader = RowReader(session: ReadSession(graph: committed.session.graph, connection: committed.session.connection,
                                                             overlay: state.overlay), context: nil)
                 for item in announced {
-                    var undo = try Self.undo(item.changes, reader: &reader)
-                    undo.undoesFailedSave = true
+                    let undo = try Self.undo(item.changes, reader: &reader)
                     if !undo.isEmpty { item.correct?(undo) }
                 }
             }
         } catch {
             for item in announced {
-                var undo = Self.undoFromSnapshots(item.changes)
-                undo.undoesFailedSave = true
+                let undo = Self.undoFromSnapshots(item.changes)
                 if !undo.isEmpty { item.correct?(undo) }
             }
             if announced.contains(where: { !$0.changes.deletes.isEmpty }) { Execution.reportingWriteFailure { reportError(error) } }
@@ -234,6 +232,7 @@ extension QueuedStore {
     /// What undoes a commit without reading the store: see `undoAnnounced`.
     static func undoFromSnapshots(_ changes: ChangeSet) -> ChangeSet {
         var undo = ChangeSet()
+        undo.undoesFailedSave = true
         undo.deletes = changes.inserts.map { ($0.id, $0.row.entity) }
         for update in changes.updates where update.slots.allSatisfy({ $0 < update.snapshot.count }) {
             undo.updates.append(.init(id: update.id, entity: update.entity, slots: update.slots,
@@ -317,6 +316,7 @@ extension QueuedStore {
     /// changed slots back to their committed values, its deletes restored, its links as they are.
     static func undo(_ changes: ChangeSet, reader: inout RowReader) throws -> ChangeSet {
         var undo = ChangeSet()
+        undo.undoesFailedSave = true
         for insert in changes.inserts where try reader.row(insert.id) == nil {
             undo.deletes.append((insert.id, insert.row.entity))
         }
