@@ -180,10 +180,16 @@ extension PostgresStore {
         return HistoryToken(position: position, sequence: sequence)
     }
 
+    /// The newest transaction `deleteHistory(before:)` deleted, if it ever deleted one.
+    static func purgeWatermark(on connection: any QueryConnection) throws -> HistoryToken? {
+        guard let purged = token(try connection.scalar("SELECT value FROM \"Z_METADATA\" WHERE key = 'historyPurged'").stringValue),
+              purged.position > 0 else { return nil }
+        return purged
+    }
+
     /// Throws `expired` when transactions after `token` were deleted.
     private func checkNotExpired(_ token: HistoryToken?, connection: any QueryConnection) throws {
-        guard let purged = Self.token(try connection.scalar("SELECT value FROM \"Z_METADATA\" WHERE key = 'historyPurged'").stringValue),
-              purged.position > 0 else { return }
+        guard let purged = try Self.purgeWatermark(on: connection) else { return }
         if token.map({ $0 < purged }) ?? true {
             throw HistoryError(.expired, "The history after token \(token.map(String.init(describing:)) ?? "nil (the beginning)") was deleted (deleteHistory(before:)) up to transaction \(purged): it cannot say everything that changed since. Fetch the current state again, then follow the history from stack.lastHistoryToken().")
         }
@@ -446,8 +452,11 @@ final class PostgresHistoryListener: @unchecked Sendable {
                 catchUp = DispatchTime.now().uptimeNanoseconds + Self.catchUpInterval * 1_000_000
                 failures = 0
             } catch let error as HistoryError where error.code == .expired {
+                // Deleted before this listener read it: what changed cannot be known. Go on
+                // from the last deleted transaction, so every one the purge kept is delivered
+                // (also one held back now), and say so.
+                if let purged = try? connection.flatMap({ try PostgresStore.purgeWatermark(on: $0) }) { last = purged }
                 store?.reportError(error)
-                if let newest = try? connection.flatMap({ try PostgresStore.lastHistoryToken(on: $0) }) { last = newest }
             } catch {
                 // The server went away, or refused: try again, less and less often (up to every
                 // few seconds), and catch up from the last token — nothing is lost, so a lost

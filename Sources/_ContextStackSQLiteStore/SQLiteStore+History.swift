@@ -69,9 +69,15 @@ extension SQLiteStore {
         }
     }
 
+    /// The position of the newest transaction `deleteHistory(before:)` deleted, if it ever
+    /// deleted one.
+    static func purgeWatermark(on connection: any QueryConnection) throws -> Int64? {
+        try connection.scalar("SELECT value FROM Z_METADATA WHERE key = 'historyPurged'").int64Value
+    }
+
     /// Throws `expired` when transactions after `token` were deleted.
     private func checkNotExpired(_ token: HistoryToken?, connection: any QueryConnection) throws {
-        guard let purged = try connection.scalar("SELECT value FROM Z_METADATA WHERE key = 'historyPurged'").int64Value else { return }
+        guard let purged = try Self.purgeWatermark(on: connection) else { return }
         if (token?.position ?? 0) < purged {
             throw HistoryError(.expired, "The history after token \(token.map(String.init(describing:)) ?? "nil (the beginning)") was deleted (deleteHistory(before:)) up to transaction \(purged): it cannot say everything that changed since. Fetch the current state again, then follow the history from stack.lastHistoryToken().")
         }
@@ -209,10 +215,10 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
             dataVersion = version
             failing = false
         } catch let error as HistoryError where error.code == .expired {
-            // Deleted before this watcher read it: what changed cannot be known. Say so, and
-            // go on from the newest transaction.
+            // Deleted before this watcher read it: what changed cannot be known. Go on from
+            // the last deleted transaction, so every one the purge kept is delivered, and say so.
+            if let purged = try? SQLiteStore.purgeWatermark(on: connection) { last = HistoryToken(position: purged) }
             store.reportError(error)
-            if let newest = try? SQLiteStore.lastHistoryToken(on: connection) { last = newest }
         } catch {
             if !failing { store.reportError(error) }
             failing = true
