@@ -60,6 +60,16 @@ package final class PostgresConnection {
     /// SQLite's does: generated SQL varies and must not grow the server's memory without bound.
     package static let statementCacheLimit = 512
 
+    /// Milliseconds the connection waits for the server's next answer before it takes the
+    /// server as hung (`hungServer`), or `nil` to wait for as long as it takes: the session's
+    /// statement timeout plus `PostgresSettings.hungServerMargin`, none when the statement
+    /// timeout is 0. The server cancels a statement at its timeout and says so; one that has not
+    /// answered well after it is a server process that stopped (a disk that hangs, a process
+    /// stopped), which neither TCP keepalives (its machine still answers) nor the statement
+    /// timeout (the server enforces it) find. Whoever turns the statement timeout off for a
+    /// while (a migration) sets it to `nil` for that while.
+    @exclusivity(unchecked) package var answerLimit: Int?
+
     /// Connects, or throws naming the server without its password.
     /// - Throws: `PostgresError` with a class 08 code when the server cannot be reached.
     package init(_ settings: PostgresSettings) throws(PostgresError) {
@@ -86,6 +96,18 @@ package final class PostgresConnection {
         PQsetNoticeProcessor(handle, { _, _ in }, nil)
         self.handle = handle
         self.settings = settings
+        // The URL or `PGOPTIONS` may set a statement timeout of their own, which wins: then the
+        // server says which one the session has.
+        var timeout = settings.statementTimeout
+        if settings.mayOverrideStatementTimeout(options: pairs.last { $0.0 == "options" }?.1 ?? "") {
+            let result = PQexec(handle, "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'")
+            defer { PQclear(result) }
+            guard PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, let value = Int(String(cString: PQgetvalue(result, 0, 0))) else {
+                throw PostgresError(code: .cannotConnect, message: "could not read the statement timeout of the session on \(settings.redactedURL): \(Self.trimmed(PQerrorMessage(handle)))")
+            }
+            timeout = value
+        }
+        answerLimit = timeout > 0 ? timeout + settings.hungServerMargin : nil
     }
 
     deinit {
@@ -123,7 +145,8 @@ package final class PostgresConnection {
         let text = takingPendingBegin(sql)
         tracer?.emit(sql)
         roundTrips += 1
-        let result = PQexec(handle, text)
+        guard PQsendQuery(handle, text) == 1 else { throw lostConnection(sql: sql) }
+        let result = try answer(sql: sql)
         defer { PQclear(result) }
         try check(result, sql: sql)
     }
@@ -254,7 +277,9 @@ package final class PostgresConnection {
         unanswered = nil
         roundTrips += 1
         var failure: PostgresError?
-        while let result = PQgetResult(handle) {
+        while true {
+            try awaitAnswer(sql: sql)
+            guard let result = PQgetResult(handle) else { break }
             if failure == nil {
                 do {
                     try check(result, sql: sql)
@@ -292,10 +317,10 @@ package final class PostgresConnection {
         let name = try prepared(sql, arguments)
         tracer?.emit(sql)
         roundTrips += 1
-        let result = parameters.withPointers { count, values, lengths, formats in
-            PQexecPrepared(handle, name, count, values, lengths, formats, 0)
+        let sent = parameters.withPointers { count, values, lengths, formats in
+            PQsendQueryPrepared(handle, name, count, values, lengths, formats, 0)
         }
-        guard let result else { throw lostConnection(sql: sql) }
+        guard sent == 1, let result = try answer(sql: sql) else { throw lostConnection(sql: sql) }
         do {
             try check(result, sql: sql)
         } catch {
@@ -434,6 +459,12 @@ package final class PostgresConnection {
         var answered = 0
         var nulls = 0
         while synced {
+            do {
+                try awaitAnswer(sql: answered < statements.count ? statements[answered] : "COMMIT")
+            } catch {
+                last.map { PQclear($0) }
+                throw error
+            }
             guard let result = PQgetResult(handle) else {
                 // A NULL ends each statement's answer; more in a row means the answers stopped
                 // coming (the connection broke).
@@ -509,13 +540,66 @@ package final class PostgresConnection {
         let name = "cs\(statementCount)"
         let text = PostgresPlaceholders.numbered(key.sql)
         roundTrips += 1
-        let result = key.types.withUnsafeBufferPointer { types in
-            PQprepare(handle, name, text, Int32(types.count), types.baseAddress)
+        let sent = key.types.withUnsafeBufferPointer { types in
+            PQsendPrepare(handle, name, text, Int32(types.count), types.baseAddress)
         }
+        guard sent == 1 else { throw lostConnection(sql: key.sql) }
+        let result = try answer(sql: key.sql)
         defer { PQclear(result) }
         try check(result, sql: key.sql)
         statements[key] = name
         return name
+    }
+
+    // MARK: - Waiting for answers
+
+    /// The answer to the one statement (or simple query) just sent, as `PQexec` gives it: the
+    /// last result, or the first error; `nil` when the connection broke.
+    private func answer(sql: String) throws(PostgresError) -> OpaquePointer? {
+        var kept: OpaquePointer?
+        while true {
+            do {
+                try awaitAnswer(sql: sql)
+            } catch {
+                kept.map { PQclear($0) }
+                throw error
+            }
+            guard let result = PQgetResult(handle) else { return kept }
+            if let previous = kept, PQresultStatus(previous) == PGRES_FATAL_ERROR {
+                PQclear(result)
+            } else {
+                kept.map { PQclear($0) }
+                kept = result
+            }
+            if PQstatus(handle) == CONNECTION_BAD { return kept }
+        }
+    }
+
+    /// Waits until `PQgetResult` can return without waiting, for at most `answerLimit`:
+    /// libpq's own wait has no limit. A server that sends nothing for that long is taken as
+    /// hung: the connection is left unusable (its owner closes it, which ends the session's
+    /// transaction once the server process runs again) and `hungServer` is thrown.
+    private func awaitAnswer(sql: String) throws(PostgresError) {
+        guard let limit = answerLimit, PQisBusy(handle) == 1 else { return }
+        let start = DispatchTime.now().uptimeNanoseconds
+        var socket = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+        repeat {
+            let waited = Int((DispatchTime.now().uptimeNanoseconds - start) / 1_000_000)
+            guard waited < limit else {
+                unusable = true
+                throw hungServer(sql: sql, limit: limit)
+            }
+            let ready = poll(&socket, 1, Int32(clamping: limit - waited))
+            // Readable, or the socket failed: libpq reads it and tells (a broken connection
+            // makes `PQgetResult` return at once).
+            if ready > 0 && PQconsumeInput(handle) != 1 { return }
+            if ready < 0 && errno != EINTR { return }
+        } while PQisBusy(handle) == 1
+    }
+
+    /// The error of an answer that did not come within `limit` milliseconds.
+    private func hungServer(sql: String, limit: Int) -> PostgresError {
+        PostgresError(code: .connectionLost, message: "no answer from \(settings.redactedURL) within \(limit) ms (the statement timeout plus \(settings.hungServerMargin) ms): the server process is taken as hung and the connection is closed; whether the statement took effect is known only by reading its rows again", sql: sql)
     }
 
     // MARK: - Errors

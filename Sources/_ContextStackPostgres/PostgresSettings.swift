@@ -34,6 +34,20 @@ package struct PostgresSettings: Sendable {
     static let deadServerDetection = [("keepalives", "1"), ("keepalives_idle", "15"), ("keepalives_interval", "5"),
                                       ("keepalives_count", "3")] + (PQlibVersion() >= 120_000 ? [("tcp_user_timeout", "30000")] : [])
 
+    /// Milliseconds a connection waits for an answer beyond the statement timeout before it
+    /// takes the server as hung (`PostgresConnection.answerLimit`): the server cancels a
+    /// statement at its timeout and answers at once, so only a process that stopped is silent
+    /// this long. Long enough for a `COMMIT`'s wait for the disk on a busy server. (Shorter in
+    /// tests.)
+    package var hungServerMargin = 30_000
+
+    /// Whether `options` (what `keywordsAndValues` sends) sets a statement timeout besides
+    /// ContextStack's own, which then wins.
+    func mayOverrideStatementTimeout(options: String) -> Bool {
+        // (Setting names ignore case, and `--statement-timeout=…` is the same as `-c …`.)
+        options.lowercased().replacingOccurrences(of: "-", with: "_").components(separatedBy: "statement_timeout").count > 2
+    }
+
     /// The URL without its password and query: `postgres://app@db:5432/app`. What error
     /// messages and traces show of the server.
     package var redactedURL: String {

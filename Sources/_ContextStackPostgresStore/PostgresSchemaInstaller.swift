@@ -89,6 +89,10 @@ package enum PostgresSchemaInstaller {
         // an `ALTER TABLE` waiting behind a long transaction would hold up every statement on
         // the table queued behind it.
         try connection.execute("SELECT set_config('lock_timeout', current_setting('statement_timeout'), true), set_config('statement_timeout', '0', true)")
+        // Nor does the client give up on a long statement's answer meanwhile.
+        let answerLimit = connection.answerLimit
+        connection.answerLimit = nil
+        defer { connection.answerLimit = answerLimit }
         // Refused, `install` rolls back whatever the migration did.
         try history.migrate(to: schema.hash, store: "The PostgreSQL database \(server)") { dryRun in
             var migration = try PostgresMigration(connection: connection, schema: schema, oldDescription: description, dryRun: dryRun)

@@ -281,6 +281,55 @@ struct PostgresConnectionTests {
     }
     #endif
 
+    /// The client waits for an answer for the session's statement timeout plus a margin
+    /// (`hungServerMargin`), whichever setting gave the timeout, and for as long as it takes
+    /// when there is none.
+    @Test func theClientWaitsForAnAnswerTheStatementTimeoutAndAMargin() throws {
+        #expect(connection.answerLimit == 60_000 + 30_000)
+        var short = PostgresSettings(url: database.url, statementTimeout: 1_500)
+        short.hungServerMargin = 700
+        #expect(try PostgresConnection(short).answerLimit == 2_200)
+        for (options, limit) in [("-c statement_timeout=2s", 32_000), ("--statement-timeout=250", 30_250), ("-c Statement_Timeout=0", nil)] as [(String, Int?)] {
+            let url = database.url.addingServerOption(options)
+            #expect(try PostgresConnection(PostgresSettings(url: url)).answerLimit == limit, "\(options)")
+        }
+    }
+
+    /// Docs/Postgres.md, "Faults": a server process that stops (its machine still answering,
+    /// so TCP finds nothing, and stopped, so its statement timeout never fires) is given up
+    /// after the statement timeout and the margin: the statement fails as a lost connection,
+    /// and the connection counts as broken, for its owner to replace. Whether it waited for a
+    /// simple query, a prepared statement or a pipeline's `COMMIT`. The process is stopped with
+    /// `SIGSTOP`, so only on a server of our own.
+    @Test func aServerProcessThatStopsIsGivenUpAfterTheTimeoutAndTheMargin() throws {
+        guard try PostgresServer.shared.get().folder != nil else { return }
+        var settings = PostgresSettings(url: database.url, statementTimeout: 200)
+        settings.hungServerMargin = 300
+        let waits: [(String, (PostgresConnection) throws -> Void)] = [
+            ("a simple query", { try $0.execute("SELECT 1") }),
+            ("a prepared statement", { try $0.run("SELECT ?::int8", [.integer(1)]) }),
+            ("a pipeline", { connection in
+                connection.beginLater("BEGIN")
+                try connection.enqueue("SELECT ?::int8", [.integer(1)])
+                try connection.commit()
+            }),
+        ]
+        for (name, wait) in waits {
+            let stopped = try PostgresConnection(settings)
+            try wait(stopped)    // prepared and answered while the process runs
+            let process = stopped.backendPID
+            #expect(kill(process, SIGSTOP) == 0)
+            defer { kill(process, SIGCONT) }
+            // A client that waited on would hang the test: let the process go on after a while,
+            // so that its answer comes and the expectation below fails instead.
+            DispatchQueue.global().asyncAfter(deadline: .now() + 10) { kill(process, SIGCONT) }
+            let error = try #require(throws: PostgresError.self, "\(name)") { try wait(stopped) }
+            #expect(error.code == .connectionLost && error.code.isConnectionFailure, "\(name): \(error)")
+            #expect(error.message.contains("within 500 ms") && error.message.contains("taken as hung"), "\(name): \(error)")
+            #expect(stopped.isBroken, "\(name)")
+        }
+    }
+
     /// A statement sent without waiting is answered before the connection's next use, and its
     /// error is thrown there.
     @Test func aStatementSentWithoutWaitingIsSettledByTheNextUse() throws {

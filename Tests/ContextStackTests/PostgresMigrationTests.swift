@@ -177,7 +177,12 @@ struct PostgresMigrationTests {
         #expect(waited.code == .lockNotAvailable, "\(waited)")
         #expect(try contents() == before)
         try holder.execute("COMMIT")
-        try openV1()    // three rows of 1 s in one UPDATE, past the 2 s timeout
+        // Three rows of 1 s in one UPDATE: past the 2 s timeout, and past the client's wait for
+        // an answer when its margin is half a second (the store's is 30 s).
+        var patient = PostgresSettings(url: url)
+        patient.hungServerMargin = 500
+        let part = StoreSchema(graph: try Model(GadgetV1.self).graph, configuration: nil)
+        #expect(try PostgresSchemaInstaller.install(part, on: PostgresConnection(patient), autoMigrating: true) == .migrated)
         #expect(try db.allRows("SELECT label FROM \"Gadget\"") == Array(repeating: [.text("plain")], count: 3))
 
         // A server starting while another migrates waits under its statement timeout, and one
