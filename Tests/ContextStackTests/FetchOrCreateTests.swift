@@ -290,6 +290,34 @@ import Testing
         #expect(made)
     }
 
+    /// An object `fetchOrCreate` made whose unique value the update changed before committing
+    /// gives up the value it was made for: a later `fetchOrCreate` of that value, in another
+    /// update, makes an object of its own. (The claim on the value used to outlive the change,
+    /// so the later `fetchOrCreate` was given the first object's ID and its commit merged into
+    /// that object's row: "Ann" became "Bob", and one row was left of two.)
+    @Test(arguments: StoreKind.available)
+    func aValueAFetchOrCreatedObjectChangedAwayFromIsFreeForTheNextOne(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try ContextStack.Context(stack: store.stack)
+        let ann = try context.beginUpdateAndWait { update -> ObjectID in
+            let ann = try update.fetchOrCreate(Person.self, %"email" == "X@example.com")
+            (ann.email, ann.name) = ("x@example.com", "Ann")
+            try update.commit()
+            return ann.objectID
+        }
+        try store.stack.flushAndWait()
+        let bob = try context.beginUpdateAndWait { update -> ObjectID in
+            let bob = try update.fetchOrCreate(Person.self, %"email" == "X@example.com")
+            #expect(bob.isInserted)
+            bob.name = "Bob"
+            try update.commit()
+            return bob.objectID
+        }
+        try store.stack.flushAndWait()
+        #expect(bob != ann)
+        #expect(try store.writtenRows("SELECT name, email FROM \"Person\" ORDER BY name") == [[.text("Ann"), .text("x@example.com")], [.text("Bob"), .text("X@example.com")]])
+    }
+
     /// The index files an object under each constraint whose values it holds: a compound
     /// constraint by all of its values, an entity with two constraints under both, and two
     /// pending objects that share a key (a commit would refuse them) under that key together

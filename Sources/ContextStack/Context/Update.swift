@@ -67,7 +67,7 @@ public struct Update: Sendable {
         }
         let claims = pinned.isEmpty ? nil : pinned.map { UniqueClaim(index: $0.0.indexName, entity: entity.name, values: $0.1) }
         let object = try core.create(entity, id: try claims.map { try claimedID(for: entity, $0) })
-        if claims != nil { core.upserts[object.objectID] = assignments.map(\.0) }
+        if claims != nil { core.upserts[object.objectID] = (assignments.map(\.0), assignments.map(\.1)) }
         for (slot, value) in assignments {
             if let target = targets[slot] {
                 // Through the relationship setter, so the inverse side learns of it too.

@@ -105,7 +105,14 @@ extension ContextCore {
                 continue
             }
         }
-        for (id, slots) in upserts where changed[id]?.state == .inserted { changes.upserts[id] = slots }
+        for (id, upsert) in upserts {
+            guard let object = changed[id], object.state == .inserted else { continue }
+            changes.upserts[id] = upsert.slots
+            let uniqueSlots = object.entity.uniqueSlots
+            if zip(upsert.slots, upsert.values).contains(where: { slot, value in uniqueSlots.contains(slot) && !object.values[slot].isIdentical(to: value) }) {
+                changes.rekeyed.append(id)
+            }
+        }
         // An object this update made and then deleted left `changed`, but not the registry.
         func isDeleted(_ id: ObjectID) -> Bool { gone.contains(id) || registered(id)?.state == .deleted }
         for (key, present) in links {

@@ -47,8 +47,9 @@ package final class ContextCore: @unchecked Sendable {
     /// side (`rex.owner = ann` for `ann`): their rows do not change, so they are not in
     /// `changed`, but they have changes (`hasChanges`), as both ends do in Core Data.
     @exclusivity(unchecked) package var touchedRelationships: Set<ObjectID> = []
-    /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set.
-    @exclusivity(unchecked) package var upserts: [ObjectID: [Int]] = [:]
+    /// Objects `fetchOrCreate` made under claimed unique values, with the slots it set and the
+    /// values it set them to.
+    @exclusivity(unchecked) package var upserts: [ObjectID: (slots: [Int], values: [Value])] = [:]
     /// This update's pending objects by their unique values, once a `fetchOrCreate` needed it.
     @exclusivity(unchecked) var pendingUnique: PendingUniqueIndex?
     /// Join-table pairs added (`true`) or removed (`false`) since the last commit.

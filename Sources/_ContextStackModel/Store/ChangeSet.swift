@@ -120,6 +120,11 @@ package struct ChangeSet: Sendable {
     /// Inserted objects that `fetchOrCreate` made under a claimed unique key, with the slots it
     /// set: if the row exists by the time the commit is saved, they merge into it.
     package var upserts: [ObjectID: [Int]] = [:]
+    /// Those of `upserts` whose unique values the update changed after `fetchOrCreate` made
+    /// them: the values they were claimed under are free again once the commit is queued
+    /// (`releaseClaims`). Otherwise a later `fetchOrCreate` of those values would be given the
+    /// object's ID and merge into its row, which holds other values.
+    package var rekeyed: [ObjectID] = []
     /// Who made the commit, and where it sits in the history once written.
     package var info = CommitInfo()
     /// Set on what undoes a commit that was announced and then failed to save

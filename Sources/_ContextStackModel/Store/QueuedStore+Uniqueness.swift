@@ -45,11 +45,12 @@ extension QueuedStore {
         }
     }
 
-    /// Forgets the claims of objects whose keys this commit deletes or changes: the values
-    /// are free again, and must not bring the old ID back. Runs under the state lock.
+    /// Forgets the claims of objects whose keys this commit deletes or changes, or whose keys
+    /// the update changed after `fetchOrCreate` made them (`rekeyed`): the values are free
+    /// again, and must not bring the old ID back. Runs under the state lock.
     static func releaseClaims(of changes: ChangeSet, in state: inout QueueState) {
         guard !state.claims.isEmpty else { return }
-        var released = Set<ObjectID>()
+        var released = Set(changes.rekeyed)
         for delete in changes.deletes where !delete.entity.uniqueConstraints.isEmpty { released.insert(delete.id) }
         for update in changes.updates where update.slots.contains(where: update.entity.uniqueSlots.contains) {
             released.insert(update.id)
