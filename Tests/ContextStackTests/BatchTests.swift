@@ -274,6 +274,56 @@ import Testing
         #expect(rows == [["Farmer", 40, "Hsinchu"], ["Sir Knight", 19, "Hsinchu"]])
     }
 
+    /// A batch delete applies delete rules to stored rows, not to the update's pending
+    /// changes. A reference the update made before it to an object it deleted makes `commit()`
+    /// throw `.relatesToDeletedObject`, with the changes still pending and nothing saved (the
+    /// writer used to fail the whole commit in the background, the unrelated person with it);
+    /// a many-to-many pair the update added goes with its deleted end, as the stored ones did,
+    /// and the rest of the commit is saved (Docs/Writing.md, "Where batch operations run").
+    @Test(arguments: StoreKind.available) @MainActor
+    func referencesTheUpdateMadeToWhatItsBatchDeletedAreRefusedOrGoWithIt(kind: StoreKind) async throws {
+        let harness = try TopologyHarness(.threeTier, kind: kind)
+        try Self.seed(harness)
+        let refused = try harness.update { update -> SaveError? in
+            let farmer = try #require(try update.fetch(Person.self, %"name" == "Farmer"))
+            let rex = try update.create(Pet.self)
+            (rex.name, rex.owner) = ("Rex II", farmer)
+            try update.create(Person.self).name = "Unrelated"
+            #expect(try update.batchDelete(Person.self, %"name" == "Farmer") == 1)
+            #expect(rex.owner == nil, "the reference reads as gone")
+            let error = #expect(throws: SaveError.self) { try update.commit() }
+            #expect(rex.isInserted && rex.hasChanges, "the changes are still pending")
+            update.rollback()
+            return error
+        }
+        #expect(refused?.code == .relatesToDeletedObject, "\(String(describing: refused))")
+        #expect(refused?.message.contains("batch delete") == true, "\(String(describing: refused))")
+        try await harness.stack.flush()
+        #expect(try harness.store.writtenRows("SELECT name FROM \"Person\" ORDER BY name") == [["Knight"], ["Monk"]], "the batch stays done; nothing of the commit is saved")
+        #expect(try harness.store.writtenRows("SELECT name FROM \"Pet\"") == [], "the batch's cascade took the stored pets")
+
+        try harness.update { update in
+            let article = try update.create(Article.self)
+            article.title = "Later"
+            let tag = try update.create(Tag.self)
+            tag.name = "kept"
+            try update.commit()
+        }
+        try harness.update { update in
+            let later = try #require(try update.fetch(Article.self, %"title" == "Later"))
+            let kept = try #require(try update.fetch(Tag.self, %"name" == "kept"))
+            let swift = try #require(try update.fetch(Tag.self, %"name" == "swift"))
+            later.tags = [kept, swift]
+            try update.create(Person.self).name = "Saved"
+            #expect(try update.batchDelete(Tag.self, %"name" == "swift") == 1)
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        #expect(try harness.store.writtenRows("SELECT name FROM \"Person\" WHERE name = 'Saved'") == [["Saved"]])
+        let tags = try harness.world.fetch(Article.self, %"title" == "Later")?.tags.map(\.name)
+        #expect(tags == ["kept"])
+    }
+
     @Test @MainActor func badKeysAndValuesThrowBeforeAnythingIsWritten() throws {
         let harness = try TopologyHarness(.threeTier)
         try Self.seed(harness)

@@ -71,6 +71,7 @@ extension ContextCore {
         for object in changed.values where object.state == .deleted { try checkDenyRules(of: object) }
         for object in deletedInsertsToCheck { try checkDenyRules(of: object) }
         if !deletedInsertsToCheck.isEmpty { try checkReferencesToDeletedInserts() }
+        if !batchDeleted.isEmpty { try checkReferencesToBatchDeleted() }
         // In key order, table by table, not the dictionary's: a B-tree takes rows in key order
         // at its right edge and updates them a page at a time, where rows in hash order land all
         // over the table. With a table larger than SQLite's page cache, each of those read and
@@ -114,7 +115,11 @@ extension ContextCore {
             }
         }
         // An object this update made and then deleted left `changed`, but not the registry.
-        func isDeleted(_ id: ObjectID) -> Bool { gone.contains(id) || registered(id)?.state == .deleted }
+        // So did an object a batch delete of this update removed: the batch took its stored
+        // pairs with it, and takes those the update added before it too.
+        func isDeleted(_ id: ObjectID) -> Bool {
+            gone.contains(id) || registered(id)?.state == .deleted || (!batchDeleted.isEmpty && batchDeleted.contains(id))
+        }
         for (key, present) in links {
             // A pair added to an object this commit deletes goes with it (a rule that does not
             // let go, `.noAction` or `.deny`, leaves it here); by ID, not by key (keys repeat
@@ -153,6 +158,20 @@ extension ContextCore {
         }
     }
 
+    /// Throws `.relatesToDeletedObject` when an object of the commit points at an object a batch
+    /// delete of this update removed after the update made that reference: the batch applied
+    /// delete rules to stored rows only, and the writer would fail the whole commit for it, in
+    /// the background under a root. (A many-to-many pair the update added goes with its
+    /// deleted end, as the stored ones did: `makeChangeSet` leaves it out.)
+    private func checkReferencesToBatchDeleted() throws {
+        for object in changed.values where object.state == .inserted || object.state == .updated {
+            for slot in object.entity.toOneSlots {
+                guard let target = foreignKey(object, object.entity.properties[slot]), batchDeleted.contains(target) else { continue }
+                throw SaveError(.relatesToDeletedObject, "The commit relates \(object.objectID) to \(target) through '\(object.entity.properties[slot].name)', but a batch delete of this update deleted \(target) after that change was made (a batch applies delete rules to stored rows, not to an update's pending changes). Nothing of this commit is saved: clear the relationship, or delete \(object.objectID) too, and commit again.", objects: [object.objectID, target])
+            }
+        }
+    }
+
     /// Empties what an update keeps of its changes until it commits or rolls back: once it has
     /// done either, or the context reset.
     private func forgetPendingChanges() {
@@ -163,6 +182,7 @@ extension ContextCore {
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
         deletedInsertsToCheck.removeAll()
+        batchDeleted.removeAll()
         touchedRelationships.removeAll()
     }
 

@@ -46,6 +46,9 @@ extension ContextCore {
                 }
             }
         }
+        // Only references made before the batch can point at what it deleted: none when nothing
+        // is pending.
+        if !changed.isEmpty || !links.isEmpty { batchDeleted.formUnion(changes.deletes.lazy.map(\.id)) }
         for delete in changes.deletes {
             guard let object = registered(delete.id) else { continue }
             object.state = .deleted

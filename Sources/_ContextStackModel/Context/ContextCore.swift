@@ -43,6 +43,10 @@ package final class ContextCore: @unchecked Sendable {
     /// checked at commit all the same — the objects still related to them would otherwise be
     /// saved pointing at a row that never was, failing the whole commit in the writer.
     @exclusivity(unchecked) var deletedInsertsToCheck: [ManagedObject] = []
+    /// Objects this update's batch deletes removed from the store while the update had
+    /// changes pending: a reference the update made to one of them before the batch (its
+    /// rules applied to stored rows only) would fail the whole commit in the writer.
+    @exclusivity(unchecked) var batchDeleted: Set<ObjectID> = []
     /// Objects whose to-many side of a relationship this update changed by setting the other
     /// side (`rex.owner = ann` for `ann`): their rows do not change, so they are not in
     /// `changed`, but they have changes (`hasChanges`), as both ends do in Core Data.
