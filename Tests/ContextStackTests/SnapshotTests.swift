@@ -216,6 +216,47 @@ import Testing
         #expect(stored.age == 20 && stored.location == "Lima")
     }
 
+    /// The second check covers the rows of the members a to-many change moves, too: a
+    /// one-to-many membership is the member's row. One request takes Rex from Ann, another
+    /// gives Rex to Bob meanwhile; the first one's commit is a conflict, not a silent undoing
+    /// of the second (Rex ownerless). The same for a member added whose owner changed meanwhile.
+    @Test(arguments: Setup.all) @MainActor
+    func applyExpectingChecksTheMovedMembersRowsAgainWhenSaved(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let ids = try await harness.write(Self.makePeople)
+        let context = try Context(stack: harness.stack)
+        func move(_ pet: ObjectID, to owner: ObjectID) async throws {
+            try await harness.transaction { update in
+                let person = try #require(try update.fetch(Person.self, id: owner))
+                try #require(try update.fetch(Pet.self, id: pet)).owner = person
+            }
+        }
+
+        let ann = try #require(try await context.snapshot(Person.self, id: ids.ann))
+        var withoutRex = ann
+        withoutRex.pets = [ids.tom]
+        let slow = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
+        try slow.performAndWait { update in try update.apply(withoutRex, expecting: ann) }
+        try await move(ids.rex, to: ids.bob)
+        #expect(throws: MergeConflictError.self, "a member removed") {
+            try slow.performAndWait { update in try update.commit() }
+        }
+        try await harness.stack.flush()
+        #expect(try await context.snapshot(Pet.self, id: ids.rex)?.owner == ids.bob)
+
+        let cy = try #require(try await context.snapshot(Person.self, id: ids.cy))
+        var withTom = cy
+        withTom.pets = [ids.tom]
+        let other = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
+        try other.performAndWait { update in try update.apply(withTom, expecting: cy) }
+        try await move(ids.tom, to: ids.bob)
+        #expect(throws: MergeConflictError.self, "a member added") {
+            try other.performAndWait { update in try update.commit() }
+        }
+        try await harness.stack.flush()
+        #expect(try await context.snapshot(Pet.self, id: ids.tom)?.owner == ids.bob)
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func applyNamingAMissingObjectChangesNothing(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

@@ -50,6 +50,12 @@ extension ContextCore {
         // Every related object is found before anything changes, so a failed apply leaves the
         // object as it was.
         var changes: [(slot: Int, change: SnapshotChange)] = []
+        // With `original`, the commit checks again the rows this changes: the object's, and
+        // those of the objects a relationship change moves — a one-to-many membership is the
+        // member's row, and a one-to-one change can clear another object's. (A many-to-many
+        // membership is a join-table pair, which has no row to compare: it is checked once,
+        // above.)
+        var moved: [ObjectID] = []
         for slot in ours.written {
             let property = object.entity.properties[slot]
             if property.isToMany {
@@ -62,7 +68,11 @@ extension ContextCore {
                         .init(objectID: object.objectID, key: property.name, snapshot: .null, stored: .null, ours: .text($0.description))
                     })
                 }
-                if found != (try toManyIDs(of: object, property)) { changes.append((slot, .toMany(targets))) }
+                let members = try toManyIDs(of: object, property)
+                if found != members {
+                    changes.append((slot, .toMany(targets)))
+                    if original != nil { moved += members.symmetricDifference(found) }
+                }
             } else if property.isRelationship {
                 var target: ManagedObject?
                 if case .integer(let key) = ours.values[slot], let destination = property.destination {
@@ -78,6 +88,7 @@ extension ContextCore {
                 changes.append((slot, .value(ours.values[slot])))
             }
         }
+        let changedBefore = original == nil ? [] : Set(changed.keys)
         for (slot, change) in changes {
             willChange(object)
             switch change {
@@ -86,7 +97,11 @@ extension ContextCore {
             case .toMany(let targets): setToMany(of: object, slot: slot, to: targets)
             }
         }
-        if original != nil { expectsStoredRow.insert(object.objectID) }
+        if original != nil {
+            expectsStoredRow.insert(object.objectID)
+            expectsStoredRow.formUnion(moved)
+            for id in changed.keys where !changedBefore.contains(id) { expectsStoredRow.insert(id) }
+        }
     }
 
     /// Throws `MergeConflictError` for every slot `expected` holds whose value as loaded (before
