@@ -57,3 +57,63 @@ import Testing
         #expect(Manager.entityDescription.slotBase == 2)
     }
 }
+
+/// A to-many relationship whose destination is a sub-entity, with its inverse declared on
+/// that sub-entity: a sibling sub-entity's rows share the table but have fewer slots.
+@Entity class Aircrew: ManagedObject {
+    var name: String = ""
+}
+
+@Entity final class FlightPilot: Aircrew {
+    var licence: String = ""
+    @Relationship(inverse: \Squadron.pilots) var squadron: Squadron?
+}
+
+@Entity final class CabinSteward: Aircrew {}
+
+@Entity final class Squadron: ManagedObject {
+    var title: String = ""
+    @Relationship var pilots: Set<FlightPilot>
+    @Relationship var lead: FlightPilot?
+}
+
+@Suite struct SubEntityDestinationTests {
+    static let types: [ManagedObject.Type] = [Aircrew.self, FlightPilot.self, CabinSteward.self, Squadron.self]
+
+    /// A condition on the to-many, read while a sibling's row is pending, looks only at rows
+    /// of the destination. (It read the inverse's slot of every pending row of the table, and
+    /// a steward's row has fewer slots: the process trapped on an index out of range.)
+    @Test(arguments: StoreKind.available)
+    func aConditionOnAToManyOfASubEntityPassesOverASiblingsPendingRow(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: Self.types)
+        let context = try ContextStack.Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            let squadron = try update.create(Squadron.self)
+            squadron.title = "Blue"
+            let pilot = try update.create(FlightPilot.self)
+            (pilot.name, pilot.licence, pilot.squadron) = ("Ada", "x", squadron)
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            try update.create(CabinSteward.self).name = "Sam"
+            #expect(try update.fetchAll(Squadron.self, %"pilots.@count" > 0).map(\.title) == ["Blue"])
+            #expect(try update.fetchAll(Squadron.self, %"pilots.licence"%.any == "x").map(\.title) == ["Blue"])
+        }
+    }
+
+    /// `fetchOrCreate` given an object of a sibling sub-entity for a relationship throws
+    /// `.typeMismatch` (it passed the root entities' check and trapped when it related them).
+    @Test(arguments: StoreKind.available)
+    func fetchOrCreateRefusesAnObjectOfASiblingSubEntity(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: Self.types)
+        let context = try ContextStack.Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            let steward = try update.create(CabinSteward.self)
+            steward.name = "Sam"
+            try update.commit()
+            let error = #expect(throws: QueryError.self) { try update.fetchOrCreate(Squadron.self, %"lead" == steward) }
+            #expect(error?.code == .typeMismatch, "\(String(describing: error))")
+            #expect(try update.fetchCount(Squadron.self) == 0)
+        }
+    }
+}

@@ -63,6 +63,11 @@ public struct Update: Sendable {
             guard let target = try core.object(for: id) else {
                 throw QueryError(.objectNotFound, "fetchOrCreate(\(entity.name).self, …): \(id) does not exist, so '\(property.name)' cannot point at it.", key: property.name, entity: entity.name)
             }
+            // An object of the destination's table is not always of the destination: a sibling
+            // sub-entity shares its root.
+            guard core.canRelate(target, through: property) else {
+                throw QueryError(.typeMismatch, "fetchOrCreate(\(entity.name).self, …): '\(property.name)' points at \(property.destination?.name ?? "?") objects, and \(id) is a \(Swift.type(of: target)).", key: property.name, entity: entity.name)
+            }
             targets[slot] = target
         }
         let claims = pinned.isEmpty ? nil : pinned.map { UniqueClaim(index: $0.0.indexName, entity: entity.name, values: $0.1) }

@@ -221,6 +221,12 @@ package final class ContextCore: @unchecked Sendable {
         }
     }
 
+    /// Whether `property` can point at `other`'s kind of object: a sibling sub-entity shares
+    /// the destination's root table, not its type.
+    package func canRelate(_ other: ManagedObject, through property: Property) -> Bool {
+        property.destination?.includes(other.entity) ?? false
+    }
+
     func checkRelatable(_ object: ManagedObject, _ other: ManagedObject, _ property: Property) {
         guard other.context === self else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': they belong to different contexts. Bring \(other.entity.name) into this update first: `let other = try update.use(other)`.")

@@ -346,7 +346,9 @@ package struct RowReader {
         case .inverseColumn:
             guard let inverse = property.inverse else { return [] }
             for id in dirty {
-                if let row = try row(id), case .integer(let owner) = row.values[inverse.slot] { owners.insert(owner) }
+                // Rows of the destination's root table include sibling sub-entities, which do
+                // not have the inverse (nor as many slots).
+                if let row = try row(id), destination.includes(row.entity), case .integer(let owner) = row.values[inverse.slot] { owners.insert(owner) }
             }
             owners.formUnion(try values(of: inverse.name, in: destination.table, forKeys: dirtyKeys))
         case .joinTable:
