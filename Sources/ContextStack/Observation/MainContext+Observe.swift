@@ -72,7 +72,8 @@ extension MainContext {
     /// The first element is the current result. Each later one follows a commit that inserted,
     /// deleted, moved or changed one of the objects — exactly when a `FetchedResults` with the
     /// same arguments reports a change — or a reset of the context, whose objects are new
-    /// even when nothing changed (not when the result is empty). The sequence ends when the consumer stops iterating
+    /// even when nothing changed (not when the result is empty). Each element is made when the
+    /// consumer asks for it: one that falls behind gets the newest result once. The sequence ends when the consumer stops iterating
     /// (the observation is removed then). A condition that cannot run (an unknown key) ends
     /// the sequence at once and goes to `stack.onError`.
     public func fetchAllStream<T: ManagedObject>(_ type: T.Type, _ condition: Condition? = nil, orderBy: OrderBy? = nil,
@@ -94,26 +95,54 @@ extension MainContext {
 
     private func liveStream<T: ManagedObject, Element: Sendable>(_ type: T.Type, _ condition: Condition?, orderBy: OrderBy?, options: FetchOptions,
                                                                    _ element: @escaping @MainActor (FetchedResults<T>) -> Element) -> AsyncStream<Element> {
-        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .unbounded)
         let results: FetchedResults<T>
         do {
             results = try FetchedResults(context: self, type, condition, orderBy: orderBy, options: options)
         } catch {
             stack.report(error)
-            continuation.finish()
-            return stream
+            return AsyncStream { nil }
         }
-        continuation.yield(element(results))
-        results.onChange = { [unowned results] _ in continuation.yield(element(results)) }
+        // The results say when they changed; the element is made when the consumer asks for
+        // it, on the main actor, from the results as they are then. An element made when the
+        // change came could wait for the consumer behind another commit's delivery, and a
+        // per-consumer context resets at every commit it follows: the consumer got objects
+        // that reset had let go, and trapped on the first use.
+        let (changes, changed) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        results.onChange = { _ in changed.yield() }
         // A reset that changed nothing the results show still let their objects go: the
-        // consumer gets the new ones (a per-consumer context resets at every commit it follows).
+        // consumer gets the new ones (not when there are none).
         results.afterQuietReset = { [unowned results] in
-            if results.count > 0 { continuation.yield(element(results)) }
+            if results.count > 0 { changed.yield() }
         }
-        // The results live as long as the consumer iterates: ending drops them, and with them
-        // their commit observation.
-        let holder = Locked<FetchedResults<T>?>(results)
-        continuation.onTermination = { _ in holder.withLock { $0 = nil } }
-        return stream
+        let feed = LiveFeed(results: results, changes: changes.makeAsyncIterator(), element: element)
+        // The feed, and with it the results and their commit observation, live as long as
+        // the consumer iterates.
+        return AsyncStream { await feed.next() }
+    }
+}
+
+/// What a fetch stream hands out: the current element first, then a fresh one each time the
+/// results changed since the consumer last asked (changes that came meanwhile are one).
+@MainActor private final class LiveFeed<T: ManagedObject, Element: Sendable> {
+    private let results: FetchedResults<T>
+    private let changes: AsyncStream<Void>.Iterator
+    private let element: @MainActor (FetchedResults<T>) -> Element
+    private var started = false
+
+    init(results: FetchedResults<T>, changes: AsyncStream<Void>.Iterator, element: @escaping @MainActor (FetchedResults<T>) -> Element) {
+        self.results = results
+        self.changes = changes
+        self.element = element
+    }
+
+    /// The next element, or `nil` once the consumer's task is cancelled.
+    func next() async -> Element? {
+        if started {
+            // The iterator shares its stream's state: a copy waits as well as the original.
+            var changes = self.changes
+            guard await changes.next(isolation: MainActor.shared) != nil else { return nil }
+        }
+        started = true
+        return element(results)
     }
 }
