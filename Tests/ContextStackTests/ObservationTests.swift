@@ -517,6 +517,68 @@ import Testing
     /// Here a commit made on another thread inserts Ann; the main actor, blocked until it is
     /// written, fetches and observes her before the commit is delivered to the main actor's
     /// observers: she hears nothing of her own insert.
+    /// A commit that becomes visible while live results are being made — after their fetch
+    /// read the store, before they were registered — reaches them: they register first. (It
+    /// was delivered to nobody when no other listener existed, and the results never showed
+    /// it.) Here the object filter, which runs on the main actor after the rows are read,
+    /// waits for another thread's commit.
+    @Test @MainActor func aCommitMadeWhileLiveResultsAreMadeReachesThem() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ann"
+            try update.commit()
+        }
+        let writer = try Context(stack: store.stack, updateTarget: .persistentStore)
+        var armed = true
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"), objectFilter: { _ in
+            if armed {
+                armed = false
+                let written = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    try? writer.beginUpdateAndWait { update in
+                        try update.create(Person.self).name = "Bob"
+                        try update.commit()
+                    }
+                    written.signal()
+                }
+                #expect(written.wait(timeout: .now() + 60) == .success)
+            }
+            return true
+        })
+        await mainQueueTurn()
+        await mainQueueTurn()
+        #expect(results.objects.map(\.name) == ["Ann", "Bob"])
+    }
+
+    /// A commit published before live results were registered is not delivered to them, even
+    /// when another listener made it be delivered at all: their fetch read it. (They used to
+    /// hear of it as news whenever some other observer existed.)
+    @Test @MainActor func aCommitPublishedBeforeLiveResultsWereMadeIsNotNewsToThem() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        let everything = store.stack.observeCommit { _ in }    // so that the commit is published
+        let writer = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let written = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? writer.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "Bob"
+                try update.commit()
+            }
+            written.signal()
+        }
+        // Blocks the main actor, so that the commit's delivery waits behind the results.
+        #expect(written.wait(timeout: .now() + 60) == .success)
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
+        var changes: [ResultsChange] = []
+        results.onChange = { changes.append($0) }
+        await mainQueueTurn()
+        await mainQueueTurn()
+        #expect(results.objects.map(\.name) == ["Bob"])
+        #expect(changes.isEmpty, "\(changes)")
+        _ = everything
+    }
+
     @Test @MainActor func anObjectObservedBeforeItsInsertIsDeliveredHearsNothingOfIt() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)

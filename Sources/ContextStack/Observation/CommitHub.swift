@@ -23,25 +23,36 @@ final class CommitHub: Sendable {
 
     private let state = Locked(State())
 
-    /// Publishes a commit from any thread; delivery happens on the main actor.
+    /// Publishes a commit from any thread; delivery happens on the main actor, to those
+    /// registered when it was published, and only to them: a commit is published once it is
+    /// visible, so what registers later (live results about to fetch) reads it, and must not
+    /// hear of it as news — nor hear of it only when some other listener happened to exist.
     func publish(_ makeCommit: @autoclosure () -> Commit) {
-        let hasListeners = state.withLock { !$0.observers.isEmpty || !$0.streams.isEmpty || !$0.resetters.isEmpty || !$0.live.isEmpty }
+        // Registrations take increasing IDs under the lock: those below `horizon` were there.
+        let horizon = state.withLock { state in
+            state.observers.isEmpty && state.streams.isEmpty && state.resetters.isEmpty && state.live.isEmpty ? nil : state.nextID
+        }
         // Nobody listens: skip making the Commit (its ID lists cost as much as the change set).
-        guard hasListeners else { return }
+        guard let horizon else { return }
         let commit = makeCommit()
         DispatchQueue.main.async { [self] in
-            MainActor.assumeIsolated { deliver(commit) }
+            MainActor.assumeIsolated { deliver(commit, to: horizon) }
         }
     }
 
-    @MainActor private func deliver(_ commit: Commit) {
+    @MainActor private func deliver(_ commit: Commit, to horizon: UInt64) {
         let (resets, live, observers, streams) = state.withLock { state in
             let origin: ContextID? = commit.origin
             // A remote commit resets every per-consumer context: its source may be anywhere.
-            return (state.resetters.values.filter { commit.isRemote || $0.origin == commit.origin }.map(\.reset),
-                    state.live.sorted { $0.key < $1.key }.map(\.value),
-                    state.observers.sorted { $0.key < $1.key }.map(\.value).filter { $0.origin == nil || $0.origin == origin }.map(\.block),
-                    state.streams.values.filter { $0.origin == nil || $0.origin == origin }.map(\.continuation))
+            let resets: [@MainActor @Sendable () -> Void] = state.resetters
+                .filter { $0.key < horizon && (commit.isRemote || $0.value.origin == origin) }.map(\.value.reset)
+            let live: [Observer] = state.live.filter { $0.key < horizon }.sorted { $0.key < $1.key }.map(\.value)
+            let observers: [Observer] = state.observers
+                .filter { $0.key < horizon && ($0.value.origin == nil || $0.value.origin == origin) }
+                .sorted { $0.key < $1.key }.map(\.value.block)
+            let streams: [AsyncStream<Commit>.Continuation] = state.streams
+                .filter { $0.key < horizon && ($0.value.origin == nil || $0.value.origin == origin) }.map(\.value.continuation)
+            return (resets, live, observers, streams)
         }
         for reset in resets { reset() }
         for update in live { update(commit) }

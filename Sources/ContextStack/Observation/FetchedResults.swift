@@ -155,10 +155,12 @@ public final class FetchedResults<T: ManagedObject> {
         }
         merges = context.updateTarget == .mainContext || context.updateTarget == .rootContext(autoMerge: true)
         relevantRoots = Self.roots(of: query)
+        // Registered before the fetch: a commit published from then on is delivered (after this
+        // init, on the main actor); one published before is visible, so the fetch reads it.
+        observation = context.stack.commits.addLiveObserver { [weak self] commit in self?.process(commit) }
         sections = try fetchSections()
         if strategy == .incremental { indexAll() }
         context.live.add(self)
-        observation = context.stack.commits.addLiveObserver { [weak self] commit in self?.process(commit) }
     }
 
     deinit {
