@@ -137,7 +137,7 @@ struct PostgresDialectTests {
                 var values: [Value] = []
                 for (connection, dialect) in [(sqlite as any QueryConnection, SQLiteDialect() as any SQLDialect), (postgres, PostgresDialect())] {
                     let sqliteCondition = condition == "TRUE" ? dialect.trueCondition : condition
-                    values.append(try connection.scalar("SELECT \(dialect.aggregate(function, of: column)) FROM t WHERE \(sqliteCondition)"))
+                    values.append(try connection.scalar("SELECT \(dialect.aggregate(function, of: column, kind: column == "i" ? .int : .double)) FROM t WHERE \(sqliteCondition)"))
                 }
                 let label = "\(function) of \(column) where \(condition): SQLite \(values[0]), PostgreSQL \(values[1])"
                 switch (values[0], values[1]) {
@@ -154,7 +154,7 @@ struct PostgresDialectTests {
     @Test func textMinAndMaxGoByBytes() throws {
         var values: [Value] = []
         for (connection, dialect) in [(sqlite as any QueryConnection, SQLiteDialect() as any SQLDialect), (postgres, PostgresDialect())] {
-            values.append(try connection.scalar("SELECT \(dialect.aggregate(.min, of: "s")) || '|' || \(dialect.aggregate(.max, of: "s")) FROM t"))
+            values.append(try connection.scalar("SELECT \(dialect.aggregate(.min, of: "s", kind: .string)) || '|' || \(dialect.aggregate(.max, of: "s", kind: .string)) FROM t"))
         }
         #expect(values[0] == values[1], "\(values)")
     }

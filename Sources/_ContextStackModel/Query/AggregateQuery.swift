@@ -24,7 +24,9 @@ struct AggregateQuery {
         var paths: [String: ResolvedPath] = [:]
         for path in base.extraPaths { paths[path.key] = path }
         var columns: [String] = []
-        /// Each alias's expression, for a HAVING that cannot name aliases.
+        /// Each alias's expression, for HAVING: SQLite would take a name there for a column of
+        /// the table before an alias of the selection, and PostgreSQL knows output names only
+        /// in `ORDER BY`.
         var expressions: [String: String] = [:]
         for term in select.terms {
             let path = paths[term.key]!
@@ -38,7 +40,7 @@ struct AggregateQuery {
                 if function != .count && function != .min && function != .max, let kind = path.kind, !kind.isNumeric && kind != .date {
                     throw QueryError(.typeMismatch, "\(function.rawValue)(\(term.key)) on \(entity.name): '\(term.key)' is a \(kind.rawValue) attribute, not a number.", key: term.key, entity: entity.name)
                 }
-                expressions[term.alias] = dialect.aggregate(function, of: base.columnSQL(path))
+                expressions[term.alias] = dialect.aggregate(function, of: base.columnSQL(path), kind: path.kind)
             } else {
                 expressions[term.alias] = base.columnSQL(path)
             }
@@ -59,7 +61,7 @@ struct AggregateQuery {
         }
         if let having {
             let havingNamed = { (key: String) throws(QueryError) -> String in
-                if !dialect.havingNamesAliases, let expression = expressions[key] { return expression }
+                if let expression = expressions[key] { return expression }
                 return try named(key)
             }
             text += " HAVING " + (try Self.sql(having.node, named: havingNamed, dialect: dialect, arguments: &from.arguments))
@@ -121,6 +123,8 @@ struct AggregateQuery {
             return "\(left) BETWEEN \(try operand(low)) AND \(try operand(high))"
         case .oneOf(let key, let list):
             let left = try named(key)
+            // `IN ()` is SQLite's, not PostgreSQL's: an empty list matches nothing.
+            guard !list.isEmpty else { return dialect.falseCondition }
             var items: [String] = []
             for item in list { items.append(try operand(item)) }
             return "\(left) IN (\(items.joined(separator: ", ")))"

@@ -24,7 +24,6 @@ package struct PostgresDialect: SQLDialect {
     package var referenceLock: String { " FOR KEY SHARE" }
     package var deleteLock: String { " FOR UPDATE" }
     package var updateLock: String { " FOR NO KEY UPDATE" }
-    package var havingNamesAliases: Bool { false }
     package var trueCondition: String { "TRUE" }
     package var falseCondition: String { "FALSE" }
     package func isSame(_ left: String, _ right: String) -> String { "\(left) IS NOT DISTINCT FROM \(right)" }
@@ -130,11 +129,16 @@ package struct PostgresDialect: SQLDialect {
         default: "\(function.rawValue)(\(column))"
         }
     }
-    package func aggregate(_ function: Select.Function, of column: String) -> String {
-        switch function {
+    package func aggregate(_ function: Select.Function, of column: String, kind: AttributeKind?) -> String {
+        // PostgreSQL has no `min` or `max` of `bytea` (data, UUIDs): the first of the values in
+        // byte order, as SQLite's `min` and `max` of blobs compare them.
+        let bytes = kind == .data || kind == .uuid
+        return switch function {
         case .average: "avg(\(column))"
         case .sum: "coalesce(sum(\(column)), 0)::float8"
         case .stdDev: "stddev_pop(\(column))"
+        case .min where bytes: "(array_agg(\(column) ORDER BY \(column)) FILTER (WHERE \(column) IS NOT NULL))[1]"
+        case .max where bytes: "(array_agg(\(column) ORDER BY \(column) DESC) FILTER (WHERE \(column) IS NOT NULL))[1]"
         case .min: "min(\(column))"
         case .max: "max(\(column))"
         case .median: "percentile_cont(0.5) WITHIN GROUP (ORDER BY \(column))"

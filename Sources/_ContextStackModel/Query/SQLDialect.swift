@@ -54,7 +54,7 @@ package protocol SQLDialect: Sendable {
     /// `function` over `column` (median and population standard deviation included; a
     /// database may need more than a function call, as PostgreSQL's
     /// `percentile_cont(0.5) WITHIN GROUP (ORDER BY …)` for the median).
-    func aggregate(_ function: Select.Function, of column: String) -> String
+    func aggregate(_ function: Select.Function, of column: String, kind: AttributeKind?) -> String
     /// `left op right` in `Double`, NULL for a division by zero (`Condition.ArithmeticOperator.apply`).
     func arithmetic(_ left: String, _ op: Condition.ArithmeticOperator, _ right: String) -> String
     /// Whether `arithmetic` writes `op` with exactly `apply`'s result; if not, comparisons with
@@ -79,9 +79,6 @@ package protocol SQLDialect: Sendable {
     /// SQLite, `FOR NO KEY UPDATE` on PostgreSQL, which leaves other writers' `referenceLock`
     /// alone.
     var updateLock: String { get }
-    /// Whether `HAVING` may name the selection's aliases (SQLite); otherwise it repeats their
-    /// expressions (PostgreSQL, which knows output names only in `ORDER BY`).
-    var havingNamesAliases: Bool { get }
 }
 
 /// How a dialect writes a string operator with a constant pattern on a text attribute
@@ -153,7 +150,6 @@ package struct SQLiteDialect: SQLDialect {
     package var referenceLock: String { "" }
     package var deleteLock: String { "" }
     package var updateLock: String { "" }
-    package var havingNamesAliases: Bool { true }
     package var trueCondition: String { "1" }
     package var falseCondition: String { "0" }
     package func isSame(_ left: String, _ right: String) -> String { "\(left) IS \(right)" }
@@ -205,7 +201,7 @@ package struct SQLiteDialect: SQLDialect {
         default: "\(function.rawValue)(\(column))"
         }
     }
-    package func aggregate(_ function: Select.Function, of column: String) -> String {
+    package func aggregate(_ function: Select.Function, of column: String, kind: AttributeKind?) -> String {
         let name = switch function {
         case .average: "avg"
         case .sum: "total"
