@@ -305,4 +305,30 @@ import Testing
         while let person = try cursor.next() { ages.append(person.age) }
         #expect(ages == Array((0..<25).reversed()).filter { $0 != 20 })
     }
+
+    /// An object the main context holds, deleted by a commit handed to it that it has not
+    /// merged yet (the main queue is busy): `fetch(_:id:)` returns `nil` and a cursor skips
+    /// it, as a read that reaches the store does (Docs/Queries.md). Both answered from the
+    /// held object before, without applying the handed-over commits.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aHeldObjectDeletedBelowIsNotReturnedByIDNorByACursor(kind: StoreKind) async throws {
+        let harness = try TopologyHarness(.threeTier, kind: kind)
+        try await harness.write(Fixtures.chain)
+        let held = try harness.world.fetchAll(Person.self)
+        var cursor = try harness.world.fetchCursor(Person.self, orderBy: .ascending("age"), options: .batch(4))
+        let victim = try #require(held.first { $0.age == 20 }).objectID
+        let done = DispatchSemaphore(value: 0)
+        harness.world.beginUpdate { update in
+            defer { done.signal() }
+            try update.delete(#require(try update.fetch(Person.self, id: victim)))
+            try update.commit()
+        }
+        // Blocks the main actor: the commit is handed to the world, its merge waits.
+        #expect(done.wait(timeout: .now() + 60) == .success)
+        #expect(try harness.world.fetch(Person.self, id: victim) == nil)
+        var ages: [Int] = []
+        while let person = try cursor.next() { ages.append(person.age) }
+        #expect(ages == Array(0..<25).filter { $0 != 20 })
+        _ = held
+    }
 }

@@ -141,6 +141,16 @@ package final class ContextCore: @unchecked Sendable {
         if kind == .main { drainsOnNextRead = true }
     }
 
+    /// Before a public read that may answer from held objects alone (`fetch(_:id:)` of a held
+    /// object, a cursor's next batch): a main context applies the commits handed to it since
+    /// its last read, so that an object deleted below it is not returned, as it would not be
+    /// by a read that reaches the store. Nothing to do when none came.
+    package func catchUp() throws {
+        guard kind == .main, inboxHasWork.load(ordering: .acquiring) else { return }
+        drainsOnNextRead = true
+        try read(shape: .byKeys) { _ in }
+    }
+
     /// Ends a public read: a read that never reached the store (an object already held, a
     /// query error) must not leave its catch-up to a later internal read.
     package func endRead() {

@@ -96,6 +96,7 @@ extension ContextCore {
 
     /// The objects of `ids` that still exist, in order, in one read, with their prefetches.
     func loadBatch(_ ids: [ObjectID], prefetch: [[Property]]) throws -> [ManagedObject] {
+        try catchUp()
         guard !prefetch.isEmpty else { return try objects(for: ids) }
         prefetched = PrefetchCache(generation: generation)
         let rows = try read { session in
