@@ -500,6 +500,53 @@ import Testing
         #expect(unwritten, "the writer wrote while held")
     }
 
+    /// An async aggregate waits for the commits handed over before it without holding a read
+    /// thread: with the writer held and a commit queued behind it, as many aggregates as there
+    /// are read threads wait, and a snapshot read still finishes (Docs/Servers.md). They held
+    /// every read thread before, and the read waited for the writer behind them. Once the
+    /// writer goes on, the aggregates count the queued commit.
+    @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
+    func aggregatesWaitingForTheWriterHoldNoReadThread(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ann"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let held = Locked(false)
+        let release = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? store.holdingTheWriter {
+                try context.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = "Bob"
+                    try update.commit()
+                }
+                held.withLock { $0 = true }
+                release.wait()
+            }
+        }
+        while !held.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+        // Should the aggregates hold the read threads, the writer is let go after a while, so
+        // that the test ends (and fails) rather than hangs.
+        let releasedByWatchdog = Locked(false)
+        let watchdog = Task.detached {
+            try await Task.sleep(for: .seconds(15))
+            releasedByWatchdog.withLock { $0 = true }
+            release.signal()
+        }
+        let reader = try Context(stack: store.stack)
+        let counts = (0..<ReadThreads.shared.limit).map { _ in
+            Task { try await reader.aggregateValue(Person.self, .count("name")) }
+        }
+        try await Task.sleep(for: .milliseconds(100))    // the aggregates are waiting
+        #expect(try await reader.snapshots(Person.self, orderBy: .ascending("name")).map(\.name) == ["Ann", "Bob"])
+        #expect(!releasedByWatchdog.withLock { $0 }, "the snapshot read waited for the writer")
+        watchdog.cancel()
+        if !releasedByWatchdog.withLock({ $0 }) { release.signal() }
+        for count in counts { #expect(try await count.value == .integer(2)) }
+    }
+
     /// The async reads never need the main actor: they finish while it is blocked.
     @Test @MainActor func asyncReadsRunOffTheMainActor() throws {
         let store = try TestStore(.file)

@@ -65,9 +65,13 @@ extension Stack {
         try Task.checkCancellation()
         let store = self.store
         let entity = store.graph.entity(for: type)
+        // The commits handed over before the call are waited for here, suspended, not on a
+        // read thread: read threads are few and shared, and a writer held up (a lock another
+        // transaction holds) would hold every read behind aggregates waiting on them.
+        await store.awaitQueuedWritten()
         return try await ReadThreads.shared.run {
             try store.aggregate(entity: entity, select: select, condition: condition, orderBy: orderBy,
-                                groupBy: groupBy, having: having, options: options)
+                                groupBy: groupBy, having: having, options: options, waitsForQueued: false)
         }
     }
 }

@@ -18,7 +18,8 @@ final class ReadThreads: @unchecked Sendable {
     private var head = 0
     private var idle = 0
     private var started = 0
-    private let limit: Int
+    /// How many threads it starts at most.
+    let limit: Int
 
     init(limit: Int) {
         self.limit = limit

@@ -157,12 +157,13 @@ extension ContextCore {
 
 extension ObjectStore {
     /// Aggregate rows of `entity`, after every commit handed to the store before the call is
-    /// written (SQL computes them over stored rows).
+    /// written (SQL computes them over stored rows) — waited for here unless the caller already
+    /// did (`awaitQueuedWritten`).
     package func aggregate(entity: ResolvedEntity, select: Select, condition: Condition?, orderBy: OrderBy?,
-                           groupBy: KeyList?, having: Condition?, options: FetchOptions) throws -> [Row] {
+                           groupBy: KeyList?, having: Condition?, options: FetchOptions, waitsForQueued: Bool = true) throws -> [Row] {
         let query = try AggregateQuery(entity: entity, select: select, condition: condition, orderBy: orderBy,
                                        groupBy: groupBy, having: having, options: options, dialect: dialect)
-        waitUntilQueuedWritten()
+        if waitsForQueued { waitUntilQueuedWritten() }
         let columns = select.terms.map(\.alias)
         return try read { session in
             var rows: [Row] = []

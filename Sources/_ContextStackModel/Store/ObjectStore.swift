@@ -61,6 +61,9 @@ package protocol ObjectStore: AnyObject, Sendable {
     /// Blocks until every commit handed over before the call is written (or failed), without
     /// taking background errors from `flush()`.
     func waitUntilQueuedWritten()
+    /// Suspends until every commit handed over before the call is written (or failed), without
+    /// taking background errors from `flush()`: `waitUntilQueuedWritten` for async callers.
+    func awaitQueuedWritten() async
 
     // MARK: History (Docs/History.md)
 

@@ -249,6 +249,14 @@ extension QueuedStore {
         waitUntilWritten(upTo: state.withLock { $0.lastSequence })
     }
 
+    package func awaitQueuedWritten() async {
+        let waiter = FlushWaiter(reporting: .nothing)
+        try? await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            waiter.setContinuation(continuation)
+            register(waiter, upTo: nil)
+        }
+    }
+
     /// Blocks until the commits up to `sequence` are written (or failed), reporting nothing.
     func waitUntilWritten(upTo sequence: UInt64) {
         let waiter = FlushWaiter(reporting: .nothing)
