@@ -113,8 +113,9 @@ struct PeopleAPI: Sendable {
     }
 
     /// `PATCH /people/12` `{"expected": {…as read…}, "edited": {…as wanted…}}`: 200 with the
-    /// stored person, 409 with the conflicts and the current person on a lost update, 404 when
-    /// the person is gone.
+    /// stored person, 409 with the conflicts and the current person on a lost update, 409 when
+    /// the new email is someone else's, 422 when `edited` names pets that do not exist, 404
+    /// when the person is gone.
     @Sendable func patch(_ request: Request, _ http: BasicRequestContext) async throws -> Response {
         let id = try personID(http)
         let edit = try await request.decode(as: Edit.self, context: http)
@@ -127,9 +128,18 @@ struct PeopleAPI: Sendable {
                 return try update.fetch(Person.self, id: id)!.snapshot
             }
             return try json(stored, status: .ok)
+        } catch let error as SaveError where error.code == .uniquenessViolated {
+            throw HTTPError(.conflict, message: "The email \(edit.edited.email ?? "") belongs to someone else.")
         } catch let conflict as MergeConflictError {
             guard let current = try await context.snapshot(Person.self, id: id) else {
                 throw HTTPError(.notFound, message: "No person \(id).")
+            }
+            // `apply` reports an object a relationship names that does not exist as a conflict
+            // on that relationship with nothing expected or stored: the request is wrong, and
+            // reading the person again would not help.
+            let missing = conflict.conflicts.filter { $0.key != "<deleted>" && $0.snapshot == .null && $0.stored == .null }
+            if !missing.isEmpty {
+                throw HTTPError(.unprocessableContent, message: "No such objects: \(missing.map { "\($0.ours)" }.joined(separator: ", ")).")
             }
             let report = ConflictReport(
                 error: "The person changed since you read them: read them again and reapply your change.",
@@ -167,17 +177,23 @@ struct PeopleAPI: Sendable {
         let species: String
     }
 
-    /// `POST /people/12/pets` `{"name": "Rex", "species": "dog"}`: 201 with the pet.
+    /// `POST /people/12/pets` `{"name": "Rex", "species": "dog"}`: 201 with the pet, 404 when
+    /// the person is gone (also when a `DELETE` of them is saved first).
     @Sendable func addPet(_ request: Request, _ http: BasicRequestContext) async throws -> EditedResponse<Pet.Snapshot> {
         let id = try personID(http)
         let input = try await request.decode(as: NewPet.self, context: http)
-        let pet = try await context.transaction { update -> Pet.Snapshot? in
-            guard let owner = try update.fetch(Person.self, id: id) else { return nil }
-            let pet = try update.create(Pet.self)
-            pet.name = input.name
-            pet.species = input.species
-            pet.owner = owner
-            return pet.snapshot
+        let pet: Pet.Snapshot?
+        do {
+            pet = try await context.transaction { update -> Pet.Snapshot? in
+                guard let owner = try update.fetch(Person.self, id: id) else { return nil }
+                let pet = try update.create(Pet.self)
+                pet.name = input.name
+                pet.species = input.species
+                pet.owner = owner
+                return pet.snapshot
+            }
+        } catch let error as SaveError where error.code == .relatesToDeletedObject {
+            pet = nil
         }
         guard let pet else { throw HTTPError(.notFound, message: "No person \(id).") }
         return EditedResponse(status: .created, response: pet)
