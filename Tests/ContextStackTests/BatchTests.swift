@@ -3,6 +3,8 @@ import _ContextStackCore
 @testable import _ContextStackModel
 import _ContextStackSQLite
 @testable import _ContextStackSQLiteStore
+@testable import _ContextStackPostgres
+@testable import _ContextStackPostgresStore
 import Dispatch
 import Foundation
 import Testing
@@ -322,6 +324,82 @@ import Testing
         #expect(try harness.store.writtenRows("SELECT name FROM \"Person\" WHERE name = 'Saved'") == [["Saved"]])
         let tags = try harness.world.fetch(Article.self, %"title" == "Later")?.tags.map(\.name)
         #expect(tags == ["kept"])
+    }
+
+    /// A commit handed over while a batch update is queued and not yet written is checked for
+    /// uniqueness once the batch is: the value the batch gives one person is refused to
+    /// another by `commit()` itself (Docs/Writing.md, "the error always reaches the code that
+    /// committed"). Checked without the batch, the commit went through and the writer failed
+    /// it in the background. Here the writer is held, so the batch waits to be written; the
+    /// commit then waits for it, and is let go after half a second (a bound: without the
+    /// wait, the commit returns at once).
+    @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
+    func aCommitIsCheckedForUniquenessAfterTheBatchQueuedBeforeIt(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let context = try ContextStack.Context(stack: store.stack)
+        let (a, b) = try context.beginUpdateAndWait { update in
+            let a = try update.create(Person.self)
+            a.name = "A"
+            let b = try update.create(Person.self)
+            b.name = "B"
+            try update.commit()
+            return (a.objectID, b.objectID)
+        }
+        try await store.stack.flush()
+        let release: () throws -> Void
+        let queued: () -> Bool
+        if let url = store.database?.url {
+            let other = try PostgresConnection(PostgresSettings(url: url))
+            try other.execute("BEGIN")
+            try other.execute("SELECT 1 FROM \"Person\" WHERE \"Z_PK\" = \(a.primaryKey) FOR UPDATE")
+            release = { try other.execute("COMMIT") }
+            let postgres = try #require(store.stack.store as? PostgresStore)
+            queued = { postgres.hasUnwrittenBatch }
+        } else {
+            let other = try store.rawConnection()
+            try other.execute("BEGIN IMMEDIATE")
+            release = { try other.execute("COMMIT") }
+            let sqlite = store.stack.sqliteStore
+            queued = { sqlite.hasUnwrittenBatch }
+        }
+        // On threads of their own: both wait for the held writer, which must not hold threads
+        // of the cooperative pool.
+        let matched = Locked<Result<Int, any Error>?>(nil)
+        Thread.detachNewThread {
+            let result = Result {
+                try context.beginUpdateAndWait { update in
+                    try update.batchUpdate(Person.self, %"name" == "A", set: ["email": "x@example.com"])
+                }
+            }
+            matched.withLock { $0 = result }
+        }
+        for _ in 0..<2000 where !queued() { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(queued(), "the batch is queued behind the held writer: \(String(describing: matched.withLock { $0 }))")
+        let outcome = Locked<Result<Void, any Error>?>(nil)
+        // Not behind the batch's update, and a commit that does not wait to be written.
+        let committer = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        Thread.detachNewThread {
+            let result = Result {
+                try committer.beginUpdateAndWait { update in
+                    try #require(try update.fetch(Person.self, id: b)).email = "x@example.com"
+                    try update.commit()
+                }
+            }
+            outcome.withLock { $0 = result }
+        }
+        for _ in 0..<100 where outcome.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        try release()
+        for _ in 0..<6000 where outcome.withLock({ $0 == nil }) || matched.withLock({ $0 == nil }) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(try matched.withLock { $0 }?.get() == 1)
+        guard case .failure(let failure) = try #require(outcome.withLock { $0 }) else {
+            Issue.record("commit() returned: the commit was checked without the batch")
+            return
+        }
+        #expect((failure as? SaveError)?.code == .uniquenessViolated, "\(failure)")
+        try await store.stack.flush()
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'x@example.com'") == [["A"]])
     }
 
     @Test @MainActor func badKeysAndValuesThrowBeforeAnythingIsWritten() throws {

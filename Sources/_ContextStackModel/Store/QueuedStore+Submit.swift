@@ -41,6 +41,12 @@ extension QueuedStore {
             // Checked against what is committed now, and queued before anything else can be.
             appended = try withCommittedView { state, reader in
                 unwritten = Self.unwrittenInsertClaimed(by: changes, in: state)
+                // A batch operation queued and not yet written is not in the overlay: checked
+                // without it, a value it gives or frees would be judged wrongly, and the
+                // writer would fail the commit in the background. Its caller waits for it.
+                if unwritten == nil && changes.touchesUniqueKeys && state.lastBatchSequence > state.writtenSequence {
+                    unwritten = state.lastBatchSequence
+                }
                 if unwritten != nil { return nil }
                 var resolved = item
                 // Objects merged into rows other processes saved are those rows (`redirect`).
@@ -98,6 +104,7 @@ extension QueuedStore {
         state.lastSequence += 1
         var item = item
         item.sequence = state.lastSequence
+        if item.batch != nil { state.lastBatchSequence = item.sequence }
         state.queue(item.changes, sequence: item.sequence, visible: item.afterWrite == nil)
         releaseClaims(of: item.changes, in: &state)
         state.queue.append(item)

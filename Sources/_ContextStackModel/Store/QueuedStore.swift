@@ -116,6 +116,10 @@ package struct QueueState: Sendable {
     var queue: [QueueItem] = []
     package var lastSequence: UInt64 = 0
     package var writtenSequence: UInt64 = 0
+    /// The sequence of the last batch operation queued: unwritten while it is above
+    /// `writtenSequence`. A batch becomes visible only once written, so a commit's uniqueness
+    /// check waits for it (`submit`).
+    package var lastBatchSequence: UInt64 = 0
     var isDraining = false
     var errors: [any Error] = []
     /// Why a commit failed, by sequence number, for `waitUntilWritten`.
@@ -229,6 +233,9 @@ extension QueuedStore {
     package func unpin(_ id: UInt64) {
         _ = state.withLock { $0.pins.removeValue(forKey: id) }
     }
+
+    /// Whether a batch operation is queued and not written yet (for tests).
+    package var hasUnwrittenBatch: Bool { state.withLock { $0.lastBatchSequence > $0.writtenSequence } }
 
     /// How many write transactions the writer has run so far.
     package var transactionCount: Int { state.withLock { $0.transactionCount } }
