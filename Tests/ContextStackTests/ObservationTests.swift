@@ -579,6 +579,34 @@ import Testing
         _ = everything
     }
 
+    /// A merging main context that also resets on another context's commits (allowed:
+    /// Docs/Topologies.md) reports one batch for such a commit: the reset reloads its results,
+    /// and they do not take the same commit in again (they reported every touched object as
+    /// updated a second time, and fetch streams yielded twice).
+    @Test @MainActor func aMergingContextResetForACommitReportsItOnce() async throws {
+        let store = try TestStore(.memory)
+        let updater = try Context(stack: store.stack, updateTarget: .persistentStore)
+        let world = try MainContext(stack: store.stack, updateTarget: .mainContext, resetOnCommitOf: updater)
+        let ann = try updater.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            (ann.name, ann.age) = ("Ann", 30)
+            try update.commit()
+            return ann.objectID
+        }
+        await mainQueueTurn()
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
+        var changes: [ResultsChange] = []
+        results.onChange = { changes.append($0) }
+        try updater.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: ann)).age = 31
+            try update.commit()
+        }
+        await mainQueueTurn()
+        await mainQueueTurn()
+        #expect(changes.count == 1, "\(changes)")
+        #expect(results.objects.map(\.age) == [31])
+    }
+
     @Test @MainActor func anObjectObservedBeforeItsInsertIsDeliveredHearsNothingOfIt() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)

@@ -39,6 +39,8 @@ public final class MainContext: CommitSource {
     nonisolated let core: ContextCore
     nonisolated let starter: UpdateStarter
     private var resetRegistration: UInt64?
+    /// The delivery (`CommitHub.deliveries`) whose commit last reset this context.
+    var resetForDelivery: UInt64 = 0
     /// The live results reading this context, reloaded when it resets.
     let live = LiveRegistry()
 
@@ -84,7 +86,11 @@ public final class MainContext: CommitSource {
         if updateTarget == .mainContext { stack.addThreeTierMain(core) }
         stack.wantRemoteCommits()
         if let source {
-            resetRegistration = stack.commits.addResetter(origin: source.contextID) { [weak self] in self?.reset() }
+            resetRegistration = stack.commits.addResetter(origin: source.contextID) { [weak self] in
+                guard let self else { return }
+                reset()
+                resetForDelivery = self.stack.commits.deliveries
+            }
         }
     }
 

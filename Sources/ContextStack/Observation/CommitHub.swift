@@ -23,6 +23,11 @@ final class CommitHub: Sendable {
 
     private let state = Locked(State())
 
+    /// How many commits have been delivered so far, counting the one being delivered: a main
+    /// context reset for a commit notes it, so that its live results, which the reset
+    /// reloaded, do not take that same commit in again (`FetchedResults.process`).
+    @MainActor private(set) var deliveries: UInt64 = 0
+
     /// Publishes a commit from any thread; delivery happens on the main actor, to those
     /// registered when it was published, and only to them: a commit is published once it is
     /// visible, so what registers later (live results about to fetch) reads it, and must not
@@ -41,6 +46,7 @@ final class CommitHub: Sendable {
     }
 
     @MainActor private func deliver(_ commit: Commit, to horizon: UInt64) {
+        deliveries += 1
         let (resets, live, observers, streams) = state.withLock { state in
             let origin: ContextID? = commit.origin
             // A remote commit resets every per-consumer context: its source may be anywhere.

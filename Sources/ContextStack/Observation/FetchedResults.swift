@@ -218,7 +218,8 @@ public final class FetchedResults<T: ManagedObject> {
     // MARK: - Following commits
 
     private func process(_ commit: Commit) {
-        guard merges else { return }
+        // A context reset for this very commit reloaded the results already (`contextDidReset`).
+        guard merges, context.resetForDelivery != context.stack.commits.deliveries else { return }
         let ids = commit.inserted + commit.updated + commit.deleted
         do {
             if mustRefetch {
