@@ -225,6 +225,28 @@ import Testing
         #expect(change.updatedRows == [IndexPath(item: 1, section: 0)])
     }
 
+    /// A per-consumer context's results report what the commit that reset them touched, as a
+    /// merging context's do: an article whose only change is a many-to-many pair is updated
+    /// (its row's values are the same, so the reload alone reported nothing).
+    @Test(.timeLimit(.minutes(1))) @MainActor func aPerConsumerResetReportsWhatItsCommitTouched() async throws {
+        let harness = try TopologyHarness(.perConsumer, kind: .memory)
+        try harness.update { update in
+            try update.create(Article.self).title = "News"
+            try update.create(Tag.self).name = "swift"
+            try update.commit()
+        }
+        try await harness.settle()
+        let results = try FetchedResults(context: harness.world, Article.self, orderBy: .ascending("title"))
+        var changes = results.changes.makeAsyncIterator()
+        try harness.update { update in
+            let article = try #require(try update.fetch(Article.self))
+            article.tags = [try #require(try update.fetch(Tag.self))]
+            try update.commit()
+        }
+        let change = try #require(await changes.next())
+        #expect(change.updatedRows == [IndexPath(item: 0, section: 0)], "\(change)")
+    }
+
     @Test(arguments: Setup.merging) @MainActor func observeReportsChangedKeysThenDeletion(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)

@@ -86,9 +86,12 @@ public final class MainContext: CommitSource {
         if updateTarget == .mainContext { stack.addThreeTierMain(core) }
         stack.wantRemoteCommits()
         if let source {
-            resetRegistration = stack.commits.addResetter(origin: source.contextID) { [weak self] in
+            resetRegistration = stack.commits.addResetter(origin: source.contextID) { [weak self] commit in
                 guard let self else { return }
-                reset()
+                core.checkExecution("reset()")
+                core.reset()
+                // What the commit touched is reported as a merging context's results report it.
+                live.contextDidReset(touched: Set(commit.inserted + commit.updated + commit.deleted))
                 resetForDelivery = self.stack.commits.deliveries
             }
         }

@@ -18,7 +18,7 @@ final class CommitHub: Sendable {
         var live: [UInt64: Observer] = [:]
         var streams: [UInt64: (origin: ContextID?, continuation: AsyncStream<Commit>.Continuation)] = [:]
         /// Resets to run before observers of a commit from the origin (`resetOnCommitOf:`).
-        var resetters: [UInt64: (origin: ContextID, reset: @MainActor @Sendable () -> Void)] = [:]
+        var resetters: [UInt64: (origin: ContextID, reset: @MainActor @Sendable (Commit) -> Void)] = [:]
     }
 
     private let state = Locked(State())
@@ -50,7 +50,7 @@ final class CommitHub: Sendable {
         let (resets, live, observers, streams) = state.withLock { state in
             let origin: ContextID? = commit.origin
             // A remote commit resets every per-consumer context: its source may be anywhere.
-            let resets: [@MainActor @Sendable () -> Void] = state.resetters
+            let resets: [@MainActor @Sendable (Commit) -> Void] = state.resetters
                 .filter { $0.key < horizon && (commit.isRemote || $0.value.origin == origin) }.map(\.value.reset)
             let live: [Observer] = state.live.filter { $0.key < horizon }.sorted { $0.key < $1.key }.map(\.value)
             let observers: [Observer] = state.observers
@@ -60,7 +60,7 @@ final class CommitHub: Sendable {
                 .filter { $0.key < horizon && ($0.value.origin == nil || $0.value.origin == origin) }.map(\.value.continuation)
             return (resets, live, observers, streams)
         }
-        for reset in resets { reset() }
+        for reset in resets { reset(commit) }
         for update in live { update(commit) }
         for observer in observers { observer(commit) }
         for stream in streams { stream.yield(commit) }
@@ -110,7 +110,7 @@ final class CommitHub: Sendable {
     }
 
     /// Registers a reset to run before observers of commits from `origin`; returns a token.
-    func addResetter(origin: ContextID, _ reset: @escaping @MainActor @Sendable () -> Void) -> UInt64 {
+    func addResetter(origin: ContextID, _ reset: @escaping @MainActor @Sendable (Commit) -> Void) -> UInt64 {
         state.withLock { state in
             let id = state.nextID
             state.nextID += 1

@@ -255,9 +255,9 @@ public final class FetchedResults<T: ManagedObject> {
     /// When the reload fails, the old objects are no longer valid (the context let them go), so
     /// the results empty (one empty section without `sectionBy`), reported as a reload, and
     /// are fetched whole again at the next commit that reaches them or the next reset.
-    func contextDidReset() {
+    func contextDidReset(touched: Set<ObjectID>) {
         do {
-            let reported = try reload(touched: [])
+            let reported = try reload(touched: touched)
             mustRefetch = false
             if !reported { afterQuietReset?() }
         } catch {
@@ -387,16 +387,18 @@ public final class FetchedResults<T: ManagedObject> {
         members[ObjectIdentifier(member)] = Member(value: member)
     }
 
-    func contextDidReset() {
+    /// `touched`: what the commit the context was reset for touched (nothing for `reset()`),
+    /// reported as updated where still shown.
+    func contextDidReset(touched: Set<ObjectID> = []) {
         let current = members.values.compactMap(\.value)
         members = members.filter { $0.value.value != nil }
-        for member in current { member.contextDidReset() }
+        for member in current { member.contextDidReset(touched: touched) }
     }
 }
 
 /// Something that must reload when its main context resets.
 @MainActor protocol ContextResetObserver: AnyObject {
-    func contextDidReset()
+    func contextDidReset(touched: Set<ObjectID>)
 }
 
 extension FetchedResults: ContextResetObserver {}
