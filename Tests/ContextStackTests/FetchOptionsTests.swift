@@ -15,6 +15,20 @@ import Testing
         return (harness.store, harness.world)
     }
 
+    /// Docs/Queries.md, "Options": a negative `.limit` or `.offset` counts as 0, in fetches and
+    /// in queries, on every store (PostgreSQL refuses a negative `LIMIT`).
+    @Test(arguments: Setup.all) @MainActor
+    func aNegativeLimitOrOffsetCountsAsZero(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
+        defer { withExtendedLifetime(store) {} }    // the store's database lives as long as it
+        #expect(try world.fetchAll(Person.self, options: .limit(-3)).isEmpty)
+        #expect(try world.fetch(Person.self, options: .limit(-1)) == nil)
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .offset(-5) | .limit(2)).map(\.age) == [0, 1])
+        #expect(try world.fetchIDs(Person.self, options: .limit(-1)).isEmpty)
+        #expect(try world.query(Person.self, .select("age"), orderBy: .ascending("age"), options: .offset(-2) | .limit(1)).map { $0["age"] } == [.integer(0)])
+        #expect(try world.query(Person.self, .select("age"), options: .limit(-1)).isEmpty)
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func batchesLoadOnFirstUseOneStatementPerBatch(setup: Setup) async throws {
         let (store, world) = try await Self.populated(setup)

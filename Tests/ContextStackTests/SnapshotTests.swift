@@ -349,6 +349,8 @@ import Testing
         #expect(ObjectID(ids.ann.description) == ids.ann)
         #expect(ObjectID(ids.rex.description) == ids.rex)
         #expect(ObjectID("Nobody/1") == nil)
+        #expect(ObjectID("Engineer/1") == nil, "a sub-entity's name: IDs name the top of a hierarchy")
+        #expect(ObjectID("Staff/1")?.entityName == "Staff")
         #expect(ObjectID("Person/x") == nil)
         #expect(ObjectID("Person") == nil)
         #expect(ObjectID("/1") == nil)
