@@ -3,6 +3,7 @@ import _ContextStackCore
 @testable import _ContextStackModel
 import _ContextStackSQLite
 @testable import _ContextStackSQLiteStore
+@testable import _ContextStackPostgres
 import Foundation
 import Testing
 
@@ -153,6 +154,48 @@ import Testing
         let uuids = try world.query(Sample.self, .min("uuid", alias: "low") | .max("uuid", alias: "high")).first
         #expect(uuids?["low"] == UUID(uuid: (0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF)).storedValue)
         #expect(uuids?["high"] == UUID(uuid: (0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00)).storedValue)
+    }
+
+    /// Docs/Queries.md, "What queries see": a query waits for the commits handed over before
+    /// it to be written, with no `flush()`. Here the writer is held, so a commit to the root
+    /// stays queued; a query started then counts it once the writer is let go (after half a
+    /// second: a bound, not a measure). Without the wait it would count what is stored now.
+    @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
+    func aQueryWaitsForTheCommitsHandedOverBeforeIt(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let ann = try context.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            ann.name = "Ann"
+            try update.commit()
+            return ann.objectID
+        }
+        try await store.stack.flush()
+        let release: () throws -> Void
+        if let url = store.database?.url {
+            let other = try PostgresConnection(PostgresSettings(url: url))
+            try other.execute("BEGIN")
+            try other.execute("SELECT 1 FROM \"Person\" WHERE \"Z_PK\" = \(ann.primaryKey) FOR UPDATE")
+            release = { try other.execute("COMMIT") }
+        } else {
+            let other = try store.rawConnection()
+            try other.execute("BEGIN IMMEDIATE")
+            release = { try other.execute("COMMIT") }
+        }
+        try context.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: ann)).age = 40
+            try update.create(Person.self).name = "Bob"
+            try update.commit()
+        }
+        let answer = Locked<Result<Value, any Error>?>(nil)
+        Thread.detachNewThread {
+            let result = Result { try context.beginUpdateAndWait { update in try update.queryValue(Person.self, .count("name")) } }
+            answer.withLock { $0 = result }
+        }
+        for _ in 0..<100 where answer.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        try release()
+        for _ in 0..<6000 where answer.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(try answer.withLock { $0 }?.get() == .integer(2))
     }
 
     /// A query honours `.noSubEntities` and `.tweak` (Docs/Queries.md, "Ordering and windowing
