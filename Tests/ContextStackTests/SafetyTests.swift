@@ -93,7 +93,7 @@ import Testing
         }
         #expect(try querySQL(.select("location") | .average("age", alias: "avgAge"), %"age" > 10, orderBy: .descending("avgAge"),
                              groupBy: (%"location").keyList, having: %"avgAge" > 20, options: .limit(5)) ==
-                #"SELECT t0."location" AS "location", avg(t0."age") AS "avgAge" FROM "Person" AS t0 WHERE t0."age" > ? GROUP BY t0."location" HAVING "avgAge" > ? ORDER BY "avgAge" DESC LIMIT ? OFFSET ?"#)
+                #"SELECT t0."location" AS "location", avg(t0."age") AS "avgAge" FROM "Person" AS t0 WHERE t0."age" > ? GROUP BY t0."location" HAVING avg(t0."age") > ? ORDER BY "avgAge" DESC LIMIT ? OFFSET ?"#)
         #expect(try querySQL(.median("age", alias: "med") | .stdDev("age", alias: "sd")) ==
                 #"SELECT cs_median(t0."age") AS "med", cs_stddev(t0."age") AS "sd" FROM "Person" AS t0"#)
     }
