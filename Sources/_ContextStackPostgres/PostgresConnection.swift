@@ -579,8 +579,14 @@ package final class PostgresConnection {
     /// libpq's own wait has no limit. A server that sends nothing for that long is taken as
     /// hung: the connection is left unusable (its owner closes it, which ends the session's
     /// transaction once the server process runs again) and `hungServer` is thrown.
+    ///
+    /// Over TLS, part of an answer can wait inside OpenSSL, already read from the socket, which
+    /// then looks idle (libpq's own wait asks OpenSSL first): there the socket is polled in
+    /// slices, and what TLS holds is taken before and after each.
     private func awaitAnswer(sql: String) throws(PostgresError) {
         guard let limit = answerLimit, PQisBusy(handle) == 1 else { return }
+        let tls = PQsslInUse(handle) == 1
+        if tls && (PQconsumeInput(handle) != 1 || PQisBusy(handle) == 0) { return }
         let start = DispatchTime.now().uptimeNanoseconds
         var socket = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
         repeat {
@@ -589,13 +595,16 @@ package final class PostgresConnection {
                 unusable = true
                 throw hungServer(sql: sql, limit: limit)
             }
-            let ready = poll(&socket, 1, Int32(clamping: limit - waited))
-            // Readable, or the socket failed: libpq reads it and tells (a broken connection
-            // makes `PQgetResult` return at once).
-            if ready > 0 && PQconsumeInput(handle) != 1 { return }
+            let ready = poll(&socket, 1, Int32(clamping: tls ? min(limit - waited, Self.tlsSlice) : limit - waited))
             if ready < 0 && errno != EINTR { return }
+            // Readable (or over TLS, any slice's end), or the socket failed: libpq reads it and
+            // tells (a broken connection makes `PQgetResult` return at once).
+            if (ready > 0 || tls) && PQconsumeInput(handle) != 1 { return }
         } while PQisBusy(handle) == 1
     }
+
+    /// Milliseconds a wait for an answer over TLS sleeps at most before it asks OpenSSL again.
+    private static let tlsSlice = 50
 
     /// The error of an answer that did not come within `limit` milliseconds.
     private func hungServer(sql: String, limit: Int) -> PostgresError {

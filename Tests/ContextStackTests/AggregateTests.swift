@@ -158,8 +158,8 @@ import Testing
 
     /// Docs/Queries.md, "What queries see": a query waits for the commits handed over before
     /// it to be written, with no `flush()`. Here the writer is held, so a commit to the root
-    /// stays queued; a query started then counts it once the writer is let go (after half a
-    /// second: a bound, not a measure). Without the wait it would count what is stored now.
+    /// stays queued; a query started then waits, and counts it once the writer is let go.
+    /// Without the wait it would answer at once, counting what is stored now.
     @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
     func aQueryWaitsForTheCommitsHandedOverBeforeIt(kind: StoreKind) async throws {
         let store = try TestStore(kind)
@@ -171,17 +171,7 @@ import Testing
             return ann.objectID
         }
         try await store.stack.flush()
-        let release: () throws -> Void
-        if let url = store.database?.url {
-            let other = try PostgresConnection(PostgresSettings(url: url))
-            try other.execute("BEGIN")
-            try other.execute("SELECT 1 FROM \"Person\" WHERE \"Z_PK\" = \(ann.primaryKey) FOR UPDATE")
-            release = { try other.execute("COMMIT") }
-        } else {
-            let other = try store.rawConnection()
-            try other.execute("BEGIN IMMEDIATE")
-            release = { try other.execute("COMMIT") }
-        }
+        let release = try store.holdTheWriterFromOutside(locking: ann)
         try context.beginUpdateAndWait { update in
             try #require(try update.fetch(Person.self, id: ann)).age = 40
             try update.create(Person.self).name = "Bob"
@@ -192,7 +182,8 @@ import Testing
             let result = Result { try context.beginUpdateAndWait { update in try update.queryValue(Person.self, .count("name")) } }
             answer.withLock { $0 = result }
         }
-        for _ in 0..<100 where answer.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        // Until the query waits for the writer, or answered; a bound, not a measure.
+        for _ in 0..<2000 where answer.withLock({ $0 == nil }) && store.writerWaiters < 1 { try await Task.sleep(for: .milliseconds(5)) }
         try release()
         for _ in 0..<6000 where answer.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
         #expect(try answer.withLock { $0 }?.get() == .integer(2))

@@ -99,17 +99,7 @@ import Testing
             return object.objectID
         }
         try await store.stack.flush()
-        let release: () throws -> Void
-        if let url = store.database?.url {
-            let other = try PostgresConnection(PostgresSettings(url: url))
-            try other.execute("BEGIN")
-            try other.execute("SELECT 1 FROM \"Person\" WHERE \"Z_PK\" = \(first.primaryKey) FOR UPDATE")
-            release = { try other.execute("COMMIT") }
-        } else {
-            let other = try store.rawConnection()
-            try other.execute("BEGIN IMMEDIATE")
-            release = { try other.execute("COMMIT") }
-        }
+        let release = try store.holdTheWriterFromOutside(locking: first)
         try world.beginUpdateAndWait { update in
             try #require(try update.fetch(Person.self, id: first)).email = "y@example.com"
             try update.commit()

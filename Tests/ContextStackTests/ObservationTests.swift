@@ -534,11 +534,6 @@ import Testing
         #expect(changes.count == 2 && changes.last?.insertedRows == [.at(0, 0), .at(0, 1)])
     }
 
-    /// `observe(_:)` reports an insert of its object only when it brings back an object whose
-    /// deletion failed to save (`FailedSaveTests.aFailedDeleteIsUndoneInMergingMainContexts`).
-    /// Here a commit made on another thread inserts Ann; the main actor, blocked until it is
-    /// written, fetches and observes her before the commit is delivered to the main actor's
-    /// observers: she hears nothing of her own insert.
     /// A commit that becomes visible while live results are being made — after their fetch
     /// read the store, before they were registered — reaches them: they register first. (It
     /// was delivered to nobody when no other listener existed, and the results never showed
@@ -629,6 +624,11 @@ import Testing
         #expect(results.objects.map(\.age) == [31])
     }
 
+    /// `observe(_:)` reports an insert of its object only when it brings back an object whose
+    /// deletion failed to save (`FailedSaveTests.aFailedDeleteIsUndoneInMergingMainContexts`).
+    /// Here a commit made on another thread inserts Ann; the main actor, blocked until it is
+    /// written, fetches and observes her before the commit is delivered to the main actor's
+    /// observers: she hears nothing of her own insert.
     @Test @MainActor func anObjectObservedBeforeItsInsertIsDeliveredHearsNothingOfIt() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)

@@ -541,7 +541,8 @@ import Testing
         let counts = (0..<ReadThreads.shared.limit).map { _ in
             Task { try await reader.aggregateValue(Person.self, .count("name")) }
         }
-        try await Task.sleep(for: .milliseconds(100))    // the aggregates are waiting
+        // Until every aggregate waits for the writer; a bound, not a measure.
+        for _ in 0..<2000 where store.writerWaiters < counts.count { try await Task.sleep(for: .milliseconds(5)) }
         #expect(try await reader.snapshots(Person.self, orderBy: .ascending("name")).map(\.name) == ["Ann", "Bob"])
         #expect(!releasedByWatchdog.withLock { $0 }, "the snapshot read waited for the writer")
         watchdog.cancel()

@@ -88,10 +88,8 @@ public final class MainContext: CommitSource {
         if let source {
             resetRegistration = stack.commits.addResetter(origin: source.contextID) { [weak self] commit in
                 guard let self else { return }
-                core.checkExecution("reset()")
-                core.reset()
                 // What the commit touched is reported as a merging context's results report it.
-                live.contextDidReset(touched: Set(commit.inserted + commit.updated + commit.deleted))
+                reset(touched: Set(commit.inserted + commit.updated + commit.deleted))
                 resetForDelivery = self.stack.commits.deliveries
             }
         }
@@ -169,9 +167,14 @@ public final class MainContext: CommitSource {
     /// Drops every object of this context. Using one afterwards is a precondition failure:
     /// fetch again. A context that does not merge sees the store as it is now from here on.
     public func reset() {
+        reset(touched: [])
+    }
+
+    /// `reset()`, its live results reporting `touched` as updated where they still show it.
+    private func reset(touched: Set<ObjectID>) {
         core.checkExecution("reset()")
         core.reset()
-        live.contextDidReset()
+        live.contextDidReset(touched: touched)
     }
 
     // MARK: Updating

@@ -108,13 +108,18 @@ extension MainContext {
         // per-consumer context resets at every commit it follows: the consumer got objects
         // that reset had let go, and trapped on the first use.
         let (changes, changed) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        results.onChange = { _ in changed.yield() }
+        let feed = LiveFeed(results: results, changes: changes.makeAsyncIterator(), element: element)
+        results.onChange = { [weak feed] _ in
+            feed?.changed()
+            changed.yield()
+        }
         // A reset that changed nothing the results show still let their objects go: the
         // consumer gets the new ones (not when there are none).
-        results.afterQuietReset = { [unowned results] in
-            if results.count > 0 { changed.yield() }
+        results.afterQuietReset = { [weak feed, unowned results] in
+            guard results.count > 0 else { return }
+            feed?.changed()
+            changed.yield()
         }
-        let feed = LiveFeed(results: results, changes: changes.makeAsyncIterator(), element: element)
         // The feed, and with it the results and their commit observation, live as long as
         // the consumer iterates.
         return AsyncStream { await feed.next() }
@@ -125,9 +130,14 @@ extension MainContext {
 /// results changed since the consumer last asked (changes that came meanwhile are one).
 @MainActor private final class LiveFeed<T: ManagedObject, Element: Sendable> {
     private let results: FetchedResults<T>
+    /// Rings once a change came, however many: what wakes `next`.
     private let changes: AsyncStream<Void>.Iterator
     private let element: @MainActor (FetchedResults<T>) -> Element
     private var started = false
+    /// How many changes came, and how many of them the last element showed: a ring left from
+    /// a change an element already showed (one before the first element) is not a change.
+    private var changeCount = 0
+    private var shownCount = 0
 
     init(results: FetchedResults<T>, changes: AsyncStream<Void>.Iterator, element: @escaping @MainActor (FetchedResults<T>) -> Element) {
         self.results = results
@@ -135,14 +145,19 @@ extension MainContext {
         self.element = element
     }
 
+    func changed() { changeCount += 1 }
+
     /// The next element, or `nil` once the consumer's task is cancelled.
     func next() async -> Element? {
         if started {
             // The iterator shares its stream's state: a copy waits as well as the original.
             var changes = self.changes
-            guard await changes.next(isolation: MainActor.shared) != nil else { return nil }
+            while shownCount == changeCount {
+                guard await changes.next(isolation: MainActor.shared) != nil else { return nil }
+            }
         }
         started = true
+        shownCount = changeCount
         return element(results)
     }
 }

@@ -69,6 +69,7 @@ extension Stack {
         // read thread: read threads are few and shared, and a writer held up (a lock another
         // transaction holds) would hold every read behind aggregates waiting on them.
         await store.awaitQueuedWritten()
+        try Task.checkCancellation()
         return try await ReadThreads.shared.run {
             try store.aggregate(entity: entity, select: select, condition: condition, orderBy: orderBy,
                                 groupBy: groupBy, having: having, options: options, waitsForQueued: false)

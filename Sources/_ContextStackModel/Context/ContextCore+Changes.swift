@@ -166,6 +166,9 @@ extension ContextCore {
     private func checkReferencesToBatchDeleted() throws {
         for object in changed.values where object.state == .inserted || object.state == .updated {
             for slot in object.entity.toOneSlots {
+                // Only what the update set: a stored reference a `.noAction` rule left goes
+                // out unchanged, and the writer checks only what a commit sets.
+                if object.state == .updated, let loaded = object.beforeImage, object.values[slot].isIdentical(to: loaded[slot]) { continue }
                 guard let target = foreignKey(object, object.entity.properties[slot]), batchDeleted.contains(target) else { continue }
                 throw SaveError(.relatesToDeletedObject, "The commit relates \(object.objectID) to \(target) through '\(object.entity.properties[slot].name)', but a batch delete of this update deleted \(target) after that change was made (a batch applies delete rules to stored rows, not to an update's pending changes). Nothing of this commit is saved: clear the relationship, or delete \(object.objectID) too, and commit again.", objects: [object.objectID, target])
             }

@@ -52,7 +52,7 @@ extension ContextCore {
         defer { endRead() }
         let entity = graph.entity(for: type)
         guard id.rootEntity === entity.rootDescription else { return nil }
-        if registered(id) != nil { try catchUp() }
+        if kind == .main && registered(id) != nil { try catchUp() }
         return try object(for: id) as? T
     }
 

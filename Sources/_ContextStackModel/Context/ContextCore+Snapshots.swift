@@ -54,7 +54,7 @@ extension ContextCore {
         // those of the objects a relationship change moves — a one-to-many membership is the
         // member's row, and a one-to-one change can clear another object's. (A many-to-many
         // membership is a join-table pair, which has no row to compare: it is checked once,
-        // above.)
+        // above. Its members are marked all the same, and checked if their rows change.)
         var moved: [ObjectID] = []
         for slot in ours.written {
             let property = object.entity.properties[slot]
@@ -88,7 +88,10 @@ extension ContextCore {
                 changes.append((slot, .value(ours.values[slot])))
             }
         }
-        let changedBefore = original == nil ? [] : Set(changed.keys)
+        // Only a relationship change can change other rows (attributes never do): the changed
+        // objects are listed only then, an apply of many attributes in one update stays linear.
+        let movesOthers = original != nil && changes.contains { if case .value = $0.change { false } else { true } }
+        let changedBefore = movesOthers ? Set(changed.keys) : []
         for (slot, change) in changes {
             willChange(object)
             switch change {
@@ -100,7 +103,9 @@ extension ContextCore {
         if original != nil {
             expectsStoredRow.insert(object.objectID)
             expectsStoredRow.formUnion(moved)
-            for id in changed.keys where !changedBefore.contains(id) { expectsStoredRow.insert(id) }
+            if movesOthers {
+                for id in changed.keys where !changedBefore.contains(id) { expectsStoredRow.insert(id) }
+            }
         }
     }
 

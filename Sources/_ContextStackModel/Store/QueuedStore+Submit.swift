@@ -44,8 +44,8 @@ extension QueuedStore {
                 // A batch operation queued and not yet written is not in the overlay: checked
                 // without it, a value it gives or frees would be judged wrongly, and the
                 // writer would fail the commit in the background. Its caller waits for it.
-                if unwritten == nil && changes.touchesUniqueKeys && state.lastBatchSequence > state.writtenSequence {
-                    unwritten = state.lastBatchSequence
+                if unwritten == nil && state.lastBatchSequence > state.writtenSequence && changes.touchesUniqueKeys {
+                    unwritten = Self.unwrittenBatch(before: changes, in: state)
                 }
                 if unwritten != nil { return nil }
                 var resolved = item
@@ -98,13 +98,37 @@ extension QueuedStore {
         }.max()
     }
 
+    /// The sequence up to which batch operations must be written before `changes`' uniqueness
+    /// can be checked: the last unwritten batch delete, or batch update of an entity whose
+    /// unique values `changes` sets; `nil` when there is none.
+    static func unwrittenBatch(before changes: ChangeSet, in state: QueueState) -> UInt64? {
+        var latest = state.lastBatchDelete > state.writtenSequence ? state.lastBatchDelete : 0
+        func consider(_ entity: ResolvedEntity) {
+            if let sequence = state.lastBatchUpdate[ObjectIdentifier(entity.rootDescription)], sequence > state.writtenSequence {
+                latest = max(latest, sequence)
+            }
+        }
+        for insert in changes.inserts where !insert.row.entity.uniqueConstraints.isEmpty { consider(insert.row.entity) }
+        for update in changes.updates where update.slots.contains(where: update.entity.uniqueSlots.contains) { consider(update.entity) }
+        return latest > 0 ? latest : nil
+    }
+
     /// Appends a resolved commit to the queue and the overlays (reads' only when it is visible
     /// now, not once written); says whether a drain must start.
     static func append(_ item: QueueItem, to state: inout QueueState, announce: (ChangeSet) -> Void) -> (Submission, Bool) {
         state.lastSequence += 1
         var item = item
         item.sequence = state.lastSequence
-        if item.batch != nil { state.lastBatchSequence = item.sequence }
+        switch item.batch {
+        case .update(let entity, _, _)?:
+            state.lastBatchUpdate[ObjectIdentifier(entity.rootDescription)] = item.sequence
+            state.lastBatchSequence = item.sequence
+        case .delete?:
+            state.lastBatchDelete = item.sequence
+            state.lastBatchSequence = item.sequence
+        case nil:
+            break
+        }
         state.queue(item.changes, sequence: item.sequence, visible: item.afterWrite == nil)
         releaseClaims(of: item.changes, in: &state)
         state.queue.append(item)

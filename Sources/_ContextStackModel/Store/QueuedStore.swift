@@ -120,6 +120,10 @@ package struct QueueState: Sendable {
     /// `writtenSequence`. A batch becomes visible only once written, so a commit's uniqueness
     /// check waits for it (`submit`).
     package var lastBatchSequence: UInt64 = 0
+    /// The sequence of the last batch update queued on each root entity, and of the last batch
+    /// delete (whose rules can reach any entity): what a commit's uniqueness check waits for.
+    var lastBatchUpdate: [ObjectIdentifier: UInt64] = [:]
+    var lastBatchDelete: UInt64 = 0
     var isDraining = false
     var errors: [any Error] = []
     /// Why a commit failed, by sequence number, for `waitUntilWritten`.

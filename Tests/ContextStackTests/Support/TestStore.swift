@@ -154,6 +154,35 @@ final class TestStore: Sendable {
         return try stack.sqliteStore.writer.withLock { _ in try body() }
     }
 
+    /// Holds the store's writer from outside, as another process's write would, until the
+    /// closure it returns is called: on SQLite a `BEGIN IMMEDIATE` on a connection of its own;
+    /// on PostgreSQL a lock on `person`'s row, which the writer waits for when a commit
+    /// changes that person (file and PostgreSQL stores).
+    func holdTheWriterFromOutside(locking person: ObjectID) throws -> () throws -> Void {
+        if let url = database?.url {
+            let other = try PostgresConnection(PostgresSettings(url: url))
+            try other.execute("BEGIN")
+            try other.execute("SELECT 1 FROM \"Person\" WHERE \"Z_PK\" = \(person.primaryKey) FOR UPDATE")
+            return { try other.execute("COMMIT") }
+        }
+        let other = try rawConnection()
+        try other.execute("BEGIN IMMEDIATE")
+        return { try other.execute("COMMIT") }
+    }
+
+    /// How many callers wait for the writer (`flush`, a commit that waits to be written, a
+    /// batch operation, an aggregate query, a check waiting for an unwritten commit or batch).
+    var writerWaiters: Int {
+        if let postgres = stack.store as? PostgresStore { return postgres.state.withLock { $0.waiters.count } }
+        return stack.sqliteStore.state.withLock { $0.waiters.count }
+    }
+
+    /// Whether a batch operation is queued and not written yet.
+    var hasUnwrittenBatch: Bool {
+        if let postgres = stack.store as? PostgresStore { return postgres.hasUnwrittenBatch }
+        return stack.sqliteStore.hasUnwrittenBatch
+    }
+
     /// How many commits the store was handed so far (its last sequence number).
     var commitsHandedOver: UInt64 {
         if let postgres = stack.store as? PostgresStore { return postgres.state.withLock { $0.lastSequence } }
