@@ -225,36 +225,25 @@ import Testing
         let harness = try TopologyHarness(setup)
         let ids = try await harness.write(Self.makePeople)
         let context = try Context(stack: harness.stack)
-        func move(_ pet: ObjectID, to owner: ObjectID) async throws {
+        // (whose pets the request sets, to what; the pet another request gives Bob meanwhile)
+        let cases: [(String, ObjectID, [ObjectID], ObjectID)] = [("a member removed", ids.ann, [ids.tom], ids.rex),
+                                                                 ("a member added", ids.cy, [ids.tom], ids.tom)]
+        for (label, owner, pets, moved) in cases {
+            let original = try #require(try await context.snapshot(Person.self, id: owner))
+            var edited = original
+            edited.pets = pets
+            let slow = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
+            try slow.performAndWait { update in try update.apply(edited, expecting: original) }
             try await harness.transaction { update in
-                let person = try #require(try update.fetch(Person.self, id: owner))
-                try #require(try update.fetch(Pet.self, id: pet)).owner = person
+                let bob = try #require(try update.fetch(Person.self, id: ids.bob))
+                try #require(try update.fetch(Pet.self, id: moved)).owner = bob
             }
+            #expect(throws: MergeConflictError.self, "\(label)") {
+                try slow.performAndWait { update in try update.commit() }
+            }
+            try await harness.stack.flush()
+            #expect(try await context.snapshot(Pet.self, id: moved)?.owner == ids.bob, "\(label)")
         }
-
-        let ann = try #require(try await context.snapshot(Person.self, id: ids.ann))
-        var withoutRex = ann
-        withoutRex.pets = [ids.tom]
-        let slow = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
-        try slow.performAndWait { update in try update.apply(withoutRex, expecting: ann) }
-        try await move(ids.rex, to: ids.bob)
-        #expect(throws: MergeConflictError.self, "a member removed") {
-            try slow.performAndWait { update in try update.commit() }
-        }
-        try await harness.stack.flush()
-        #expect(try await context.snapshot(Pet.self, id: ids.rex)?.owner == ids.bob)
-
-        let cy = try #require(try await context.snapshot(Person.self, id: ids.cy))
-        var withTom = cy
-        withTom.pets = [ids.tom]
-        let other = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
-        try other.performAndWait { update in try update.apply(withTom, expecting: cy) }
-        try await move(ids.tom, to: ids.bob)
-        #expect(throws: MergeConflictError.self, "a member added") {
-            try other.performAndWait { update in try update.commit() }
-        }
-        try await harness.stack.flush()
-        #expect(try await context.snapshot(Pet.self, id: ids.tom)?.owner == ids.bob)
     }
 
     @Test(arguments: Setup.all) @MainActor
