@@ -70,8 +70,7 @@ extension ContextCore {
         var gone = Set<ObjectID>()
         for object in changed.values where object.state == .deleted { try checkDenyRules(of: object) }
         for object in deletedInsertsToCheck { try checkDenyRules(of: object) }
-        if !deletedInsertsToCheck.isEmpty { try checkReferencesToDeletedInserts() }
-        if !batchDeleted.isEmpty { try checkReferencesToBatchDeleted() }
+        if !deletedInsertsToCheck.isEmpty || !batchDeleted.isEmpty { try checkReferencesToDeletedObjects() }
         // In key order, table by table, not the dictionary's: a B-tree takes rows in key order
         // at its right edge and updates them a page at a time, where rows in hash order land all
         // over the table. With a table larger than SQLite's page cache, each of those read and
@@ -144,33 +143,29 @@ extension ContextCore {
         }
     }
 
-    /// Throws `.relatesToDeletedObject` when an object of the commit points at one this update
-    /// created and then deleted, which a `.noAction` rule left it pointing at: that object is
-    /// never stored, and the writer would fail the whole commit for it, in the background under
-    /// a root.
-    private func checkReferencesToDeletedInserts() throws {
-        let gone = Set(deletedInsertsToCheck.map(\.objectID))
+    /// Throws `.relatesToDeletedObject` when a to-one reference the commit sets points at an
+    /// object that will not be stored: one this update created and then deleted (a `.noAction`
+    /// rule left the reference), or one a batch delete of this update removed after the
+    /// reference was made (a batch applies delete rules to stored rows, not to pending
+    /// changes). The writer would fail the whole commit for it, in the background under a
+    /// root. Only references the commit sets: a stored one goes out unchanged, and the writer
+    /// checks only what a commit sets. (A many-to-many pair to such an object goes with it:
+    /// `makeChangeSet` leaves it out.)
+    private func checkReferencesToDeletedObjects() throws {
+        let neverStored = Set(deletedInsertsToCheck.map(\.objectID))
         for object in changed.values where object.state == .inserted || object.state == .updated {
             for slot in object.entity.toOneSlots {
-                guard let target = foreignKey(object, object.entity.properties[slot]), gone.contains(target) else { continue }
-                throw SaveError(.relatesToDeletedObject, "The commit relates \(object.objectID) to \(target) through '\(object.entity.properties[slot].name)', but this update created \(target) and then deleted it (its inverse relationship's rule, .noAction, leaves the reference), so it is never stored. Nothing of this commit is saved: clear the relationship, or delete \(object.objectID) too, and commit again.", objects: [object.objectID, target])
-            }
-        }
-    }
-
-    /// Throws `.relatesToDeletedObject` when an object of the commit points at an object a batch
-    /// delete of this update removed after the update made that reference: the batch applied
-    /// delete rules to stored rows only, and the writer would fail the whole commit for it, in
-    /// the background under a root. (A many-to-many pair the update added goes with its
-    /// deleted end, as the stored ones did: `makeChangeSet` leaves it out.)
-    private func checkReferencesToBatchDeleted() throws {
-        for object in changed.values where object.state == .inserted || object.state == .updated {
-            for slot in object.entity.toOneSlots {
-                // Only what the update set: a stored reference a `.noAction` rule left goes
-                // out unchanged, and the writer checks only what a commit sets.
                 if object.state == .updated, let loaded = object.beforeImage, object.values[slot].isIdentical(to: loaded[slot]) { continue }
-                guard let target = foreignKey(object, object.entity.properties[slot]), batchDeleted.contains(target) else { continue }
-                throw SaveError(.relatesToDeletedObject, "The commit relates \(object.objectID) to \(target) through '\(object.entity.properties[slot].name)', but a batch delete of this update deleted \(target) after that change was made (a batch applies delete rules to stored rows, not to an update's pending changes). Nothing of this commit is saved: clear the relationship, or delete \(object.objectID) too, and commit again.", objects: [object.objectID, target])
+                guard let target = foreignKey(object, object.entity.properties[slot]) else { continue }
+                let why: String
+                if neverStored.contains(target) {
+                    why = "this update created \(target) and then deleted it (its inverse relationship's rule, .noAction, leaves the reference), so it is never stored"
+                } else if batchDeleted.contains(target) {
+                    why = "a batch delete of this update deleted \(target) after that change was made (a batch applies delete rules to stored rows, not to an update's pending changes)"
+                } else {
+                    continue
+                }
+                throw SaveError(.relatesToDeletedObject, "The commit relates \(object.objectID) to \(target) through '\(object.entity.properties[slot].name)', but \(why). Nothing of this commit is saved: clear the relationship, or delete \(object.objectID) too, and commit again.", objects: [object.objectID, target])
             }
         }
     }

@@ -244,7 +244,7 @@ package final class ContextCore: @unchecked Sendable {
         guard other.state != .deleted else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': \(other) is deleted in this update.")
         }
-        guard let destination = property.destination, destination.includes(other.entity) else {
+        guard canRelate(other, through: property) else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': it holds \(property.destination?.name ?? "?") objects.")
         }
     }
