@@ -120,14 +120,9 @@ extension QueuedStore {
         var item = item
         item.sequence = state.lastSequence
         switch item.batch {
-        case .update(let entity, _, _)?:
-            state.lastBatchUpdate[ObjectIdentifier(entity.rootDescription)] = item.sequence
-            state.lastBatchSequence = item.sequence
-        case .delete?:
-            state.lastBatchDelete = item.sequence
-            state.lastBatchSequence = item.sequence
-        case nil:
-            break
+        case .update(let entity, _, _)?: state.lastBatchUpdate[ObjectIdentifier(entity.rootDescription)] = item.sequence
+        case .delete?: state.lastBatchDelete = item.sequence
+        case nil: break
         }
         state.queue(item.changes, sequence: item.sequence, visible: item.afterWrite == nil)
         releaseClaims(of: item.changes, in: &state)

@@ -116,14 +116,14 @@ package struct QueueState: Sendable {
     var queue: [QueueItem] = []
     package var lastSequence: UInt64 = 0
     package var writtenSequence: UInt64 = 0
-    /// The sequence of the last batch operation queued: unwritten while it is above
-    /// `writtenSequence`. A batch becomes visible only once written, so a commit's uniqueness
-    /// check waits for it (`submit`).
-    package var lastBatchSequence: UInt64 = 0
     /// The sequence of the last batch update queued on each root entity, and of the last batch
-    /// delete (whose rules can reach any entity): what a commit's uniqueness check waits for.
+    /// delete (whose rules can reach any entity): a batch becomes visible only once written,
+    /// so a commit's uniqueness check waits for it (`submit`).
     var lastBatchUpdate: [ObjectIdentifier: UInt64] = [:]
     var lastBatchDelete: UInt64 = 0
+    /// The sequence of the last batch operation queued: unwritten while it is above
+    /// `writtenSequence`.
+    var lastBatchSequence: UInt64 { max(lastBatchDelete, lastBatchUpdate.values.max() ?? 0) }
     var isDraining = false
     var errors: [any Error] = []
     /// Why a commit failed, by sequence number, for `waitUntilWritten`.
@@ -247,11 +247,7 @@ extension QueuedStore {
     /// Waits until every commit handed over before the call is written, then throws the
     /// first error of a failed background save since the last flush, if any.
     package func flush() async throws {
-        let waiter = FlushWaiter()
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            waiter.setContinuation(continuation)
-            register(waiter, upTo: nil)
-        }
+        try await suspend(until: FlushWaiter(), upTo: nil)
     }
 
     /// Blocks until every commit handed over before the call is written (or failed), without
@@ -261,11 +257,7 @@ extension QueuedStore {
     }
 
     package func awaitQueuedWritten() async {
-        let waiter = FlushWaiter(reporting: .nothing)
-        try? await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            waiter.setContinuation(continuation)
-            register(waiter, upTo: nil)
-        }
+        try? await suspend(until: FlushWaiter(reporting: .nothing), upTo: nil)
     }
 
     /// Blocks until the commits up to `sequence` are written (or failed), reporting nothing.
@@ -284,7 +276,12 @@ extension QueuedStore {
 
     /// Waits until the commit with `sequence` is written; throws if saving it failed.
     package func waitUntilWritten(_ sequence: UInt64) async throws {
-        let waiter = FlushWaiter(sequence: sequence)
+        try await suspend(until: FlushWaiter(sequence: sequence), upTo: sequence)
+    }
+
+    /// Suspends until `waiter` is resumed by the writer, once the commits up to `sequence`
+    /// (all those handed over, for `nil`) are written; throws what the waiter reports.
+    private func suspend(until waiter: FlushWaiter, upTo sequence: UInt64?) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             waiter.setContinuation(continuation)
             register(waiter, upTo: sequence)
