@@ -107,18 +107,12 @@ extension MainContext {
         // change came could wait for the consumer behind another commit's delivery, and a
         // per-consumer context resets at every commit it follows: the consumer got objects
         // that reset had let go, and trapped on the first use.
-        let (changes, changed) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        let feed = LiveFeed(results: results, changes: changes.makeAsyncIterator(), element: element)
-        results.onChange = { [weak feed] _ in
-            feed?.changed()
-            changed.yield()
-        }
+        let feed = LiveFeed(results: results, element: element)
+        results.onChange = { [weak feed] _ in feed?.changed() }
         // A reset that changed nothing the results show still let their objects go: the
         // consumer gets the new ones (not when there are none).
         results.afterQuietReset = { [weak feed, unowned results] in
-            guard results.count > 0 else { return }
-            feed?.changed()
-            changed.yield()
+            if results.count > 0 { feed?.changed() }
         }
         // The feed, and with it the results and their commit observation, live as long as
         // the consumer iterates.
@@ -130,33 +124,35 @@ extension MainContext {
 /// results changed since the consumer last asked (changes that came meanwhile are one).
 @MainActor private final class LiveFeed<T: ManagedObject, Element: Sendable> {
     private let results: FetchedResults<T>
-    /// Rings once a change came, however many: what wakes `next`.
-    private let changes: AsyncStream<Void>.Iterator
     private let element: @MainActor (FetchedResults<T>) -> Element
-    private var started = false
-    /// How many changes came, and how many of them the last element showed: a ring left from
-    /// a change an element already showed (one before the first element) is not a change.
+    /// Rings once a change came, however many: what wakes `next`.
+    private let rings: AsyncStream<Void>.Iterator
+    private let ring: AsyncStream<Void>.Continuation
+    /// How many changes came, and how many of them the last element showed (-1 before the
+    /// first): a ring left from a change an element already showed is not a change.
     private var changeCount = 0
-    private var shownCount = 0
+    private var shownCount = -1
 
-    init(results: FetchedResults<T>, changes: AsyncStream<Void>.Iterator, element: @escaping @MainActor (FetchedResults<T>) -> Element) {
+    init(results: FetchedResults<T>, element: @escaping @MainActor (FetchedResults<T>) -> Element) {
         self.results = results
-        self.changes = changes
         self.element = element
+        let (rings, ring) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        self.rings = rings.makeAsyncIterator()
+        self.ring = ring
     }
 
-    func changed() { changeCount += 1 }
+    func changed() {
+        changeCount += 1
+        ring.yield()
+    }
 
     /// The next element, or `nil` once the consumer's task is cancelled.
     func next() async -> Element? {
-        if started {
-            // The iterator shares its stream's state: a copy waits as well as the original.
-            var changes = self.changes
-            while shownCount == changeCount {
-                guard await changes.next(isolation: MainActor.shared) != nil else { return nil }
-            }
+        // The iterator shares its stream's state: a copy waits as well as the original.
+        var rings = self.rings
+        while shownCount == changeCount {
+            guard await rings.next(isolation: MainActor.shared) != nil else { return nil }
         }
-        started = true
         shownCount = changeCount
         return element(results)
     }
