@@ -276,20 +276,9 @@ package final class PostgresConnection {
         guard let sql = unanswered else { return }
         unanswered = nil
         roundTrips += 1
-        var failure: PostgresError?
-        while true {
-            try awaitAnswer(sql: sql)
-            guard let result = PQgetResult(handle) else { break }
-            if failure == nil {
-                do {
-                    try check(result, sql: sql)
-                } catch {
-                    failure = error
-                }
-            }
-            PQclear(result)
-        }
-        if let failure { throw failure }
+        guard let result = try answer(sql: sql) else { return }
+        defer { PQclear(result) }
+        try check(result, sql: sql)
     }
 
     // MARK: - Prepared statements
