@@ -69,16 +69,15 @@ extension SQLiteStore {
         }
     }
 
-    /// The position of the newest transaction `deleteHistory(before:)` deleted, if it ever
-    /// deleted one.
-    static func purgeWatermark(on connection: any QueryConnection) throws -> Int64? {
-        try connection.scalar("SELECT value FROM Z_METADATA WHERE key = 'historyPurged'").int64Value
+    /// The newest transaction `deleteHistory(before:)` deleted, if it ever deleted one.
+    static func purgeWatermark(on connection: any QueryConnection) throws -> HistoryToken? {
+        try connection.scalar("SELECT value FROM Z_METADATA WHERE key = 'historyPurged'").int64Value.map { HistoryToken(position: $0) }
     }
 
     /// Throws `expired` when transactions after `token` were deleted.
     private func checkNotExpired(_ token: HistoryToken?, connection: any QueryConnection) throws {
         guard let purged = try Self.purgeWatermark(on: connection) else { return }
-        if (token?.position ?? 0) < purged {
+        if (token?.position ?? 0) < purged.position {
             throw HistoryError(.expired, "The history after token \(token.map(String.init(describing:)) ?? "nil (the beginning)") was deleted (deleteHistory(before:)) up to transaction \(purged): it cannot say everything that changed since. Fetch the current state again, then follow the history from stack.lastHistoryToken().")
         }
     }
@@ -217,7 +216,7 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
         } catch let error as HistoryError where error.code == .expired {
             // Deleted before this watcher read it: what changed cannot be known. Go on from
             // the last deleted transaction, so every one the purge kept is delivered, and say so.
-            if let purged = try? SQLiteStore.purgeWatermark(on: connection) { last = HistoryToken(position: purged) }
+            if let purged = try? SQLiteStore.purgeWatermark(on: connection) { last = purged }
             store.reportError(error)
         } catch {
             if !failing { store.reportError(error) }
