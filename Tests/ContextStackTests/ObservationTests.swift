@@ -534,6 +534,21 @@ import Testing
         #expect(changes.count == 2 && changes.last?.insertedRows == [.at(0, 0), .at(0, 1)])
     }
 
+    /// Commits a person named `name` through `writer` on another thread, and blocks this one
+    /// until it is written (a minute at most): on the main actor, the commit's delivery waits
+    /// behind what the caller does next. Whether it was written in time.
+    private static func commitBlockingThisThread(_ writer: Context, named name: String) -> Bool {
+        let written = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? writer.beginUpdateAndWait { update in
+                try update.create(Person.self).name = name
+                try update.commit()
+            }
+            written.signal()
+        }
+        return written.wait(timeout: .now() + 60) == .success
+    }
+
     /// A commit that becomes visible while live results are being made — after their fetch
     /// read the store, before they were registered — reaches them: they register first. (It
     /// was delivered to nobody when no other listener existed, and the results never showed
@@ -551,15 +566,7 @@ import Testing
         let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"), objectFilter: { _ in
             if armed {
                 armed = false
-                let written = DispatchSemaphore(value: 0)
-                Thread.detachNewThread {
-                    try? writer.beginUpdateAndWait { update in
-                        try update.create(Person.self).name = "Bob"
-                        try update.commit()
-                    }
-                    written.signal()
-                }
-                #expect(written.wait(timeout: .now() + 60) == .success)
+                #expect(Self.commitBlockingThisThread(writer, named: "Bob"))
             }
             return true
         })
@@ -576,16 +583,8 @@ import Testing
         let world = try MainContext(stack: store.stack)
         let everything = store.stack.observeCommit { _ in }    // so that the commit is published
         let writer = try Context(stack: store.stack, updateTarget: .persistentStore)
-        let written = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            try? writer.beginUpdateAndWait { update in
-                try update.create(Person.self).name = "Bob"
-                try update.commit()
-            }
-            written.signal()
-        }
         // Blocks the main actor, so that the commit's delivery waits behind the results.
-        #expect(written.wait(timeout: .now() + 60) == .success)
+        #expect(Self.commitBlockingThisThread(writer, named: "Bob"))
         let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
         var changes: [ResultsChange] = []
         results.onChange = { changes.append($0) }

@@ -452,12 +452,9 @@ import Testing
         #expect(try world.fetch(Engineer.self)?.snapshot == eve)
     }
 
-    /// Docs/Servers.md, "Where they run": each async read has its own reader connection and
-    /// never waits for the writer. With the writer held (a write in progress) and a commit
-    /// queued behind it, `snapshots`, `snapshot(_:id:)` and `count` finish, and show the queued
-    /// commit. (An in-memory store reads on its writer's connection, as the page says.)
-    @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
-    func asyncReadsDoNotWaitForTheWriter(kind: StoreKind) async throws {
+    /// A store of `kind` with Ann written, and Bob committed to the root while a thread of its
+    /// own holds the writer: Bob stays queued, unwritten, until `release` is signalled.
+    private func annWrittenAndBobQueued(_ kind: StoreKind) async throws -> (store: TestStore, ann: ObjectID, release: DispatchSemaphore) {
         let store = try TestStore(kind)
         let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
         let ann = try context.beginUpdateAndWait { update in
@@ -467,7 +464,6 @@ import Testing
             return ann.objectID
         }
         try await store.stack.flush()
-
         let held = Locked(false)
         let release = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
@@ -480,8 +476,18 @@ import Testing
                 release.wait()
             }
         }
-        defer { release.signal() }
         while !held.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+        return (store, ann, release)
+    }
+
+    /// Docs/Servers.md, "Where they run": each async read has its own reader connection and
+    /// never waits for the writer. With the writer held (a write in progress) and a commit
+    /// queued behind it, `snapshots`, `snapshot(_:id:)` and `count` finish, and show the queued
+    /// commit. (An in-memory store reads on its writer's connection, as the page says.)
+    @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
+    func asyncReadsDoNotWaitForTheWriter(kind: StoreKind) async throws {
+        let (store, ann, release) = try await annWrittenAndBobQueued(kind)
+        defer { release.signal() }
 
         let reader = try Context(stack: store.stack)
         #expect(try await reader.snapshots(Person.self, orderBy: .ascending("name")).map(\.name) == ["Ann", "Bob"])
@@ -498,26 +504,7 @@ import Testing
     /// writer goes on, the aggregates count the queued commit.
     @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
     func aggregatesWaitingForTheWriterHoldNoReadThread(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
-        try context.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Ann"
-            try update.commit()
-        }
-        try await store.stack.flush()
-        let held = Locked(false)
-        let release = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            try? store.holdingTheWriter {
-                try context.beginUpdateAndWait { update in
-                    try update.create(Person.self).name = "Bob"
-                    try update.commit()
-                }
-                held.withLock { $0 = true }
-                release.wait()
-            }
-        }
-        while !held.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+        let (store, _, release) = try await annWrittenAndBobQueued(kind)
         // Should the aggregates hold the read threads, the writer is let go after a while, so
         // that the test ends (and fails) rather than hangs.
         let releasedByWatchdog = Locked(false)
