@@ -100,14 +100,28 @@ package final class PostgresConnection {
         // server says which one the session has.
         var timeout = settings.statementTimeout
         if settings.mayOverrideStatementTimeout(options: pairs.last { $0.0 == "options" }?.1 ?? "") {
-            let result = PQexec(handle, "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'")
-            defer { PQclear(result) }
-            guard PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, let value = Int(String(cString: PQgetvalue(result, 0, 0))) else {
-                throw PostgresError(code: .cannotConnect, message: "could not read the statement timeout of the session on \(settings.redactedURL): \(Self.trimmed(PQerrorMessage(handle)))")
-            }
-            timeout = value
+            timeout = try readStatementTimeout()
         }
         answerLimit = timeout > 0 ? timeout + settings.hungServerMargin : nil
+    }
+
+    /// The session's statement timeout in milliseconds, as the server has it. Its answer is
+    /// waited for at most `hungServerMargin`: it comes at once from a server that runs, and
+    /// the session's own limit is what is not known yet.
+    /// - Throws: `PostgresError` with a class 08 code when the server does not answer.
+    package func readStatementTimeout() throws(PostgresError) -> Int {
+        let sql = "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'"
+        let kept = answerLimit
+        answerLimit = settings.hungServerMargin
+        defer { answerLimit = kept }
+        guard PQsendQuery(handle, sql) == 1 else { throw lostConnection(sql: sql) }
+        let result = try answer(sql: sql)
+        defer { PQclear(result) }
+        try check(result, sql: sql)
+        guard PQntuples(result) == 1, let value = Int(String(cString: PQgetvalue(result, 0, 0))) else {
+            throw PostgresError(code: .cannotConnect, message: "could not read the statement timeout of the session on \(settings.redactedURL)", sql: sql)
+        }
+        return value
     }
 
     deinit {
@@ -597,7 +611,9 @@ package final class PostgresConnection {
 
     /// The error of an answer that did not come within `limit` milliseconds.
     private func hungServer(sql: String, limit: Int) -> PostgresError {
-        PostgresError(code: .connectionLost, message: "no answer from \(settings.redactedURL) within \(limit) ms (the statement timeout plus \(settings.hungServerMargin) ms): the server process is taken as hung and the connection is closed; whether the statement took effect is known only by reading its rows again", sql: sql)
+        // Only the read of the session's own statement timeout waits for the margin alone.
+        let why = limit == settings.hungServerMargin ? "" : " (the statement timeout plus \(settings.hungServerMargin) ms)"
+        return PostgresError(code: .connectionLost, message: "no answer from \(settings.redactedURL) within \(limit) ms\(why): the server process is taken as hung and the connection is closed; whether the statement took effect is known only by reading its rows again", sql: sql)
     }
 
     // MARK: - Errors

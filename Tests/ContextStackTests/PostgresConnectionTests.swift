@@ -299,8 +299,8 @@ struct PostgresConnectionTests {
     /// so TCP finds nothing, and stopped, so its statement timeout never fires) is given up
     /// after the statement timeout and the margin: the statement fails as a lost connection,
     /// and the connection counts as broken, for its owner to replace. Whether it waited for a
-    /// simple query, a prepared statement or a pipeline's `COMMIT`. The process is stopped with
-    /// `SIGSTOP`, so only on a server of our own.
+    /// simple query, a prepared statement, a pipeline's `COMMIT` or, at connect, the session's
+    /// statement timeout. The process is stopped with `SIGSTOP`, so only on a server of our own.
     @Test func aServerProcessThatStopsIsGivenUpAfterTheTimeoutAndTheMargin() throws {
         guard try PostgresServer.shared.get().folder != nil else { return }
         var settings = PostgresSettings(url: database.url, statementTimeout: 200)
@@ -331,6 +331,16 @@ struct PostgresConnectionTests {
             #expect(error.message.contains("within 500 ms") && error.message.contains("taken as hung"), "\(name): \(error)")
             #expect(stopped.isBroken, "\(name)")
         }
+        // The read of the session's statement timeout, at connect when the URL or `PGOPTIONS`
+        // may set one, is bounded too: by the margin alone, the session's limit being unknown.
+        let connected = try PostgresConnection(settings)
+        let process = connected.backendPID
+        #expect(kill(process, SIGSTOP) == 0)
+        defer { kill(process, SIGCONT) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 10) { kill(process, SIGCONT) }
+        let error = try #require(throws: PostgresError.self) { try connected.readStatementTimeout() }
+        #expect(error.code == .connectionLost && error.message.contains("within 300 ms: the server process is taken as hung"), "\(error)")
+        #expect(connected.isBroken)
     }
 
     /// A statement sent without waiting is answered before the connection's next use, and its
