@@ -79,6 +79,23 @@ import Testing
         expectTrapMessage(result, contains: "used outside its update", "pass its objectID")
     }
 
+    /// Docs/Servers.md: an object taken out of a `transaction` — it compiles, `ManagedObject`
+    /// being `Sendable` — traps where it is used after the transaction returns, naming the fix.
+    @Test func usingAnObjectTakenOutOfATransactionTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let store = try TestStore(.memory)
+            let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+            let escaped = try await context.transaction { update in
+                let person = try update.create(Person.self)
+                person.name = "Ann"
+                return person
+            }
+            _ = escaped.name
+            _ = store
+        }
+        expectTrapMessage(result, contains: "used outside its update", "pass its objectID")
+    }
+
     @Test func touchingAMainContextObjectOffTheMainActorTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let pet = try await MainActor.run { () -> Pet in
