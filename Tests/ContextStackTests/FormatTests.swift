@@ -140,6 +140,10 @@ import Testing
         Case("name CONTAINS[c] 'ONK'", is: %"name"%.contains("ONK", options: .caseInsensitive)),
         Case("name BEGINSWITH[cd] 'e'", is: %"name"%.beginsWith("e", options: [.caseInsensitive, .diacriticInsensitive])),
         Case("name BeginsWith [ dc ] 'e'", is: %"name"%.beginsWith("e", options: [.caseInsensitive, .diacriticInsensitive])),
+        // Options in upper case, and repeated, as NSPredicate takes them.
+        Case("name BEGINSWITH[CD] 'e'", is: %"name"%.beginsWith("e", options: [.caseInsensitive, .diacriticInsensitive])),
+        Case("name CONTAINS[C] 'ONK'", is: %"name"%.contains("ONK", options: .caseInsensitive)),
+        Case("name ENDSWITH[dd] 'k'", is: %"name"%.endsWith("k", options: .diacriticInsensitive)),
         Case("name ENDSWITH[d] 'k'", is: %"name"%.endsWith("k", options: .diacriticInsensitive)),
         Case("name MATCHES 'M.n.*'", is: %"name"%.matches("M.n.*")),
         Case("name MATCHES[c] 'm.*'", is: %"name"%.matches("m.*", options: .caseInsensitive)),

@@ -248,7 +248,9 @@ import Testing
     /// it — reading history or its last token throws `.notTracked` (Docs/History.md).
     @Test(arguments: StoreKind.available) func everyStoreWithoutHistorySaysSo(kind: StoreKind) throws {
         let store = try TestStore(kind, tracksHistory: false)
-        let calls: [() throws -> Void] = [{ _ = try store.stack.history(after: nil) }, { _ = try store.stack.lastHistoryToken() }]
+        let token = HistoryToken(position: 1)
+        let calls: [() throws -> Void] = [{ _ = try store.stack.history(after: nil) }, { _ = try store.stack.lastHistoryToken() },
+                                          { try store.stack.deleteHistory(before: token) }]
         for call in calls {
             #expect { try call() } throws: { ($0 as? HistoryError)?.code == .notTracked }
         }

@@ -112,12 +112,16 @@ import Testing
             { _ = try world.fetchAll(Sample.self, orderBy: .ascending("decimal")) },
             { _ = try world.fetchAll(Sample.self, %"decimal" > Decimal(1)) },
             { _ = try world.fetchAll(Sample.self, %"optionalDecimal" <= Decimal(string: "2.5")!) },
+            { _ = try world.fetchAll(Sample.self, %"decimal"%.between(Decimal(1), Decimal(2))) },
         ] {
             #expect { try refused() } throws: { error in
                 guard let error = error as? QueryError else { return false }
                 return error.code == .unsupported && error.message.contains("decimal")
             }
         }
+        // Ordering a decimal against another key compares two different kinds of text: a type
+        // mismatch (Docs/Predicates.md).
+        #expect { _ = try world.fetchAll(Sample.self, %"decimal" < %"optionalDecimal") } throws: { ($0 as? QueryError)?.code == .typeMismatch }
         // A string operator on a key that is not text, and a quantifier on a key that is not
         // a to-many relationship (Docs/Predicates.md, "Errors").
         for (condition, code) in [((%"age").beginsWith("1"), QueryError.Code.typeMismatch), (%"name"%.any == "x", .unsupported)] {

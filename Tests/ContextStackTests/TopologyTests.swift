@@ -218,14 +218,21 @@ import Testing
         withExtendedLifetime(token) {}
     }
 
+    /// Docs/Errors.md: `StackError.unsupportedTopology`, with a message naming what works instead.
     @Test func topologiesThatCannotWorkThrowAtInit() async throws {
         let noRoot = try TestStore(.memory, rootContext: .none)
-        await MainActor.run {
-            #expect(throws: StackError.self) { try MainContext(stack: noRoot.stack, updateTarget: .rootContext(autoMerge: true)) }
-            #expect(throws: StackError.self) { try MainContext(stack: noRoot.stack, updateTarget: .rootContext(autoMerge: false)) }
+        func refused(_ fix: String) -> (any Error) -> Bool {
+            { error in
+                guard let error = error as? StackError else { return false }
+                return error.code == .unsupportedTopology && error.message.contains(fix)
+            }
         }
-        #expect(throws: StackError.self) { try Context(stack: noRoot.stack, updateTarget: .rootContext(autoMerge: false)) }
-        #expect(throws: StackError.self) { try Context(stack: noRoot.stack, updateTarget: .mainContext) }
+        await MainActor.run {
+            #expect(performing: { try MainContext(stack: noRoot.stack, updateTarget: .rootContext(autoMerge: true)) }, throws: refused("rootContext: .shared"))
+            #expect(performing: { try MainContext(stack: noRoot.stack, updateTarget: .rootContext(autoMerge: false)) }, throws: refused("rootContext: .shared"))
+        }
+        #expect(performing: { try Context(stack: noRoot.stack, updateTarget: .rootContext(autoMerge: false)) }, throws: refused("rootContext: .shared"))
+        #expect(performing: { try Context(stack: noRoot.stack, updateTarget: .mainContext) }, throws: refused("use a MainContext"))
         #expect(throws: Never.self) { try Context(stack: noRoot.stack, updateTarget: .persistentStore) }
     }
 

@@ -35,6 +35,10 @@ import Testing
             (error as? QueryError)?.code == .unknownKey
         }
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Sample.self, \Sample.computed > 1) }
+        // A key path through a relationship names no property of the entity (use
+        // `%"friend.age"` for that): Docs/Predicates.md.
+        #expect { _ = try world.fetchAll(Person.self, \Person.friend?.age > 1) } throws: { ($0 as? QueryError)?.code == .unknownKey }
+        #expect { _ = try world.fetchAll(Sample.self, \Sample.computed > 1) } throws: { ($0 as? QueryError)?.code == .unknownKey }
         #expect(throws: QueryError.self) { _ = try world.fetchAll(Person.self, orderBy: .ascending(\Person.scratch)) }
     }
 
