@@ -412,6 +412,51 @@ import Testing
         }
     }
 
+    /// A member read again in a long-lived update, after another context's commit moved it to
+    /// another owner, leaves the loaded list of the owner it left, whether it was held loaded
+    /// (a refetch refreshes it) or as a fault (its values load). Before, the old owner's list
+    /// still held it, and deleting that owner cascaded to the pet of someone else.
+    @Test(arguments: StoreKind.available, [false, true]) @MainActor
+    func aMemberReadAgainAfterMovingLeavesItsOldOwnersLoadedList(kind: StoreKind, asFault: Bool) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let (ann, bob, rex) = (try update.create(Person.self), try update.create(Person.self), try update.create(Pet.self))
+            (ann.name, bob.name, rex.name, rex.owner) = ("Ann", "Bob", "Rex", ann)
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let context = world.beginUpdateContext()
+        var held: (ann: Person, rex: Pet)?
+        try context.performAndWait { update in
+            let rex = try #require(try update.fetchAll(Pet.self, options: asFault ? .noPropertyValues : FetchOptions()).first)
+            let ann = try #require(try update.fetch(Person.self, %"name" == "Ann"))
+            #expect(ann.pets == [rex])
+            held = (ann, rex)
+        }
+        let mover = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try mover.beginUpdateAndWait { update in
+            try #require(try update.fetch(Pet.self)).owner = try update.fetch(Person.self, %"name" == "Bob")
+            try update.commit()
+        }
+        try context.performAndWait { update in
+            let (ann, rex) = try #require(held)
+            if asFault {
+                #expect(rex.isFault)
+                #expect(rex.name == "Rex")
+            } else {
+                #expect(try update.fetch(Pet.self, %"name" == "Rex") === rex)
+            }
+            #expect(rex.owner?.name == "Bob")
+            #expect(ann.pets.isEmpty)
+            try update.delete(ann)    // `pets` cascades: to no pet now
+            try update.commit()
+        }
+        try await store.stack.flush()
+        world.reset()
+        #expect(try world.fetchAll(Pet.self).map { "\($0.name) \($0.owner?.name ?? "-")" } == ["Rex Bob"])
+    }
+
     @Test @MainActor func updatePerformContinuesInTheSameContext() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)

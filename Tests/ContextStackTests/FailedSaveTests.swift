@@ -172,6 +172,75 @@ import Testing
         withExtendedLifetime(watch) {}
     }
 
+    /// The same for an object held as a fault that fires after the deletion was handed over
+    /// and before the main context applied it: the fault finds the row gone and the object
+    /// deleted, and when the deletion's write fails, the object comes back (it stayed deleted,
+    /// and the context made a second object for its ID).
+    @Test(arguments: mergingTargets) @MainActor
+    func aFaultThatFoundADeletionWhoseSaveFailedComesBack(target: UpdateTarget) async throws {
+        let (store, _, world, _) = try await Self.aStoredMonk(target)
+        world.reset()
+        let monk = try #require(try world.fetchAll(Person.self, options: .noPropertyValues).first)
+        #expect(monk.isFault)
+        try store.stack.sqliteStore.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP TRIGGER "refuse_delete" BEFORE DELETE ON main."Person"
+                BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+                """)
+        }
+        let id = monk.objectID
+        store.stack.sqliteStore.writer.withLock { _ in
+            // Committed on another thread while the main actor waits: handed over, not applied.
+            let committed = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                try? world.beginUpdateAndWait { update in
+                    try update.delete(#require(try update.fetch(Person.self, id: id)))
+                    try update.commit()
+                }
+                committed.signal()
+            }
+            #expect(committed.wait(timeout: .now() + 60) == .success)
+            #expect(monk.name == "")    // the fault fires: the row is gone, defaults
+            #expect(monk.isDeleted)
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        _ = try world.fetchCount(Pet.self)    // a read applies the undoing commit
+        await mainQueueTurn()
+        #expect(!monk.isDeleted && monk.name == "Monk" && monk.age == 63)
+        #expect(try world.fetch(Person.self, id: id) === monk)
+    }
+
+    /// An object of a `.propertiesOnly` fetch whose row is gone when it loads the rest reads
+    /// the entity's defaults in the slots it had not loaded (Docs/Queries.md, "Faults"). Here
+    /// in a long-lived update, which reads the store as it is now.
+    @Test @MainActor func aPartlyLoadedObjectWhoseRowIsGoneReadsDefaults() async throws {
+        let store = try TestStore(.file)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            (sample.int, sample.string, sample.optionalInt) = (7, "stored", 3)
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let context = world.beginUpdateContext()
+        var held: Sample?
+        try context.performAndWait { update in
+            held = try update.fetchAll(Sample.self, options: .propertiesOnly(["int"])).first
+        }
+        let writer = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try writer.beginUpdateAndWait { update in
+            try update.deleteAll(Sample.self)
+            try update.commit()
+        }
+        try context.performAndWait { _ in
+            let sample = try #require(held)
+            #expect(sample.int == 7)
+            #expect(sample.string == "default")    // loads the rest: the row is gone
+            #expect(sample.isDeleted)
+            #expect(sample.optionalInt == nil && sample.int == 7)
+        }
+    }
+
     /// How commits queued behind a failing one meet the writer: in the same group (the write
     /// queue held until all are queued); in one group after the failed commit's own (the
     /// writer held once it took the first); or alone after it (one dependent commit queued

@@ -37,12 +37,19 @@ extension ContextCore {
 
     /// Loads the values of `object` — and of the other members of its group still waiting —
     /// unless `slot` is one it already holds. A member whose row is gone (deleted below this
-    /// context since the fetch) becomes a deleted object with default values.
+    /// context since the fetch) becomes a deleted object with default values in the slots it
+    /// did not load, and comes back to life if that deletion's save fails (`revivedDeletion`).
     func fulfill(_ object: ManagedObject, slot: Int?) {
         guard let group = object.fault else { return }
         if let slot, !object.values.isEmpty, group.loadedSlots.contains(slot) { return }
         var members = group.ids.compactMap { id in registered(id).flatMap { $0.fault === group ? $0 : nil } }
         if !members.contains(where: { $0 === object }) { members.append(object) }
+        // Members that held no to-one reference yet (a fault's group loaded no slot) may turn
+        // out to have left an owner whose loaded to-many list holds them
+        // (`noteMovedReferences`): a new generation before the read, so that what `.prefetch`
+        // loads with them stays current.
+        let movesUnknown = members.contains { member in member.entity.toOneSlots.contains { !group.loadedSlots.contains($0) } }
+        if movesUnknown { generation += 1 }
         do {
             let rows = try read { session in
                 var reader = RowReader(session: session, context: self)
@@ -53,11 +60,18 @@ extension ContextCore {
             for member in members {
                 member.fault = nil
                 if let row = rows[member.objectID] {
+                    if !movesUnknown { noteMovedReferences(member.entity, from: member.values, to: row.values) }
                     member.values = row.values
                 } else {
-                    if member.values.isEmpty { member.values = member.entity.defaults }
+                    let defaults = member.entity.defaults
+                    if member.values.isEmpty {
+                        member.values = defaults
+                    } else {
+                        for slot in member.values.indices where !group.loadedSlots.contains(slot) { member.values[slot] = defaults[slot] }
+                    }
                     member.state = .deleted
                     unregister(member.objectID)
+                    keepDeletion(member)
                 }
             }
         } catch {

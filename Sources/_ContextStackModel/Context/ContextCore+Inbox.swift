@@ -76,7 +76,7 @@ extension ContextCore {
                 guard let object = registered(delete.id) else { continue }
                 object.state = .deleted
                 registry[delete.id] = nil
-                keepMergedDeletion(object)
+                keepDeletion(object)
             }
             // What undoes a deletion whose save failed (`QueuedStore.undo`) inserts its rows
             // again: the object this context marked deleted lives again, with the stored values
@@ -109,8 +109,9 @@ extension ContextCore {
         return object
     }
 
-    /// Remembers an object a handed-over commit deleted, in case that commit's save fails.
-    private func keepMergedDeletion(_ object: ManagedObject) {
+    /// Remembers an object a handed-over commit deleted, or whose row a fault found gone, in
+    /// case that deletion's save fails.
+    func keepDeletion(_ object: ManagedObject) {
         mergedDeletions[object.objectID] = WeakObject(object: object)
         guard mergedDeletions.count >= mergedDeletionsSweepAt else { return }
         mergedDeletions = mergedDeletions.filter { $0.value.object != nil }

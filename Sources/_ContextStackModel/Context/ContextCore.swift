@@ -68,9 +68,10 @@ package final class ContextCore: @unchecked Sendable {
     /// What `.prefetch` read ahead for objects not registered yet.
     @exclusivity(unchecked) var prefetched = PrefetchCache(generation: 0)
 
-    /// The objects a handed-over commit deleted (main contexts), held weakly: if that commit
-    /// then fails to save, what undoes it inserts the row again, and the object the app holds
-    /// comes back to life instead of a second object for the same ID (`revivedDeletion`). An
+    /// The objects a handed-over commit deleted (main contexts), or whose row a fault found
+    /// gone (`fulfill`), held weakly: if that deletion then fails to save, what undoes it
+    /// inserts the row again, and the object the app holds comes back to life instead of a
+    /// second object for the same ID (`revivedDeletion`). An
     /// entry stays while its object lives, also once the deletion is saved (the row never
     /// comes back then); entries of objects gone are dropped whenever the table doubles.
     @exclusivity(unchecked) var mergedDeletions: [ObjectID: WeakObject] = [:]
@@ -292,11 +293,13 @@ package final class ContextCore: @unchecked Sendable {
     private func materialize(_ id: ObjectID, _ entity: ResolvedEntity, _ values: consuming ContiguousArray<Value>) -> ManagedObject {
         if let existing = registered(id) {
             if existing.state == .clean {
-                existing.values = values
-                existing.fault = nil
                 // Its to-many relationships are refreshed too, when next used: loaded ones
                 // follow only the commits the context applies (an update context's own, a main
-                // context's merged ones), and the row may show another's.
+                // context's merged ones), and the row may show another's. So may the lists of
+                // the owners its to-one references leave and join.
+                noteMovedReferences(entity, from: existing.values, to: values)
+                existing.values = values
+                existing.fault = nil
                 if !existing.toManyCache.isEmpty { existing.toManyCache.removeAll() }
             }
             return existing
@@ -309,6 +312,19 @@ package final class ContextCore: @unchecked Sendable {
         let object = entity.type.init(_ObjectSeed(id: id, entity: entity, context: self, values: values))
         register(object)
         return object
+    }
+
+    /// Values read now for an object the context holds can move it from one owner's loaded
+    /// to-many list to another's — another context's commit changed its to-one reference —
+    /// leaving both lists wrong, and a cascade following the old one would delete an object
+    /// of someone else. When a to-one reference differs from the one the object held, or it
+    /// held none yet (a fault), the context moves to a new generation: every loaded to-many
+    /// list is read again when next used (`toManyIDs`).
+    func noteMovedReferences(_ entity: ResolvedEntity, from old: ContiguousArray<Value>, to new: ContiguousArray<Value>) {
+        for slot in entity.toOneSlots where slot >= old.count || slot >= new.count || !old[slot].isIdentical(to: new[slot]) {
+            generation += 1
+            return
+        }
     }
 
     /// A new object of `entity`, with its permanent ID and default values.
