@@ -451,6 +451,42 @@ struct PostgresConflictTests {
         #expect(try store.writtenRows("SELECT name, owner FROM \"Pet\"") == [[.text("Related here"), .null]],
                 "the pet related to the group's person went with it; the group's own relation failed")
     }
+
+    /// A batch operation matches its rows locked, and changes exactly those: a row another
+    /// process changes meanwhile so that it no longer matches is waited for and left alone.
+    /// Before, the rows were matched unlocked: a batch delete deleted such a row by its key,
+    /// throwing the other process's change away, and a batch update reported (to its contexts
+    /// and the history) a change its `UPDATE`, matching again, did not make.
+    @Test(arguments: [true, false])
+    func aBatchLeavesARowAnotherProcessChangedSoThatItNoLongerMatches(deletes: Bool) async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let writer = try ContextStack.Context(stack: store.stack)
+        let monk = try writer.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age) = ("Monk", 60)
+            try update.commit()
+            return monk.objectID
+        }
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.run("UPDATE \"Person\" SET age = 61 WHERE \"Z_PK\" = ?", [.integer(monk.primaryKey)])
+        let matched = Locked<Int?>(nil)
+        Thread.detachNewThread {
+            let count = try? writer.beginUpdateAndWait { update -> Int in
+                let count = deletes ? try update.batchDelete(Person.self, %"age" == 60)
+                                    : try update.batchUpdate(Person.self, %"age" == 60, set: ["location": "Nara"])
+                try update.commit()
+                return count
+            }
+            matched.withLock { $0 = count ?? -1 }
+        }
+        #expect(try await waitForALockWaiter(url, blockedBy: otherProcess.backendPID), "the batch never waited for the other process's row")
+        try otherProcess.execute("COMMIT")
+        while matched.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(matched.withLock { $0 } == 0)
+        #expect(try store.writtenRows("SELECT name, age, location FROM \"Person\"") == [[.text("Monk"), .integer(61), .null]])
+    }
 }
 
 

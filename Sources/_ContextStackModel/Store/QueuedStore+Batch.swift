@@ -29,23 +29,32 @@ extension QueuedStore {
         }
     }
 
-    /// The rows of `entity` that `condition` matches, with their entities, and the `FROM …
-    /// WHERE …` that selects them (under `alias`) for the statement that changes them.
-    private func matchingRows(_ entity: ResolvedEntity, _ condition: Condition?, db: some StoreConnection) throws
-        -> (rows: [(id: ObjectID, entity: ResolvedEntity)], alias: String, matching: CompiledQuery.SQL) {
+    /// The rows of `entity` that `condition` matches, with their entities, locked with `lock`
+    /// where the store has row locks (`SQLDialect.deleteLock`, `updateLock`): the operation then
+    /// changes exactly these rows, and reports exactly them.
+    ///
+    /// On PostgreSQL another process can commit between two statements of the writer's
+    /// transaction. So the rows are not matched again by the statement that changes them —
+    /// that one would see a row inserted or changed meanwhile that the operation did not
+    /// report — but named by key. And they are locked as they are matched, in key order (the
+    /// order every writer locks in): a row another transaction is changing is waited for and
+    /// its condition evaluated again on what that transaction committed, so a row that no
+    /// longer matches is left alone (deleting it would throw away the other's change).
+    private func matchingRows(_ entity: ResolvedEntity, _ condition: Condition?, lock: String, db: some StoreConnection) throws
+        -> [(id: ObjectID, entity: ResolvedEntity)] {
         let query = try CompiledQuery(entity: entity, condition: condition, orderBy: nil, dialect: dialect)
         let alias = query.tableAliases[""]!
         let matching = query.fromWhere()
-        let rows = try typedRows(db, "SELECT \(alias).\"Z_PK\"\(entity.table.hasEntityColumn ? ", \(alias).\"Z_ENT\"" : "") \(matching.text)",
-                                 matching.arguments, root: entity)
-        return (rows, alias, matching)
+        let locking = lock.isEmpty ? "" : " ORDER BY \(alias).\"Z_PK\"\(lock) OF \(alias)"
+        return try typedRows(db, "SELECT \(alias).\"Z_PK\"\(entity.table.hasEntityColumn ? ", \(alias).\"Z_ENT\"" : "") \(matching.text)\(locking)",
+                             matching.arguments, root: entity)
     }
 
     // MARK: - Update
 
     private func executeUpdate(_ entity: ResolvedEntity, _ condition: Condition?, _ assignments: [(slot: Int, value: Value)],
                                db: some StoreConnection) throws -> BatchResult {
-        let (rows, alias, matching) = try matchingRows(entity, condition, db: db)
+        let rows = try matchingRows(entity, condition, lock: dialect.updateLock, db: db)
         var result = BatchResult(matched: rows.count)
         guard !rows.isEmpty, !assignments.isEmpty else { return result }
         let slots = assignments.map(\.slot)
@@ -54,14 +63,16 @@ extension QueuedStore {
         try captureBeforeImages(result.changes, db: db)
         let set = (assignments.map { "\(entity.properties[$0.slot].name.quotedIdentifier) = ?" } + dialect.rowVersionAssignments)
             .joined(separator: ", ")
-        try db.execute("UPDATE \(entity.table.quotedName) SET \(set) WHERE \"Z_PK\" IN (SELECT \(alias).\"Z_PK\" \(matching.text))", values + matching.arguments)
+        try InLists.each(rows.map(\.id.primaryKey)) { placeholders, keys in
+            try db.execute("UPDATE \(entity.table.quotedName) SET \(set) WHERE \"Z_PK\" IN (\(placeholders))", values + keys)
+        }
         return result
     }
 
     // MARK: - Delete
 
     private func executeDelete(_ entity: ResolvedEntity, _ condition: Condition?, db: some StoreConnection) throws -> BatchResult {
-        let matched = try matchingRows(entity, condition, db: db).rows
+        let matched = try matchingRows(entity, condition, lock: dialect.deleteLock, db: db)
         var result = BatchResult(matched: matched.count)
         guard !matched.isEmpty else { return result }
         result.changes = try deleteApplyingRules(matched, db: db) { id, property, survivor in
