@@ -34,7 +34,11 @@ package enum PostgresSchemaInstaller {
     package static func install(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool,
                                 alongside: (PostgresConnection) throws -> Void = { _ in }) throws -> Outcome {
         precondition(!connection.isInTransaction, "Install the schema on a connection outside any transaction: it runs in one of its own.")
-        try connection.execute("BEGIN")
+        // At READ COMMITTED whatever the server's default: each statement after the advisory
+        // lock sees what the server that held it committed. (Under a default of REPEATABLE
+        // READ the snapshot was taken by the lock's own statement, before the wait, and a
+        // server that waited did not see the tables the first one made.)
+        try connection.execute(PostgresStore.beginWrite)
         do {
             try connection.run("SELECT pg_advisory_xact_lock(?)", [.integer(lockKey)])
             let outcome = try installLocked(schema, on: connection, autoMigrating: autoMigrating)

@@ -148,7 +148,7 @@ extension PostgresStore {
     package func deleteHistory(before token: HistoryToken) throws {
         try requireHistory()
         let connection = try PostgresConnection(settings)
-        try connection.execute("BEGIN")
+        try connection.execute(Self.beginWrite)
         do {
             var last: HistoryToken?
             try connection.query("SELECT \"Z_XID\", \"Z_SEQ\" FROM \"Z_HISTORY\" WHERE (\"Z_XID\", \"Z_SEQ\") < (?, ?) ORDER BY \"Z_XID\" DESC, \"Z_SEQ\" DESC LIMIT 1",
