@@ -25,17 +25,23 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         /// The class: the first two characters (`"23"` for every integrity violation).
         public var errorClass: String { String(rawValue.prefix(2)) }
 
-        /// Class 08, a session the server ended (`57P01` to `57P03`: an administrator's
+        /// Class 08, a session the server ended (`57P01` to `57P05`: an administrator's
         /// command, a fast or immediate shutdown, a crash of another backend, a server not yet
-        /// accepting connections), or a connection that libpq found broken: the statement
-        /// may or may not have reached the server, and the connection cannot be used again.
+        /// accepting connections, the database dropped, `idle_session_timeout`; `25P03`:
+        /// `idle_in_transaction_session_timeout`), or a connection that libpq found broken: the
+        /// statement may or may not have reached the server, and the connection cannot be used
+        /// again.
         ///
         /// A server that shuts down fast, or a failover that ends the old primary's sessions,
         /// tells each client `57P01` before it closes the connection; libpq reports that code
-        /// to the connection's next statement.
+        /// to the connection's next statement. So does a server that closes an idle session.
         public var isConnectionFailure: Bool {
-            errorClass == "08" || self == .connectionLost || self == .adminShutdown || self == .crashShutdown || self == .cannotConnectNow
+            errorClass == "08" || self == .connectionLost || Self.sessionEnded.contains(self)
         }
+
+        /// The codes of a session the server ended, besides class 08.
+        private static let sessionEnded: Set<Code> = [.adminShutdown, .crashShutdown, .cannotConnectNow, .databaseDropped,
+                                                       .idleSessionTimeout, .idleInTransactionSessionTimeout]
 
         public static let uniqueViolation = Code(rawValue: "23505")
         public static let foreignKeyViolation = Code(rawValue: "23503")
@@ -54,6 +60,13 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         /// The session ended because another server process crashed.
         public static let crashShutdown = Code(rawValue: "57P02")
         public static let cannotConnectNow = Code(rawValue: "57P03")
+        /// The session ended because its database was dropped.
+        public static let databaseDropped = Code(rawValue: "57P04")
+        /// The server closed a session idle for longer than `idle_session_timeout`.
+        public static let idleSessionTimeout = Code(rawValue: "57P05")
+        /// The server closed a session idle inside a transaction for longer than
+        /// `idle_in_transaction_session_timeout`.
+        public static let idleInTransactionSessionTimeout = Code(rawValue: "25P03")
         public static let insufficientPrivilege = Code(rawValue: "42501")
         /// Could not connect (SQLSTATE `08001`): the server is down, refused, or timed out.
         public static let cannotConnect = Code(rawValue: "08001")

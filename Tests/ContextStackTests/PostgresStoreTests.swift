@@ -217,6 +217,34 @@ struct PostgresStoreTests {
         #expect(!"\(error)".contains("hunter2"))
     }
 
+    /// A server that closes idle sessions (`idle_session_timeout`) tells each one `57P05` at
+    /// its next statement: a connection failure, after which the stack connects again — its
+    /// writer, its readers, and the connection that reserves keys, which took the code for an
+    /// error of the statement and made `create` throw.
+    @Test func aStackGoesOnAfterTheServerClosedItsIdleSessions() async throws {
+        #expect(PostgresError.Code.idleSessionTimeout.isConnectionFailure && PostgresError.Code.idleInTransactionSessionTimeout.isConnectionFailure)
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        let url = schema.url.addingServerOption("-cidle_session_timeout=200")
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        try stack.addPostgresStore(url: url, tracksHistory: false)
+        let context = try ContextStack.Context(stack: stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"    // the first block of keys
+            try update.commit()
+        }
+        for round in 0..<2 {
+            // Idle for longer than the server allows: every session of the stack is closed.
+            try await Task.sleep(for: .milliseconds(700))
+            try context.beginUpdateAndWait { update in
+                for index in 0..<40 { try update.create(Person.self).name = "p\(round).\(index)" }    // past the block
+                try update.commit()
+            }
+            try await Task.sleep(for: .milliseconds(700))
+            #expect(try context.beginUpdateAndWait { try $0.fetchCount(Person.self) } == 41 + 40 * round)
+        }
+    }
+
     /// What Docs/Postgres.md's settings table says the store's connections carry, and how many
     /// it keeps open: the writer, the key connection, the history listener (a main context
     /// receives remote commits), and at most four idle readers.
