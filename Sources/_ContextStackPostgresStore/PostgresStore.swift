@@ -483,6 +483,10 @@ package final class PostgresStore: QueuedStore {
         try writer.execute(sql)
     }
 
+    package func storedObjects(_ ids: [ObjectID], writer: inout PostgresConnection) throws -> Set<ObjectID> {
+        try storedObjects(ids, db: writer)
+    }
+
     /// Writes one commit in `QueuedStore.writeCommit`'s frame — the merge policy applied again
     /// to the rows `lockRows` locked, the references kept whole — with `fetchOrCreate`s merged
     /// into rows saved meanwhile (`writeClaiming`), or runs one batch operation.

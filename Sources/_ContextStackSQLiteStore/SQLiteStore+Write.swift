@@ -29,6 +29,10 @@ extension SQLiteStore {
     /// (or stack) that saved their unique values after `commit()` checked is merged with as
     /// `commit()` would have (`QueuedStore.adoptSavedRows`), and the receivers get the
     /// correction.
+    package func storedObjects(_ ids: [ObjectID], writer: inout WriterState) throws -> Set<ObjectID> {
+        try storedObjects(ids, db: writer.connection)
+    }
+
     package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
         return try writeCommit(item, db: writer.connection) { changes in

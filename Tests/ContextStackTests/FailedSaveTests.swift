@@ -241,6 +241,32 @@ import Testing
         }
     }
 
+    /// A commit that reported failing though the server saved it — its connection broke while
+    /// the server ran its `COMMIT` (Docs/Postgres.md, "Faults") — left its objects among those
+    /// never stored, and every later commit changing them was refused with
+    /// `.dependsOnFailedCommit` for as long as the process ran. The writer now looks for their
+    /// rows first: found, the commit is written and the objects are no longer taken for never
+    /// stored. (The failure is simulated: the stored object is marked as a failed commit's.)
+    @Test(arguments: [StoreKind.file] + StoreKind.available.filter { $0 == .postgres })
+    func anObjectOfAFailedCommitFoundStoredAfterAllCanBeChanged(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        let ann = try context.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            (ann.name, ann.age) = ("Ann", 30)
+            try update.commit()
+            return ann.objectID
+        }
+        #expect(store.failedInserts(adding: [ann]) == [ann])
+        try context.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: ann)).age = 31
+            try update.commit()
+        }
+        #expect(store.failedInserts().isEmpty)
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text("Ann"), .integer(31)]])
+        // One whose row is not there is still refused: the tests of dependent commits below.
+    }
+
     /// How commits queued behind a failing one meet the writer: in the same group (the write
     /// queue held until all are queued); in one group after the failed commit's own (the
     /// writer held once it took the first); or alone after it (one dependent commit queued

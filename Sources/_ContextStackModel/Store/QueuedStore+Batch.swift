@@ -213,6 +213,17 @@ extension QueuedStore {
         }
     }
 
+    /// Which of `ids` have a row in the database, read with `db`.
+    package func storedObjects(_ ids: [ObjectID], db: some StoreConnection) throws -> Set<ObjectID> {
+        var found = Set<ObjectID>()
+        for (_, ids) in Dictionary(grouping: ids, by: { ObjectIdentifier($0.rootEntity) }) {
+            guard let table = graph.entity(for: ids[0].rootEntity)?.table else { continue }
+            let keys = try storedKeys(ids.map(\.primaryKey), of: table, lock: "", db: db)
+            found.formUnion(ids.filter { keys.contains($0.primaryKey) })
+        }
+        return found
+    }
+
     /// Which of `keys` are rows of `table`, read in key order with `lock` after the statement
     /// (a row lock on PostgreSQL, taken in the order every writer keeps).
     func storedKeys(_ keys: [Int64], of table: Table, lock: String, db: some StoreConnection) throws -> Set<Int64> {

@@ -66,10 +66,22 @@ extension QueuedStore {
         var redirections: [UInt64: ChangeSet] = [:]
         var refusals: [UInt64: SaveError] = [:]
         if !merged.isEmpty { Self.redirect(&batch, from: 0, to: merged, redirections: &redirections, refusals: &refusals) }
-        func refusal(_ item: QueueItem, _ neverStored: Set<ObjectID>) -> SaveError? {
-            refusals[item.sequence] ?? item.changes.firstReference(to: neverStored).map(SaveError.dependsOnFailedCommit)
+        // Why `item` must fail, if it must: a refusal `redirect` found, or a reference to an
+        // object whose inserting commit failed — unless that object's row is in the database
+        // after all. A commit whose connection broke while the server ran its `COMMIT` reports
+        // failing, yet the server may have saved it (Docs/Postgres.md, "Faults"); its objects
+        // would otherwise be refused to every later commit. Those found stored leave
+        // `neverStored`, here and in `QueueState.failedInserts` (`finish`).
+        func refusal(_ item: QueueItem, _ neverStored: inout Set<ObjectID>, writer: inout Writer) throws -> SaveError? {
+            if let refused = refusals[item.sequence] { return refused }
+            while let id = item.changes.firstReference(to: neverStored) {
+                guard try storedObjects([id], writer: &writer).contains(id) else { return .dependsOnFailedCommit(id) }
+                neverStored.remove(id)
+                outcome.storedAfterAll.insert(id)
+            }
+            return nil
         }
-        if batch.count == 1, let error = refusal(batch[0], neverStored) {
+        if batch.count == 1, let error = refusals[batch[0].sequence] {
             // Failed before a transaction is begun (and the database's write lock taken).
             state.withLock { $0.removeWritten(upTo: last) }
             outcome.fail(batch[0], error)
@@ -91,6 +103,10 @@ extension QueuedStore {
                     // Taken out once: each `batch[0]` of the captured array copied the whole
                     // item (its change set's every array retained and released), four a commit.
                     let item = batch[0]
+                    if let error = try refusal(item, &neverStored, writer: &writer) {
+                        outcome.fail(item, error)
+                        return
+                    }
                     do {
                         let written = Self.told(try writeItem(item, writer: &writer), item, redirections[item.sequence])
                         outcome.record(item, written, token: try recordHistory(item, written, writer: &writer))
@@ -101,7 +117,7 @@ extension QueuedStore {
                 }
                 for index in batch.indices {
                     let item = batch[index]
-                    if let error = refusal(item, neverStored) {
+                    if let error = try refusal(item, &neverStored, writer: &writer) {
                         outcome.fail(item, error)
                         neverStored.formUnion(item.changes.inserts.lazy.map(\.id))
                         continue
@@ -281,6 +297,7 @@ extension QueuedStore {
         let failed = outcome.failed
         var result: (failed: [[ObjectID]], stored: Set<ObjectID>) = ([], [])
         guard !failed.isEmpty || !neverStored.isEmpty else { return result }
+        result.stored = outcome.storedAfterAll
         for item in batch {
             if failed.contains(item.sequence) {
                 if !item.changes.inserts.isEmpty { result.failed.append(item.changes.inserts.map(\.id)) }
@@ -350,6 +367,8 @@ private struct BatchOutcome {
     var rewritten: [UInt64: (saved: ChangeSet, correction: ChangeSet, merged: [ObjectID: ObjectID])] = [:]
     /// The history tokens of the commits written, when the store tracks history.
     var tokens: [UInt64: HistoryToken] = [:]
+    /// Objects of failed inserts whose rows the writer found in the database after all.
+    var storedAfterAll: Set<ObjectID> = []
 
     mutating func record(_ item: QueueItem, _ written: WrittenItem, token: HistoryToken?) {
         if let token { tokens[item.sequence] = token }

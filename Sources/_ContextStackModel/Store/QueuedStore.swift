@@ -40,6 +40,10 @@ package protocol QueuedStore: ObjectStore {
     /// Runs a statement without arguments with the writer (`SAVEPOINT`, `RELEASE`, `ROLLBACK TO`).
     func execute(_ sql: String, writer: inout Writer) throws
 
+    /// Which of `ids` have a row in the database, read with the writer inside its transaction
+    /// (`storedObjects(_:db:)`).
+    func storedObjects(_ ids: [ObjectID], writer: inout Writer) throws -> Set<ObjectID>
+
     /// Writes one queued commit inside the writer's transaction, or runs one batch operation;
     /// says what it did when that is not simply the commit as queued.
     func writeItem(_ item: QueueItem, writer: inout Writer) throws -> WrittenItem

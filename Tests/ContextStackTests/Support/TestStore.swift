@@ -177,6 +177,17 @@ final class TestStore: Sendable {
         return stack.sqliteStore.state.withLock { $0.waiters.count }
     }
 
+    /// The objects the store takes for never stored, their inserting commit having failed
+    /// (`QueueState.failedInserts`); `add` marks more, as a failed commit would.
+    func failedInserts(adding ids: [ObjectID] = []) -> Set<ObjectID> {
+        func update(_ inserts: inout FailedInserts) -> Set<ObjectID> {
+            if !ids.isEmpty { inserts.add(ids) }
+            return inserts.objects
+        }
+        if let postgres = stack.store as? PostgresStore { return postgres.state.withLock { update(&$0.failedInserts) } }
+        return stack.sqliteStore.state.withLock { update(&$0.failedInserts) }
+    }
+
     /// Whether a batch operation is queued and not written yet.
     var hasUnwrittenBatch: Bool {
         if let postgres = stack.store as? PostgresStore { return postgres.hasUnwrittenBatch }
