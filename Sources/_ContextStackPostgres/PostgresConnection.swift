@@ -87,7 +87,7 @@ package final class PostgresConnection {
             throw PostgresError(code: .cannotConnect, message: "could not connect to \(settings.redactedURL): out of memory")
         }
         guard PQstatus(handle) == CONNECTION_OK else {
-            let message = Self.trimmed(PQerrorMessage(handle))
+            let message = settings.redacting(Self.trimmed(PQerrorMessage(handle)))
             PQfinish(handle)
             throw PostgresError(code: .cannotConnect, message: "could not connect to \(settings.redactedURL): \(message)")
         }
@@ -642,7 +642,7 @@ package final class PostgresConnection {
 
     /// libpq returned no result at all: the connection is gone (or out of memory).
     private func lostConnection(sql: String) -> PostgresError {
-        PostgresError(code: .connectionLost, message: "lost the connection to \(settings.redactedURL): \(Self.trimmed(PQerrorMessage(handle)))", sql: sql)
+        PostgresError(code: .connectionLost, message: "lost the connection to \(settings.redactedURL): \(settings.redacting(Self.trimmed(PQerrorMessage(handle))))", sql: sql)
     }
 
     // MARK: - Notifications

@@ -58,6 +58,15 @@ package struct PostgresSettings: Sendable {
         return parts.string ?? "postgres://(unparsable URL)"
     }
 
+    /// `message` (libpq's) with the URL's password, as written and as decoded, replaced by
+    /// `***`: libpq quotes a value of the URL it cannot decode (`forbidden value %00 in
+    /// percent-encoded value: "…"`), and the password can be that value.
+    package func redacting(_ message: String) -> String {
+        guard let parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return message }
+        let secrets = [parts.percentEncodedPassword, parts.password].compactMap { $0 }.filter { !$0.isEmpty }
+        return secrets.sorted { $0.count > $1.count }.reduce(message) { $0.replacingOccurrences(of: $1, with: "***") }
+    }
+
     /// Checks what libpq would otherwise reject with a less helpful message.
     /// - Throws: `PostgresError` with code `.cannotConnect` naming what is wrong.
     package func validate() throws(PostgresError) {

@@ -215,6 +215,12 @@ struct PostgresStoreTests {
         }
         #expect(error.code == .cannotConnect)
         #expect(!"\(error)".contains("hunter2"))
+        // libpq quotes a URL value it cannot decode, which may be the password.
+        let undecodable = try #require(throws: PostgresError.self) {
+            try stack.addPostgresStore(url: URL(string: "postgres://app:hun%00ter2@127.0.0.1:1/app")!)
+        }
+        #expect(undecodable.code == .cannotConnect && undecodable.message.contains("forbidden value %00"), "\(undecodable)")
+        #expect(!"\(undecodable)".contains("ter2"), "\(undecodable)")
     }
 
     /// A server that closes idle sessions (`idle_session_timeout`) tells each one `57P05` at
