@@ -388,8 +388,11 @@ package final class PostgresConnection {
         if queued.count >= Self.pipelineDepth { try settle() }
         if queued.isEmpty {
             // `COMMIT` and the `BEGIN` go out prepared too; prepared now, while nothing is
-            // queued (and `sql` again, in case that filled the cache, which then started over).
+            // queued (and `sql` again: the cache may have started over since it was named).
             // A `BEGIN` the server refuses to prepare is thrown as such; no transaction began.
+            // Room for all of them first: a cache starting over between two of them would
+            // leave the names taken before it pointing at nothing.
+            if statements.count + 3 + transactionPreamble.count >= Self.statementCacheLimit { try startStatementCacheOver() }
             let pending = pendingBegin
             pendingBegin = nil
             commitName = try statementName("COMMIT")
@@ -533,12 +536,7 @@ package final class PostgresConnection {
     }
 
     private func prepare(_ key: StatementKey) throws(PostgresError) -> String {
-        if statements.count >= Self.statementCacheLimit {
-            try execute("DEALLOCATE ALL")
-            statements.removeAll(keepingCapacity: true)
-            recent.removeAll(keepingCapacity: true)
-            nextRecent = 0
-        }
+        if statements.count >= Self.statementCacheLimit { try startStatementCacheOver() }
         statementCount += 1
         let name = "cs\(statementCount)"
         let text = PostgresPlaceholders.numbered(key.sql)
@@ -552,6 +550,19 @@ package final class PostgresConnection {
         try check(result, sql: key.sql)
         statements[key] = name
         return name
+    }
+
+    /// Deallocates every prepared statement. A transaction waiting to begin (`beginLater`)
+    /// keeps waiting: its `BEGIN` goes out with its preamble, in the next pipeline, not ahead
+    /// of `DEALLOCATE ALL` without it.
+    private func startStatementCacheOver() throws(PostgresError) {
+        let pending = pendingBegin
+        pendingBegin = nil
+        defer { pendingBegin = pending }
+        try execute("DEALLOCATE ALL")
+        statements.removeAll(keepingCapacity: true)
+        recent.removeAll(keepingCapacity: true)
+        nextRecent = 0
     }
 
     // MARK: - Waiting for answers

@@ -343,6 +343,24 @@ struct PostgresConnectionTests {
         #expect(connected.isBroken)
     }
 
+    /// A statement cache that starts over (`DEALLOCATE ALL`) while a transaction waits to begin
+    /// leaves that transaction as asked: its `BEGIN` and preamble go out together, and every
+    /// statement of the pipeline, `COMMIT` among them, is still prepared. Whichever statement
+    /// of the pipeline fills the cache (the fills step across the edge).
+    @Test func aStatementCacheStartingOverKeepsTheTransactionWaitingToBegin() throws {
+        let limit = PostgresConnection.statementCacheLimit
+        for fill in (limit - 6)...limit {
+            let connection = try PostgresConnection(PostgresSettings(url: database.url))
+            for index in 0..<fill { _ = try connection.run("SELECT \(index)::int8 + ?::int8", [.integer(0)]) }
+            connection.beginLater("BEGIN ISOLATION LEVEL READ COMMITTED")
+            connection.transactionPreamble = ["SET LOCAL lock_timeout = '50ms'"]
+            try connection.enqueue("SELECT ?::int8", [.integer(1)])
+            #expect(try connection.scalar("SELECT current_setting('lock_timeout')") == .text("50ms"), "after \(fill) statements")
+            try connection.commit()
+            #expect(!connection.isInTransaction)
+        }
+    }
+
     /// A statement sent without waiting is answered before the connection's next use, and its
     /// error is thrown there.
     @Test func aStatementSentWithoutWaitingIsSettledByTheNextUse() throws {
