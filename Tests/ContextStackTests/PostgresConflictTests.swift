@@ -126,16 +126,7 @@ struct PostgresConflictTests {
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         let writer = try ContextStack.Context(stack: store.stack)
-        let monk = try writer.beginUpdateAndWait { update -> ObjectID in
-            let monk = try update.create(Person.self)
-            (monk.name, monk.age) = ("Monk", 60)
-            try update.commit()
-            return monk.objectID
-        }
-
-        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
-        try otherProcess.execute("BEGIN")
-        try otherProcess.run("UPDATE \"Person\" SET location = 'Nara' WHERE \"Z_PK\" = ?", [.integer(monk.primaryKey)])
+        let (monk, otherProcess) = try Self.monkChangedInAnOpenTransaction(writer, url: url, "location = 'Nara'")
         let written = Locked<Bool?>(nil)
         Thread.detachNewThread {
             let saved = (try? writer.beginUpdateAndWait { update -> Bool in
@@ -452,6 +443,22 @@ struct PostgresConflictTests {
                 "the pet related to the group's person went with it; the group's own relation failed")
     }
 
+    /// Monk, 60, saved through `writer`, and another process's transaction, left open, that
+    /// has set `assignments` on his row (and holds its lock).
+    private static func monkChangedInAnOpenTransaction(_ writer: ContextStack.Context, url: URL, _ assignments: String) throws
+        -> (monk: ObjectID, otherProcess: PostgresConnection) {
+        let monk = try writer.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age) = ("Monk", 60)
+            try update.commit()
+            return monk.objectID
+        }
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.run("UPDATE \"Person\" SET \(assignments) WHERE \"Z_PK\" = ?", [.integer(monk.primaryKey)])
+        return (monk, otherProcess)
+    }
+
     /// A batch operation matches its rows locked, and changes exactly those: a row another
     /// process changes meanwhile so that it no longer matches is waited for and left alone.
     /// Before, the rows were matched unlocked: a batch delete deleted such a row by its key,
@@ -462,15 +469,7 @@ struct PostgresConflictTests {
         let store = try TestStore(.postgres)
         let url = try #require(store.database?.url)
         let writer = try ContextStack.Context(stack: store.stack)
-        let monk = try writer.beginUpdateAndWait { update -> ObjectID in
-            let monk = try update.create(Person.self)
-            (monk.name, monk.age) = ("Monk", 60)
-            try update.commit()
-            return monk.objectID
-        }
-        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
-        try otherProcess.execute("BEGIN")
-        try otherProcess.run("UPDATE \"Person\" SET age = 61 WHERE \"Z_PK\" = ?", [.integer(monk.primaryKey)])
+        let otherProcess = try Self.monkChangedInAnOpenTransaction(writer, url: url, "age = 61").otherProcess
         let matched = Locked<Int?>(nil)
         Thread.detachNewThread {
             let count = try? writer.beginUpdateAndWait { update -> Int in
