@@ -80,6 +80,35 @@ import Testing
 @Suite struct SubEntityDestinationTests {
     static let types: [ManagedObject.Type] = [Aircrew.self, FlightPilot.self, CabinSteward.self, Squadron.self]
 
+    /// A snapshot naming, for a relationship to a sub-entity, an object of a sibling sub-entity
+    /// (its ID decodes: IDs name the root) is refused by `apply` as naming no such object, a
+    /// `MergeConflictError` a server answers with 422. It trapped in `setToOne` — a client's
+    /// JSON could stop the process.
+    @Test(arguments: StoreKind.available)
+    func applyingASnapshotThatNamesASiblingSubEntityIsRefused(kind: StoreKind) async throws {
+        let store = try TestStore(kind, types: Self.types)
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        let (squadron, steward) = try context.beginUpdateAndWait { update in
+            let squadron = try update.create(Squadron.self)
+            let steward = try update.create(CabinSteward.self)
+            (squadron.title, steward.name) = ("Blue", "Sam")
+            try update.commit()
+            return (squadron.objectID, steward.objectID)
+        }
+        let stored = try #require(try await context.snapshot(Squadron.self, id: squadron))
+        var lead = stored
+        lead.lead = steward
+        var pilots = stored
+        pilots.pilots = [steward]
+        for edited in [lead, pilots] {
+            let error = try await #require(throws: MergeConflictError.self) {
+                try await context.transaction { update in try update.apply(edited) }
+            }
+            #expect(error.conflicts.map(\.ours) == [.text(steward.description)])
+        }
+        #expect(try await context.snapshot(Squadron.self, id: squadron) == stored)
+    }
+
     /// A condition on the to-many, read while a sibling's row is pending, looks only at rows
     /// of the destination. (It read the inverse's slot of every pending row of the table, and
     /// a steward's row has fewer slots: the process trapped on an index out of range.)

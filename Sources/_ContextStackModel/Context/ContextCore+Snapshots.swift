@@ -24,8 +24,8 @@ extension ContextCore {
     /// saved, that the stored row is still as loaded.
     ///
     /// - Throws: `MergeConflictError` when the object no longer exists, when a relationship
-    ///   names an object that no longer exists, or, with `original`, when a stored value
-    ///   differs from it.
+    ///   names an object that no longer exists (or is of another sub-entity than the
+    ///   relationship's destination), or, with `original`, when a stored value differs from it.
     package func apply<S: EntitySnapshot>(_ snapshot: S, expecting original: S?) throws {
         checkExecution("apply(_:)")
         if let original {
@@ -60,7 +60,9 @@ extension ContextCore {
             let property = object.entity.properties[slot]
             if property.isToMany {
                 let ids = ours.members[slot] ?? []
-                let targets = try objects(for: ids)
+                // An object of another sub-entity of the destination's root (an ID decodes by
+                // its root) is no object of the destination: missing, as one that is gone.
+                let targets = try objects(for: ids).filter { canRelate($0, through: property) }
                 let found = Set(targets.map(\.objectID))
                 let missing = Set(ids).subtracting(found)
                 if !missing.isEmpty {
@@ -77,7 +79,7 @@ extension ContextCore {
                 var target: ManagedObject?
                 if case .integer(let key) = ours.values[slot], let destination = property.destination {
                     let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
-                    guard let found = try self.object(for: id) else {
+                    guard let found = try self.object(for: id), canRelate(found, through: property) else {
                         throw MergeConflictError(conflicts: [.init(objectID: object.objectID, key: property.name, snapshot: .null,
                                                                    stored: .null, ours: .text(id.description))])
                     }
