@@ -259,6 +259,8 @@ def check_api(base):
     expect("PATCH to a taken email", status, 409)
     status, _ = call("PATCH", f"{base}/people/{bob_key}", {"expected": bob, "edited": dict(bob, pets=["Pet/999999"])})
     expect("PATCH naming a pet that does not exist", status, 422)
+    status, _ = call("PATCH", f"{base}/people/{bob_key}", {"expected": bob, "edited": dict(bob, name="")})
+    expect("PATCH to an empty name", status, 400)
     status, _ = call("POST", f"{base}/people/{bob_key}/pets", {"name": "api-Rex", "species": "dog"})
     expect("POST a pet", status, 201)
     status, pets = call("GET", f"{base}/people/{bob_key}/pets")

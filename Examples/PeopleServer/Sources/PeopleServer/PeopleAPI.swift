@@ -115,13 +115,14 @@ struct PeopleAPI: Sendable {
     /// `PATCH /people/12` `{"expected": {…as read…}, "edited": {…as wanted…}}`: 200 with the
     /// stored person, 409 with the conflicts and the current person on a lost update, 409 when
     /// the new email is someone else's, 422 when `edited` names pets that do not exist, 404
-    /// when the person is gone.
+    /// when the person is gone, 400 without a name or with a negative age.
     @Sendable func patch(_ request: Request, _ http: BasicRequestContext) async throws -> Response {
         let id = try personID(http)
         let edit = try await request.decode(as: Edit.self, context: http)
         guard edit.expected.id == id, edit.edited.id == id else {
             throw HTTPError(.badRequest, message: "'expected' and 'edited' must both be \(id).")
         }
+        guard !edit.edited.name.isEmpty, edit.edited.age >= 0 else { throw HTTPError(.badRequest, message: "A person needs a name and an age of 0 or more.") }
         do {
             let stored = try await context.transaction { update in
                 try update.apply(edit.edited, expecting: edit.expected)
@@ -130,6 +131,11 @@ struct PeopleAPI: Sendable {
             return try json(stored, status: .ok)
         } catch let error as SaveError where error.code == .uniquenessViolated {
             throw HTTPError(.conflict, message: "The email \(edit.edited.email ?? "") belongs to someone else.")
+        } catch let error as SaveError where error.code == .relatesToDeletedObject {
+            // A DELETE saved between `apply` and the write: of the person (a change of pets
+            // alone writes only the pets' rows), or of a pet it names.
+            guard try await context.snapshot(Person.self, id: id) != nil else { throw HTTPError(.notFound, message: "No person \(id).") }
+            throw HTTPError(.unprocessableContent, message: "No such objects: \(error.objects.map(\.description).joined(separator: ", ")).")
         } catch let conflict as MergeConflictError {
             guard let current = try await context.snapshot(Person.self, id: id) else {
                 throw HTTPError(.notFound, message: "No person \(id).")
