@@ -27,6 +27,15 @@ import Testing
         #expect(try world.fetchIDs(Person.self, options: .limit(-1)).isEmpty)
         #expect(try world.query(Person.self, .select("age"), orderBy: .ascending("age"), options: .offset(-2) | .limit(1)).map { $0["age"] } == [.integer(0)])
         #expect(try world.query(Person.self, .select("age"), options: .limit(-1)).isEmpty)
+        // The same, and the largest window, where pending changes are merged with stored rows
+        // (`offset + limit` trapped on overflow, and a negative limit on `removeLast`).
+        let pending = world.beginUpdateContext()
+        try pending.performAndWait { update in
+            try update.create(Person.self).name = "pending"
+            #expect(try update.fetchAll(Person.self, options: .limit(-1)).isEmpty)
+            #expect(try update.fetchAll(Person.self, orderBy: .ascending("age"), options: .offset(Int.max) | .limit(Int.max)).isEmpty)
+            #expect(try update.fetchAll(Person.self, orderBy: .ascending("age"), options: .offset(-5) | .limit(Int.max)).count == 26)
+        }
     }
 
     @Test(arguments: Setup.all) @MainActor

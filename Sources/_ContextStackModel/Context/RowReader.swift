@@ -433,7 +433,10 @@ extension RowReader {
         // first offset + limit + pending stored rows hold every row the window can need —
         // unless SQL selects a superset that memory filters, when any row may drop out.
         if let limit, !query.filtersInMemory {
-            sql.text += " " + query.dialect.window(limit: offset + limit + recheck.count, offset: 0, arguments: &sql.arguments)
+            // Saturating: a client's `?offset=` may be as large as an Int goes.
+            let (rows, overflow) = max(offset, 0).addingReportingOverflow(max(limit, 0))
+            let needed = overflow || rows > Int.max - recheck.count ? Int.max : rows + recheck.count
+            sql.text += " " + query.dialect.window(limit: needed, offset: 0, arguments: &sql.arguments)
         }
         var found = try self.rows(sql, table: table).filter { !recheck.contains($0.id) }
         if query.filtersInMemory {
@@ -449,7 +452,7 @@ extension RowReader {
             try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try self.row($0) })
         }
         if offset > 0 { found.removeFirst(min(offset, found.count)) }
-        if let limit, found.count > limit { found.removeLast(found.count - limit) }
+        if let limit, found.count > max(limit, 0) { found.removeLast(found.count - max(limit, 0)) }
         expecting(found.count)
         for (id, row) in found { try sink(id, row) }
         return true
