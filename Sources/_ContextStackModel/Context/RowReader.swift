@@ -427,6 +427,8 @@ extension RowReader {
             try eachRow(sql, table: table, columns: columns, expecting: expecting, sink)
             return columns == nil
         }
+        // A negative window counts as 0, as in SQL's window (`storedWindow`).
+        let (offset, limit) = (max(offset, 0), limit.map { max($0, 0) })
         var sql = query.fromWhere(selecting: selectColumns(table, alias: "t0"))
         sql.text += " " + query.orderBySQL()
         // Each pending object can push at most one stored row out of the window, so the
@@ -434,7 +436,7 @@ extension RowReader {
         // unless SQL selects a superset that memory filters, when any row may drop out.
         if let limit, !query.filtersInMemory {
             // Saturating: a client's `?offset=` may be as large as an Int goes.
-            let (rows, overflow) = max(offset, 0).addingReportingOverflow(max(limit, 0))
+            let (rows, overflow) = offset.addingReportingOverflow(limit)
             let needed = overflow || rows > Int.max - recheck.count ? Int.max : rows + recheck.count
             sql.text += " " + query.dialect.window(limit: needed, offset: 0, arguments: &sql.arguments)
         }
@@ -452,7 +454,7 @@ extension RowReader {
             try query.sortsBefore((a.id, a.row.values), (b.id, b.row.values), resolve: { try self.row($0) })
         }
         if offset > 0 { found.removeFirst(min(offset, found.count)) }
-        if let limit, found.count > max(limit, 0) { found.removeLast(found.count - max(limit, 0)) }
+        if let limit, found.count > limit { found.removeLast(found.count - limit) }
         expecting(found.count)
         for (id, row) in found { try sink(id, row) }
         return true
