@@ -466,6 +466,46 @@ func storeBytes(_ url: URL) -> [Data?] {
         #expect(labels == ["Screws"])
     }
 
+    /// Docs/Stores.md, "Reset on failure": a migration that fails for a reason that is not the
+    /// model — here the disk fills up while it copies a renamed table — throws `.cannotOpen`
+    /// and leaves the store, even with `resetOnFailure`; once there is room, it migrates with
+    /// every row. The child process limits the size of the files it may write
+    /// (`RLIMIT_FSIZE`), so the copy's pages, spilled to the `-wal` past the page cache, fail
+    /// to be written.
+    @Test func aMigrationThatRunsOutOfSpaceDoesNotResetTheStore() async throws {
+        defer { cleanUp() }
+        let title = String(repeating: "t", count: 2_000)
+        try writeStore([ItemV1.self, OwnerV1.self, GoneV1.self], at: url) { update in
+            for index in 0..<4_000 {
+                let item = try update.create(ItemV1.self)
+                item.title = "\(index) \(title)"
+                item.count = index
+            }
+        }
+        let before = storeBytes(url)
+        let path = url.path
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [path = path as String] in
+            signal(SIGXFSZ, SIG_IGN)
+            var limit = rlimit(rlim_cur: 1 << 20, rlim_max: rlim_t.max)
+            guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else { exit(3) }
+            do {
+                _ = try openStore([ProductV2.self, OwnerV2.self, LabelV2.self], at: URL(fileURLWithPath: path), resetOnFailure: true)
+                exit(2)
+            } catch {
+                FileHandle.standardError.write(Data("\(error)".utf8))
+                exit((error as? StoreError)?.code == .cannotOpen ? 0 : 1)
+            }
+        }
+        let message = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        #expect(message.contains("is not reset, even with resetOnFailure"), "\(message)")
+        #expect(storeBytes(url) == before)
+        let context = try openStore([ProductV2.self, OwnerV2.self, LabelV2.self], at: url, resetOnFailure: true)
+        let counts = try context.beginUpdateAndWait { update in
+            try update.fetchAll(ProductV2.self, orderBy: .ascending("count")).map(\.count)
+        }
+        #expect(counts == Array(0..<4_000))
+    }
+
     @Test func resetOnFailureReplacesAStoreThatCannotMigrate() throws {
         defer { cleanUp() }
         try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
