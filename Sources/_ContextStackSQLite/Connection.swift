@@ -98,6 +98,16 @@ package final class Connection {
         return statement
     }
 
+    /// Whether the schema this connection holds in memory has the table `name` in `database`.
+    ///
+    /// No statement runs, so nothing checks the schema against the file: another connection's
+    /// `CREATE TABLE` shows only after this connection ran a statement that reads or writes a
+    /// table since (SQLite compares its schema cookie then, and reloads the schema when it
+    /// moved). Inside a write transaction, after such a statement, the answer is the file's.
+    package func schemaHasTable(_ name: String, in database: String = "main") -> Bool {
+        sqlite3_table_column_metadata(handle, database, name, nil, nil, nil, nil, nil, nil) == SQLITE_OK
+    }
+
     /// How many databases this connection may attach (`SQLITE_LIMIT_ATTACHED`: ten as SQLite
     /// is built by default, up to 125 in a build that raises it).
     package var attachLimit: Int { Int(sqlite3_limit(handle, SQLITE_LIMIT_ATTACHED, -1)) }

@@ -33,6 +33,21 @@ extension SQLiteStore {
         return try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'Z_HISTORY'").int64Value == 1
     }
 
+    /// Starts writing history when another stack turned it on for the file after this one
+    /// opened it (`addDatabaseStore(at:tracksHistory: true)` in another process, say): its
+    /// watcher would otherwise never see this stack's commits.
+    ///
+    /// Called by the writer inside a write transaction, after the statements of a commit:
+    /// those compared the connection's schema with the file's, so the in-memory lookup is
+    /// current, and no other connection can change the schema before this transaction ends.
+    /// A lookup in memory, so a stack without history pays almost nothing per commit. A stack
+    /// of several files does not start (history needs the file to be the stack's only store:
+    /// Docs/History.md).
+    func noticeHistoryTurnedOn(_ db: Connection) {
+        guard db.schemaHasTable("Z_HISTORY"), parts.count == 1 else { return }
+        historyTracked.withLock { $0 = true }
+    }
+
     package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout WriterState) throws -> HistoryToken? {
         guard tracksHistory else { return nil }
         let db = writer.connection

@@ -34,6 +34,8 @@ extension SQLiteStore {
     }
 
     package func writeItem(_ item: QueueItem, writer: inout WriterState) throws -> WrittenItem {
+        // After the item's statements, which brought the connection's schema up to date.
+        defer { if !tracksHistory { noticeHistoryTurnedOn(writer.connection) } }
         if let operation = item.batch { return .batch(try execute(operation, db: writer.connection)) }
         return try writeCommit(item, db: writer.connection) { changes in
             if changes.inserts.contains(where: { changes.upserts[$0.id] != nil && !$0.row.entity.uniqueConstraints.isEmpty }) {

@@ -35,8 +35,11 @@ package final class SQLiteStore: QueuedStore {
 
     static let maximumIdleReaders = 4
 
-    /// Whether every save writes history (`Z_HISTORY`); see `SQLiteStore+History.swift`.
-    package let tracksHistory: Bool
+    /// Whether every save writes history (`Z_HISTORY`); see `SQLiteStore+History.swift`. Set
+    /// at open, and by the writer when another stack turned history on for the file since
+    /// (`noticeHistoryTurnedOn`).
+    package var tracksHistory: Bool { historyTracked.withLock { $0 } }
+    let historyTracked: Locked<Bool>
     /// Names this store object in the history it writes, so its own watcher can tell its
     /// commits from other stacks' (other processes', or another stack's on the same file).
     let instance = UUID().uuidString
@@ -124,7 +127,7 @@ package final class SQLiteStore: QueuedStore {
                 for statement in schema.creationStatements() { try connection.execute(statement) }
             }
         }
-        tracksHistory = try Self.prepareHistory(connection, enable: options.tracksHistory)
+        historyTracked = Locked(try Self.prepareHistory(connection, enable: options.tracksHistory))
         connection.install(tracer)
         writer = Locked(WriterState(connection: connection))
         readers = Locked([])
@@ -154,6 +157,11 @@ package final class SQLiteStore: QueuedStore {
             }
         }
         try writer.withLock { state in
+            // Again under the writer's lock, which a commit holds when it turns history on
+            // (`noticeHistoryTurnedOn`).
+            if tracksHistory {
+                throw StoreError(.unsupported, "History is tracked only by a stack with one SQLite store, and another stack turned it on for this stack's first file: a save over several files is not atomic in WAL mode. Keep the entities in one file (no configuration), or track history on none.")
+            }
             let db = state.connection
             let database = layout.withLock { "s\($0.parts.count)" }
             let attach = try db.cachedStatement("ATTACH DATABASE ? AS \(database.quotedIdentifier)")

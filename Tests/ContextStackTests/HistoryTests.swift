@@ -294,6 +294,46 @@ import Testing
         }
     }
 
+    /// Docs/History.md, "Turning it on": a stack that had the file open when another stack
+    /// turned history on writes history from its next save, so the other stack's contexts get
+    /// its commits; it follows theirs once something asks for remote commits after that save.
+    /// Before, it wrote no history for as long as it ran, and the others never saw its saves.
+    @Test @MainActor func aStackOpenBeforeHistoryWasTurnedOnWritesItFromItsNextSave() async throws {
+        let store = try TestStore(.file)
+        let early = try MainContext(stack: store.stack)
+        try early.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ann"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let tracking = try Stack(model: Model(fullModelTypes))
+        try tracking.addDatabaseStore(at: try #require(store.url), tracksHistory: true)
+        let fromEarly = tracking.allCommits.filter(\.isRemote)
+        var earlyCommits = fromEarly.makeAsyncIterator()
+        let bob = try early.beginUpdateAndWait { update in
+            let bob = try update.create(Person.self)
+            bob.name = "Bob"
+            try update.commit()
+            return bob.objectID
+        }
+        try await store.stack.flush()
+        let recorded = try tracking.history(after: nil)
+        try #require(recorded.map { $0.changes.map(\.objectID) } == [[bob]], "Bob's save, and not Ann's from before history")
+        #expect(try store.stack.history(after: nil).count == 1)
+        #expect(try #require(await earlyCommits.next()).inserted == [bob])
+
+        let fromTracking = store.stack.allCommits.filter(\.isRemote)
+        var trackingCommits = fromTracking.makeAsyncIterator()
+        let cy = try Context(stack: tracking, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            let cy = try update.create(Person.self)
+            cy.name = "Cy"
+            try update.commit()
+            return cy.objectID
+        }
+        #expect(try #require(await trackingCommits.next()).inserted == [cy])
+        try await tracking.flush()
+    }
+
     // MARK: - Other stacks' commits
 
     /// A main context of a two-tier stack with auto-merge takes another stack's commits as a
