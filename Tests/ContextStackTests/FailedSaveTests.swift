@@ -138,6 +138,45 @@ import Testing
         #expect(recorder.all.count == 1)
     }
 
+    /// A failed commit is undone even when a later commit, queued before it failed but not
+    /// written with it, changed another attribute of the same object. The pending changes of
+    /// both were kept as one entry of the overlay (what every read sees on top of the store),
+    /// which outlived the failed commit: the undo read its value back from there, found it
+    /// "stored", and the main context showed the refused age for good.
+    @Test(arguments: mergingTargets) @MainActor
+    func aFailedSaveIsUndoneWhenALaterCommitChangedTheSameObject(target: UpdateTarget) async throws {
+        let (store, recorder, world, monk) = try await Self.aStoredMonk(target)
+        let queued = store.stack.sqliteStore
+        try queued.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP TRIGGER "refuse_age" BEFORE UPDATE ON main."Person" WHEN NEW.age = 99
+                BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+                """)
+        }
+        try store.holdingTheWriter {
+            try world.beginUpdateAndWait { update in
+                try update.use(monk).age = 99
+                try update.commit()
+            }
+            // The writer took the first commit alone, and waits for the held writer.
+            for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+            try #require(queued.state.withLock { $0.queue.isEmpty })
+            try world.beginUpdateAndWait { update in
+                try update.use(monk).name = "Monk II"
+                try update.commit()
+            }
+            #expect(monk.age == 99 && monk.name == "Monk II")
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        try store.stack.flushAndWait()
+        _ = try world.fetchCount(Pet.self)    // a read applies the undoing commit
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text("Monk II"), .integer(63)]])
+        #expect(monk.age == 63 && monk.name == "Monk II", "\(monk.age) \(monk.name)")
+        #expect(try world.fetchCount(Person.self, %"age" == 99) == 0)
+        #expect(recorder.all.count == 1)
+    }
+
     /// A deletion handed to a merging main context before the root wrote it, whose write then
     /// fails, is undone there too: the object the app holds is no longer deleted, shows what
     /// is stored, is still the context's object for its ID, and its observer hears it is back.

@@ -235,6 +235,10 @@ package struct Overlay: Sendable {
         package var pending: Pending
         /// The sequence number of the last commit that touched the entry.
         var sequence: UInt64
+        /// For an update that several commits made: the commit that set each of `slots`, in
+        /// their order. `nil` while one commit made it (every slot is `sequence`'s): no array
+        /// for the common case.
+        var slotSequences: [UInt64]? = nil
 
         /// Takes a later commit's changes to the same row (none to a deleted one).
         mutating func merge(_ update: ChangeSet.RowUpdate, sequence: UInt64) {
@@ -243,19 +247,35 @@ package struct Overlay: Sendable {
                 for (slot, value) in zip(update.slots, update.values) { row.values[slot] = value }
                 pending = .inserted(row)
             case .updated(let entity, var slots, var values):
+                var setBy = slotSequences ?? Array(repeating: self.sequence, count: slots.count)
                 for (slot, value) in zip(update.slots, update.values) {
                     if let index = slots.firstIndex(of: slot) {
                         values[index] = value
+                        setBy[index] = sequence
                     } else {
                         slots.append(slot)
                         values.append(value)
+                        setBy.append(sequence)
                     }
                 }
                 pending = .updated(entity, slots: slots, values: values)
+                slotSequences = setBy
             case .deleted:
                 return
             }
             self.sequence = sequence
+        }
+
+        /// The entry without what commits up to `written` set: those are stored now, or
+        /// failed and must not show (their undo reads what is stored through the overlay).
+        /// `nil` when nothing later is left.
+        func keeping(after written: UInt64) -> Entry? {
+            guard sequence > written else { return nil }
+            guard let setBy = slotSequences, case .updated(let entity, let slots, let values) = pending else { return self }
+            let kept = setBy.indices.filter { setBy[$0] > written }
+            var entry = Entry(pending: .updated(entity, slots: kept.map { slots[$0] }, values: kept.map { values[$0] }), sequence: sequence)
+            if Set(kept.map { setBy[$0] }).count > 1 { entry.slotSequences = kept.map { setBy[$0] } }
+            return entry
         }
     }
 
@@ -336,7 +356,7 @@ package struct Overlay: Sendable {
     package mutating func removeWritten(upTo sequence: UInt64) {
         for (root, last) in lastSequences {
             // Every row of the table was written when its last commit was: no need to look at each.
-            let remaining = last <= sequence ? [:] : (rows[root] ?? [:]).filter { $0.value.sequence > sequence }
+            let remaining = last <= sequence ? [:] : (rows[root] ?? [:]).compactMapValues { $0.keeping(after: sequence) }
             rows[root] = remaining.isEmpty ? nil : remaining
             if remaining.isEmpty { lastSequences[root] = nil }
         }
