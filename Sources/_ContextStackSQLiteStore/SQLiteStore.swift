@@ -81,6 +81,16 @@ package final class SQLiteStore: QueuedStore {
 
         /// Reads go through the writer when a part is in memory: other connections cannot see it.
         var readsThroughWriter: Bool { parts.contains { $0.url == nil } }
+
+        /// For a read through the writer: what starts a snapshot of every file of the stack,
+        /// read in one read transaction, since another process may commit to a file between two
+        /// of the read's statements. `nil` when every part is in memory: only the writer's
+        /// connection sees those, and the read holds it.
+        var writerSnapshotSQL: String? {
+            let files = parts.filter { $0.url != nil }
+            guard !files.isEmpty else { return nil }
+            return "SELECT " + files.map { "(SELECT 1 FROM \($0.database.quotedIdentifier).sqlite_master LIMIT 1)" }.joined(separator: ", ")
+        }
     }
 
     /// A reader connection, with every part attached as of `generation`.
@@ -255,11 +265,13 @@ package final class SQLiteStore: QueuedStore {
         }
         if throughWriter {
             return try writer.withLock { writerState in
-                let (overlay, pinned) = state.withLock { state in
-                    whileLocked?()
-                    return (state.overlay(forPin: pin), pin.flatMap { state.pins[$0] })
+                try readingOnWriter(writerState.connection) {
+                    let (overlay, pinned) = state.withLock { state in
+                        whileLocked?()
+                        return (state.overlay(forPin: pin), pin.flatMap { state.pins[$0] })
+                    }
+                    try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
                 }
-                try body(ReadSession(graph: graph, connection: writerState.connection, overlay: overlay, pinned: pinned))
             }
         }
         let reader = try takeReader()
@@ -351,10 +363,12 @@ package final class SQLiteStore: QueuedStore {
     package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
         if layout.withLock({ $0.readsThroughWriter }) {
             return try writer.withLock { writerState in
-                try state.withLock { state in
-                    let db = writerState.connection
-                    var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.queued), context: nil)
-                    return try body(&state, &reader)
+                let db = writerState.connection
+                return try readingOnWriter(db) {
+                    try state.withLock { state in
+                        var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.queued), context: nil)
+                        return try body(&state, &reader)
+                    }
                 }
             }
         }
@@ -367,6 +381,23 @@ package final class SQLiteStore: QueuedStore {
             var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.queued), context: nil)
             return try body(&state, &reader)
         }
+    }
+
+    /// Runs `read` on the writer's connection (held by the caller) in one read transaction
+    /// whose snapshot covers every file of the stack (`Layout.writerSnapshotSQL`); a stack of
+    /// in-memory databases alone reads without one. Outside a transaction, each statement
+    /// would see the files as of its own start, and a read of several statements could see
+    /// half of another process's commit.
+    private func readingOnWriter<T>(_ db: Connection, _ read: () throws -> T) throws -> T {
+        guard let snapshot = layout.withLock({ $0.writerSnapshotSQL }) else { return try read() }
+        try db.execute("BEGIN DEFERRED")
+        defer {
+            // A read transaction: its end changes nothing. The writer must not be left in it,
+            // or its next `BEGIN IMMEDIATE` would fail.
+            if db.isInTransaction, (try? db.execute("COMMIT")) == nil { try? db.execute("ROLLBACK") }
+        }
+        _ = try db.scalar(snapshot)
+        return try read()
     }
 
     private func takeReader() throws -> Reader {

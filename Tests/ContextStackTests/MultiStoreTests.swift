@@ -140,6 +140,38 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
     /// SQLite attaches at most ten databases to a connection, so a stack holds at most eleven
     /// stores (Docs/Stores.md): the twelfth throws `.unsupported` before its file is made
     /// (it was made, tables and all, and then refused by SQLite), and the eleven go on working.
+    /// A stack with an in-memory store reads through its writer's connection (no other
+    /// connection sees an in-memory database). Such a read is one snapshot of the files too:
+    /// another process's commit between two of its statements does not show in the second.
+    /// Before, the writer read in autocommit, each statement at its own moment.
+    @Test(arguments: [Split.fileAndMemory, .memoryThenFile])
+    func aReadThroughTheWriterIsOneSnapshotOfTheFiles(split: Split) throws {
+        let store = try split.makeStore(.shared)
+        let file = try #require(store.directory).appendingPathComponent("people.sqlite")
+        let other = try Connection(path: file.path)
+        var counts: [Value] = []
+        try store.stack.sqliteStore.withReadSession(pin: nil, whileLocked: nil, shape: .statements) { session in
+            counts.append(try session.connection.scalar("SELECT count(*) FROM \"Person\""))
+            try other.execute("INSERT INTO \"Person\" (\"Z_PK\", \"name\") VALUES (1000, 'Cy')")
+            counts.append(try session.connection.scalar("SELECT count(*) FROM \"Person\""))
+        }
+        #expect(counts == [.integer(0), .integer(0)])
+        _ = try store.stack.sqliteStore.withCommittedView { _, reader in
+            counts = [try reader.session.connection.scalar("SELECT count(*) FROM \"Person\"")]
+            try other.execute("DELETE FROM \"Person\"")
+            counts.append(try reader.session.connection.scalar("SELECT count(*) FROM \"Person\""))
+        }
+        #expect(counts == [.integer(1), .integer(1)])
+        // The writer was left outside any transaction: commits go on.
+        let context = try Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ann"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        #expect(try other.scalar("SELECT name FROM \"Person\"") == .text("Ann"))
+    }
+
     @Test @MainActor func aStackHoldsElevenStoresAndRefusesATwelfth() throws {
         let configurations = Dictionary(uniqueKeysWithValues: partTypes.enumerated().map { ("c\($0.offset)", [$0.element]) })
         let store = try TestStore(model: Model(partTypes, configurations: configurations)) { stack, directory in
