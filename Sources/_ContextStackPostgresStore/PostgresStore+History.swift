@@ -215,13 +215,19 @@ extension PostgresStore {
             return try HistoryReading.othersWrote(after: token, connection: connection, queries: Self.historyQueries, instance: instance)
         }
         guard othersWrote else { return last }
-        return try state.withLock { state in
+        // Reported once the state lock is released (`onError` may read), and only once the
+        // read succeeded: a failed one is made again, and would report them twice.
+        var unreadable: [StoreError] = []
+        let next = try state.withLock { state in
             try Self.readTransaction(connection) {
                 var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
                 try checkNotExpired(token, connection: connection)
-                return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance, deliver)
+                return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance,
+                                                        unreadable: { unreadable.append($0) }, deliver)
             }
         }
+        unreadable.forEach(reportError)
+        return next
     }
 
     /// Runs `body` in one read-only transaction on `connection`, its snapshot taken at once.

@@ -122,15 +122,21 @@ extension SQLiteStore {
             return try HistoryReading.othersWrote(after: token, connection: db, queries: Self.historyQueries, instance: instance)
         }
         guard othersWrote else { return last }
-        return try state.withLock { state in
+        // Reported once the state lock is released (`onError` may read), and only once the
+        // read succeeded: a failed one is made again, and would report them twice.
+        var unreadable: [StoreError] = []
+        let next = try state.withLock { state in
             try readTransaction(db) {
                 // The snapshot starts here, under the lock, with the overlay taken.
                 _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
                 var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
                 try checkNotExpired(token, connection: db)
-                return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance, deliver)
+                return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance,
+                                                        unreadable: { unreadable.append($0) }, deliver)
             }
         }
+        unreadable.forEach(reportError)
+        return next
     }
 
     /// Runs `body` in one read transaction on `db`: its statements share one snapshot.

@@ -65,6 +65,37 @@ import Testing
         return expired()
     }
 
+    /// Docs/History.md, "Failure modes": a history row whose changes cannot be read (written by
+    /// something else than ContextStack, or by a later version's format) is passed over with a
+    /// `.corrupt` error to `onError`, once, and the transactions after it are delivered. Before,
+    /// every read of the follower stopped at it, and nothing more was delivered, ever.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func anUnreadableHistoryRowIsPassedOverAndSaidSo(kind: StoreKind) async throws {
+        let (store, errors, delivered) = try following(kind)
+        let other = try store.reopen()
+        try commitAPerson(in: other, named: "Before")
+        try await wait(for: 1, in: delivered)
+        let before = try other.lastHistoryToken()
+        if let url = store.database?.url {
+            try PostgresConnection(PostgresSettings(url: url)).execute("""
+                INSERT INTO "Z_HISTORY" VALUES (pg_current_xact_id()::text::bigint, 0, 0, NULL, 0, 'elsewhere', '\\xff'::bytea)
+                """)
+        } else {
+            try store.rawConnection().execute("INSERT INTO Z_HISTORY (Z_DATE, Z_AUTHOR, Z_ORIGIN, Z_STACK, Z_CHANGES) VALUES (0, NULL, 0, 'elsewhere', x'ff')")
+        }
+        try commitAPerson(in: other, named: "After")
+        try await wait(for: 2, in: delivered)
+        let tokens = [before, try other.lastHistoryToken()]
+        #expect(delivered.withLock { $0.map(\.transaction.token) } == tokens, "Before and After, not the unreadable row")
+        #expect(throws: StoreError.self) { try other.history(after: before) }
+        try commitAPerson(in: other, named: "Later")
+        try await wait(for: 3, in: delivered)
+        #expect(delivered.withLock { $0.count } == 3)
+        let corrupt = errors.all.compactMap { $0 as? StoreError }.filter { $0.code == .corrupt }
+        #expect(corrupt.count == 1 && errors.all.count == 1, "\(errors.all)")
+        #expect(corrupt.first?.message.contains("was not delivered to this stack") == true)
+    }
+
     /// Docs/History.md, "Purging": a stack's own watcher whose position was purged before it
     /// read says so with `.expired` through `onError`, once, and goes on from the last deleted
     /// transaction: every transaction the purge kept reaches it, also those committed before

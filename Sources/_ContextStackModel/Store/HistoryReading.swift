@@ -22,12 +22,22 @@ package struct HistoryQueries: Sendable {
 /// Reading history: what `history(after:)` returns, and what the history watcher delivers.
 package enum HistoryReading {
     /// The transactions after `token`, oldest first, each with the stack instance that wrote it.
+    ///
+    /// A transaction whose changes are not in ContextStack's format throws `StoreError`
+    /// `.corrupt`; given `unreadable`, it is left out and handed to `unreadable` instead.
     package static func transactions(after token: HistoryToken?, connection: any QueryConnection, graph: ModelGraph,
-                                     queries: HistoryQueries) throws -> [(transaction: HistoryTransaction, instance: String)] {
+                                     queries: HistoryQueries,
+                                     unreadable: ((HistoryToken, StoreError) -> Void)? = nil) throws -> [(transaction: HistoryTransaction, instance: String)] {
         var transactions: [(transaction: HistoryTransaction, instance: String)] = []
         try connection.select(queries.transactions, queries.arguments(token)) { row in
             let header = self.header(row)
-            let changes = try row.value(5).dataValue.map { try HistoryEncoding.decode($0, graph: graph) } ?? []
+            let changes: [HistoryChange]
+            do {
+                changes = try row.value(5).dataValue.map { try HistoryEncoding.decode($0, graph: graph) } ?? []
+            } catch let error as StoreError where unreadable != nil {
+                unreadable?(header.token, error)
+                return
+            }
             transactions.append((HistoryTransaction(token: header.token, date: header.date, author: header.author, changes: changes),
                                  header.instance))
         }
@@ -61,12 +71,25 @@ package enum HistoryReading {
     /// Reads the transactions after `token` with `reader` and hands those another stack wrote
     /// (not `instance`) to `deliver`, as `remote` makes them; returns the token to continue
     /// from, this stack's own transactions included.
+    ///
+    /// A transaction whose changes cannot be read (something else than ContextStack wrote the
+    /// row, or a later version's format) is passed over, with a `StoreError` `.corrupt` that
+    /// names it to `unreadable`: stopping there would stop delivery for good, since the row
+    /// reads the same every time.
     package static func deliverRemote(after token: HistoryToken?, reader: inout RowReader, queries: HistoryQueries, instance: String,
+                                      unreadable: (StoreError) -> Void,
                                       _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
-        let all = try transactions(after: token, connection: reader.session.connection, graph: reader.session.graph, queries: queries)
+        var last = token
+        var skipped: [StoreError] = []
+        let all = try transactions(after: token, connection: reader.session.connection, graph: reader.session.graph, queries: queries) { token, error in
+            last = token
+            skipped.append(StoreError(.corrupt, "The history transaction \(token) cannot be read, so what it changed was not delivered to this stack: objects its contexts hold may be stale until they are fetched again. \(error.message)", underlying: error.underlying))
+        }
         let others = all.filter { $0.instance != instance }.map(\.transaction)
         if !others.isEmpty { deliver(try remote(others, reader: &reader)) }
-        return all.last?.transaction.token ?? token
+        skipped.forEach(unreadable)
+        if let newest = all.last?.transaction.token, last.map({ $0 < newest }) ?? true { last = newest }
+        return last
     }
 
     /// What brings a main context's objects to what `transactions` did: the values stored now,
