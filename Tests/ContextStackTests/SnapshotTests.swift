@@ -390,6 +390,43 @@ import Testing
         #expect(nulls.int == 0 && nulls.string == "default" && !nulls.flag && nulls.optionalString == "o2")
     }
 
+    /// `apply(_:expecting:)` compares the stored values as a snapshot reads them. A row another
+    /// program wrote in another form than ContextStack writes (`"12.50"` in a decimal, `2.0`
+    /// in a `Bool` column, `2.5` in an `Int` one, NULL in a non-optional string) takes an
+    /// apply that expects what a client read of it, through JSON; before, every such apply
+    /// conflicted, and the row could never be changed that way. A value that really changed
+    /// since still conflicts.
+    @Test @MainActor func applyExpectingComparesStoredValuesAsASnapshotReadsThem() async throws {
+        let store = try TestStore(.file)
+        try Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            _ = try update.create(Sample.self)
+            try update.commit()
+        }
+        let db = try Connection(path: try #require(store.url).path)
+        try db.execute("UPDATE Sample SET decimal = '12.50', flag = 2.0, int = 2.5, string = NULL")
+        let world = try MainContext(stack: store.stack)
+        let read = try #require(try await world.snapshots(Sample.self).first)
+        #expect(read.decimal == Decimal(string: "12.5") && read.flag && read.int == 2 && read.string == "default")
+        let original = try JSONDecoder().decode(Sample.Snapshot.self, from: JSONEncoder().encode(read))
+        var edited = original
+        edited.optionalString = "edited"
+        try Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            try update.apply(edited, expecting: original)
+            try update.commit()
+        }
+        #expect(try db.rows("SELECT optionalString, decimal FROM Sample") == [[.text("edited"), .text("12.50")]])
+
+        try db.execute("UPDATE Sample SET decimal = '13'")
+        var again = edited
+        again.optionalString = "again"
+        #expect(throws: MergeConflictError.self) {
+            try Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+                try update.apply(again, expecting: edited)
+                try update.commit()
+            }
+        }
+    }
+
     /// A window (`limit`, `offset`) of snapshots read straight from the statement's columns
     /// (nothing pending, no to-many relationship) holds what the same window of objects holds,
     /// past the end too; and after a commit that moves rows across the windows, written or

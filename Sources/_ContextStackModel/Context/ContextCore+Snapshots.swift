@@ -86,7 +86,8 @@ extension ContextCore {
                     target = found
                 }
                 if foreignKey(object, property) != target?.objectID { changes.append((slot, .toOne(target))) }
-            } else if !object.values[slot].isIdentical(to: ours.values[slot]) {
+            } else if !Self.asRead(object.values[slot], property, object.entity).isIdentical(to: ours.values[slot]) {
+                // A value the snapshot read as it is is not a change, whatever form it is stored in.
                 changes.append((slot, .value(ours.values[slot])))
             }
         }
@@ -125,12 +126,24 @@ extension ContextCore {
                     conflicts.append(.init(objectID: object.objectID, key: property.name, snapshot: Self.list(wanted),
                                            stored: Self.list(stored.sorted()), ours: Self.list(ours.members[slot] ?? [])))
                 }
-            } else if !loaded[slot].isIdentical(to: expected.values[slot]) {
+            } else if !Self.asRead(loaded[slot], property, object.entity).isIdentical(to: Self.asRead(expected.values[slot], property, object.entity)) {
                 conflicts.append(.init(objectID: object.objectID, key: property.name, snapshot: expected.values[slot],
                                        stored: loaded[slot], ours: ours.values[slot]))
             }
         }
         if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
+    }
+
+    /// A slot's value as a snapshot of it holds it: read through the attribute's type (the
+    /// default, or `nil`, for a value that does not fit), so that a stored value in another
+    /// form than ContextStack writes — `"12.50"` for a decimal, `2.0` in a `Bool` column, NULL
+    /// in a non-optional one, as another program may write them — equals the snapshot a
+    /// client read of it. Compared as stored, such a row conflicted with every snapshot of
+    /// it, and no `apply(_:expecting:)` could ever change it. Relationships as they are.
+    private static func asRead(_ value: Value, _ property: Property, _ entity: ResolvedEntity) -> Value {
+        guard let kind = property.attributeKind else { return value }
+        if let canonical = kind.canonical(value) { return canonical }
+        return property.isOptional ? .null : entity.defaults[property.slot]
     }
 
     /// Members as one value for a conflict report: `"[Pet/1, Pet/2]"`.
