@@ -425,6 +425,44 @@ import Testing
         #expect(batches == [Grouping.sameGroup: 1, .laterGroup: 2, .alone: 3][grouping])
     }
 
+    /// A commit of a group whose failure made SQLite roll the whole transaction back (here a
+    /// trigger's `RAISE(ROLLBACK)`; a full disk or an I/O error does the same): every commit of
+    /// the group fails with that error, and none is stored. Before, the group's `ROLLBACK TO`
+    /// its savepoint failed ("no such savepoint"), and that was the error every commit got.
+    @Test func aFailureThatRollsTheWholeGroupBackIsTheErrorItsCommitsGet() throws {
+        let store = try TestStore(.file)
+        let queued = store.stack.sqliteStore
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        try queued.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP TRIGGER "roll_back_all" BEFORE INSERT ON main."Person" WHEN NEW.name = 'refused'
+                BEGIN SELECT RAISE(ROLLBACK, 'refused by the test, the whole transaction'); END
+                """)
+        }
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        for name in ["Ada", "refused", "Bea"] {
+            try context.beginUpdateAndWait { update in
+                try update.create(Person.self).name = name
+                try update.commit()
+            }
+        }
+        queued.writeQueue.resume()
+        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        let errors = recorder.all
+        #expect(errors.count == 3 && errors.allSatisfy(TestStore.isRefusal), "\(errors)")
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"").isEmpty)
+        // The writer goes on.
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Cy"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Cy")]])
+    }
+
     /// A delete whose rule clears the to-one of an object whose visible insert failed does not
     /// depend on that object: the delete is saved. (The update it makes of that object changes
     /// no row, and needs none.)

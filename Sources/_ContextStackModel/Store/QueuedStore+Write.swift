@@ -135,9 +135,18 @@ extension QueuedStore {
                     } catch where abandonsTransaction(error) {
                         throw error
                     } catch {
-                        try execute("ROLLBACK TO \(savepoint)", writer: &writer)
-                        try execute("RELEASE \(savepoint)", writer: &writer)
-                        outcome.fail(item, saveError(error))
+                        let failure = error
+                        do {
+                            try execute("ROLLBACK TO \(savepoint)", writer: &writer)
+                            try execute("RELEASE \(savepoint)", writer: &writer)
+                        } catch {
+                            // The database ended the whole transaction (SQLite does for a full
+                            // disk, an I/O error, `RAISE(ROLLBACK)`): the savepoint went with
+                            // it, and the commit's own error is what every commit of the group
+                            // gets, not "no such savepoint".
+                            throw failure
+                        }
+                        outcome.fail(item, saveError(failure))
                         neverStored.formUnion(item.changes.inserts.lazy.map(\.id))
                     }
                 }
