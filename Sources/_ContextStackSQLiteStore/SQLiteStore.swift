@@ -112,10 +112,15 @@ package final class SQLiteStore: QueuedStore {
     }
 
     deinit {
-        // Readers close first, so the writer is the file's last connection: closing it
-        // checkpoints the write-ahead log into the file and removes it (a read-only reader
-        // closing last could not), and the file is left whole, as another program expects.
+        // Readers and history watchers close first, so the writer is the file's last
+        // connection: closing it checkpoints the write-ahead log into the file and removes it
+        // (a read-only connection closing last could not), and the file is left whole, as
+        // another program expects. (One case is left: a store whose last reference was the
+        // one a watcher's look holds ends at the end of that look, while the watcher, and its
+        // connection, live until the look returns: the `-wal` stays, whole, for the next
+        // opener to recover.)
         readers.withLock { $0.removeAll() }
+        watchers.withLock { $0.removeAll() }
     }
 
     // MARK: - Opening

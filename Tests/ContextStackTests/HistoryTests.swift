@@ -334,6 +334,34 @@ import Testing
         try await tracking.flush()
     }
 
+    /// A released stack leaves its file whole, without `-wal` (the writer's connection closes
+    /// last and checkpoints it), also when the stack followed the history: its watcher's
+    /// read-only connection, closed after the writer, used to leave the `-wal` behind.
+    @Test(arguments: [false, true])
+    func aReleasedStackLeavesNoWriteAheadLog(following: Bool) async throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("store.sqlite")
+        do {
+            let stack = try Stack(model: Model(fullModelTypes))
+            try stack.addDatabaseStore(at: url, tracksHistory: true)
+            if following { try stack.store.followHistory { _ in } }
+            let context = try Context(stack: stack, updateTarget: .persistentStore)
+            try context.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "Ann"
+                try update.commit()
+            }
+            #expect(try context.beginUpdateAndWait { try $0.fetchCount(Person.self) } == 1)
+            #expect(FileManager.default.fileExists(atPath: url.path + "-wal"))
+        }
+        // The last reference may go on another thread (a watcher's look holds the store while
+        // it runs): a bound against hanging, not a timing assertion.
+        for _ in 0..<500 where FileManager.default.fileExists(atPath: url.path + "-wal") {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(!FileManager.default.fileExists(atPath: url.path + "-wal"))
+    }
+
     // MARK: - Other stacks' commits
 
     /// A main context of a two-tier stack with auto-merge takes another stack's commits as a
