@@ -142,7 +142,9 @@ extension SQLiteStore {
     /// Runs `body` in one read transaction on `db`: its statements share one snapshot.
     private func readTransaction<T>(_ db: Connection, _ body: () throws -> T) throws -> T {
         try db.execute("BEGIN DEFERRED")
-        defer { if db.isInTransaction { try? db.execute("COMMIT") } }
+        // Never left inside the transaction: `data_version` does not move within one, so the
+        // watcher would see no commit again.
+        defer { if db.isInTransaction, (try? db.execute("COMMIT")) == nil { try? db.execute("ROLLBACK") } }
         return try body()
     }
 
