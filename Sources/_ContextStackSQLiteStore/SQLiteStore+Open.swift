@@ -236,6 +236,24 @@ extension SQLiteStore {
 
     private static let sqliteMagic = Array("SQLite format 3\0".utf8)
 
+    /// For a database whose schema SQLite could not load: how many objects its schema table
+    /// lists when it has some and no `Z_METADATA` (someone else's database, written with syntax
+    /// this SQLite does not know, as a `STRICT` table is to one before 3.37), or `nil` (a store
+    /// of ContextStack's whose schema is damaged, or pages that cannot be read at all).
+    ///
+    /// Read with `writable_schema` on, which makes SQLite pass over the entries it cannot
+    /// parse, on a read-only connection that writes nothing.
+    private static func foreignObjectsInUnreadableSchema(at path: String) -> Int64? {
+        guard let probe = try? Connection(path: path, readOnly: true, create: false),
+              (try? probe.execute("PRAGMA writable_schema = ON")) != nil,
+              let row = try? probe.rows("""
+                  SELECT coalesce(sum(type = 'table' AND name = 'Z_METADATA'), 0), count(*) FROM sqlite_master
+                  WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+                  """).first,
+              row[0].int64Value == 0, let objects = row[1].int64Value, objects > 0 else { return nil }
+        return objects
+    }
+
     /// A `StoreError` for an SQLite error met while opening `url`, saying what to do.
     /// `contents` is what `inspectFile` found, when it got that far.
     private static func openError(_ error: any Error, url: URL, contents: FileContents?) -> any Error {
@@ -243,6 +261,10 @@ extension SQLiteStore {
         let path = url.path
         let directory = url.deletingLastPathComponent().path
         let manager = FileManager.default
+        if error.code.primary == .corrupt || (error.code.primary == .notADatabase && contents == .sqliteHeader),
+           let objects = foreignObjectsInUnreadableSchema(at: path) {
+            return StoreError(.foreignDatabase, "The file at \(path) holds an SQLite database that ContextStack did not create (its schema lists \(objects) tables, views, indexes or triggers, and no Z_METADATA table), in a form this SQLite cannot read (a newer SQLite's, perhaps); ContextStack leaves it untouched. Choose another file.", underlying: error)
+        }
         switch error.code.primary {
         case .notADatabase where contents == .sqliteHeader:
             // The header said SQLite (checked before opening): the rest is damaged.

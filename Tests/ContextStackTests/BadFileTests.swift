@@ -90,6 +90,36 @@ import Testing
         #expect(FileManager.default.contents(atPath: url.path) == before)
     }
 
+    /// Someone else's database whose schema this SQLite cannot parse (a newer SQLite's syntax,
+    /// as a `STRICT` table is to one before 3.37; here an option no SQLite knows) is still
+    /// someone else's: `.foreignDatabase`, untouched even with `resetOnFailure`. Before, SQLite's
+    /// "malformed database schema" made it `.corrupt`, and `resetOnFailure` emptied it. A store
+    /// of ContextStack's whose schema does not parse is damaged, and is reset as before.
+    @Test func someoneElsesDatabaseWithASchemaThisSQLiteCannotParseIsLeftUntouched() throws {
+        defer { cleanUp() }
+        func garble(_ table: String) throws {
+            let db = try Connection(path: url.path)
+            try db.execute("PRAGMA writable_schema = ON")
+            try db.execute("UPDATE sqlite_master SET sql = sql || ' FUTURE_OPTION' WHERE name = '\(table)'")
+        }
+        do {
+            let db = try Connection(path: url.path)
+            try db.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER); INSERT INTO accounts VALUES (1, 100)")
+        }
+        try garble("accounts")
+        let before = FileManager.default.contents(atPath: url.path)
+        expectCode(.foreignDatabase)
+        expectCode(.foreignDatabase, resetOnFailure: true)
+        #expect(FileManager.default.contents(atPath: url.path) == before)
+
+        try FileManager.default.removeItem(at: url)
+        try writeGoodStore()
+        try garble("Pet")
+        expectCode(.corrupt)
+        let stack = try open(resetOnFailure: true)
+        #expect(try Context(stack: stack).beginUpdateAndWait { try $0.fetchCount(Person.self) } == 0)
+    }
+
     /// Any schema object that ContextStack did not make — a view alone included — makes the
     /// file someone else's database.
     @Test(arguments: [
