@@ -506,6 +506,35 @@ func storeBytes(_ url: URL) -> [Data?] {
         #expect(counts == Array(0..<4_000))
     }
 
+    /// Docs/History.md, "What is recorded": history written before a migration that renamed an entity
+    /// and an attribute reads with the new names. Before, those changes were dropped (the old
+    /// entity name is in no model now), and a consumer missed them without an error.
+    @Test func historyWrittenBeforeARenameReadsWithTheNewNames() throws {
+        defer { cleanUp() }
+        let item = try {
+            let stack = try Stack(model: Model(ItemV1.self, OwnerV1.self, GoneV1.self), rootContext: .none)
+            try stack.addDatabaseStore(at: url, tracksHistory: true)
+            let context = try Context(stack: stack, updateTarget: .persistentStore)
+            let item = try context.beginUpdateAndWait { update in
+                let item = try update.create(ItemV1.self)
+                item.title = "a"
+                try update.commit()
+                return item.objectID
+            }
+            try context.beginUpdateAndWait { update in
+                try #require(try update.fetch(ItemV1.self, id: item)).title = "b"
+                try update.commit()
+            }
+            return item
+        }()
+        let stack = try Stack(model: Model(ProductV2.self, OwnerV2.self, LabelV2.self), rootContext: .none)
+        try stack.addDatabaseStore(at: url, tracksHistory: true)
+        let history = try stack.history(after: nil)
+        #expect(history.map { $0.changes.map(\.entityName) } == [["Product"], ["Product"]])
+        #expect(history.map { $0.changes.map(\.objectID.primaryKey) } == [[item.primaryKey], [item.primaryKey]])
+        #expect(history.last?.changes.first?.changedKeys == ["heading"])
+    }
+
     @Test func resetOnFailureReplacesAStoreThatCannotMigrate() throws {
         defer { cleanUp() }
         try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }

@@ -146,6 +146,12 @@ package final class ModelGraph: Sendable {
     package func entity(for description: EntityDescription) -> ResolvedEntity? { byDescription[ObjectIdentifier(description)] }
     package func entity(named name: String) -> ResolvedEntity? { byName[name] }
 
+    /// The entity named `name`, or else the one renamed from it (`@Entity(originalName:)`):
+    /// history written before a migration names entities as they were then.
+    package func entity(namedOrRenamedFrom name: String) -> ResolvedEntity? {
+        byName[name] ?? entities.first { $0.description_.originalName == name }
+    }
+
     /// The entity for an object class, or a precondition failure naming the fix.
     package func entity(for type: ManagedObject.Type) -> ResolvedEntity {
         guard let entity = entity(for: type.entityDescription) else {

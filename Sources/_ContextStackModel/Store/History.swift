@@ -278,12 +278,22 @@ package enum HistoryEncoding {
                 let keys = try text()
                 let count = Int(try integer(UInt32.self))
                 guard offset + count * 8 <= raw.count else { throw fail() }
-                let changed = Set(keys.split(separator: ",").map(String.init))
-                let root = graph.entity(named: entityName)?.rootDescription
+                // Named as the model names them now: written before a migration, the entity
+                // or its attributes may have had other names (`originalName`).
+                let entity = graph.entity(namedOrRenamedFrom: entityName)
+                let changed = Set(keys.split(separator: ",").map { key in
+                    let key = String(key)
+                    guard let entity, entity.property(named: key) == nil,
+                          let renamed = entity.properties.first(where: { $0.declared.originalName == key }) else { return key }
+                    return renamed.name
+                })
                 changes.reserveCapacity(changes.count + count)
                 for _ in 0..<count {
                     let key = Int64(bitPattern: try integer(UInt64.self))
-                    if let root { changes.append(HistoryChange(kind: kind, objectID: ObjectID(rootEntity: root, primaryKey: key), entityName: entityName, changedKeys: changed)) }
+                    if let entity {
+                        changes.append(HistoryChange(kind: kind, objectID: ObjectID(rootEntity: entity.rootDescription, primaryKey: key),
+                                                     entityName: entity.name, changedKeys: changed))
+                    }
                 }
             }
             return changes
