@@ -518,6 +518,7 @@ func storeBytes(_ url: URL) -> [Data?] {
             let item = try context.beginUpdateAndWait { update in
                 let item = try update.create(ItemV1.self)
                 item.title = "a"
+                try update.create(GoneV1.self).value = 1    // an entity the new model does not have
                 try update.commit()
                 return item.objectID
             }
