@@ -140,6 +140,46 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
     /// SQLite attaches at most ten databases to a connection, so a stack holds at most eleven
     /// stores (Docs/Stores.md): the twelfth throws `.unsupported` before its file is made
     /// (it was made, tables and all, and then refused by SQLite), and the eleven go on working.
+    /// Docs/Stores.md, "Several stores": SQLite commits a transaction over several files one
+    /// file after the other in WAL mode, so a `COMMIT` that fails part-way — here the second
+    /// file's log cannot grow (the child process limits file sizes, `RLIMIT_FSIZE`) — leaves the
+    /// first file with its part of the commit, while the commit throws. Each file is whole on
+    /// its own.
+    @Test func aCommitOverTwoFilesWhoseCommitFailsPartWayKeepsTheFirstFilesPart() async throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.path
+        await #expect(processExitsWith: .success) { [path = path as String] in
+            let directory = URL(fileURLWithPath: path)
+            let stack = try Stack(model: splitModel(), rootContext: .none)
+            try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
+            try stack.addDatabaseStore(at: directory.appendingPathComponent("sessions.sqlite"), configuration: "InMemory")
+            let context = try Context(stack: stack)
+            signal(SIGXFSZ, SIG_IGN)
+            var limit = rlimit(rlim_cur: 256 << 10, rlim_max: rlim_t.max)
+            guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else { exit(3) }
+            do {
+                // The sessions' pages (under a megabyte) stay in the page cache until COMMIT.
+                try context.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = "Ann"
+                    for index in 0..<300 { try update.create(Session.self).token = "\(index)" + String(repeating: "t", count: 3_000) }
+                    try update.commit()
+                }
+                exit(2)
+            } catch let error as SQLiteError where [.full, .ioError].contains(error.code.primary) {
+                exit(0)
+            } catch {
+                exit(1)
+            }
+        }
+        let people = try Connection(path: directory.appendingPathComponent("people.sqlite").path)
+        let sessions = try Connection(path: directory.appendingPathComponent("sessions.sqlite").path)
+        #expect(try people.rows("SELECT name FROM \"Person\"") == [[.text("Ann")]])
+        #expect(try sessions.scalar("SELECT count(*) FROM \"Session\"") == .integer(0))
+        #expect(try people.scalar("PRAGMA integrity_check") == .text("ok"))
+        #expect(try sessions.scalar("PRAGMA integrity_check") == .text("ok"))
+    }
+
     /// A stack with an in-memory store reads through its writer's connection (no other
     /// connection sees an in-memory database). Such a read is one snapshot of the files too:
     /// another process's commit between two of its statements does not show in the second.
