@@ -591,6 +591,53 @@ import Testing
         await #expect(throws: CancellationError.self) { try await task.value }
     }
 
+    /// Docs/Servers.md, "Async reads", Cancellation: once queued, a read runs to its end and
+    /// returns its result, however the task is cancelled meanwhile. The statement trace holds
+    /// the read on its read thread until the test has cancelled the task.
+    @Test func aReadCancelledOnceQueuedFinishesAndReturnsItsResult() async throws {
+        let store = try TestStore(.file)
+        let context = try Context(stack: store.stack)
+        _ = try context.beginUpdateAndWait(Self.makePeople)
+        try store.stack.flushAndWait()
+        let started = DispatchSemaphore(value: 0)
+        let resume = DispatchSemaphore(value: 0)
+        let first = Locked(true)
+        store.stack.trace { sql in
+            guard sql.contains("\"Person\""), first.withLock({ isFirst in defer { isFirst = false }; return isFirst }) else { return }
+            started.signal()
+            resume.wait()
+        }
+        defer { store.stack.trace(nil) }
+        let task = Task.detached { try await context.snapshots(Person.self, orderBy: .ascending("name")).map(\.name) }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                started.wait()
+                continuation.resume()
+            }
+        }
+        task.cancel()
+        resume.signal()
+        #expect(try await task.value == ["Ann", "Bob", "Cy"])
+    }
+
+    /// Docs/Servers.md, "Writing": `transaction` does not observe cancellation. Called from a
+    /// task already cancelled, its body runs and commits, it waits for the write and returns.
+    @Test(arguments: StoreKind.available)
+    func aTransactionOfACancelledTaskRunsCommitsAndReturns(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack)
+        let task = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await context.transaction { update in
+                let ann = try update.create(Person.self)
+                ann.name = "Ann"
+                return ann.objectID
+            }
+        }
+        let ann = try await task.value
+        #expect(try store.writtenRows("SELECT \"name\" FROM \"Person\" WHERE \"Z_PK\" = \(ann.primaryKey)") == [[.text("Ann")]])
+    }
+
     /// Many readers against writers that move age between two people in one commit: every
     /// snapshot read shows each commit wholly or not at all (the total never changes), with
     /// more concurrent reads than the cooperative pool has threads.
