@@ -591,6 +591,30 @@ import Testing
         await #expect(throws: CancellationError.self) { try await task.value }
     }
 
+    /// Docs/Servers.md, "Async reads", Where they run: on the library's own read threads, at
+    /// most twice the cores (and at least four) for the process, never on the cooperative
+    /// pool. Many concurrent reads, each statement noting the thread it runs on.
+    @Test func asyncReadsRunOnTheLibrarysReadThreads() async throws {
+        let store = try TestStore(.file)
+        let context = try Context(stack: store.stack)
+        _ = try context.beginUpdateAndWait(Self.makePeople)
+        try store.stack.flushAndWait()
+        let threads = Locked<[(readThread: Bool, id: pthread_t)]>([])
+        store.stack.trace { sql in
+            guard sql.contains("\"Person\"") else { return }
+            threads.withLock { $0.append((ReadThreads.isCurrent, pthread_self())) }
+        }
+        defer { store.stack.trace(nil) }
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<64 { group.addTask { try await context.snapshots(Person.self).count } }
+            for try await count in group { #expect(count == 3) }
+        }
+        let seen = threads.withLock { $0 }
+        #expect(seen.count >= 64)
+        #expect(seen.allSatisfy { $0.readThread })
+        #expect(Set(seen.map { UInt($0.id) }).count <= max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))
+    }
+
     /// Docs/Servers.md, "Async reads", Cancellation: once queued, a read runs to its end and
     /// returns its result, however the task is cancelled meanwhile. The statement trace holds
     /// the read on its read thread until the test has cancelled the task.

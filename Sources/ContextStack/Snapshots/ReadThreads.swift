@@ -46,7 +46,13 @@ final class ReadThreads: @unchecked Sendable {
         }
     }
 
+    /// Whether the calling thread is one of these (`Thread.name` cannot tell on Linux, where
+    /// a thread keeps the name of the one that started it).
+    static var isCurrent: Bool { Thread.current.threadDictionary[marker] != nil }
+    private static let marker = "ContextStack.reads"
+
     private func loop() {
+        Thread.current.threadDictionary[Self.marker] = true
         while true {
             condition.lock()
             idle += 1
