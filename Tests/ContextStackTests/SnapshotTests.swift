@@ -454,13 +454,21 @@ import Testing
         }
         try await expectWindowsMatch("read from the columns")
         #expect(try await world.snapshots(Sample.self, %"int" >= 1, orderBy: .descending("int"), options: .limit(3) | .offset(2)).map(\.int) == [9, 8, 7])
-        // A commit that moves rows in and out of the windows.
-        let other = try Context(stack: store.stack, updateTarget: .persistentStore)
+        // A commit that moves rows in and out of the windows, held in the writer's queue (the
+        // queue suspended) while the windows are read.
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        let other = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
         try other.beginUpdateAndWait { update in
             for sample in try update.fetchAll(Sample.self, %"int" >= 9) { sample.int -= 20 }
             try update.commit()
         }
+        #expect(queued.state.withLock { !$0.overlay.isEmpty }, "the commit waits for the writer")
         try await expectWindowsMatch("merged with a queued commit")
+        queued.writeQueue.resume()
+        try await store.stack.flush()
+        try await expectWindowsMatch("written")
     }
 
     /// A sub-entity shares its root's snapshot: the root's properties, for objects of the
