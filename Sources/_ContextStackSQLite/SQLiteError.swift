@@ -33,6 +33,8 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
         public static let misuse = Code(rawValue: SQLITE_MISUSE)
         public static let notADatabase = Code(rawValue: SQLITE_NOTADB)
         public static let permission = Code(rawValue: SQLITE_PERM)
+        public static let noMemory = Code(rawValue: SQLITE_NOMEM)
+        public static let interrupt = Code(rawValue: SQLITE_INTERRUPT)
 
         public var description: String {
             let text = String(cString: sqlite3_errstr(rawValue))

@@ -220,6 +220,19 @@ final class SQLiteHistoryWatcher: @unchecked Sendable {
 
     func stop() { timer.cancel() }
 
+    /// Lets go of `watchers` (this one among them), then of `connection` — the store's writer,
+    /// which must close after their read-only connections (`SQLiteStore.deinit`) — on this
+    /// watcher's queue, after any look it is in the middle of.
+    func letGo(_ watchers: [SQLiteHistoryWatcher], thenClose connection: Connection) {
+        let held = Locked<[SQLiteHistoryWatcher]?>(watchers)
+        let writer = Locked<Connection?>(connection)
+        for watcher in watchers { watcher.stop() }
+        queue.async {
+            held.withLock { $0 = nil }
+            writer.withLock { $0 = nil }
+        }
+    }
+
     deinit { timer.cancel() }
 
     private func poll() {

@@ -174,21 +174,23 @@ extension SQLiteStore {
     /// The `StoreError` for an SQLite error that stopped a migration (the transaction rolled
     /// back, so the file is unchanged).
     ///
-    /// Only rows the new model cannot hold are `.cannotMigrate`, which `resetOnFailure` answers
-    /// by erasing the store. A full disk, an I/O error, too little memory or a lock held too
-    /// long says nothing about the model: erasing the store for it would trade good data for an
-    /// empty file, so those are `.cannotOpen` (`.permissionDenied` for a file that may not be
-    /// written) and the next open, once the cause is gone, migrates.
+    /// A full disk, an I/O error, too little memory or a lock held too long says nothing about
+    /// the store: erasing it for that (`resetOnFailure` answers `.cannotMigrate` so) would
+    /// trade good data for an empty file. Those are `.cannotOpen` (`.permissionDenied` for a
+    /// file that may not be written), and the next open, once the cause is gone, migrates.
+    /// Damage stays `.corrupt`. Every other failure comes from what the file holds (rows the
+    /// new model cannot take, a view someone added that names a dropped table) and fails
+    /// again at every open: `.cannotMigrate`, as before.
     private static func migrationFailure(_ error: SQLiteError, path: String) -> StoreError {
         switch error.code.primary {
-        case .constraint, .mismatch:
-            return StoreError(.cannotMigrate, "Migrating the store at \(path) failed: its rows do not fit the new model. The file is unchanged; open it with resetOnFailure: true to replace it with an empty store.", underlying: error)
-        case .corrupt, .notADatabase:
-            return StoreError(.corrupt, "The store at \(path) is damaged: the migration met pages SQLite cannot read. The file is unchanged; restore it from a backup, or open it with resetOnFailure: true to replace it with an empty store.", underlying: error)
+        case .full, .ioError, .noMemory, .busy, .locked, .interrupt, .cantOpen:
+            return StoreError(.cannotOpen, "Migrating the store at \(path) failed for a reason that is not the model (a full disk, an I/O error, too little memory, a lock another connection held too long: see underlying). The file is unchanged and is not reset, even with resetOnFailure; remove the cause and open it again.", underlying: error)
         case .readOnly, .permission:
             return StoreError(.permissionDenied, "Migrating the store at \(path) failed: the file or its directory may not be written. The file is unchanged; make them writable and open it again.", underlying: error)
+        case .corrupt, .notADatabase:
+            return StoreError(.corrupt, "The store at \(path) is damaged: the migration met pages SQLite cannot read. The file is unchanged; restore it from a backup, or open it with resetOnFailure: true to replace it with an empty store.", underlying: error)
         default:
-            return StoreError(.cannotOpen, "Migrating the store at \(path) failed for a reason that is not the model (a full disk, an I/O error, too little memory, a lock another connection held too long: see underlying). The file is unchanged and is not reset, even with resetOnFailure; remove the cause and open it again.", underlying: error)
+            return StoreError(.cannotMigrate, "Migrating the store at \(path) failed; the file is unchanged. Open it with resetOnFailure: true to replace it with an empty store.", underlying: error)
         }
     }
 

@@ -17,6 +17,10 @@ extension SQLiteStore {
         }
     }
 
+    /// SQLite rolls a whole transaction back for some statement errors (`SQLITE_FULL`,
+    /// `SQLITE_IOERR`, `RAISE(ROLLBACK)`): a group's `ROLLBACK TO` then fails.
+    package var endsTransactionsForStatementErrors: Bool { true }
+
     package func execute(_ sql: String, writer: inout WriterState) throws {
         try writer.connection.execute(sql)
     }

@@ -115,12 +115,15 @@ package final class SQLiteStore: QueuedStore {
         // Readers and history watchers close first, so the writer is the file's last
         // connection: closing it checkpoints the write-ahead log into the file and removes it
         // (a read-only connection closing last could not), and the file is left whole, as
-        // another program expects. (One case is left: a store whose last reference was the
-        // one a watcher's look holds ends at the end of that look, while the watcher, and its
-        // connection, live until the look returns: the `-wal` stays, whole, for the next
-        // opener to recover.)
+        // another program expects.
         readers.withLock { $0.removeAll() }
-        watchers.withLock { $0.removeAll() }
+        let following = watchers.withLock { list in defer { list.removeAll() }; return list }
+        // A watcher's look holds the store, so the store may end right at the end of one, on
+        // the watcher's queue, with the watcher (and its connection) held until the look
+        // returns: the writer's connection is let go on that queue, after the watchers.
+        if let last = following.last {
+            last.letGo(following, thenClose: writer.withLock { $0.connection })
+        }
     }
 
     // MARK: - Opening
@@ -172,12 +175,13 @@ package final class SQLiteStore: QueuedStore {
             }
         }
         try writer.withLock { state in
-            // Again under the writer's lock, which a commit holds when it turns history on
-            // (`noticeHistoryTurnedOn`).
-            if tracksHistory {
-                throw StoreError(.unsupported, "History is tracked only by a stack with one SQLite store, and another stack turned it on for this stack's first file: a save over several files is not atomic in WAL mode. Keep the entities in one file (no configuration), or track history on none.")
-            }
+            // Again under the writer's lock, in the file itself: another stack may have turned
+            // history on since this one opened it, and this stack's writer notices only at its
+            // next save (`noticeHistoryTurnedOn`), which it could never do with a second file.
             let db = state.connection
+            if try tracksHistory || db.scalar("SELECT count(*) FROM main.sqlite_master WHERE type = 'table' AND name = 'Z_HISTORY'").int64Value == 1 {
+                throw StoreError(.unsupported, "History is tracked only by a stack with one SQLite store, and another stack turned it on for this stack's first file since it was added: a save over several files is not atomic in WAL mode. Keep the entities in one file (no configuration), or track history on none.")
+            }
             let database = layout.withLock { "s\($0.parts.count)" }
             let attach = try db.cachedStatement("ATTACH DATABASE ? AS \(database.quotedIdentifier)")
             defer { attach.reset() }

@@ -334,6 +334,26 @@ import Testing
         try await tracking.flush()
     }
 
+    /// The same page: a stack whose only file another stack has since turned history on for
+    /// cannot add a second store (it could never write history then), even before its next
+    /// save has noticed.
+    @Test func aSecondStoreIsRefusedOnceAnotherStackTurnedHistoryOnForTheFirst() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let people = directory.appendingPathComponent("people.sqlite")
+        let early = try Stack(model: splitModel())
+        try early.addDatabaseStore(at: people, configuration: "Database")
+        let tracking = try Stack(model: splitModel())
+        try tracking.addDatabaseStore(at: people, configuration: "Database", tracksHistory: true)
+        #expect {
+            try early.addDatabaseStore(at: directory.appendingPathComponent("sessions.sqlite"), configuration: "InMemory")
+        } throws: { error in
+            guard let error = error as? StoreError else { return false }
+            return error.code == .unsupported && error.message.contains("turned it on")
+        }
+        withExtendedLifetime(tracking) {}
+    }
+
     /// A released stack leaves its file whole, without `-wal` (the writer's connection closes
     /// last and checkpoints it), also when the stack followed the history: its watcher's
     /// read-only connection, closed after the writer, used to leave the `-wal` behind.

@@ -485,9 +485,7 @@ func storeBytes(_ url: URL) -> [Data?] {
         let before = storeBytes(url)
         let path = url.path
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [path = path as String] in
-            signal(SIGXFSZ, SIG_IGN)
-            var limit = rlimit(rlim_cur: 1 << 20, rlim_max: rlim_t.max)
-            guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else { exit(3) }
+            guard limitFileSizes(to: 1 << 20) else { exit(3) }
             do {
                 _ = try openStore([ProductV2.self, OwnerV2.self, LabelV2.self], at: URL(fileURLWithPath: path), resetOnFailure: true)
                 exit(2)

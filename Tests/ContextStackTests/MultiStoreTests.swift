@@ -137,9 +137,6 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try again.fetchCount(Session.self) == 0)
     }
 
-    /// SQLite attaches at most ten databases to a connection, so a stack holds at most eleven
-    /// stores (Docs/Stores.md): the twelfth throws `.unsupported` before its file is made
-    /// (it was made, tables and all, and then refused by SQLite), and the eleven go on working.
     /// Docs/Stores.md, "Several stores": SQLite commits a transaction over several files one
     /// file after the other in WAL mode, so a `COMMIT` that fails part-way — here the second
     /// file's log cannot grow (the child process limits file sizes, `RLIMIT_FSIZE`) — leaves the
@@ -155,9 +152,7 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
             try stack.addDatabaseStore(at: directory.appendingPathComponent("people.sqlite"), configuration: "Database")
             try stack.addDatabaseStore(at: directory.appendingPathComponent("sessions.sqlite"), configuration: "InMemory")
             let context = try Context(stack: stack)
-            signal(SIGXFSZ, SIG_IGN)
-            var limit = rlimit(rlim_cur: 256 << 10, rlim_max: rlim_t.max)
-            guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else { exit(3) }
+            guard limitFileSizes(to: 256 << 10) else { exit(3) }
             do {
                 // The sessions' pages (under a megabyte) stay in the page cache until COMMIT.
                 try context.beginUpdateAndWait { update in
@@ -212,6 +207,9 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try other.scalar("SELECT name FROM \"Person\"") == .text("Ann"))
     }
 
+    /// SQLite attaches at most ten databases to a connection, so a stack holds at most eleven
+    /// stores (Docs/Stores.md): the twelfth throws `.unsupported` before its file is made
+    /// (it was made, tables and all, and then refused by SQLite), and the eleven go on working.
     @Test @MainActor func aStackHoldsElevenStoresAndRefusesATwelfth() throws {
         let configurations = Dictionary(uniqueKeysWithValues: partTypes.enumerated().map { ("c\($0.offset)", [$0.element]) })
         let store = try TestStore(model: Model(partTypes, configurations: configurations)) { stack, directory in

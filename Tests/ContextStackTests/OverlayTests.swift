@@ -79,6 +79,13 @@ import Testing
             return
         }
         #expect(row.values[name] == .text("Ada") && row.values[age] == .integer(40))
+        // The insert is written, or failed: what the update set stays pending, as an update
+        // (of the stored row, or of none when the insert failed: reads then find none). A
+        // failed insert's row no longer shows, and its undo reads it as gone.
+        overlay.removeWritten(upTo: 1)
+        #expect(pendingSlots(overlay, 1) == [age: .integer(40)])
+        overlay.removeWritten(upTo: 2)
+        #expect(overlay.isEmpty)
     }
 
     /// A row deleted by a queued commit stays deleted whatever a later update says, and goes

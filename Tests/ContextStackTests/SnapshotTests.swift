@@ -392,7 +392,8 @@ import Testing
 
     /// `apply(_:expecting:)` compares the stored values as a snapshot reads them. A row another
     /// program wrote in another form than ContextStack writes (`"12.50"` in a decimal, `2.0`
-    /// in a `Bool` column, `2.5` in an `Int` one, NULL in a non-optional string) takes an
+    /// in a `Bool` column, `2.5` in an `Int` one, NULL in a non-optional string, an enum's raw
+    /// value that is none of its cases) takes an
     /// apply that expects what a client read of it, through JSON; before, every such apply
     /// conflicted, and the row could never be changed that way. A value that really changed
     /// since still conflicts.
@@ -403,10 +404,11 @@ import Testing
             try update.commit()
         }
         let db = try Connection(path: try #require(store.url).path)
-        try db.execute("UPDATE Sample SET decimal = '12.50', flag = 2.0, int = 2.5, string = NULL")
+        try db.execute("UPDATE Sample SET decimal = '12.50', flag = 2.0, int = 2.5, string = NULL, mood = 'legacy', level = 7")
         let world = try MainContext(stack: store.stack)
         let read = try #require(try await world.snapshots(Sample.self).first)
         #expect(read.decimal == Decimal(string: "12.5") && read.flag && read.int == 2 && read.string == "default")
+        #expect(read.mood == .calm && read.level == .low)
         let original = try JSONDecoder().decode(Sample.Snapshot.self, from: JSONEncoder().encode(read))
         var edited = original
         edited.optionalString = "edited"
@@ -607,10 +609,10 @@ import Testing
         let context = try Context(stack: store.stack)
         _ = try context.beginUpdateAndWait(Self.makePeople)
         try store.stack.flushAndWait()
-        let threads = Locked<[(readThread: Bool, id: pthread_t)]>([])
+        let threads = Locked<[(readThread: Bool, id: ObjectIdentifier)]>([])
         store.stack.trace { sql in
             guard sql.contains("\"Person\"") else { return }
-            threads.withLock { $0.append((ReadThreads.isCurrent, pthread_self())) }
+            threads.withLock { $0.append((ReadThreads.isCurrent, ObjectIdentifier(Thread.current))) }
         }
         defer { store.stack.trace(nil) }
         try await withThrowingTaskGroup(of: Int.self) { group in
@@ -620,7 +622,7 @@ import Testing
         let seen = threads.withLock { $0 }
         #expect(seen.count >= 64)
         #expect(seen.allSatisfy { $0.readThread })
-        #expect(Set(seen.map { UInt($0.id) }).count <= max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))
+        #expect(Set(seen.map(\.id)).count <= max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))
     }
 
     /// Docs/Servers.md, "Async reads", Cancellation: once queued, a read runs to its end and

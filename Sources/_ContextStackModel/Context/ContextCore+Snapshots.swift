@@ -137,12 +137,13 @@ extension ContextCore {
     /// A slot's value as a snapshot of it holds it: read through the attribute's type (the
     /// default, or `nil`, for a value that does not fit), so that a stored value in another
     /// form than ContextStack writes — `"12.50"` for a decimal, `2.0` in a `Bool` column, NULL
-    /// in a non-optional one, as another program may write them — equals the snapshot a
+    /// in a non-optional one, an enum's unknown raw value, as another program may write them —
+    /// equals the snapshot a
     /// client read of it. Compared as stored, such a row conflicted with every snapshot of
     /// it, and no `apply(_:expecting:)` could ever change it. Relationships as they are.
     private static func asRead(_ value: Value, _ property: Property, _ entity: ResolvedEntity) -> Value {
-        guard let kind = property.attributeKind else { return value }
-        if let canonical = kind.canonical(value) { return canonical }
+        guard property.isAttribute, let read = property.declared.asRead else { return value }
+        if let canonical = read.read(value) { return canonical }
         return property.isOptional ? .null : entity.defaults[property.slot]
     }
 

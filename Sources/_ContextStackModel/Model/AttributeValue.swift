@@ -31,28 +31,6 @@ public enum AttributeKind: String, Sendable, Hashable, CaseIterable {
         }
     }
 
-    /// `value` as this kind's Swift type reads it, stored again; `nil` when it does not fit
-    /// (an accessor or snapshot then shows the default, or `nil`). What `apply(_:expecting:)`
-    /// compares: a client's snapshot was read through the type, so a stored `"12.50"` came
-    /// back as `12.5`, and `2.0` in a `Bool` column as `true`.
-    package func canonical(_ value: Value) -> Value? {
-        switch self {
-        case .bool: Bool(storedValue: value)?.storedValue
-        case .int: Int(storedValue: value)?.storedValue
-        case .int16: Int16(storedValue: value)?.storedValue
-        case .int32: Int32(storedValue: value)?.storedValue
-        case .int64: Int64(storedValue: value)?.storedValue
-        case .double: Double(storedValue: value)?.storedValue
-        case .float: Float(storedValue: value)?.storedValue
-        case .string: String(storedValue: value)?.storedValue
-        case .date: Date(storedValue: value)?.storedValue
-        case .data: Data(storedValue: value)?.storedValue
-        case .uuid: UUID(storedValue: value)?.storedValue
-        case .url: URL(storedValue: value)?.storedValue
-        case .decimal: Decimal(storedValue: value)?.storedValue
-        }
-    }
-
     /// Whether a value of kind `other` may be compared with this kind.
     func isComparable(with other: AttributeKind) -> Bool {
         self == other || (isNumeric && other.isNumeric)

@@ -37,11 +37,18 @@ public struct PropertyDescription: Sendable {
     let kind: Kind
     /// The name in the previous model version (`@Attribute(originalName:)`), for migration.
     public let originalName: String?
+    /// For an attribute: a stored value as the attribute's Swift type reads it, stored again;
+    /// `nil` when it does not fit (an accessor or snapshot then shows the default, or `nil`).
+    /// What `apply(_:expecting:)` compares: a client's snapshot was read through the type, so
+    /// a stored `"12.50"` came back as `12.5`, `2.0` in a `Bool` column as `true`, and an enum's
+    /// unknown raw value as the default case.
+    let asRead: (any StoredValueReading)?
 
-    init(name: String, kind: Kind, originalName: String? = nil) {
+    init(name: String, kind: Kind, originalName: String? = nil, asRead: (any StoredValueReading)? = nil) {
         self.name = name
         self.kind = kind
         self.originalName = originalName
+        self.asRead = asRead
     }
 
     /// An attribute of an `AttributeValue` type.
@@ -51,7 +58,7 @@ public struct PropertyDescription: Sendable {
     ) -> PropertyDescription {
         PropertyDescription(name: name, kind: .attribute(T.attributeKind, isOptional: T.isOptionalAttribute,
                                                          defaultValue: defaultValue.storedValue, options: Set(options)),
-                            originalName: originalName)
+                            originalName: originalName, asRead: ReadThrough<T>())
     }
 
     /// An attribute of a `RawRepresentable` type, stored through its raw value.
@@ -61,7 +68,8 @@ public struct PropertyDescription: Sendable {
     ) -> PropertyDescription where T.RawValue: AttributeValue {
         PropertyDescription(name: name, kind: .attribute(T.RawValue.attributeKind, isOptional: false,
                                                          defaultValue: defaultValue.rawValue.storedValue, options: Set(options)),
-                            originalName: originalName)
+                            originalName: originalName,
+                            asRead: ReadThroughRaw<T>(optional: false))
     }
 
     /// An optional attribute of a `RawRepresentable` type.
@@ -71,7 +79,8 @@ public struct PropertyDescription: Sendable {
     ) -> PropertyDescription where T.RawValue: AttributeValue {
         PropertyDescription(name: name, kind: .attribute(T.RawValue.attributeKind, isOptional: true,
                                                          defaultValue: defaultValue?.rawValue.storedValue ?? .null, options: Set(options)),
-                            originalName: originalName)
+                            originalName: originalName,
+                            asRead: ReadThroughRaw<T>(optional: true))
     }
 
     /// A relationship to one object of `destination` (or none).
@@ -129,4 +138,26 @@ public final class EntityDescription: Sendable, CustomStringConvertible {
     var root: EntityDescription { superentity?.root ?? self }
 
     public var description: String { name }
+}
+
+/// Reads a stored value through an attribute's Swift type and stores it again
+/// (`PropertyDescription.asRead`); `nil` when it does not fit.
+protocol StoredValueReading: Sendable {
+    func read(_ value: Value) -> Value?
+}
+
+/// An attribute of an `AttributeValue` type.
+struct ReadThrough<T: AttributeValue>: StoredValueReading {
+    func read(_ value: Value) -> Value? { T(storedValue: value)?.storedValue }
+}
+
+/// An attribute stored through a raw value: a value that is none of the type's raw values
+/// does not fit.
+struct ReadThroughRaw<T: RawRepresentable>: StoredValueReading where T.RawValue: AttributeValue {
+    let optional: Bool
+
+    func read(_ value: Value) -> Value? {
+        if optional && value.isNull { return .null }
+        return T.RawValue(storedValue: value).flatMap(T.init(rawValue:))?.rawValue.storedValue
+    }
 }

@@ -235,17 +235,26 @@ package struct Overlay: Sendable {
         package var pending: Pending
         /// The sequence number of the last commit that touched the entry.
         var sequence: UInt64
-        /// For an update that several commits made: the commit that set each of `slots`, in
-        /// their order. `nil` while one commit made it (every slot is `sequence`'s): no array
-        /// for the common case.
+        /// For an entry that several commits made: the commit that set each slot — of an
+        /// update, each of its `slots`, in their order; of an insert, each slot of the row.
+        /// `nil` while one commit made it (every slot is `sequence`'s): no array for the common
+        /// case.
         var slotSequences: [UInt64]? = nil
+        /// For an insert that later commits changed: the inserting commit's sequence.
+        var insertedAt: UInt64? = nil
 
         /// Takes a later commit's changes to the same row (none to a deleted one).
         mutating func merge(_ update: ChangeSet.RowUpdate, sequence: UInt64) {
             switch pending {
             case .inserted(var row):
-                for (slot, value) in zip(update.slots, update.values) { row.values[slot] = value }
+                var setBy = slotSequences ?? Array(repeating: self.sequence, count: row.values.count)
+                if insertedAt == nil { insertedAt = self.sequence }
+                for (slot, value) in zip(update.slots, update.values) {
+                    row.values[slot] = value
+                    setBy[slot] = sequence
+                }
                 pending = .inserted(row)
+                slotSequences = setBy
             case .updated(let entity, var slots, var values):
                 var setBy = slotSequences ?? Array(repeating: self.sequence, count: slots.count)
                 for (slot, value) in zip(update.slots, update.values) {
@@ -269,11 +278,23 @@ package struct Overlay: Sendable {
         /// The entry without what commits up to `written` set: those are stored now, or
         /// failed and must not show (their undo reads what is stored through the overlay).
         /// `nil` when nothing later is left.
+        ///
+        /// An insert that is written or failed leaves what later commits set pending as an
+        /// update: of the stored row, or of no row (reads then find none) when it failed.
         func keeping(after written: UInt64) -> Entry? {
             guard sequence > written else { return nil }
-            guard let setBy = slotSequences, case .updated(let entity, let slots, let values) = pending else { return self }
+            guard let setBy = slotSequences else { return self }
             let kept = setBy.indices.filter { setBy[$0] > written }
-            var entry = Entry(pending: .updated(entity, slots: kept.map { slots[$0] }, values: kept.map { values[$0] }), sequence: sequence)
+            let pending: Pending
+            switch self.pending {
+            case .updated(let entity, let slots, let values):
+                pending = .updated(entity, slots: kept.map { slots[$0] }, values: kept.map { values[$0] })
+            case .inserted(let row) where (insertedAt ?? sequence) <= written:
+                pending = .updated(row.entity, slots: kept, values: kept.map { row.values[$0] })
+            default:
+                return self
+            }
+            var entry = Entry(pending: pending, sequence: sequence)
             if Set(kept.map { setBy[$0] }).count > 1 { entry.slotSequences = kept.map { setBy[$0] } }
             return entry
         }

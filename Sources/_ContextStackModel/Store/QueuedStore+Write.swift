@@ -140,11 +140,11 @@ extension QueuedStore {
                             try execute("ROLLBACK TO \(savepoint)", writer: &writer)
                             try execute("RELEASE \(savepoint)", writer: &writer)
                         } catch {
-                            // The database ended the whole transaction (SQLite does for a full
-                            // disk, an I/O error, `RAISE(ROLLBACK)`): the savepoint went with
-                            // it, and the commit's own error is what every commit of the group
-                            // gets, not "no such savepoint".
-                            throw failure
+                            // The whole transaction ended, its savepoints with it. On SQLite
+                            // for the commit's own error (a full disk, an I/O error,
+                            // `RAISE(ROLLBACK)`), which every commit of the group then gets, not
+                            // "no such savepoint"; on PostgreSQL because the connection broke.
+                            throw endsTransactionsForStatementErrors ? failure : error
                         }
                         outcome.fail(item, saveError(failure))
                         neverStored.formUnion(item.changes.inserts.lazy.map(\.id))

@@ -69,6 +69,12 @@ package protocol QueuedStore: ObjectStore {
     /// commit: the group then fails whole, and `writeTransaction` may write it again, instead
     /// of the commit failing alone while the group keeps the locks that caused it.
     func abandonsTransaction(_ error: any Error) -> Bool
+
+    /// Whether a `ROLLBACK TO` of a commit's savepoint that fails means the database ended
+    /// the whole transaction for the commit's own error (SQLite does for a full disk, an I/O
+    /// error, `RAISE(ROLLBACK)`), which every commit of the group then gets; otherwise (a
+    /// PostgreSQL connection that broke) the group gets the rollback's own error.
+    var endsTransactionsForStatementErrors: Bool { get }
 }
 
 // MARK: - Reads whose first statement takes the snapshot
@@ -97,6 +103,7 @@ extension QueuedStore {
 extension QueuedStore {
     package func lockRows(of batch: [QueueItem], writer: inout Writer) throws {}
     package func abandonsTransaction(_ error: any Error) -> Bool { false }
+    package var endsTransactionsForStatementErrors: Bool { false }
 }
 
 /// The state every `QueuedStore` keeps under its lock.

@@ -159,3 +159,19 @@ struct ChildProcessError: Error, CustomStringConvertible {
     let message: String
     var description: String { message }
 }
+
+/// Limits the size of every file this process writes from now on (`RLIMIT_FSIZE`), writing
+/// past it failing with `EFBIG` instead of ending the process (`SIGXFSZ` ignored): a disk that
+/// fills up, for tests that run in a child process. False when the limit could not be set.
+func limitFileSizes(to bytes: Int) -> Bool {
+    signal(SIGXFSZ, SIG_IGN)
+    var limit = rlimit()
+    #if canImport(Glibc)
+    let resource = __rlimit_resource_t(RLIMIT_FSIZE.rawValue)
+    #else
+    let resource = RLIMIT_FSIZE
+    #endif
+    guard getrlimit(resource, &limit) == 0 else { return false }
+    limit.rlim_cur = rlim_t(bytes)
+    return setrlimit(resource, &limit) == 0
+}
