@@ -84,6 +84,37 @@ import Testing
         #expect(try world.fetchAll(Person.self, orderBy: .ascending("email")).compactMap(\.email) == ["x@example.com", "y@example.com"])
     }
 
+    /// Two updates' `fetchOrCreate`s of one value share an ID. When the first commits its
+    /// object and then gives it another value before the second commits, the second no longer
+    /// describes that row: its commit throws `MergeConflictError` naming the value, and the
+    /// renamed person stays. Before, the second's values were merged into the row, and the
+    /// rename was silently undone.
+    @Test(arguments: StoreKind.available)
+    func aClaimedObjectRenamedBeforeTheOtherClaimantCommitsIsAConflict(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack)
+        let first = context.beginUpdateContext()
+        let second = context.beginUpdateContext()
+        let mine = try first.performAndWait { try $0.fetchOrCreate(Person.self, %"email" == "a@example.com").objectID }
+        let theirs = try second.performAndWait { update in
+            let person = try update.fetchOrCreate(Person.self, %"email" == "a@example.com")
+            person.name = "Second"
+            return person.objectID
+        }
+        #expect(mine == theirs)
+        try first.performAndWait { update in
+            try update.commit()
+            try #require(try update.fetch(Person.self, id: mine)).email = "b@example.com"
+            try update.commit()
+        }
+        let conflict = try #require(throws: MergeConflictError.self) {
+            try second.performAndWait { try $0.commit() }
+        }
+        #expect(conflict.conflicts.map(\.key) == ["email"], "\(conflict)")
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT \"email\", \"name\" FROM \"Person\"") == [[.text("b@example.com"), .text("")]])
+    }
+
     /// Values that a commit still waiting for the writer took from a row are free: a
     /// `fetchOrCreate` for them makes a new object, and does not merge into the row that held
     /// them when it was last written. Another connection's transaction holds the writer back,

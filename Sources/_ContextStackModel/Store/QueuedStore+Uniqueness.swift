@@ -79,6 +79,16 @@ extension QueuedStore {
                 continue
             }
             let entity = insert.row.entity
+            // The row must still hold the unique values both were made for: the other claimant
+            // may have given its object other ones since (a later commit of its update), and
+            // merging into it would undo that without a word.
+            let moved = assigned.filter { entity.uniqueSlots.contains($0) && !insert.row.values[$0].isIdentical(to: existing.values[$0]) }
+            if !moved.isEmpty {
+                throw MergeConflictError(conflicts: moved.map {
+                    .init(objectID: insert.id, key: entity.properties[$0].name, snapshot: insert.row.values[$0],
+                          stored: existing.values[$0], ours: insert.row.values[$0])
+                })
+            }
             var slots: [Int] = []
             var values: [Value] = []
             for slot in entity.storedSlots {
