@@ -425,6 +425,43 @@ import Testing
         #expect(batches == [Grouping.sameGroup: 1, .laterGroup: 2, .alone: 3][grouping])
     }
 
+    /// Objects fetched as faults (`.batch`), one of which another context deletes before its
+    /// fault fires: the app cannot know (`isDeleted` does not fire a fault; the property
+    /// access that fires it finds the object deleted), so changing it is not a misuse. The
+    /// change is not kept and the update's commit throws `MergeConflictError` (`<deleted>`),
+    /// as a commit changing a row another context deleted does. Before, the setter trapped
+    /// ("is deleted in this update").
+    @Test(arguments: StoreKind.available)
+    func changingAFaultWhoseRowAnotherContextDeletedFailsTheCommitWithoutTrapping(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            for name in ["Ann", "Bob", "Cy"] { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let updater = context.beginUpdateContext()
+        let conflict = try #require(throws: MergeConflictError.self) {
+            try updater.performAndWait { update in
+                let people = try update.fetchAll(Person.self, orderBy: .ascending("name"), options: .batch(100))
+                try Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { other in
+                    try other.delete(#require(try other.fetch(Person.self, %"name" == "Bob")))
+                    try other.commit()
+                }
+                // Bob first: the read of his age fires the faults' group.
+                let bob = people[1]
+                #expect(!bob.isDeleted, "not known before the fault fires")
+                bob.age += 1
+                #expect(people.map(\.isDeleted) == [false, true, false])
+                try update.commit()
+            }
+        }
+        #expect(conflict.conflicts.map(\.key) == ["<deleted>"])
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT \"name\", \"age\" FROM \"Person\" ORDER BY \"name\"")
+                == [[.text("Ann"), .integer(0)], [.text("Cy"), .integer(0)]])
+    }
+
     /// A commit of a group whose failure made SQLite roll the whole transaction back (here a
     /// trigger's `RAISE(ROLLBACK)`; a full disk or an I/O error does the same): every commit of
     /// the group fails with that error, and none is stored. Before, the group's `ROLLBACK TO`

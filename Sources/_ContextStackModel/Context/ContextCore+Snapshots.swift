@@ -39,6 +39,11 @@ extension ContextCore {
             throw MergeConflictError(conflicts: [.init(objectID: snapshot.id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)])
         }
         checkRead(object)
+        // A fault fires here, not halfway through: its row may turn out gone.
+        if object.fault != nil { fulfill(object, slot: nil) }
+        if object.state == .deleted {
+            throw MergeConflictError(conflicts: [.init(objectID: snapshot.id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)])
+        }
         let blank = ContiguousArray<Value>(repeating: .null, count: object.entity.properties.count)
         var ours = _SnapshotRow(id: object.objectID, entity: object.entity, values: blank, members: [:])
         snapshot._cs_write(to: &ours)

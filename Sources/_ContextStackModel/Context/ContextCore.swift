@@ -216,9 +216,29 @@ package final class ContextCore: @unchecked Sendable {
             preconditionFailure("\(object) belongs to a MainContext, whose objects are read-only: change it in an update — world.beginUpdate { update in let object = try update.use(object); …; try update.commit() }.")
         }
         guard object.state != .deleted else {
-            preconditionFailure("\(object) is deleted in this update: a deleted object cannot be changed or related (its last values stay readable).")
+            guard foundDeleted(object) else {
+                preconditionFailure("\(object) is deleted in this update: a deleted object cannot be changed or related (its last values stay readable).")
+            }
+            refuseChange(of: object)
+            return
         }
         markChanged(object)
+    }
+
+    /// Whether `object` is deleted because this context found its row gone (a fault that
+    /// fired after another context deleted it) or took another context's deletion, not
+    /// because this update deleted it. Nothing the app wrote could have known:
+    /// `isDeleted` does not fire a fault, and the read that fires it is the property access
+    /// itself.
+    func foundDeleted(_ object: ManagedObject) -> Bool {
+        mergedDeletions[object.objectID]?.object === object
+    }
+
+    /// A change of an object found deleted (`foundDeleted`): not kept, and the update's
+    /// commits throw `MergeConflictError` (key `<deleted>`) until it is rolled back, as a
+    /// commit changing a row another context deleted would.
+    func refuseChange(of object: ManagedObject) {
+        accessorFailed(MergeConflictError(conflicts: [.init(objectID: object.objectID, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)]))
     }
 
     /// Starts tracking `object`'s changes (no checks: internal upkeep of inverses and deletes).
@@ -242,9 +262,10 @@ package final class ContextCore: @unchecked Sendable {
         guard other.context === self else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': they belong to different contexts. Bring \(other.entity.name) into this update first: `let other = try update.use(other)`.")
         }
-        guard other.state != .deleted else {
+        guard other.state != .deleted || foundDeleted(other) else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': \(other) is deleted in this update.")
         }
+        if other.state == .deleted { refuseChange(of: other) }
         guard canRelate(other, through: property) else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': it holds \(property.destination?.name ?? "?") objects.")
         }
