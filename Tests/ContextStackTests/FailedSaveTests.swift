@@ -425,6 +425,40 @@ import Testing
         #expect(batches == [Grouping.sameGroup: 1, .laterGroup: 2, .alone: 3][grouping])
     }
 
+    /// An update context that deleted an object and committed, whose deletion the root then
+    /// failed to save: its next read finds the row again and gives back the object it holds,
+    /// no longer deleted, not a second object for the ID.
+    @Test func anUpdateContextWhoseDeletionFailedGivesBackTheSameObject() throws {
+        let store = try TestStore(.file)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let updater = context.beginUpdateContext()
+        let ann = try updater.performAndWait { update in
+            let ann = try update.create(Person.self)
+            ann.name = "Ann"
+            try update.commit()
+            return ann.objectID
+        }
+        try store.stack.flushAndWait()
+        try store.stack.sqliteStore.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP TRIGGER "refuse_delete" BEFORE DELETE ON main."Person"
+                BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+                """)
+        }
+        try updater.performAndWait { update in
+            let held = try #require(try update.fetch(Person.self, id: ann))
+            try update.delete(held)
+            try update.commit()
+            #expect(held.isDeleted)
+            #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+            let again = try #require(try update.fetch(Person.self, id: ann))
+            #expect(again === held && !held.isDeleted && held.name == "Ann")
+        }
+        #expect(recorder.all.count == 1)
+    }
+
     /// Objects fetched as faults (`.batch`), one of which another context deletes before its
     /// fault fires: the app cannot know (`isDeleted` does not fire a fault; the property
     /// access that fires it finds the object deleted), so changing it is not a misuse. The

@@ -191,6 +191,9 @@ extension ContextCore {
             case .deleted:
                 registry[object.objectID] = nil
                 object.beforeImage = nil
+                // Should the deletion's save fail, a read that finds the row again gives back
+                // this object, not a second one for its ID (`revivedDeletion`).
+                keepDeletion(object)
             default:
                 object.state = .clean
                 object.beforeImage = nil
