@@ -98,6 +98,32 @@ package final class Connection {
         return statement
     }
 
+    /// Set by SQLite's authorizer, once `watchPreparations` installed it, whenever this
+    /// connection prepares a statement: a new one, or a cached one again because another
+    /// connection changed the schema. Cleared by `takePrepared`.
+    private final class Preparations {
+        var happened = false
+    }
+    private let preparations = Preparations()
+
+    /// Starts noting when this connection prepares statements (`takePrepared`), through
+    /// SQLite's authorizer, which runs only while a statement is prepared: nothing per step.
+    package func watchPreparations() {
+        preparations.happened = true
+        sqlite3_set_authorizer(handle, { context, _, _, _, _, _ in
+            if let context { Unmanaged<Preparations>.fromOpaque(context).takeUnretainedValue().happened = true }
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(preparations).toOpaque())
+    }
+
+    /// Whether a statement was prepared since the last call (`watchPreparations`). A statement
+    /// that reads or writes a table after another connection changed the schema is prepared
+    /// again, so `false` after a write's statements means the schema did not change.
+    package func takePrepared() -> Bool {
+        defer { preparations.happened = false }
+        return preparations.happened
+    }
+
     /// Whether the schema this connection holds in memory has the table `name` in `database`.
     ///
     /// No statement runs, so nothing checks the schema against the file: another connection's

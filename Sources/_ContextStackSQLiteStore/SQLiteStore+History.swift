@@ -40,11 +40,13 @@ extension SQLiteStore {
     /// Called by the writer inside a write transaction, after the statements of a commit:
     /// those compared the connection's schema with the file's, so the in-memory lookup is
     /// current, and no other connection can change the schema before this transaction ends.
-    /// A lookup in memory, so a stack without history pays almost nothing per commit. A stack
+    /// A stack without history pays almost nothing per commit: the lookup runs only when the
+    /// connection prepared a statement since the last save (`Connection.takePrepared`), which
+    /// it does for every cached statement once another connection changed the schema. A stack
     /// of several files does not start (history needs the file to be the stack's only store:
     /// Docs/History.md).
     func noticeHistoryTurnedOn(_ db: Connection) {
-        guard db.schemaHasTable("Z_HISTORY"), parts.count == 1 else { return }
+        guard db.takePrepared(), db.schemaHasTable("Z_HISTORY"), parts.count == 1 else { return }
         historyTracked.withLock { $0 = true }
     }
 

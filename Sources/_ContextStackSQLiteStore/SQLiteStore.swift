@@ -146,6 +146,8 @@ package final class SQLiteStore: QueuedStore {
             }
         }
         historyTracked = Locked(try Self.prepareHistory(connection, enable: options.tracksHistory))
+        // What lets a save look for a history table only when the schema may have changed.
+        if !historyTracked.withLock({ $0 }) { connection.watchPreparations() }
         connection.install(tracer)
         writer = Locked(WriterState(connection: connection))
         readers = Locked([])
