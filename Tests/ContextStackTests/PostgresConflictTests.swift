@@ -324,6 +324,11 @@ struct PostgresConflictTests {
         try holder.execute("BEGIN")
         try holder.run("UPDATE \"Person\" SET age = age WHERE \"Z_PK\" = ?", [.integer(held.primaryKey)])
         let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        // Only the writer's side may find the deadlock: PostgreSQL looks after `deadlock_timeout`
+        // (a second) from each wait's start, and on a loaded machine the other's look could come
+        // first although its wait began later. (A superuser setting: an app role's server keeps
+        // the default, and the order of the two waits then decides, as it does almost always.)
+        try? otherProcess.execute("SET deadlock_timeout = '20s'")
         try otherProcess.execute("BEGIN")
         try otherProcess.run("INSERT INTO \"Person\" (\"Z_PK\", \"Z_VERSION\", name, age, email) VALUES (?, 1, 'Other', 0, ?)",
                              [.integer(1_000_000), .text("monk@example.com")])
@@ -411,6 +416,11 @@ struct PostgresConflictTests {
         }
         // The other process deletes a person the group relates a pet to, and has not committed.
         let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        // Only the writer's side may find the deadlock: PostgreSQL looks after `deadlock_timeout`
+        // (a second) from each wait's start, and on a loaded machine the other's look could come
+        // first although its wait began later. (A superuser setting: an app role's server keeps
+        // the default, and the order of the two waits then decides, as it does almost always.)
+        try? otherProcess.execute("SET deadlock_timeout = '20s'")
         try otherProcess.execute("BEGIN")
         try otherProcess.run("DELETE FROM \"Person\" WHERE \"Z_PK\" = ?", [.integer(deletedThere.primaryKey)])
         try holder.execute("COMMIT")
