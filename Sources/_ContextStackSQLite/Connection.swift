@@ -180,6 +180,16 @@ package final class Connection {
 
     package var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
 
+    /// Runs `body` inside `BEGIN DEFERRED … COMMIT`: its statements share one snapshot (taken
+    /// by the first that reads). The connection is never left inside the transaction, even
+    /// when its `COMMIT` fails (it is rolled back then; a read changed nothing): a writer left
+    /// there could not `BEGIN IMMEDIATE`, and `data_version` does not move inside one.
+    package func readTransaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN DEFERRED")
+        defer { if isInTransaction, (try? execute("COMMIT")) == nil { try? execute("ROLLBACK") } }
+        return try body()
+    }
+
     /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws.
     ///
     /// `commit` runs the final `COMMIT`; the store passes a closure that takes its publication

@@ -47,7 +47,7 @@ extension SQLiteStore {
     /// Docs/History.md).
     func noticeHistoryTurnedOn(_ db: Connection) {
         guard db.takePrepared(), db.schemaHasTable("Z_HISTORY"), parts.count == 1 else { return }
-        historyTracked.withLock { $0 = true }
+        historyTracked.store(true, ordering: .releasing)
     }
 
     package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout WriterState) throws -> HistoryToken? {
@@ -119,7 +119,7 @@ extension SQLiteStore {
     /// wake-ups follow this stack's own commits: a first read, without the lock, moves past
     /// those alone.
     func deliverRemoteTransactions(after token: HistoryToken?, on db: Connection, _ deliver: ([RemoteTransaction]) -> Void) throws -> HistoryToken? {
-        let (othersWrote, last) = try readTransaction(db) {
+        let (othersWrote, last) = try db.readTransaction {
             try checkNotExpired(token, connection: db)
             return try HistoryReading.othersWrote(after: token, connection: db, queries: Self.historyQueries, instance: instance)
         }
@@ -128,7 +128,7 @@ extension SQLiteStore {
         // read succeeded: a failed one is made again, and would report them twice.
         var unreadable: [StoreError] = []
         let next = try state.withLock { state in
-            try readTransaction(db) {
+            try db.readTransaction {
                 // The snapshot starts here, under the lock, with the overlay taken.
                 _ = try db.scalar("SELECT 1 FROM sqlite_master LIMIT 1")
                 var reader = RowReader(session: ReadSession(graph: graph, connection: db, overlay: state.overlay), context: nil)
@@ -139,15 +139,6 @@ extension SQLiteStore {
         }
         unreadable.forEach(reportError)
         return next
-    }
-
-    /// Runs `body` in one read transaction on `db`: its statements share one snapshot.
-    private func readTransaction<T>(_ db: Connection, _ body: () throws -> T) throws -> T {
-        try db.execute("BEGIN DEFERRED")
-        // Never left inside the transaction: `data_version` does not move within one, so the
-        // watcher would see no commit again.
-        defer { if db.isInTransaction, (try? db.execute("COMMIT")) == nil { try? db.execute("ROLLBACK") } }
-        return try body()
     }
 
     /// The newest transaction's token, read on `db`.

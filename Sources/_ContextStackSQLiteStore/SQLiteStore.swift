@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 import _ContextStackCore
 import _ContextStackModel
 import _ContextStackSQLite
@@ -38,8 +39,9 @@ package final class SQLiteStore: QueuedStore {
     /// Whether every save writes history (`Z_HISTORY`); see `SQLiteStore+History.swift`. Set
     /// at open, and by the writer when another stack turned history on for the file since
     /// (`noticeHistoryTurnedOn`).
-    package var tracksHistory: Bool { historyTracked.withLock { $0 } }
-    let historyTracked: Locked<Bool>
+    /// An atomic, not a lock: a save reads it twice.
+    package var tracksHistory: Bool { historyTracked.load(ordering: .acquiring) }
+    let historyTracked: Atomic<Bool>
     /// Names this store object in the history it writes, so its own watcher can tell its
     /// commits from other stacks' (other processes', or another stack's on the same file).
     let instance = UUID().uuidString
@@ -77,6 +79,8 @@ package final class SQLiteStore: QueuedStore {
             parts.append(part)
             for table in part.schema.tables { databaseOfTable[table.name] = part.database }
             generation += 1
+            let files = parts.filter { $0.url != nil }
+            writerSnapshotSQL = files.isEmpty ? nil : SQLiteStore.snapshotSQL(of: files)
         }
 
         /// Reads go through the writer when a part is in memory: other connections cannot see it.
@@ -86,11 +90,7 @@ package final class SQLiteStore: QueuedStore {
         /// read in one read transaction, since another process may commit to a file between two
         /// of the read's statements. `nil` when every part is in memory: only the writer's
         /// connection sees those, and the read holds it.
-        var writerSnapshotSQL: String? {
-            let files = parts.filter { $0.url != nil }
-            guard !files.isEmpty else { return nil }
-            return "SELECT " + files.map { "(SELECT 1 FROM \($0.database.quotedIdentifier).sqlite_master LIMIT 1)" }.joined(separator: ", ")
-        }
+        private(set) var writerSnapshotSQL: String?
     }
 
     /// A reader connection, with every part attached as of `generation`.
@@ -145,9 +145,10 @@ package final class SQLiteStore: QueuedStore {
                 for statement in schema.creationStatements() { try connection.execute(statement) }
             }
         }
-        historyTracked = Locked(try Self.prepareHistory(connection, enable: options.tracksHistory))
+        let tracks = try Self.prepareHistory(connection, enable: options.tracksHistory)
+        historyTracked = Atomic(tracks)
         // What lets a save look for a history table only when the schema may have changed.
-        if !historyTracked.withLock({ $0 }) { connection.watchPreparations() }
+        if !tracks { connection.watchPreparations() }
         connection.install(tracer)
         writer = Locked(WriterState(connection: connection))
         readers = Locked([])
@@ -181,7 +182,7 @@ package final class SQLiteStore: QueuedStore {
             // history on since this one opened it, and this stack's writer notices only at its
             // next save (`noticeHistoryTurnedOn`), which it could never do with a second file.
             let db = state.connection
-            if try tracksHistory || db.scalar("SELECT count(*) FROM main.sqlite_master WHERE type = 'table' AND name = 'Z_HISTORY'").int64Value == 1 {
+            if try tracksHistory || Self.prepareHistory(db, enable: false) {
                 throw StoreError(.unsupported, "History is tracked only by a stack with one SQLite store, and another stack turned it on for this stack's first file since it was added: a save over several files is not atomic in WAL mode. Keep the entities in one file (no configuration), or track history on none.")
             }
             let database = layout.withLock { "s\($0.parts.count)" }
@@ -401,14 +402,10 @@ package final class SQLiteStore: QueuedStore {
     /// half of another process's commit.
     private func readingOnWriter<T>(_ db: Connection, _ read: () throws -> T) throws -> T {
         guard let snapshot = layout.withLock({ $0.writerSnapshotSQL }) else { return try read() }
-        try db.execute("BEGIN DEFERRED")
-        defer {
-            // A read transaction: its end changes nothing. The writer must not be left in it,
-            // or its next `BEGIN IMMEDIATE` would fail.
-            if db.isInTransaction, (try? db.execute("COMMIT")) == nil { try? db.execute("ROLLBACK") }
+        return try db.readTransaction {
+            _ = try db.scalar(snapshot)
+            return try read()
         }
-        _ = try db.scalar(snapshot)
-        return try read()
     }
 
     private func takeReader() throws -> Reader {
@@ -425,10 +422,16 @@ package final class SQLiteStore: QueuedStore {
             try attach.bindAndExecute([.text(url.path)])
         }
         db.install(tracer)
-        let snapshot = parts.count == 1
+        return Reader(connection: db, generation: generation, snapshotSQL: Self.snapshotSQL(of: parts), readsOneFile: parts.count == 1)
+    }
+
+    /// Reads one row of each of `parts`' databases, so that a read transaction holds a
+    /// snapshot of each (SQLite starts an attached database's snapshot only when it is first
+    /// read).
+    static func snapshotSQL(of parts: [Part]) -> String {
+        parts.count == 1 && parts[0].database == "main"
             ? "SELECT 1 FROM sqlite_master LIMIT 1"
             : "SELECT " + parts.map { "(SELECT 1 FROM \($0.database.quotedIdentifier).sqlite_master LIMIT 1)" }.joined(separator: ", ")
-        return Reader(connection: db, generation: generation, snapshotSQL: snapshot, readsOneFile: parts.count == 1)
     }
 
     /// Ends `reader`'s read transaction and puts it back in the pool.

@@ -36,13 +36,13 @@ extension ContextCore {
         defer { endRead() }
         guard snapshot.id.rootEntity === entity.rootDescription,
               let object = try object(for: snapshot.id), entity.includes(object.entity) else {
-            throw MergeConflictError(conflicts: [.init(objectID: snapshot.id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)])
+            throw MergeConflictError.deleted(snapshot.id)
         }
         checkRead(object)
         // A fault fires here, not halfway through: its row may turn out gone.
         if object.fault != nil { fulfill(object, slot: nil) }
         if object.state == .deleted {
-            throw MergeConflictError(conflicts: [.init(objectID: snapshot.id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)])
+            throw MergeConflictError.deleted(snapshot.id)
         }
         let blank = ContiguousArray<Value>(repeating: .null, count: object.entity.properties.count)
         var ours = _SnapshotRow(id: object.objectID, entity: object.entity, values: blank, members: [:])
@@ -131,7 +131,8 @@ extension ContextCore {
                     conflicts.append(.init(objectID: object.objectID, key: property.name, snapshot: Self.list(wanted),
                                            stored: Self.list(stored.sorted()), ours: Self.list(ours.members[slot] ?? [])))
                 }
-            } else if !Self.asRead(loaded[slot], property, object.entity).isIdentical(to: Self.asRead(expected.values[slot], property, object.entity)) {
+            } else if !Self.asRead(loaded[slot], property, object.entity).isIdentical(to: expected.values[slot]) {
+                // `expected` was written by a snapshot: already as read.
                 conflicts.append(.init(objectID: object.objectID, key: property.name, snapshot: expected.values[slot],
                                        stored: loaded[slot], ours: ours.values[slot]))
             }

@@ -238,7 +238,7 @@ package final class ContextCore: @unchecked Sendable {
     /// commits throw `MergeConflictError` (key `<deleted>`) until it is rolled back, as a
     /// commit changing a row another context deleted would.
     func refuseChange(of object: ManagedObject) {
-        accessorFailed(MergeConflictError(conflicts: [.init(objectID: object.objectID, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)]))
+        accessorFailed(MergeConflictError.deleted(object.objectID))
     }
 
     /// Starts tracking `object`'s changes (no checks: internal upkeep of inverses and deletes).

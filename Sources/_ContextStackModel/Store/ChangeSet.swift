@@ -295,7 +295,7 @@ package struct Overlay: Sendable {
                 return self
             }
             var entry = Entry(pending: pending, sequence: sequence)
-            if Set(kept.map { setBy[$0] }).count > 1 { entry.slotSequences = kept.map { setBy[$0] } }
+            if let first = kept.first, kept.contains(where: { setBy[$0] != setBy[first] }) { entry.slotSequences = kept.map { setBy[$0] } }
             return entry
         }
     }

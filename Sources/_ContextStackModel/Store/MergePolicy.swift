@@ -59,6 +59,11 @@ public struct MergeConflictError: Error, CustomStringConvertible, Sendable {
         self.conflicts = conflicts
     }
 
+    /// The conflict of an object that no longer exists: one conflict, key `"<deleted>"`.
+    package static func deleted(_ id: ObjectID) -> MergeConflictError {
+        MergeConflictError(conflicts: [.init(objectID: id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)])
+    }
+
     /// The objects in conflict.
     public var objectIDs: [ObjectID] {
         var seen = Set<ObjectID>()
