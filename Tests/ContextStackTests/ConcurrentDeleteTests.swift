@@ -19,9 +19,10 @@ import Testing
         let mine: Context
         let theirs: Context
 
-        init(_ kind: StoreKind, types: [ManagedObject.Type] = fullModelTypes, tracksHistory: Bool? = nil) throws {
+        init(_ kind: StoreKind, types: [ManagedObject.Type] = fullModelTypes, tracksHistory: Bool? = nil,
+             mergePolicy: MergePolicy = .objectTrump) throws {
             store = try TestStore(kind, types: types, tracksHistory: tracksHistory)
-            mine = try Context(stack: store.stack, updateTarget: .persistentStore)
+            mine = try Context(stack: store.stack, updateTarget: .persistentStore, mergePolicy: mergePolicy)
             let other = kind == .memory ? store.stack : try store.reopen(types: types)
             theirs = try Context(stack: other, updateTarget: .persistentStore)
         }
@@ -40,6 +41,17 @@ import Testing
             do {
                 try commitMine(body)
             } catch let error as SaveError {
+                return error
+            }
+            return nil
+        }
+
+        /// The `MergeConflictError` committing `body` in an update of `mine` throws; `nil` when
+        /// it is saved.
+        func conflictOfMine(_ body: (Update) throws -> Void) throws -> MergeConflictError? {
+            do {
+                try commitMine(body)
+            } catch let error as MergeConflictError {
                 return error
             }
             return nil
@@ -819,6 +831,186 @@ extension ConcurrentDeleteTests {
         #expect(thrown?.code == .deleteDenied, "\(String(describing: thrown))")
         #expect(try fixture.stored("SELECT count(*) FROM \"Safe\"") == [[.integer(1)]])
         #expect(try fixture.stored("SELECT count(*) FROM \"SafeKey\" WHERE safe IS NOT NULL") == [[.integer(1)]])
+    }
+}
+
+extension ConcurrentDeleteTests {
+    // MARK: - A cascade over an object moved away meanwhile
+
+    /// This context reads the monk's pets, Rex and Fido; another commit gives Rex to the knight;
+    /// this context deletes the monk. `.cascade` would delete the knight's pet: the commit
+    /// fails with `MergeConflictError` naming Rex — under every merge policy, as the conflict is
+    /// not between two values of a property — and nothing of it is saved. Fetched again, the
+    /// monk has only Fido, and deleting him takes Fido alone.
+    @Test(arguments: StoreKind.available, [MergePolicy.objectTrump, .error])
+    func aCascadeDoesNotDeleteAPetGivenToAnotherOwnerMeanwhile(kind: StoreKind, policy: MergePolicy) throws {
+        let fixture = try Fixture(kind, mergePolicy: policy)
+        let rex = try fixture.commitMine { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            try update.create(Person.self).name = "Knight"
+            let rex = try update.create(Pet.self)
+            (rex.name, rex.owner) = ("Rex", monk)
+            let fido = try update.create(Pet.self)
+            (fido.name, fido.owner) = ("Fido", monk)
+            return rex.objectID
+        }
+        let conflict = try fixture.conflictOfMine { update in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.pets.map(\.name).sorted() == ["Fido", "Rex"])
+            try fixture.commitTheirs { update in
+                try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = try update.fetch(Person.self, %"name" == "Knight")
+            }
+            try update.delete(monk)
+            try update.create(Person.self).name = "Bishop"
+        }
+        let error = try #require(conflict, "the knight's pet was deleted")
+        #expect(error.objectIDs == [rex])
+        #expect(error.conflicts.first?.key == "owner")
+        #expect(error.description.contains("cascade"), "\(error)")
+        #expect(try fixture.stored("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Knight")], [.text("Monk")]],
+                "nothing of the commit is saved")
+        #expect(try fixture.stored("""
+            SELECT "Pet".name, "Person".name FROM "Pet" JOIN "Person" ON "Person"."Z_PK" = "Pet".owner ORDER BY "Pet".name
+            """) == [[.text("Fido"), .text("Monk")], [.text("Rex"), .text("Knight")]])
+        try fixture.commitMine { update in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.pets.map(\.name) == ["Fido"])
+            try update.delete(monk)
+        }
+        #expect(try fixture.stored("SELECT name FROM \"Pet\"") == [[.text("Rex")]])
+    }
+
+    /// The same across a many-to-many relationship (the can left this crate for another) and
+    /// a one-to-one (the key now opens another locker).
+    @Test(arguments: StoreKind.available, [false, true])
+    func aCascadeDoesNotDeleteAnObjectMovedAwayMeanwhileAcrossAPairOrAOneToOne(kind: StoreKind, oneToOne: Bool) throws {
+        let fixture = try Fixture(kind, types: [Crate.self, Can.self, Locker.self, LockerKey.self])
+        let moved = try fixture.commitMine { update -> ObjectID in
+            if oneToOne {
+                let first = try update.create(Locker.self)
+                first.label = "A1"
+                try update.create(Locker.self).label = "A2"
+                let key = try update.create(LockerKey.self)
+                key.locker = first
+                return key.objectID
+            }
+            let first = try update.create(Crate.self)
+            first.name = "first"
+            try update.create(Crate.self).name = "second"
+            let can = try update.create(Can.self)
+            can.crates = [first]
+            try update.create(Can.self).crates = [first]
+            return can.objectID
+        }
+        let conflict = try fixture.conflictOfMine { update in
+            if oneToOne {
+                let locker = try #require(try update.fetch(Locker.self, %"label" == "A1"))
+                #expect(locker.key?.objectID == moved)
+                try fixture.commitTheirs { update in
+                    try #require(try update.fetch(LockerKey.self)).locker = try update.fetch(Locker.self, %"label" == "A2")
+                }
+                try update.delete(locker)
+            } else {
+                let crate = try #require(try update.fetch(Crate.self, %"name" == "first"))
+                #expect(crate.cans.count == 2)
+                try fixture.commitTheirs { update in
+                    let can = try #require(try update.fetch(Can.self, id: moved))
+                    can.crates = [try #require(try update.fetch(Crate.self, %"name" == "second"))]
+                }
+                try update.delete(crate)
+            }
+        }
+        #expect(conflict?.objectIDs == [moved], "\(String(describing: conflict))")
+        if oneToOne {
+            #expect(try fixture.stored("SELECT label FROM \"Locker\" ORDER BY label") == [[.text("A1")], [.text("A2")]])
+            #expect(try fixture.stored("SELECT count(*) FROM \"LockerKey\"") == [[.integer(1)]])
+        } else {
+            #expect(try fixture.stored("SELECT count(*) FROM \"Crate\"") == [[.integer(2)]])
+            #expect(try fixture.stored("SELECT count(*) FROM \"Can\"") == [[.integer(2)]])
+            #expect(try fixture.stored("SELECT count(*) FROM \"Z_Can_crates_Crate_cans\"") == [[.integer(2)]])
+        }
+    }
+
+    /// What the app deletes itself is deleted, moved or not; a pet another commit deleted
+    /// meanwhile, or one still the monk's, is no conflict.
+    @Test(arguments: StoreKind.available, [false, true])
+    func aCascadeOverAnObjectTheAppDeletesOrThatWasDeletedMeanwhileIsSaved(kind: StoreKind, deletedMeanwhile: Bool) throws {
+        let fixture = try Fixture(kind, mergePolicy: .error)
+        try fixture.commitMine { update in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            try update.create(Person.self).name = "Knight"
+            for name in ["Rex", "Fido", "Max"] {
+                let pet = try update.create(Pet.self)
+                (pet.name, pet.owner) = (name, monk)
+            }
+        }
+        try fixture.commitMine { update in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.pets.count == 3)
+            try fixture.commitTheirs { update in
+                let knight = try update.fetch(Person.self, %"name" == "Knight")
+                if deletedMeanwhile {
+                    try update.delete(#require(try update.fetch(Pet.self, %"name" == "Rex")))
+                } else {
+                    try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = knight
+                }
+            }
+            let rex = monk.pets.first { $0.name == "Rex" }
+            try update.delete(monk)
+            if !deletedMeanwhile {
+                // The app's own delete of the pet its owner's cascade reached: the app's wins.
+                try update.delete(#require(rex))
+            }
+        }
+        #expect(try fixture.stored("SELECT name FROM \"Person\"") == [[.text("Knight")]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]])
+    }
+
+    /// A cascade over a relationship this update made — from an object it made, or one it
+    /// gave the pet to — reaches what no row of the store relates: the delete is the app's
+    /// doing, and saved.
+    @Test(arguments: StoreKind.available, [false, true])
+    func aCascadeOverARelationshipTheUpdateMadeIsSaved(kind: StoreKind, ownerIsNew: Bool) throws {
+        let fixture = try Fixture(kind, mergePolicy: .error)
+        try fixture.commitMine { update in
+            try update.create(Person.self).name = "Knight"
+            let rex = try update.create(Pet.self)
+            (rex.name, rex.owner) = ("Rex", try update.fetch(Person.self, %"name" == "Knight"))
+            try update.create(Person.self).name = "Monk"
+        }
+        try fixture.commitMine { update in
+            let owner = ownerIsNew ? try update.create(Person.self) : try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = owner
+            try update.delete(owner)
+        }
+        #expect(try fixture.stored("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]])
+        #expect(try fixture.stored("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Knight")]] + (ownerIsNew ? [[.text("Monk")]] : []))
+    }
+
+    /// The same across a pair this update added, and a one-to-one this update set.
+    @Test(arguments: StoreKind.available, [false, true])
+    func aCascadeOverAPairOrAOneToOneTheUpdateMadeIsSaved(kind: StoreKind, oneToOne: Bool) throws {
+        let fixture = try Fixture(kind, types: [Crate.self, Can.self, Locker.self, LockerKey.self], mergePolicy: .error)
+        try fixture.commitMine { update in
+            try update.create(Crate.self).name = "first"
+            try update.create(Can.self)
+            try update.create(Locker.self).label = "A1"
+            try update.create(LockerKey.self)
+        }
+        try fixture.commitMine { update in
+            if oneToOne {
+                let locker = try #require(try update.fetch(Locker.self))
+                locker.key = try update.fetch(LockerKey.self)
+                try update.delete(locker)
+            } else {
+                let crate = try #require(try update.fetch(Crate.self))
+                try #require(try update.fetch(Can.self)).crates = [crate]
+                try update.delete(crate)
+            }
+        }
+        #expect(try fixture.stored("SELECT count(*) FROM \"\(oneToOne ? "LockerKey" : "Can")\"") == [[.integer(0)]])
     }
 }
 

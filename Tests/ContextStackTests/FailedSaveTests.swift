@@ -491,6 +491,7 @@ import Testing
             }
         }
         #expect(conflict.conflicts.map(\.key) == ["<deleted>"])
+        #expect(conflict.description.contains("another commit deleted"), "\(conflict)")
         try store.stack.flushAndWait()
         #expect(try store.writtenRows("SELECT \"name\", \"age\" FROM \"Person\" ORDER BY \"name\"")
                 == [[.text("Ann"), .integer(0)], [.text("Cy"), .integer(0)]])

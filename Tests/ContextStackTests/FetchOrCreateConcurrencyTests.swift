@@ -111,6 +111,7 @@ import Testing
             try second.performAndWait { try $0.commit() }
         }
         #expect(conflict.conflicts.map(\.key) == ["email"], "\(conflict)")
+        #expect(conflict.description.contains("another fetchOrCreate") && !conflict.description.contains(".error"), "\(conflict)")
         try store.stack.flushAndWait()
         #expect(try store.writtenRows("SELECT \"email\", \"name\" FROM \"Person\"") == [[.text("b@example.com"), .text("")]])
     }

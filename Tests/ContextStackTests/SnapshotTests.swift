@@ -148,6 +148,7 @@ import Testing
             try await harness.transaction { [edited, original] update in try update.apply(edited, expecting: original) }
         }
         #expect(error?.conflicts.map(\.key) == ["age"])
+        #expect(error?.description.contains("apply(_:expecting:)") == true, "the description says why, not the merge policy")
         #expect(error?.conflicts.first?.snapshot == .integer(30))
         #expect(error?.conflicts.first?.stored == .integer(31))
         try await harness.stack.flush()
@@ -180,6 +181,7 @@ import Testing
             try await harness.transaction { update in try update.apply(cy, expecting: cy) }
         }
         #expect(deleted?.conflicts.map(\.key) == ["<deleted>"])
+        #expect(deleted?.description.contains("apply(_:expecting:)") == true)
     }
 
     /// The check happens again when the commit is saved: a change made between `apply` and
@@ -208,9 +210,12 @@ import Testing
         let slow = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
         try slow.performAndWait { update in try update.apply(edited, expecting: original) }
         try await harness.transaction { update in try #require(try update.fetch(Person.self, id: ids.bob)).location = "Lima" }
-        #expect(throws: MergeConflictError.self) {
+        let error = #expect(throws: MergeConflictError.self) {
             try slow.performAndWait { update in try update.commit() }
         }
+        // Under a policy other than `.error`, the description says why instead of naming it.
+        #expect(error?.description.contains(harness.world.mergePolicy == .error ? "merge policy .error" : "apply(_:expecting:)") == true,
+                "\(String(describing: error))")
         try await harness.stack.flush()
         let stored = try #require(try await context.snapshot(Person.self, id: ids.bob))
         #expect(stored.age == 20 && stored.location == "Lima")

@@ -6,14 +6,31 @@ import _ContextStackCore
 extension ContextCore {
     /// Deletes `object`, applying its relationships' delete rules now (`.deny` is checked at commit).
     package func delete(_ object: ManagedObject) throws {
+        try delete(object, reachedThrough: nil)
+    }
+
+    /// Deletes `object` for the app (`origin` `nil`), or because the `.cascade` rule of
+    /// `origin.property` of the object `origin.parent` being deleted reached it. An object
+    /// deleted only by cascades is noted with the objects and relationships that reached it
+    /// (`cascaded`): the writer deletes it only if it is still related to one of them when the
+    /// commit is written (`ChangeSet.cascaded`).
+    private func delete(_ object: ManagedObject, reachedThrough origin: CascadeOrigin?) throws {
         checkRead(object)
         guard kind == .update else {
             preconditionFailure("\(object) belongs to a MainContext: delete it in an update — try update.delete(update.use(object)).")
         }
-        guard object.state != .deleted else { return }
+        guard object.state != .deleted else {
+            // Deleted already: by the app, whatever reaches it now; or by cascades only, which
+            // this one joins unless the app deletes it itself.
+            if cascaded[object.objectID] != nil {
+                if let origin { cascaded[object.objectID]!.append(origin) } else { cascaded[object.objectID] = nil }
+            }
+            return
+        }
         markChanged(object)
         let wasInserted = object.state == .inserted
         object.state = .deleted
+        if let origin, !wasInserted { cascaded[object.objectID] = [origin] }
         do {
             let cascade = try applyDeleteRules(of: object)
             if wasInserted {
@@ -23,7 +40,12 @@ extension ContextCore {
                     deletedInsertsToCheck.append(object)
                 }
             }
-            for target in cascade { try delete(target) }
+            for (target, property) in cascade {
+                // A cascade from an object this update made, or over a relationship this update
+                // made, reaches what this update related: the app's own doing, kept as a
+                // delete of its own.
+                try delete(target, reachedThrough: wasInserted ? nil : property.map { CascadeOrigin(parent: object.objectID, property: $0) })
+            }
         } catch {
             // A read the rules needed failed: the object is marked deleted and its rules ran
             // in part, which a commit would save as it is (and a second `delete` would find
@@ -35,19 +57,23 @@ extension ContextCore {
     }
 
     /// Applies the delete rules of `object`'s relationships that clear its references
-    /// (`.cascade` and `.nullify`), and returns the objects its cascades delete next.
-    /// (`.deny` is checked at commit; `.noAction` does nothing.)
-    private func applyDeleteRules(of object: ManagedObject) throws -> [ManagedObject] {
-        var cascade: [ManagedObject] = []
+    /// (`.cascade` and `.nullify`), and returns the objects its cascades delete next, each with
+    /// the relationship that reached it when the store related them as this update read them
+    /// (`nil` when this update related them itself). (`.deny` is checked at commit;
+    /// `.noAction` does nothing.)
+    private func applyDeleteRules(of object: ManagedObject) throws -> [(ManagedObject, Property?)] {
+        var cascade: [(ManagedObject, Property?)] = []
         for property in object.entity.properties where property.isRelationship {
             switch property.deleteRule {
             case .deny, .noAction:
                 continue
             case .cascade:
                 if property.isToMany {
-                    cascade += try objects(for: Array(try toManyIDs(of: object, property)))
+                    for target in try objects(for: Array(try toManyIDs(of: object, property))) {
+                        cascade.append((target, relatedAsRead(object, property, target) ? property : nil))
+                    }
                 } else if let id = foreignKey(object, property), let target = try self.object(for: id) {
-                    cascade.append(target)
+                    cascade.append((target, relatedAsRead(object, property, target) ? property : nil))
                 }
                 fallthrough
             case .nullify:
@@ -59,6 +85,25 @@ extension ContextCore {
             }
         }
         return cascade
+    }
+
+    /// Whether `property` of `object` (stored, being deleted) relates it to `target` as the
+    /// store did when this update read them — a relationship another commit may have changed
+    /// since — rather than because this update related them. (What the context read of them
+    /// may already disagree: `ann.pets` read before, Rex's row after another commit gave him to
+    /// Bob. The relationship it followed came from the store all the same.)
+    private func relatedAsRead(_ object: ManagedObject, _ property: Property, _ target: ManagedObject) -> Bool {
+        switch property.storage {
+        case .column:
+            // `delete` marked `object` changed: its before-image is what was read.
+            return object.beforeImage.map { property.destinationID(of: $0[property.slot]) == target.objectID } ?? false
+        case .inverseColumn:
+            guard let inverse = property.inverse, target.state != .inserted else { return false }
+            return target.beforeImage.map { inverse.destinationID(of: $0[inverse.slot]) == object.objectID } ?? true
+        case .joinTable:
+            guard let join = property.joinTable, target.state != .inserted else { return false }
+            return links[property.linkKey(join, owner: object.objectID.primaryKey, member: target.objectID.primaryKey)] != true
+        }
     }
 
     // MARK: - Committing
@@ -101,6 +146,7 @@ extension ContextCore {
             case .deleted:
                 changes.deletes.append((object.objectID, object.entity))
                 gone.insert(object.objectID)
+                if !cascaded.isEmpty, let origins = cascaded[object.objectID] { changes.cascaded[object.objectID] = origins }
             case .clean, .invalidated:
                 continue
             }
@@ -180,6 +226,7 @@ extension ContextCore {
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
         deletedInsertsToCheck.removeAll()
+        cascaded.removeAll()
         batchDeleted.removeAll()
         touchedRelationships.removeAll()
     }

@@ -36,13 +36,13 @@ extension ContextCore {
         defer { endRead() }
         guard snapshot.id.rootEntity === entity.rootDescription,
               let object = try object(for: snapshot.id), entity.includes(object.entity) else {
-            throw MergeConflictError.deleted(snapshot.id)
+            throw MergeConflictError.deleted(snapshot.id, explanation: MergeConflictError.appliedExpecting)
         }
         checkRead(object)
         // A fault fires here, not halfway through: its row may turn out gone.
         if object.fault != nil { fulfill(object, slot: nil) }
         if object.state == .deleted {
-            throw MergeConflictError.deleted(snapshot.id)
+            throw MergeConflictError.deleted(snapshot.id, explanation: MergeConflictError.appliedExpecting)
         }
         let blank = ContiguousArray<Value>(repeating: .null, count: object.entity.properties.count)
         var ours = _SnapshotRow(id: object.objectID, entity: object.entity, values: blank, members: [:])
@@ -73,7 +73,7 @@ extension ContextCore {
                 if !missing.isEmpty {
                     throw MergeConflictError(conflicts: missing.sorted().map {
                         .init(objectID: object.objectID, key: property.name, snapshot: .null, stored: .null, ours: .text($0.description))
-                    })
+                    }, explanation: MergeConflictError.appliedExpecting)
                 }
                 let members = try toManyIDs(of: object, property)
                 if found != members {
@@ -86,7 +86,8 @@ extension ContextCore {
                     let id = ObjectID(rootEntity: destination.rootDescription, primaryKey: key)
                     guard let found = try self.object(for: id), canRelate(found, through: property) else {
                         throw MergeConflictError(conflicts: [.init(objectID: object.objectID, key: property.name, snapshot: .null,
-                                                                   stored: .null, ours: .text(id.description))])
+                                                                   stored: .null, ours: .text(id.description))],
+                                                 explanation: MergeConflictError.appliedExpecting)
                     }
                     target = found
                 }
@@ -137,7 +138,7 @@ extension ContextCore {
                                        stored: loaded[slot], ours: ours.values[slot]))
             }
         }
-        if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
+        if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts, explanation: MergeConflictError.appliedExpecting) }
     }
 
     /// A slot's value as a snapshot of it holds it: read through the attribute's type (the

@@ -43,6 +43,9 @@ package final class ContextCore: @unchecked Sendable {
     /// checked at commit all the same — the objects still related to them would otherwise be
     /// saved pointing at a row that never was, failing the whole commit in the writer.
     @exclusivity(unchecked) var deletedInsertsToCheck: [ManagedObject] = []
+    /// Stored objects this update deleted only because `.cascade` rules of objects it deleted
+    /// reached them, with the objects and relationships that did (`ChangeSet.cascaded`).
+    @exclusivity(unchecked) var cascaded: [ObjectID: [CascadeOrigin]] = [:]
     /// Objects this update's batch deletes removed from the store while the update had
     /// changes pending: a reference the update made to one of them before the batch (its
     /// rules applied to stored rows only) would fail the whole commit in the writer.
@@ -238,7 +241,10 @@ package final class ContextCore: @unchecked Sendable {
     /// commits throw `MergeConflictError` (key `<deleted>`) until it is rolled back, as a
     /// commit changing a row another context deleted would.
     func refuseChange(of object: ManagedObject) {
-        accessorFailed(MergeConflictError.deleted(object.objectID))
+        accessorFailed(MergeConflictError.deleted(object.objectID, explanation: """
+            the update changed or related an object whose row another commit deleted, which no merge policy brings back; \
+            roll back and fetch again
+            """))
     }
 
     /// Starts tracking `object`'s changes (no checks: internal upkeep of inverses and deletes).

@@ -75,6 +75,18 @@ package struct LinkEnds: Sendable {
     }
 }
 
+/// What made a commit delete an object it did not delete itself: the `.cascade` rule of
+/// `property` of the deleted object `parent` (`ChangeSet.cascaded`).
+package struct CascadeOrigin: Sendable {
+    package let parent: ObjectID
+    package let property: Property
+
+    package init(parent: ObjectID, property: Property) {
+        self.parent = parent
+        self.property = property
+    }
+}
+
 /// Everything one commit changes, as it travels from a context down to the store.
 package struct ChangeSet: Sendable {
     /// The changed values of one object.
@@ -125,6 +137,12 @@ package struct ChangeSet: Sendable {
     /// (`releaseClaims`). Otherwise a later `fetchOrCreate` of those values would be given the
     /// object's ID and merge into its row, which holds other values.
     package var rekeyed: [ObjectID] = []
+    /// Objects the commit deletes only because a `.cascade` rule of an object it deletes
+    /// reached them, with every deleted object and relationship that did. Their context read
+    /// them related; another commit may have moved them out of the relationship since, and a
+    /// delete rule is applied to what is stored when the commit is written, so the writer checks
+    /// (`QueuedStore.checkCascades`). Objects the app deleted itself are not here.
+    package var cascaded: [ObjectID: [CascadeOrigin]] = [:]
     /// Who made the commit, and where it sits in the history once written.
     package var info = CommitInfo()
     /// Set on what undoes a commit that was announced and then failed to save
@@ -144,6 +162,7 @@ package struct ChangeSet: Sendable {
         deletes += later.deletes
         links += later.links
         linkEnds.merge(later.linkEnds) { _, later in later }
+        if !later.cascaded.isEmpty { cascaded.merge(later.cascaded) { $0 + $1 } }
     }
 
     /// Whether saving the commit under `policy` compares its updates with what is stored.

@@ -54,15 +54,22 @@ public struct MergeConflictError: Error, CustomStringConvertible, Sendable {
 
     /// Every conflicting property; for a deleted object, one entry with the key `"<deleted>"`.
     public let conflicts: [Conflict]
+    /// Why the commit conflicts, when it is not its merge policy (`.error`) that refused it.
+    let explanation: String?
 
-    package init(conflicts: [Conflict]) {
+    package init(conflicts: [Conflict], explanation: String? = nil) {
         self.conflicts = conflicts
+        self.explanation = explanation
     }
 
     /// The conflict of an object that no longer exists: one conflict, key `"<deleted>"`.
-    package static func deleted(_ id: ObjectID) -> MergeConflictError {
-        MergeConflictError(conflicts: [.init(objectID: id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)])
+    package static func deleted(_ id: ObjectID, explanation: String) -> MergeConflictError {
+        MergeConflictError(conflicts: [.init(objectID: id, key: "<deleted>", snapshot: .null, stored: .null, ours: .null)],
+                           explanation: explanation)
     }
+
+    /// Why `apply(_:expecting:)` refuses, whatever the merge policy.
+    package static let appliedExpecting = "apply(_:expecting:) found the object changed since the snapshot it was given, whatever the merge policy"
 
     /// The objects in conflict.
     public var objectIDs: [ObjectID] {
@@ -71,7 +78,7 @@ public struct MergeConflictError: Error, CustomStringConvertible, Sendable {
     }
 
     public var description: String {
-        "The commit conflicts with changes saved since its objects were read (merge policy .error): "
+        "The commit conflicts with changes saved since its objects were read (\(explanation ?? "merge policy .error")): "
             + conflicts.map(\.description).joined(separator: "; ")
     }
 }

@@ -204,7 +204,7 @@ extension QueuedStore {
     /// is relating an object to one of them commits first, and the look finds its reference;
     /// one that comes later waits, and finds the row gone (`keepReferencesWhole`). A table at
     /// a time in name order, each in key order.
-    private func lockForDelete(_ rows: [(id: ObjectID, entity: ResolvedEntity)], db: some StoreConnection) throws {
+    func lockForDelete(_ rows: [(id: ObjectID, entity: ResolvedEntity)], db: some StoreConnection) throws {
         guard !dialect.deleteLock.isEmpty, !rows.isEmpty else { return }
         var tables: [String: (table: Table, keys: [Int64])] = [:]
         for row in rows { tables[row.entity.table.name, default: (row.entity.table, [])].keys.append(row.id.primaryKey) }
@@ -240,7 +240,7 @@ extension QueuedStore {
     /// rows deleted already (`gone`), a one-to-one's other side is found through its own
     /// column. Rows found through their own column or a join pair are read locked (on
     /// PostgreSQL), so that a row another transaction moves elsewhere meanwhile is not taken.
-    private func related(_ property: Property, of keys: [Int64], in owner: Table, gone: Bool = false,
+    func related(_ property: Property, of keys: [Int64], in owner: Table, gone: Bool = false,
                          db: some StoreConnection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
         guard let destination = property.destination else { return [] }
         let lock = dialect.deleteLock

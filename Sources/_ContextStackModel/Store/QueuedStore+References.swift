@@ -31,6 +31,7 @@ extension QueuedStore {
     /// rows saved meanwhile; then the references kept whole (`keepReferencesWhole`).
     package func writeCommit(_ item: QueueItem, db: any StoreConnection,
                              write: (ChangeSet) throws -> WrittenItem) throws -> WrittenItem {
+        if !item.changes.cascaded.isEmpty { try checkCascades(item.changes, db: db) }
         guard item.changes.checksStore(under: item.policy) else {
             // Most commits (`.objectTrump`): no copy of the change set, which cost save1 1,700
             // instructions a commit through this generic frame.
@@ -83,6 +84,64 @@ extension QueuedStore {
                 fetch \(owner) again, and remove or delete the related objects first.
                 """, objects: [owner, survivor])
         }
+    }
+
+    /// Throws `MergeConflictError` when an object the commit deletes only through `.cascade`
+    /// rules (`ChangeSet.cascaded`) is stored and no longer related to any of the objects
+    /// whose rules reached it: another commit moved it out of the relationship after the
+    /// context read it (`ann.pets` held Rex, and Rex is Bob's now). Deleting it would delete
+    /// what is no longer the deleted object's, and the commit's other changes were made
+    /// believing otherwise, so nothing of it is saved, under every merge policy. An object
+    /// whose row is gone already, or that is still related, is deleted as the rule says. Run
+    /// before the commit's statements, which delete the rows it reads; on PostgreSQL with the
+    /// rows locked first, so that a move committed meanwhile is seen and a later one waits.
+    func checkCascades(_ changes: ChangeSet, db: some StoreConnection) throws {
+        var entities: [ObjectID: ResolvedEntity] = [:]
+        for delete in changes.deletes { entities[delete.id] = delete.entity }
+        var locking: [(id: ObjectID, entity: ResolvedEntity)] = []
+        var seen = Set<ObjectID>()
+        for (id, origins) in changes.cascaded {
+            for id in [id] + origins.map(\.parent) where seen.insert(id).inserted {
+                if let entity = entities[id] { locking.append((id, entity)) }
+            }
+        }
+        try lockForDelete(locking, db: db)
+        // What each (parent, relationship) relates now, read once.
+        var relatedNow: [CascadeKey: Set<ObjectID>] = [:]
+        var moved: [(id: ObjectID, origin: CascadeOrigin)] = []
+        for delete in changes.deletes {
+            guard let origins = changes.cascaded[delete.id] else { continue }
+            var stillRelated = false
+            for origin in origins {
+                let key = CascadeKey(parent: origin.parent, slot: origin.property.slot)
+                if relatedNow[key] == nil {
+                    guard let table = entities[origin.parent]?.table ?? graph.entity(for: origin.parent.rootEntity)?.table else { continue }
+                    relatedNow[key] = Set(try related(origin.property, of: [origin.parent.primaryKey], in: table, db: db).map(\.id))
+                }
+                if relatedNow[key]!.contains(delete.id) {
+                    stillRelated = true
+                    break
+                }
+            }
+            if !stillRelated { moved.append((delete.id, origins[0])) }
+        }
+        guard !moved.isEmpty else { return }
+        var reader = RowReader(stored: db, graph: graph)
+        var conflicts: [MergeConflictError.Conflict] = []
+        for (id, origin) in moved {
+            guard let row = try reader.row(id) else { continue }
+            // The object's side of the relationship, when it has one: its value now.
+            let inverse = origin.property.inverse
+            let stored = inverse.map { $0.isToOne ? row.values[$0.slot] : Value.null } ?? .null
+            conflicts.append(.init(objectID: id, key: inverse?.name ?? "<\(origin.property.name) of \(origin.parent)>",
+                                   snapshot: .integer(origin.parent.primaryKey), stored: stored, ours: .null))
+        }
+        guard !conflicts.isEmpty else { return }
+        throw MergeConflictError(conflicts: conflicts, explanation: """
+            a .cascade rule of an object it deletes reached objects another commit has since moved out of that relationship, \
+            and the commit would delete them; nothing of it is saved, whatever the merge policy. Fetch the objects again and \
+            delete once the context sees the move
+            """)
     }
 
     /// Throws `SaveError.relatesToDeletedObject` for the first reference `changes` makes to a
@@ -167,4 +226,10 @@ extension ChangeSet {
         for index in updates.indices where !updates[index].entity.toOneSlots.isEmpty { return true }
         return false
     }
+}
+
+/// A deleted object and one of its relationships, whose related objects `checkCascades` read.
+private struct CascadeKey: Hashable {
+    let parent: ObjectID
+    let slot: Int
 }

@@ -193,7 +193,10 @@ extension QueuedStore {
                 }
             }
         }
-        if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
+        if !conflicts.isEmpty {
+            // Under another policy, only `apply(_:expecting:)`'s objects conflict.
+            throw MergeConflictError(conflicts: conflicts, explanation: policy == .error ? nil : MergeConflictError.appliedExpecting)
+        }
         resolved.updates = updates
         return resolved
     }

@@ -87,7 +87,10 @@ extension QueuedStore {
                 throw MergeConflictError(conflicts: moved.map {
                     .init(objectID: insert.id, key: entity.properties[$0].name, snapshot: insert.row.values[$0],
                           stored: existing.values[$0], ours: insert.row.values[$0])
-                })
+                }, explanation: """
+                    another fetchOrCreate of these unique values saved the object first and has since given it others, \
+                    which merging into it would undo, whatever the merge policy; fetchOrCreate again
+                    """)
             }
             var slots: [Int] = []
             var values: [Value] = []
