@@ -413,6 +413,32 @@ extension ConcurrentDeleteTests {
         #expect(try store.writtenRows("SELECT name, kennel IS NULL FROM \"Dog\" ORDER BY name") == [[.text("Max"), .integer(1)], [.text("Rex"), .integer(1)]])
     }
 
+    /// The same through a to-one without inverse: the pet has no relationship back to the
+    /// vault, so no rule of its own says anything of the reference. `commit()` says so, with
+    /// the changes pending, instead of the writer failing the commit in the background as if
+    /// another commit had deleted the pet.
+    @Test(arguments: StoreKind.available)
+    func aToOneWithoutInverseToAnObjectTheUpdateCreatedAndDeletedFailsItsCommit(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try context.beginUpdateAndWait { update in
+            let vault = try update.create(Vault.self)
+            let pet = try update.create(Pet.self)
+            (vault.label, vault.keeper) = ("gold", pet)
+            try update.delete(pet)
+            let error = #expect(throws: SaveError.self) { try update.commit() }
+            #expect(error?.code == .relatesToDeletedObject && error?.objects == [vault.objectID, pet.objectID])
+            #expect(error?.message.contains("this update created") == true, "\(String(describing: error))")
+            vault.keeper = nil
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT label, keeper IS NULL FROM \"Vault\"") == [[.text("gold"), .integer(1)]])
+    }
+
     /// What the writer reads to keep references whole (`stack.trace`): nothing for a commit that
     /// relates objects only to objects it inserts and deletes nothing; one look-up per table
     /// for one that relates objects to stored ones.

@@ -301,3 +301,47 @@ import Testing
         #expect(try store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(0))
     }
 }
+
+extension RelationshipTests {
+    /// A pair with an object the update made and then deleted goes with it, also once the app
+    /// let go of the object and the registry swept its registration out. Through a to-many
+    /// without inverse the track has no relationship, so no rule (`.noAction`, `.deny`) holds
+    /// it for the commit's checks; the commit used to keep the pair, which the writer refused
+    /// (`.relatesToDeletedObject`), failing the whole commit.
+    @Test(arguments: StoreKind.available)
+    func aPairWithAnObjectMadeAndDeletedGoesWithItOnceTheRegistrySweptIt(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: [Playlist.self, Track.self])
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            try update.create(Playlist.self).name = "mix"
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            let playlist = try #require(try update.fetch(Playlist.self))
+            try {
+                let track = try update.create(Track.self)
+                playlist.tracks.insert(track)
+                try update.delete(track)
+            }()
+            // Objects made and deleted: their registrations are gone, and swept as it grows.
+            let sweeps = update.core.registry.sweeps
+            for _ in 0..<5_000 { try update.delete(update.create(Track.self)) }
+            #expect(update.core.registry.sweeps > sweeps)
+            playlist.name = "kept"
+            try update.commit()
+        }
+        #expect(try store.writtenRows("SELECT name FROM \"Playlist\"") == [[.text("kept")]])
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Z_Playlist_tracks\"") == .integer(0))
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Track\"") == .integer(0))
+    }
+}
+
+/// A to-many without inverse: a track has no relationship of its own.
+@Entity final class Playlist: ManagedObject {
+    var name: String = ""
+    @Relationship var tracks: Set<Track>
+}
+
+@Entity final class Track: ManagedObject {
+    var title: String = ""
+}

@@ -36,7 +36,8 @@ extension ContextCore {
             if wasInserted {
                 // Never stored: nothing to delete below.
                 changed[object.objectID] = nil
-                if object.entity.properties.contains(where: { $0.isRelationship && ($0.deleteRule == .deny || $0.deleteRule == .noAction) }) {
+                deletedInserts.insert(object.objectID)
+                if object.entity.properties.contains(where: { $0.isRelationship && $0.deleteRule == .deny }) {
                     deletedInsertsToCheck.append(object)
                 }
             }
@@ -115,7 +116,7 @@ extension ContextCore {
         var gone = Set<ObjectID>()
         for object in changed.values where object.state == .deleted { try checkDenyRules(of: object) }
         for object in deletedInsertsToCheck { try checkDenyRules(of: object) }
-        if !deletedInsertsToCheck.isEmpty || !batchDeleted.isEmpty { try checkReferencesToDeletedObjects() }
+        if !deletedInserts.isEmpty || !batchDeleted.isEmpty { try checkReferencesToDeletedObjects() }
         // In key order, table by table, not the dictionary's: a B-tree takes rows in key order
         // at its right edge and updates them a page at a time, where rows in hash order land all
         // over the table. With a table larger than SQLite's page cache, each of those read and
@@ -159,11 +160,12 @@ extension ContextCore {
                 changes.rekeyed.append(id)
             }
         }
-        // An object this update made and then deleted left `changed`, but not the registry.
-        // So did an object a batch delete of this update removed: the batch took its stored
-        // pairs with it, and takes those the update added before it too.
+        // An object this update made and then deleted left `changed` (and, once the app let
+        // go of it, the registry: `deletedInserts`). So did an object a batch delete of this
+        // update removed: the batch took its stored pairs with it, and takes those the update
+        // added before it too.
         func isDeleted(_ id: ObjectID) -> Bool {
-            gone.contains(id) || registered(id)?.state == .deleted || (!batchDeleted.isEmpty && batchDeleted.contains(id))
+            gone.contains(id) || (!deletedInserts.isEmpty && deletedInserts.contains(id)) || (!batchDeleted.isEmpty && batchDeleted.contains(id))
         }
         for (key, present) in links {
             // A pair added to an object this commit deletes goes with it (a rule that does not
@@ -191,21 +193,22 @@ extension ContextCore {
 
     /// Throws `.relatesToDeletedObject` when a to-one reference the commit sets points at an
     /// object that will not be stored: one this update created and then deleted (a `.noAction`
-    /// rule left the reference), or one a batch delete of this update removed after the
+    /// rule left the reference, or a to-one without inverse, which no rule of the deleted
+    /// object reaches), or one a batch delete of this update removed after the
     /// reference was made (a batch applies delete rules to stored rows, not to pending
     /// changes). The writer would fail the whole commit for it, in the background under a
     /// root. Only references the commit sets: a stored one goes out unchanged, and the writer
     /// checks only what a commit sets. (A many-to-many pair to such an object goes with it:
     /// `makeChangeSet` leaves it out.)
     private func checkReferencesToDeletedObjects() throws {
-        let neverStored = Set(deletedInsertsToCheck.map(\.objectID))
+        let neverStored = deletedInserts
         for object in changed.values where object.state == .inserted || object.state == .updated {
             for slot in object.entity.toOneSlots {
                 if object.state == .updated, let loaded = object.beforeImage, object.values[slot].isIdentical(to: loaded[slot]) { continue }
                 guard let target = foreignKey(object, object.entity.properties[slot]) else { continue }
                 let why: String
                 if neverStored.contains(target) {
-                    why = "this update created \(target) and then deleted it (its inverse relationship's rule, .noAction, leaves the reference), so it is never stored"
+                    why = "this update created \(target) and then deleted it (no delete rule clears the reference: its inverse relationship's rule is .noAction, or it has none), so it is never stored"
                 } else if batchDeleted.contains(target) {
                     why = "a batch delete of this update deleted \(target) after that change was made (a batch applies delete rules to stored rows, not to an update's pending changes)"
                 } else {
@@ -226,6 +229,7 @@ extension ContextCore {
         linkEnds.removeAll()
         expectsStoredRow.removeAll()
         deletedInsertsToCheck.removeAll()
+        deletedInserts.removeAll()
         cascaded.removeAll()
         batchDeleted.removeAll()
         touchedRelationships.removeAll()

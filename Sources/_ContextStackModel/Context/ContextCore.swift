@@ -38,11 +38,15 @@ package final class ContextCore: @unchecked Sendable {
     /// confined the same way, and touched by every fetch and commit (five checks of a small
     /// query's fifteen, fifteen of a one-object commit's).
     @exclusivity(unchecked) var changed: [ObjectID: ManagedObject] = [:]
-    /// Objects this update created and then deleted that have a `.deny` or `.noAction`
-    /// relationship: they left `changed` (nothing of them is stored), but their rules are
-    /// checked at commit all the same — the objects still related to them would otherwise be
-    /// saved pointing at a row that never was, failing the whole commit in the writer.
+    /// Objects this update created and then deleted that have a `.deny` relationship: they
+    /// left `changed` (nothing of them is stored), but their rules are checked at commit all
+    /// the same, as they would be had they been stored.
     @exclusivity(unchecked) var deletedInsertsToCheck: [ManagedObject] = []
+    /// Objects this update created and then deleted: a pair the update added with one of them
+    /// goes with it (`makeChangeSet`), also once the registry let go of the object, and a
+    /// to-one the update set to one fails the commit (`checkReferencesToDeletedObjects`), which
+    /// would otherwise be saved pointing at a row that never was.
+    @exclusivity(unchecked) var deletedInserts: Set<ObjectID> = []
     /// Stored objects this update deleted only because `.cascade` rules of objects it deleted
     /// reached them, with the objects and relationships that did (`ChangeSet.cascaded`).
     @exclusivity(unchecked) var cascaded: [ObjectID: [CascadeOrigin]] = [:]
