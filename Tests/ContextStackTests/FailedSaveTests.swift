@@ -177,6 +177,86 @@ import Testing
         #expect(recorder.all.count == 1)
     }
 
+    /// A main context that does not merge, reset while a commit waited to be written, shows
+    /// that commit: its pinned view holds the commits the root had accepted by then. When the
+    /// writer then fails the commit, the context's objects are undone as a merging one's are —
+    /// the refused insert deleted, the change made with it back to what is stored — and its
+    /// reads agree.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aFailedSaveIsUndoneInAMainContextThatDoesNotMergeWhoseViewShowedIt(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try quiet.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age) = ("Monk", 63)
+            try update.create(Person.self).name = "Knight"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        quiet.reset()
+        let knight = try #require(try quiet.fetch(Person.self, %"name" == "Knight"))
+        try store.refuseWrites(ofName: "refused")
+        let (monk, refused) = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 99
+                try #require(try update.fetch(Person.self, %"name" == "Knight")).age = 40
+                try update.create(Person.self).name = "refused"
+                try update.commit()
+            }
+            #expect(knight.age == 0, "a context that does not merge keeps what it held")
+            // Reset while the commit waits: the new view shows it.
+            quiet.reset()
+            let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
+            let refused = try #require(try quiet.fetch(Person.self, %"name" == "refused"))
+            #expect(monk.age == 99)
+            return (monk, refused)
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(monk.age == 63, "the refused change is undone in the view that showed it")
+        #expect(refused.isDeleted)
+        #expect(try quiet.fetch(Person.self, id: refused.objectID) == nil)
+        #expect(try quiet.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["Knight", "Monk"])
+        #expect(try quiet.fetchCount(Person.self, %"age" == 99) == 0)
+        #expect(recorder.all.count == 1)
+    }
+
+    /// The same view, for a commit the writer saves otherwise than queued: under `.storeTrump`
+    /// another process's name for Monk, saved while the commit waited, wins over the commit's.
+    /// The view showed the commit's name; it shows the saved one once the commit is written.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aMainContextThatDoesNotMergeShowsACommitItsViewShowedAsTheWriterSavedIt(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: .storeTrump)
+        try quiet.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        let monk = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+                (monk.name, monk.age) = ("Abbot", 70)
+                try update.commit()
+            }
+            try other.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).name = "Brother"
+                try update.commit()
+            }
+            quiet.reset()
+            let monk = try #require(try quiet.fetch(Person.self, %"age" == 70))
+            #expect(monk.name == "Abbot", "the view shows the commit as queued")
+            return monk
+        }
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text("Brother"), .integer(70)]])
+        #expect(monk.name == "Brother" && monk.age == 70, "\(monk.name) \(monk.age)")
+    }
+
     /// A deletion handed to a merging main context before the root wrote it, whose write then
     /// fails, is undone there too: the object the app holds is no longer deleted, shows what
     /// is stored, is still the context's object for its ID, and its observer hears it is back.

@@ -293,7 +293,7 @@ extension ContextCore {
         if pinsView, let old = pin {
             // See the store as it is now, until the next reset.
             store.unpin(old)
-            pin = store.pin()
+            pin = makePin()
         }
     }
 }

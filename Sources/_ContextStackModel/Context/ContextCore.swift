@@ -109,7 +109,13 @@ package final class ContextCore: @unchecked Sendable {
         self.host = host
         self.graph = host.graph
         self.pinsView = pinsView
-        if pinsView && host.hasStore { pin = host.store.pin() }
+        if pinsView && host.hasStore { pin = makePin() }
+    }
+
+    /// Pins this context's view of the store: what undoes or corrects a commit the view shows
+    /// comes to its inbox, as a merging context's commits do.
+    func makePin() -> UInt64 {
+        store.pin { [weak self] changes in self?.handOver(changes) }
     }
 
     deinit {
@@ -126,7 +132,7 @@ package final class ContextCore: @unchecked Sendable {
     /// on `any ObjectStore`, that generic ran unspecialized and looked `Optional<T>`'s metadata
     /// up in the runtime at every read (about 460 instructions of a read-modify-write's fetch).
     package func read<T>(shape: ReadShape = .statements, _ body: (ReadSession) throws -> T) throws -> T {
-        if pinsView && pin == nil { pin = store.pin() }
+        if pinsView && pin == nil { pin = makePin() }
         var result: T?
         if drainsOnNextRead {
             drainsOnNextRead = false

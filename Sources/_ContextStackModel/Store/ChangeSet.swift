@@ -233,8 +233,17 @@ package struct PinnedImages: Sendable {
     package var rows: [ObjectID: BeforeImage] = [:]
     /// Whether each join-table pair changed since existed at pin time.
     package var links: [LinkKey: Bool] = [:]
+    /// The last commit queued when the view was pinned: the view shows it and those before it
+    /// that were not written yet, so it must hear what undoes or corrects them (`correct`).
+    package var seenUpTo: UInt64 = 0
+    /// Hands the view's context what undoes a commit the view showed that then failed to be
+    /// saved, or what the writer saved otherwise than the view showed.
+    package var correct: (@Sendable (ChangeSet) -> Void)?
 
-    package init() {}
+    package init(seenUpTo: UInt64 = 0, correct: (@Sendable (ChangeSet) -> Void)? = nil) {
+        self.seenUpTo = seenUpTo
+        self.correct = correct
+    }
 
     var isEmpty: Bool { rows.isEmpty && links.isEmpty }
 }

@@ -35,7 +35,9 @@ package protocol ObjectStore: AnyObject, Sendable {
     func withReadSession(pin: UInt64?, whileLocked: (() -> Void)?, shape: ReadShape, _ body: (ReadSession) throws -> Void) throws
 
     /// Pins a view of the store as it is now; reads with the ID see it until `unpin`.
-    func pin() -> UInt64
+    /// `correct` receives what undoes a commit the view shows that then fails to be saved,
+    /// and what the writer saved otherwise than the view shows (`PinnedImages.correct`).
+    func pin(correct: (@Sendable (ChangeSet) -> Void)?) -> UInt64
     func unpin(_ id: UInt64)
 
     /// Hands a commit to the store: visible to every read at once, written in the store's

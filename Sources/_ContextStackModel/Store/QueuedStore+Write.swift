@@ -230,10 +230,18 @@ extension QueuedStore {
     /// values back to those its context started from, its links as they were. Only deletes need
     /// the stored rows back; when a commit has some, the read's error goes to `onError` too, so
     /// the app knows to reset the contexts that took it.
+    ///
+    /// Pinned views (main contexts that do not merge) that showed a failed commit — it was
+    /// queued when they were pinned, whether it waited to be written or not — hear what undoes
+    /// it too, read through each view: what it shows now that the commit is gone.
     private func undoAnnounced(_ batch: [QueueItem], _ outcome: BatchOutcome) {
         let failed = outcome.failed
-        let announced = batch.filter { failed.contains($0.sequence) && $0.correct != nil && $0.batch == nil }
-        guard !announced.isEmpty else { return }
+        guard !failed.isEmpty else { return }
+        let failedCommits = batch.filter { failed.contains($0.sequence) && $0.batch == nil }
+        let announced = failedCommits.filter { $0.correct != nil }
+        let first = failedCommits.first?.sequence ?? .max
+        let pinned = state.withLock { state in state.pins.filter { $0.value.correct != nil && $0.value.seenUpTo >= first } }
+        guard !announced.isEmpty || !pinned.isEmpty else { return }
         do {
             try withCommittedView { state, committed in
                 // What the receivers see: commits queued behind that wait to be written are
@@ -244,13 +252,29 @@ extension QueuedStore {
                     let undo = try Self.undo(item.changes, reader: &reader)
                     if !undo.isEmpty { item.correct?(undo) }
                 }
+                for id in pinned.keys.sorted() {
+                    // The view as it is now (it may have been let go of meanwhile).
+                    guard let images = state.pins[id], let correct = images.correct else { continue }
+                    var reader = RowReader(session: ReadSession(graph: committed.session.graph, connection: committed.session.connection,
+                                                                overlay: state.overlay(forPin: id), pinned: images), context: nil)
+                    for item in failedCommits where item.sequence <= images.seenUpTo {
+                        let undo = try Self.undo(item.changes, reader: &reader)
+                        if !undo.isEmpty { correct(undo) }
+                    }
+                }
             }
         } catch {
             for item in announced {
                 let undo = Self.undoFromSnapshots(item.changes)
                 if !undo.isEmpty { item.correct?(undo) }
             }
-            if announced.contains(where: { !$0.changes.deletes.isEmpty }) { Execution.reportingWriteFailure { reportError(error) } }
+            for (_, images) in pinned {
+                for item in failedCommits where item.sequence <= images.seenUpTo {
+                    let undo = Self.undoFromSnapshots(item.changes)
+                    if !undo.isEmpty { images.correct?(undo) }
+                }
+            }
+            if failedCommits.contains(where: { !$0.changes.deletes.isEmpty }) { Execution.reportingWriteFailure { reportError(error) } }
         }
     }
 
@@ -290,7 +314,14 @@ extension QueuedStore {
             } else if let (saved, correction, _) = outcome.rewritten[item.sequence] {
                 releaseClaims(of: correction, in: &state)
                 item.afterWrite?(written(saved))
-                if !correction.isEmpty { item.correct?(correction) }
+                if !correction.isEmpty {
+                    item.correct?(correction)
+                    // Views pinned while the commit was queued showed it as queued; their
+                    // reads show it as saved from now on.
+                    for id in state.pins.keys.sorted() where state.pins[id]!.seenUpTo >= item.sequence {
+                        state.pins[id]!.correct?(correction)
+                    }
+                }
             } else if let afterWrite = item.afterWrite {
                 afterWrite(written(item.changes))
             }

@@ -235,12 +235,14 @@ package struct QueueItem: Sendable {
 
 extension QueuedStore {
     /// Pins a view of the store as it is now: reads with the returned ID see every row as it
-    /// was at this moment, whatever is committed later, until `unpin`.
-    package func pin() -> UInt64 {
+    /// was at this moment, whatever is committed later, until `unpin`. The view shows the
+    /// commits queued by now; should one fail to be saved, or be saved otherwise, `correct`
+    /// hears what undoes or corrects it (`undoAnnounced`, `announceWritten`).
+    package func pin(correct: (@Sendable (ChangeSet) -> Void)?) -> UInt64 {
         state.withLock { state in
             let id = state.nextPin
             state.nextPin += 1
-            state.pins[id] = PinnedImages()
+            state.pins[id] = PinnedImages(seenUpTo: state.lastSequence, correct: correct)
             return id
         }
     }
