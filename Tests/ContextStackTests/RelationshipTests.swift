@@ -336,6 +336,38 @@ extension RelationshipTests {
     }
 }
 
+extension RelationshipTests {
+    /// `fetchOrCreate` of the values of an object the update made with them and then deleted
+    /// makes a new object — not one under the deleted object's ID, which the update remembers
+    /// as deleted once the registry let go of it (its pair would be dropped, its row never
+    /// stored).
+    @Test(arguments: StoreKind.available)
+    func fetchOrCreateAfterDeletingWhatItMadeMakesANewObject(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: [Badge.self, Holder.self])
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            try update.create(Holder.self).name = "Ann"
+            try update.commit()
+        }
+        try context.beginUpdateAndWait { update in
+            let first = try {
+                let badge = try update.fetchOrCreate(Badge.self, %"code" == "gold")
+                try update.delete(badge)
+                return badge.objectID
+            }()
+            let sweeps = update.core.registry.sweeps
+            for _ in 0..<5_000 { try update.delete(update.create(Badge.self)) }
+            #expect(update.core.registry.sweeps > sweeps)
+            let again = try update.fetchOrCreate(Badge.self, %"code" == "gold")
+            #expect(again.objectID != first)
+            try #require(try update.fetch(Holder.self)).badges.insert(again)
+            try update.commit()
+        }
+        #expect(try store.writtenRows("SELECT code FROM \"Badge\"") == [[.text("gold")]])
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Z_Badge_holders_Holder_badges\"") == .integer(1))
+    }
+}
+
 /// A to-many without inverse: a track has no relationship of its own.
 @Entity final class Playlist: ManagedObject {
     var name: String = ""

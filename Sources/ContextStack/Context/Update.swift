@@ -98,8 +98,9 @@ public struct Update: Sendable {
     private func claimedID(for entity: ResolvedEntity, _ claims: [UniqueClaim]) throws -> ObjectID {
         let proposed = ObjectID(rootEntity: entity.rootDescription, primaryKey: try core.store.reserveKey(for: entity.rootDescription))
         let id = core.store.claim(claims, proposed: proposed)
-        // This context already holds that object (it deleted it, say): make a new one.
-        return core.registered(id) == nil ? id : proposed
+        // This context already holds that object, or made it and deleted it (the registry may
+        // have let go of it since): make a new one.
+        return core.registered(id) == nil && !core.deletedInserts.contains(id) ? id : proposed
     }
 
     // MARK: Reading

@@ -46,7 +46,7 @@ package final class ContextCore: @unchecked Sendable {
     /// goes with it (`makeChangeSet`), also once the registry let go of the object, and a
     /// to-one the update set to one fails the commit (`checkReferencesToDeletedObjects`), which
     /// would otherwise be saved pointing at a row that never was.
-    @exclusivity(unchecked) var deletedInserts: Set<ObjectID> = []
+    @exclusivity(unchecked) package var deletedInserts: Set<ObjectID> = []
     /// Stored objects this update deleted only because `.cascade` rules of objects it deleted
     /// reached them, with the objects and relationships that did (`ChangeSet.cascaded`).
     @exclusivity(unchecked) var cascaded: [ObjectID: [CascadeOrigin]] = [:]
