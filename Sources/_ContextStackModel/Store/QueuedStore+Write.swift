@@ -90,6 +90,10 @@ extension QueuedStore {
         let queued = batch
         let redirected = redirections
         let refused = refusals
+        // What pinned views are told of rewritten commits, told once the state lock is let go
+        // (`PinnedCorrections`).
+        var pinCorrections = PinnedCorrections()
+        defer { pinCorrections.deliver() }
         do {
             try writeTransaction({ writer in
                 // Written again from the start when `writeTransaction` retries.
@@ -157,7 +161,7 @@ extension QueuedStore {
                     state.removeWritten(upTo: last)
                     // In the same hold of the lock as `COMMIT`: no read can take a snapshot
                     // that shows these commits while their receivers still lack them.
-                    Self.announceWritten(batch, outcome, in: &state)
+                    Self.announceWritten(batch, outcome, in: &state, pinCorrections: &pinCorrections)
                 }
             })
         } catch {
@@ -242,6 +246,8 @@ extension QueuedStore {
         let first = failedCommits.first?.sequence ?? .max
         let pinned = state.withLock { state in state.pins.filter { $0.value.correct != nil && $0.value.seenUpTo >= first } }
         guard !announced.isEmpty || !pinned.isEmpty else { return }
+        var pinCorrections = PinnedCorrections()
+        defer { pinCorrections.deliver() }
         do {
             try withCommittedView { state, committed in
                 // What the receivers see: commits queued behind that wait to be written are
@@ -259,19 +265,22 @@ extension QueuedStore {
                                                                 overlay: state.overlay(forPin: id), pinned: images), context: nil)
                     for item in failedCommits where item.sequence <= images.seenUpTo {
                         let undo = try Self.undo(item.changes, reader: &reader)
-                        if !undo.isEmpty { correct(undo) }
+                        if !undo.isEmpty { pinCorrections.add(undo, to: correct) }
                     }
                 }
             }
         } catch {
+            pinCorrections = PinnedCorrections()
             for item in announced {
                 let undo = Self.undoFromSnapshots(item.changes)
                 if !undo.isEmpty { item.correct?(undo) }
             }
-            for (_, images) in pinned {
+            // The views pinned now that showed them (one pinned again since shows none of them).
+            let views = state.withLock { state in pinned.keys.sorted().compactMap { state.pins[$0] } }
+            for images in views {
                 for item in failedCommits where item.sequence <= images.seenUpTo {
                     let undo = Self.undoFromSnapshots(item.changes)
-                    if !undo.isEmpty { images.correct?(undo) }
+                    if !undo.isEmpty, let correct = images.correct { pinCorrections.add(undo, to: correct) }
                 }
             }
             if failedCommits.contains(where: { !$0.changes.deletes.isEmpty }) { Execution.reportingWriteFailure { reportError(error) } }
@@ -298,7 +307,8 @@ extension QueuedStore {
     /// once written get the commit as written, with its token; those told when it was queued
     /// get the writer's correction, if it rewrote the commit. Runs under the lock, in the same
     /// hold as the transaction's `COMMIT`, which is when reads begin to see what it wrote.
-    private static func announceWritten(_ batch: [QueueItem], _ outcome: BatchOutcome, in state: inout QueueState) {
+    private static func announceWritten(_ batch: [QueueItem], _ outcome: BatchOutcome, in state: inout QueueState,
+                                        pinCorrections: inout PinnedCorrections) {
         let failed = outcome.failed
         for item in batch where !failed.contains(item.sequence) {
             func written(_ changes: ChangeSet) -> ChangeSet {
@@ -318,9 +328,7 @@ extension QueuedStore {
                     item.correct?(correction)
                     // Views pinned while the commit was queued showed it as queued; their
                     // reads show it as saved from now on.
-                    for id in state.pins.keys.sorted() where state.pins[id]!.seenUpTo >= item.sequence {
-                        state.pins[id]!.correct?(correction)
-                    }
+                    pinCorrections.add(correction, for: item.sequence, in: state)
                 }
             } else if let afterWrite = item.afterWrite {
                 afterWrite(written(item.changes))
@@ -397,6 +405,32 @@ extension QueuedStore {
         return undo
     }
 
+}
+
+/// What pinned views (main contexts that do not merge) are to be told of commits they showed:
+/// gathered under the state lock, told once it is let go. Telling hands a context its inbox,
+/// and may hold the last reference to the context for a moment: its `deinit` then unpins,
+/// which takes the state lock — under that lock, the writer would wait for itself.
+struct PinnedCorrections {
+    private var corrections: [(correct: @Sendable (ChangeSet) -> Void, changes: ChangeSet)] = []
+
+    /// `changes` for every view pinned while the commit `sequence` was queued.
+    mutating func add(_ changes: ChangeSet, for sequence: UInt64, in state: QueueState) {
+        for id in state.pins.keys.sorted() {
+            guard let images = state.pins[id], images.seenUpTo >= sequence, let correct = images.correct else { continue }
+            corrections.append((correct, changes))
+        }
+    }
+
+    mutating func add(_ changes: ChangeSet, to correct: @escaping @Sendable (ChangeSet) -> Void) {
+        corrections.append((correct, changes))
+    }
+
+    /// Tells the views, outside the state lock.
+    mutating func deliver() {
+        for (correct, changes) in corrections { correct(changes) }
+        corrections.removeAll()
+    }
 }
 
 /// What writing one batch did: the commits that failed, what its batch operations amounted
