@@ -907,6 +907,57 @@ extension ConcurrentDeleteTests {
         #expect(try fixture.stored("SELECT name FROM \"Pet\"") == [[.text("Rex")]])
     }
 
+    /// The writer's check reads every cascaded pet's owner in one statement, however many
+    /// people the commit deletes (per relationship, not per object: on PostgreSQL a statement
+    /// is a round trip).
+    @Test(arguments: StoreKind.available)
+    func theCascadeCheckReadsOnceARelationship(kind: StoreKind) throws {
+        let fixture = try Fixture(kind)
+        try fixture.commitMine { update in
+            for index in 0..<50 {
+                let person = try update.create(Person.self)
+                person.name = "P\(index)"
+                for _ in 0..<2 { try update.create(Pet.self).owner = person }
+            }
+        }
+        let statements = Locked<[String]>([])
+        fixture.store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        defer { fixture.store.stack.trace(nil) }
+        try fixture.commitMine { update in
+            for person in try update.fetchAll(Person.self) {
+                _ = person.pets.count
+                try update.delete(person)
+            }
+        }
+        let checks = statements.withLock { $0 }.filter { $0.contains("SELECT \"Z_PK\", \"owner\" FROM \"Pet\"") }
+        #expect(checks.count == 1, "\(checks)")
+        #expect(try fixture.stored("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]])
+    }
+
+    /// A pet moved meanwhile between two people this commit deletes is no conflict: the rule
+    /// of its new owner, deleted too, takes it — as the writer's look at what is stored does.
+    @Test(arguments: StoreKind.available)
+    func aCascadeOverAPetMovedBetweenTwoDeletedOwnersIsSaved(kind: StoreKind) throws {
+        let fixture = try Fixture(kind, mergePolicy: .error)
+        try fixture.commitMine { update in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            try update.create(Person.self).name = "Knight"
+            let rex = try update.create(Pet.self)
+            (rex.name, rex.owner) = ("Rex", monk)
+        }
+        try fixture.commitMine { update in
+            let people = try update.fetchAll(Person.self, orderBy: .ascending("name"))
+            #expect(people.map(\.pets.count) == [0, 1])
+            try fixture.commitTheirs { update in
+                try #require(try update.fetch(Pet.self)).owner = try update.fetch(Person.self, %"name" == "Knight")
+            }
+            for person in people { try update.delete(person) }
+        }
+        #expect(try fixture.stored("SELECT count(*) FROM \"Person\"") == [[.integer(0)]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"Pet\"") == [[.integer(0)]])
+    }
+
     /// The same across a many-to-many relationship (the can left this crate for another) and
     /// a one-to-one (the key now opens another locker).
     @Test(arguments: StoreKind.available, [false, true])

@@ -87,41 +87,60 @@ extension QueuedStore {
     }
 
     /// Throws `MergeConflictError` when an object the commit deletes only through `.cascade`
-    /// rules (`ChangeSet.cascaded`) is stored and no longer related to any of the objects
-    /// whose rules reached it: another commit moved it out of the relationship after the
+    /// rules (`ChangeSet.cascaded`) is stored and no longer related to an object the commit
+    /// deletes through the relationship that reached it: another commit moved it out after the
     /// context read it (`ann.pets` held Rex, and Rex is Bob's now). Deleting it would delete
     /// what is no longer the deleted object's, and the commit's other changes were made
-    /// believing otherwise, so nothing of it is saved, under every merge policy. An object
-    /// whose row is gone already, or that is still related, is deleted as the rule says. Run
-    /// before the commit's statements, which delete the rows it reads; on PostgreSQL with the
-    /// rows locked first, so that a move committed meanwhile is seen and a later one waits.
+    /// believing otherwise, so nothing of it is saved, under every merge policy. An object whose
+    /// row is gone already, or that is related to any object the commit deletes through that
+    /// relationship (moved from Ann to Bob, both deleted: Bob's rule takes him), is deleted as
+    /// the rule says.
+    ///
+    /// Run before the commit's statements, which delete the rows it reads: one statement per
+    /// table to lock the rows (on PostgreSQL, so that a move committed meanwhile is seen and a
+    /// later one waits), and one per relationship, whatever the number of objects.
     func checkCascades(_ changes: ChangeSet, db: some StoreConnection) throws {
         var entities: [ObjectID: ResolvedEntity] = [:]
         for delete in changes.deletes { entities[delete.id] = delete.entity }
+        // The relationships that reached the objects, with the objects the commit deletes
+        // that have them, by the relationship's name on their root entity.
+        var relationships: [CascadeKey: (property: Property, parents: Set<ObjectID>, children: Set<ObjectID>)] = [:]
+        for (child, origins) in changes.cascaded {
+            for origin in origins {
+                relationships[CascadeKey(root: origin.parent.rootEntity.name, name: origin.property.name),
+                              default: (origin.property, [], [])].children.insert(child)
+            }
+        }
+        for delete in changes.deletes {
+            for key in relationships.keys where key.root == delete.id.rootEntity.name
+                && delete.entity.properties.contains(where: { $0.name == key.name && $0.deleteRule == .cascade }) {
+                relationships[key]!.parents.insert(delete.id)
+            }
+        }
         var locking: [(id: ObjectID, entity: ResolvedEntity)] = []
-        var seen = Set<ObjectID>()
-        for (id, origins) in changes.cascaded {
-            for id in [id] + origins.map(\.parent) where seen.insert(id).inserted {
+        var locked = Set<ObjectID>()
+        for (_, parents, children) in relationships.values {
+            for id in parents.union(children) where locked.insert(id).inserted {
                 if let entity = entities[id] { locking.append((id, entity)) }
             }
         }
         try lockForDelete(locking, db: db)
-        // What each (parent, relationship) relates now, read once.
-        var relatedNow: [CascadeKey: Set<ObjectID>] = [:]
+
+        // The children related now to an object the commit deletes, through each relationship
+        // (in one order for every writer: PostgreSQL locks join pairs as it reads them).
+        var related = Set<CascadeKey.Child>()
+        for key in relationships.keys.sorted(by: { ($0.root, $0.name) < ($1.root, $1.name) }) {
+            let (property, parents, children) = relationships[key]!
+            let parentKeys = Set(parents.lazy.map(\.primaryKey))
+            for (parent, child) in try pairs(property, parents: parents, children: children, db: db) where parentKeys.contains(parent) {
+                related.insert(.init(key: key, child: child))
+            }
+        }
         var moved: [(id: ObjectID, origin: CascadeOrigin)] = []
         for delete in changes.deletes {
             guard let origins = changes.cascaded[delete.id] else { continue }
-            var stillRelated = false
-            for origin in origins {
-                let key = CascadeKey(parent: origin.parent, slot: origin.property.slot)
-                if relatedNow[key] == nil {
-                    guard let table = entities[origin.parent]?.table ?? graph.entity(for: origin.parent.rootEntity)?.table else { continue }
-                    relatedNow[key] = Set(try related(origin.property, of: [origin.parent.primaryKey], in: table, db: db).map(\.id))
-                }
-                if relatedNow[key]!.contains(delete.id) {
-                    stillRelated = true
-                    break
-                }
+            let stillRelated = origins.contains { origin in
+                related.contains(.init(key: CascadeKey(root: origin.parent.rootEntity.name, name: origin.property.name), child: delete.id.primaryKey))
             }
             if !stillRelated { moved.append((delete.id, origins[0])) }
         }
@@ -142,6 +161,40 @@ extension QueuedStore {
             and the commit would delete them; nothing of it is saved, whatever the merge policy. Fetch the objects again and \
             delete once the context sees the move
             """)
+    }
+
+    /// The pairs of keys (parent, child) that `property` of `parents` relates to `children`
+    /// in the database now, read with `db`: from the children's column for a to-many whose
+    /// inverse holds it, from the parents' own column for a to-one, from the join table's pairs
+    /// (read locked on PostgreSQL: a move of a child to another object is its pair's delete).
+    private func pairs(_ property: Property, parents: Set<ObjectID>, children: Set<ObjectID>,
+                       db: some StoreConnection) throws -> [(parent: Int64, child: Int64)] {
+        guard let destination = property.destination, let parent = parents.first,
+              let owner = graph.entity(for: parent.rootEntity)?.table else { return [] }
+        func pairs(_ keys: Set<ObjectID>, _ sql: (String) -> String, _ pair: ([Value]) -> (Int64, Int64)?) throws -> [(parent: Int64, child: Int64)] {
+            var found: [(parent: Int64, child: Int64)] = []
+            try InLists.each(keys.map(\.primaryKey).sorted()) { placeholders, arguments in
+                for row in try db.allRows(sql(placeholders), arguments) { if let pair = pair(row) { found.append(pair) } }
+            }
+            return found
+        }
+        switch property.storage {
+        case .inverseColumn:
+            guard let inverse = property.inverse else { return [] }
+            return try pairs(children, { "SELECT \"Z_PK\", \(inverse.quotedName) FROM \(destination.table.quotedName) WHERE \"Z_PK\" IN (\($0))" }) { row in
+                row[1].int64Value.flatMap { parent in row[0].int64Value.map { (parent, $0) } }
+            }
+        case .column:
+            return try pairs(parents, { "SELECT \"Z_PK\", \(property.quotedName) FROM \(owner.quotedName) WHERE \"Z_PK\" IN (\($0))" }) { row in
+                row[0].int64Value.flatMap { parent in row[1].int64Value.map { (parent, $0) } }
+            }
+        case .joinTable:
+            guard let join = property.joinTable else { return [] }
+            let (mine, theirs) = property.joinColumns
+            return try pairs(parents, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))\(dialect.deleteLock)" }) { row in
+                row[0].int64Value.flatMap { parent in row[1].int64Value.map { (parent, $0) } }
+            }
+        }
     }
 
     /// Throws `SaveError.relatesToDeletedObject` for the first reference `changes` makes to a
@@ -228,8 +281,18 @@ extension ChangeSet {
     }
 }
 
-/// A deleted object and one of its relationships, whose related objects `checkCascades` read.
+/// A relationship that reached objects a commit deletes only through cascades, by its root
+/// entity and name (a sub-entity's objects share its root's table and keys), for
+/// `checkCascades`.
 private struct CascadeKey: Hashable {
-    let parent: ObjectID
-    let slot: Int
+    /// The root entity's name.
+    let root: String
+    let name: String
+
+    /// The key of a child related now, through the relationship `key`, to an object the
+    /// commit deletes.
+    struct Child: Hashable {
+        let key: CascadeKey
+        let child: Int64
+    }
 }
