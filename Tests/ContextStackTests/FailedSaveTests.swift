@@ -177,6 +177,32 @@ import Testing
         #expect(recorder.all.count == 1)
     }
 
+    /// What undoes a failed commit reads its rows in lists of keys: a failed import of 2,000
+    /// people is a few statements under the store's lock, not 2,000.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aFailedImportIsUndoneWithAFewReads(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack, updateTarget: .mainContext)
+        try store.refuseWrites(ofName: "refused")
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        try world.beginUpdateAndWait { update in
+            for index in 0..<2_000 { try update.create(Person.self).name = "P\(index)" }
+            try update.create(Person.self).name = "refused"
+            try update.commit()
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        store.stack.trace(nil)
+        await mainQueueTurn()
+        // The writer's reads of the rows, after its transaction failed.
+        let reads = statements.withLock { $0 }.filter { $0.hasPrefix("SELECT") && $0.contains("\"Person\"") }
+        #expect(reads.count < 20, "\(reads.count) reads")
+        #expect(try world.fetchCount(Person.self) == 0)
+        #expect(recorder.all.count == 1)
+    }
+
     /// A main context that does not merge, reset while a commit waited to be written, shows
     /// that commit: its pinned view holds the commits the root had accepted by then. When the
     /// writer then fails the commit, the context's objects are undone as a merging one's are —
