@@ -85,6 +85,34 @@ import Testing
     }
 
     /// Two updates' `fetchOrCreate`s of one value share an ID. When the first commits its
+    /// object and then deletes it before the second commits, the second inserts it again, under
+    /// the same ID, with its own values: a person with that value exists once it is saved, as
+    /// the second update asked (Docs/Writing.md, "fetchOrCreate on unique keys").
+    @Test(arguments: StoreKind.available)
+    func aClaimedObjectDeletedBeforeTheOtherClaimantCommitsIsInsertedAgain(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack)
+        let first = context.beginUpdateContext()
+        let second = context.beginUpdateContext()
+        let mine = try first.performAndWait { try $0.fetchOrCreate(Person.self, %"email" == "a@example.com").objectID }
+        let theirs = try second.performAndWait { update in
+            let person = try update.fetchOrCreate(Person.self, %"email" == "a@example.com")
+            person.name = "Second"
+            return person.objectID
+        }
+        #expect(mine == theirs)
+        try first.performAndWait { update in
+            try update.commit()
+            try update.delete(#require(try update.fetch(Person.self, id: mine)))
+            try update.commit()
+        }
+        try second.performAndWait { try $0.commit() }
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT \"Z_PK\", \"email\", \"name\" FROM \"Person\"")
+                == [[.integer(mine.primaryKey), .text("a@example.com"), .text("Second")]])
+    }
+
+    /// Two updates' `fetchOrCreate`s of one value share an ID. When the first commits its
     /// object and then gives it another value before the second commits, the second no longer
     /// describes that row: its commit throws `MergeConflictError` naming the value, and the
     /// renamed person stays. Before, the second's values were merged into the row, and the
