@@ -907,6 +907,41 @@ extension ConcurrentDeleteTests {
         #expect(try fixture.stored("SELECT name FROM \"Pet\"") == [[.text("Rex")]])
     }
 
+    /// Sibling sub-entities may each declare a relationship of one name: a shelter's animals
+    /// are dogs, a farm's are cows, stored apart (the dog's and the cow's keys are the same
+    /// number in their own tables). The check keeps them apart: the cow another commit moved
+    /// to another farm is the conflict, the dog goes with its shelter.
+    @Test(arguments: StoreKind.available)
+    func aCascadeCheckKeepsSameNamedRelationshipsOfSiblingSubEntitiesApart(kind: StoreKind) throws {
+        let fixture = try Fixture(kind, types: [Keeper.self, Shelter.self, Farm.self, ShelterDog.self, FarmCow.self])
+        let (dog, cow) = try fixture.commitMine { update -> (ObjectID, ObjectID) in
+            let shelter = try update.create(Shelter.self)
+            shelter.name = "shelter"
+            let farm = try update.create(Farm.self)
+            farm.name = "farm"
+            try update.create(Farm.self).name = "other farm"
+            let dog = try update.create(ShelterDog.self)
+            dog.shelter = shelter
+            let cow = try update.create(FarmCow.self)
+            cow.farm = farm
+            return (dog.objectID, cow.objectID)
+        }
+        try #require(dog.primaryKey == cow.primaryKey, "the test needs one key in both tables")
+        let conflict = try fixture.conflictOfMine { update in
+            let shelter = try #require(try update.fetch(Shelter.self))
+            let farm = try #require(try update.fetch(Farm.self, %"name" == "farm"))
+            #expect(shelter.animals.count == 1 && farm.animals.count == 1)
+            try fixture.commitTheirs { update in
+                try #require(try update.fetch(FarmCow.self)).farm = try update.fetch(Farm.self, %"name" == "other farm")
+            }
+            try update.delete(shelter)
+            try update.delete(farm)
+        }
+        #expect(conflict?.objectIDs == [cow], "\(String(describing: conflict))")
+        #expect(try fixture.stored("SELECT count(*) FROM \"FarmCow\"") == [[.integer(1)]])
+        #expect(try fixture.stored("SELECT count(*) FROM \"ShelterDog\"") == [[.integer(1)]], "nothing of the commit is saved")
+    }
+
     /// The writer's check reads every cascaded pet's owner in one statement, however many
     /// people the commit deletes (per relationship, not per object: on PostgreSQL a statement
     /// is a round trip).
@@ -1089,6 +1124,27 @@ extension ConcurrentDeleteTests {
         }
         #expect(try fixture.stored("SELECT count(*) FROM \"\(oneToOne ? "LockerKey" : "Can")\"") == [[.integer(0)]])
     }
+}
+
+/// Sibling sub-entities with relationships of one name, stored apart.
+@Entity class Keeper: ManagedObject {
+    var name: String = ""
+}
+
+@Entity final class Shelter: Keeper {
+    @Relationship(deleteRule: .cascade, inverse: \ShelterDog.shelter) var animals: Set<ShelterDog>
+}
+
+@Entity final class Farm: Keeper {
+    @Relationship(deleteRule: .cascade, inverse: \FarmCow.farm) var animals: Set<FarmCow>
+}
+
+@Entity final class ShelterDog: ManagedObject {
+    @Relationship var shelter: Shelter?
+}
+
+@Entity final class FarmCow: ManagedObject {
+    @Relationship var farm: Farm?
 }
 
 @Entity final class Safe: ManagedObject {

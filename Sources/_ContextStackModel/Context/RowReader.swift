@@ -400,6 +400,8 @@ package struct RowReader {
 
     /// Whether a join-table pair exists now (overlay over store).
     package func linkExists(_ key: LinkKey) throws -> Bool {
+        // A pinned view sees the pair as it was when pinned, as its reads of members do.
+        if let pinned = session.pinned?.links[key] { return pinned }
         if let pending = session.overlay.links(of: key.table)[key] { return pending }
         var exists = false
         try session.connection.select("SELECT 1 FROM \(key.table.quotedIdentifier) WHERE source = ? AND target = ?",

@@ -102,18 +102,19 @@ extension QueuedStore {
     func checkCascades(_ changes: ChangeSet, db: some StoreConnection) throws {
         var entities: [ObjectID: ResolvedEntity] = [:]
         for delete in changes.deletes { entities[delete.id] = delete.entity }
-        // The relationships that reached the objects, with the objects the commit deletes
-        // that have them, by the relationship's name on their root entity.
+        // The relationships that reached the objects, by where they are stored (sibling
+        // sub-entities may each declare a relationship of one name, stored apart), with the
+        // objects the commit deletes that have them.
         var relationships: [CascadeKey: (property: Property, parents: Set<ObjectID>, children: Set<ObjectID>)] = [:]
         for (child, origins) in changes.cascaded {
             for origin in origins {
-                relationships[CascadeKey(root: origin.parent.rootEntity.name, name: origin.property.name),
-                              default: (origin.property, [], [])].children.insert(child)
+                guard let key = CascadeKey(origin.property, of: origin.parent, graph: graph) else { continue }
+                relationships[key, default: (origin.property, [], [])].children.insert(child)
             }
         }
         for delete in changes.deletes {
-            for key in relationships.keys where key.root == delete.id.rootEntity.name
-                && delete.entity.properties.contains(where: { $0.name == key.name && $0.deleteRule == .cascade }) {
+            for property in delete.entity.properties where property.isRelationship && property.deleteRule == .cascade {
+                guard let key = CascadeKey(property, of: delete.id, graph: graph), relationships[key] != nil else { continue }
                 relationships[key]!.parents.insert(delete.id)
             }
         }
@@ -129,7 +130,7 @@ extension QueuedStore {
         // The children related now to an object the commit deletes, through each relationship
         // (in one order for every writer: PostgreSQL locks join pairs as it reads them).
         var related = Set<CascadeKey.Child>()
-        for key in relationships.keys.sorted(by: { ($0.root, $0.name) < ($1.root, $1.name) }) {
+        for key in relationships.keys.sorted(by: { $0.storage < $1.storage }) {
             let (property, parents, children) = relationships[key]!
             let parentKeys = Set(parents.lazy.map(\.primaryKey))
             for (parent, child) in try pairs(property, parents: parents, children: children, db: db) where parentKeys.contains(parent) {
@@ -140,7 +141,7 @@ extension QueuedStore {
         for delete in changes.deletes {
             guard let origins = changes.cascaded[delete.id] else { continue }
             let stillRelated = origins.contains { origin in
-                related.contains(.init(key: CascadeKey(root: origin.parent.rootEntity.name, name: origin.property.name), child: delete.id.primaryKey))
+                CascadeKey(origin.property, of: origin.parent, graph: graph).map { related.contains(.init(key: $0, child: delete.id.primaryKey)) } ?? false
             }
             if !stillRelated { moved.append((delete.id, origins[0])) }
         }
@@ -281,16 +282,32 @@ extension ChangeSet {
     }
 }
 
-/// A relationship that reached objects a commit deletes only through cascades, by its root
-/// entity and name (a sub-entity's objects share its root's table and keys), for
-/// `checkCascades`.
+/// A relationship that reached objects a commit deletes only through cascades, by where it is
+/// stored — the column and its table, or the join table and its side — for `checkCascades`.
+/// Not by name: sibling sub-entities may each declare a relationship of one name, stored apart;
+/// and not by `Property`: each sub-entity has its own copy of an inherited one.
 private struct CascadeKey: Hashable {
-    /// The root entity's name.
-    let root: String
-    let name: String
+    let storage: String
+
+    /// `property` of `owner` (an object of the entity that has it), or `nil` for a
+    /// relationship without a destination.
+    init?(_ property: Property, of owner: ObjectID, graph: ModelGraph) {
+        guard let destination = property.destination else { return nil }
+        switch property.storage {
+        case .inverseColumn:
+            guard let inverse = property.inverse else { return nil }
+            storage = "column \(destination.table.name).\(inverse.name)"
+        case .column:
+            guard let table = graph.entity(for: owner.rootEntity)?.table else { return nil }
+            storage = "column \(table.name).\(property.name)"
+        case .joinTable:
+            guard let join = property.joinTable else { return nil }
+            storage = "pairs \(join.name) \(property.joinColumns.mine)"
+        }
+    }
 
     /// The key of a child related now, through the relationship `key`, to an object the
-    /// commit deletes.
+    /// commit deletes (children of one relationship share a table).
     struct Child: Hashable {
         let key: CascadeKey
         let child: Int64
