@@ -84,12 +84,9 @@ import Testing
         #expect(try world.fetchAll(Person.self, orderBy: .ascending("email")).compactMap(\.email) == ["x@example.com", "y@example.com"])
     }
 
-    /// Two updates' `fetchOrCreate`s of one value share an ID. When the first commits its
-    /// object and then deletes it before the second commits, the second inserts it again, under
-    /// the same ID, with its own values: a person with that value exists once it is saved, as
-    /// the second update asked (Docs/Writing.md, "fetchOrCreate on unique keys").
-    @Test(arguments: StoreKind.available)
-    func aClaimedObjectDeletedBeforeTheOtherClaimantCommitsIsInsertedAgain(kind: StoreKind) throws {
+    /// A store, and two update contexts whose `fetchOrCreate`s of one email (the second's
+    /// object named "Second") made the same object, not yet committed; its ID.
+    private static func twoClaimants(_ kind: StoreKind) throws -> (TestStore, UpdateContext, UpdateContext, ObjectID) {
         let store = try TestStore(kind)
         let context = try Context(stack: store.stack)
         let first = context.beginUpdateContext()
@@ -101,6 +98,16 @@ import Testing
             return person.objectID
         }
         #expect(mine == theirs)
+        return (store, first, second, mine)
+    }
+
+    /// Two updates' `fetchOrCreate`s of one value share an ID. When the first commits its
+    /// object and then deletes it before the second commits, the second inserts it again, under
+    /// the same ID, with its own values: a person with that value exists once it is saved, as
+    /// the second update asked (Docs/Writing.md, "fetchOrCreate on unique keys").
+    @Test(arguments: StoreKind.available)
+    func aClaimedObjectDeletedBeforeTheOtherClaimantCommitsIsInsertedAgain(kind: StoreKind) throws {
+        let (store, first, second, mine) = try Self.twoClaimants(kind)
         try first.performAndWait { update in
             try update.commit()
             try update.delete(#require(try update.fetch(Person.self, id: mine)))
@@ -119,17 +126,7 @@ import Testing
     /// rename was silently undone.
     @Test(arguments: StoreKind.available)
     func aClaimedObjectRenamedBeforeTheOtherClaimantCommitsIsAConflict(kind: StoreKind) throws {
-        let store = try TestStore(kind)
-        let context = try Context(stack: store.stack)
-        let first = context.beginUpdateContext()
-        let second = context.beginUpdateContext()
-        let mine = try first.performAndWait { try $0.fetchOrCreate(Person.self, %"email" == "a@example.com").objectID }
-        let theirs = try second.performAndWait { update in
-            let person = try update.fetchOrCreate(Person.self, %"email" == "a@example.com")
-            person.name = "Second"
-            return person.objectID
-        }
-        #expect(mine == theirs)
+        let (store, first, second, mine) = try Self.twoClaimants(kind)
         try first.performAndWait { update in
             try update.commit()
             try #require(try update.fetch(Person.self, id: mine)).email = "b@example.com"
