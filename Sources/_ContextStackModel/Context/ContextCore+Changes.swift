@@ -201,13 +201,12 @@ extension ContextCore {
     /// checks only what a commit sets. (A many-to-many pair to such an object goes with it:
     /// `makeChangeSet` leaves it out.)
     private func checkReferencesToDeletedObjects() throws {
-        let neverStored = deletedInserts
         for object in changed.values where object.state == .inserted || object.state == .updated {
             for slot in object.entity.toOneSlots {
                 if object.state == .updated, let loaded = object.beforeImage, object.values[slot].isIdentical(to: loaded[slot]) { continue }
                 guard let target = foreignKey(object, object.entity.properties[slot]) else { continue }
                 let why: String
-                if neverStored.contains(target) {
+                if deletedInserts.contains(target) {
                     why = "this update created \(target) and then deleted it (no delete rule clears the reference: its inverse relationship's rule is .noAction, or it has none), so it is never stored"
                 } else if batchDeleted.contains(target) {
                     why = "a batch delete of this update deleted \(target) after that change was made (a batch applies delete rules to stored rows, not to an update's pending changes)"

@@ -235,12 +235,12 @@ package struct PinnedImages: Sendable {
     package var links: [LinkKey: Bool] = [:]
     /// The last commit queued when the view was pinned: the view shows it and those before it
     /// that were not written yet, so it must hear what undoes or corrects them (`correct`).
-    package var seenUpTo: UInt64 = 0
+    package let seenUpTo: UInt64
     /// Hands the view's context what undoes a commit the view showed that then failed to be
     /// saved, or what the writer saved otherwise than the view showed.
-    package var correct: (@Sendable (ChangeSet) -> Void)?
+    package let correct: (@Sendable (ChangeSet) -> Void)?
 
-    package init(seenUpTo: UInt64 = 0, correct: (@Sendable (ChangeSet) -> Void)? = nil) {
+    package init(seenUpTo: UInt64, correct: (@Sendable (ChangeSet) -> Void)?) {
         self.seenUpTo = seenUpTo
         self.correct = correct
     }

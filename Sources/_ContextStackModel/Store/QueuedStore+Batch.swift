@@ -240,7 +240,7 @@ extension QueuedStore {
     /// rows deleted already (`gone`), a one-to-one's other side is found through its own
     /// column. Rows found through their own column or a join pair are read locked (on
     /// PostgreSQL), so that a row another transaction moves elsewhere meanwhile is not taken.
-    func related(_ property: Property, of keys: [Int64], in owner: Table, gone: Bool = false,
+    private func related(_ property: Property, of keys: [Int64], in owner: Table, gone: Bool = false,
                          db: some StoreConnection) throws -> [(id: ObjectID, entity: ResolvedEntity)] {
         guard let destination = property.destination else { return [] }
         let lock = dialect.deleteLock

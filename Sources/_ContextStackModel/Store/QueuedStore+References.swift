@@ -172,7 +172,7 @@ extension QueuedStore {
                        db: some StoreConnection) throws -> [(parent: Int64, child: Int64)] {
         guard let destination = property.destination, let parent = parents.first,
               let owner = graph.entity(for: parent.rootEntity)?.table else { return [] }
-        func pairs(_ keys: Set<ObjectID>, _ sql: (String) -> String, _ pair: ([Value]) -> (Int64, Int64)?) throws -> [(parent: Int64, child: Int64)] {
+        func read(_ keys: Set<ObjectID>, _ sql: (String) -> String, _ pair: ([Value]) -> (Int64, Int64)?) throws -> [(parent: Int64, child: Int64)] {
             var found: [(parent: Int64, child: Int64)] = []
             try InLists.each(keys.map(\.primaryKey).sorted()) { placeholders, arguments in
                 for row in try db.allRows(sql(placeholders), arguments) { if let pair = pair(row) { found.append(pair) } }
@@ -182,17 +182,17 @@ extension QueuedStore {
         switch property.storage {
         case .inverseColumn:
             guard let inverse = property.inverse else { return [] }
-            return try pairs(children, { "SELECT \"Z_PK\", \(inverse.quotedName) FROM \(destination.table.quotedName) WHERE \"Z_PK\" IN (\($0))" }) { row in
+            return try read(children, { "SELECT \"Z_PK\", \(inverse.quotedName) FROM \(destination.table.quotedName) WHERE \"Z_PK\" IN (\($0))" }) { row in
                 row[1].int64Value.flatMap { parent in row[0].int64Value.map { (parent, $0) } }
             }
         case .column:
-            return try pairs(parents, { "SELECT \"Z_PK\", \(property.quotedName) FROM \(owner.quotedName) WHERE \"Z_PK\" IN (\($0))" }) { row in
+            return try read(parents, { "SELECT \"Z_PK\", \(property.quotedName) FROM \(owner.quotedName) WHERE \"Z_PK\" IN (\($0))" }) { row in
                 row[0].int64Value.flatMap { parent in row[1].int64Value.map { (parent, $0) } }
             }
         case .joinTable:
             guard let join = property.joinTable else { return [] }
             let (mine, theirs) = property.joinColumns
-            return try pairs(parents, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))\(dialect.deleteLock)" }) { row in
+            return try read(parents, { "SELECT \(mine), \(theirs) FROM \(join.quotedName) WHERE \(mine) IN (\($0))\(dialect.deleteLock)" }) { row in
                 row[0].int64Value.flatMap { parent in row[1].int64Value.map { (parent, $0) } }
             }
         }

@@ -248,6 +248,14 @@ extension QueuedStore {
         guard !announced.isEmpty || !pinned.isEmpty else { return }
         var pinCorrections = PinnedCorrections()
         defer { pinCorrections.deliver() }
+        // What undoes the failed commits `view` showed, made by `undo`, for the view.
+        func tell(_ view: PinnedImages, _ undo: (QueueItem) throws -> ChangeSet) rethrows {
+            guard let correct = view.correct else { return }
+            for item in failedCommits where item.sequence <= view.seenUpTo {
+                let changes = try undo(item)
+                if !changes.isEmpty { pinCorrections.add(changes, to: correct) }
+            }
+        }
         do {
             try withCommittedView { state, committed in
                 // What the receivers see: commits queued behind that wait to be written are
@@ -260,13 +268,10 @@ extension QueuedStore {
                 }
                 for id in pinned.keys.sorted() {
                     // The view as it is now (it may have been let go of meanwhile).
-                    guard let images = state.pins[id], let correct = images.correct else { continue }
+                    guard let view = state.pins[id] else { continue }
                     var reader = RowReader(session: ReadSession(graph: committed.session.graph, connection: committed.session.connection,
-                                                                overlay: state.overlay(forPin: id), pinned: images), context: nil)
-                    for item in failedCommits where item.sequence <= images.seenUpTo {
-                        let undo = try Self.undo(item.changes, reader: &reader)
-                        if !undo.isEmpty { pinCorrections.add(undo, to: correct) }
-                    }
+                                                                overlay: state.overlay(forPin: id), pinned: view), context: nil)
+                    try tell(view) { try Self.undo($0.changes, reader: &reader) }
                 }
             }
         } catch {
@@ -276,12 +281,8 @@ extension QueuedStore {
                 if !undo.isEmpty { item.correct?(undo) }
             }
             // The views pinned now that showed them (one pinned again since shows none of them).
-            let views = state.withLock { state in pinned.keys.sorted().compactMap { state.pins[$0] } }
-            for images in views {
-                for item in failedCommits where item.sequence <= images.seenUpTo {
-                    let undo = Self.undoFromSnapshots(item.changes)
-                    if !undo.isEmpty, let correct = images.correct { pinCorrections.add(undo, to: correct) }
-                }
+            for view in state.withLock({ state in pinned.keys.sorted().compactMap { state.pins[$0] } }) {
+                tell(view) { Self.undoFromSnapshots($0.changes) }
             }
             if failedCommits.contains(where: { !$0.changes.deletes.isEmpty }) { Execution.reportingWriteFailure { reportError(error) } }
         }
