@@ -283,6 +283,42 @@ import Testing
         #expect(monk.name == "Brother" && monk.age == 70, "\(monk.name) \(monk.age)")
     }
 
+    /// The same, for what the writer's delete rules add to a commit: another process made
+    /// Abbot Monk's friend after the commit deleting Monk was queued, so the writer clears
+    /// Abbot's reference as it writes the delete. A view pinned while the commit waited hears
+    /// that correction, and its reads of Abbot agree with it: no reference to the deleted Monk.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aMainContextThatDoesNotMergeShowsWhatTheWritersDeleteRulesDidToACommitItsViewShowed(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try quiet.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Person.self).name = "Abbot"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try update.delete(try #require(try update.fetch(Person.self, %"name" == "Monk")))
+                try update.commit()
+            }
+            quiet.reset()
+            #expect(try quiet.fetchAll(Person.self).map(\.name) == ["Abbot"], "the view shows the delete as queued")
+            try other.beginUpdateAndWait { update in
+                let abbot = try #require(try update.fetch(Person.self, %"name" == "Abbot"))
+                abbot.friend = try update.fetch(Person.self, %"name" == "Monk")
+                try update.commit()
+            }
+        }
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT name, friend FROM \"Person\"") == [[.text("Abbot"), .null]])
+        #expect(try quiet.fetchCount(Person.self, %"friend" != nil) == 0)
+        let abbot = try #require(try quiet.fetch(Person.self, %"name" == "Abbot"))
+        #expect(abbot.friend == nil)
+    }
+
     /// A deletion handed to a merging main context before the root wrote it, whose write then
     /// fails, is undone there too: the object the app holds is no longer deleted, shows what
     /// is stored, is still the context's object for its ID, and its observer hears it is back.

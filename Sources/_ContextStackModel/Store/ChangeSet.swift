@@ -246,6 +246,10 @@ package struct PinnedImages: Sendable {
     }
 
     var isEmpty: Bool { rows.isEmpty && links.isEmpty }
+
+    /// Whether the view showed the commit `sequence`, queued when it was pinned, and hears
+    /// how the writer saved it otherwise (`PinnedCorrections`).
+    func hearsCorrections(of sequence: UInt64) -> Bool { correct != nil && seenUpTo >= sequence }
 }
 
 /// Commits handed to the writer but not yet in SQLite, by object, so that every read — on

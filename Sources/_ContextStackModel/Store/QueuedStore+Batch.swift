@@ -90,8 +90,10 @@ extension QueuedStore {
     /// rules over what it knew: only what still relates to them is left to handle — rows whose
     /// to-one column points at them, their join pairs (those the context removed are gone) —
     /// and the commit returned holds what was done to those alone. Their own to-ones went with
-    /// their rows.
-    func deleteApplyingRules(_ rows: [(id: ObjectID, entity: ResolvedEntity)], alreadyDeleted: Bool = false, db: some StoreConnection,
+    /// their rows. `correcting` is then that commit's sequence: views that showed it hear what
+    /// the rules did (`QueuedStore.capture`).
+    func deleteApplyingRules(_ rows: [(id: ObjectID, entity: ResolvedEntity)], alreadyDeleted: Bool = false,
+                             correcting sequence: UInt64? = nil, db: some StoreConnection,
                              denied: (_ owner: ObjectID, _ property: Property, _ survivor: ObjectID) -> SaveError) throws -> ChangeSet {
         // Everything the delete reaches through `.cascade` rules.
         var deleted: [ObjectID: ResolvedEntity] = [:]
@@ -175,7 +177,7 @@ extension QueuedStore {
         }
         let deleting = alreadyDeleted ? order.filter { !gone.contains($0.id) } : order
         changes.deletes = deleting.map { ($0.id, $0.entity) }
-        try captureBeforeImages(changes, db: db)
+        try captureBeforeImages(changes, correcting: sequence, db: db)
 
         for (table, column, keys) in nulled {
             try InLists.each(keys) { placeholders, arguments in
@@ -285,11 +287,11 @@ extension QueuedStore {
 
     /// Records the rows a batch operation is about to change for every pinned view, as a
     /// commit does when it is submitted (the batch learns its rows only now).
-    private func captureBeforeImages(_ changes: ChangeSet, db: some StoreConnection) throws {
+    private func captureBeforeImages(_ changes: ChangeSet, correcting sequence: UInt64? = nil, db: some StoreConnection) throws {
         guard state.withLock({ !$0.pins.isEmpty }) else { return }
         try state.withLock { state in
             var reader = RowReader(stored: db, graph: graph)
-            try Self.capture(changes, into: &state.pins, reader: &reader)
+            try Self.capture(changes, into: &state.pins, correcting: sequence, reader: &reader)
         }
     }
 

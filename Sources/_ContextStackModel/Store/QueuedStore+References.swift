@@ -35,7 +35,7 @@ extension QueuedStore {
         guard item.changes.checksStore(under: item.policy) else {
             // Most commits (`.objectTrump`): no copy of the change set, which cost save1 1,700
             // instructions a commit through this generic frame.
-            return try keepingReferencesWhole(try write(item.changes), queued: item.changes, db: db)
+            return try keepingReferencesWhole(try write(item.changes), queued: item.changes, sequence: item.sequence, db: db)
         }
         var reader = RowReader(stored: db, graph: graph)
         let changes = try Self.resolve(item.changes, policy: item.policy, reader: &reader)
@@ -50,21 +50,23 @@ extension QueuedStore {
         case .asQueued, .batch:
             break
         }
-        return try keepingReferencesWhole(written, queued: changes, db: db)
+        return try keepingReferencesWhole(written, queued: changes, sequence: item.sequence, db: db)
     }
 
     /// `written` — `queued` as saved, or as rewritten — with what `keepReferencesWhole` changed
-    /// besides, when what was saved needs the look (`ChangeSet.needsReferenceCheck`).
-    private func keepingReferencesWhole(_ written: WrittenItem, queued: ChangeSet, db: any StoreConnection) throws -> WrittenItem {
+    /// besides, when what was saved needs the look (`ChangeSet.needsReferenceCheck`); `sequence`
+    /// is the commit's.
+    private func keepingReferencesWhole(_ written: WrittenItem, queued: ChangeSet, sequence: UInt64,
+                                        db: any StoreConnection) throws -> WrittenItem {
         switch written {
         case .batch:
             return written
         case .rewritten(let saved, _, _):
             guard saved.needsReferenceCheck else { return written }
-            return Self.adding(try keepReferencesWhole(saved, db: db), to: written, queued: queued)
+            return Self.adding(try keepReferencesWhole(saved, sequence: sequence, db: db), to: written, queued: queued)
         case .asQueued:
             guard queued.needsReferenceCheck else { return written }
-            return Self.adding(try keepReferencesWhole(queued, db: db), to: written, queued: queued)
+            return Self.adding(try keepReferencesWhole(queued, sequence: sequence, db: db), to: written, queued: queued)
         }
     }
 
@@ -74,10 +76,11 @@ extension QueuedStore {
     /// besides, to be saved in the history and told to the commit's receivers. Asked only
     /// when `changes.needsReferenceCheck`.
     /// - Throws: `SaveError.relatesToDeletedObject`; `.deleteDenied` for a `.deny` rule.
-    private func keepReferencesWhole(_ changes: ChangeSet, db: some StoreConnection) throws -> ChangeSet {
+    private func keepReferencesWhole(_ changes: ChangeSet, sequence: UInt64, db: some StoreConnection) throws -> ChangeSet {
         try checkReferences(changes, db: db)
         guard !changes.deletes.isEmpty else { return ChangeSet() }
-        return try deleteApplyingRules(changes.deletes.map { ($0.id, $0.entity) }, alreadyDeleted: true, db: db) { owner, property, survivor in
+        return try deleteApplyingRules(changes.deletes.map { ($0.id, $0.entity) }, alreadyDeleted: true, correcting: sequence,
+                                       db: db) { owner, property, survivor in
             SaveError(.deleteDenied, """
                 Cannot delete \(owner): its relationship '\(property.name)' has the delete rule .deny and holds \(survivor), \
                 which another commit related to it after this context read it. Nothing of this commit is saved: \

@@ -231,8 +231,13 @@ extension QueuedStore {
 
     /// Records, for every pinned view, how the rows this commit changes were before it (the
     /// first change after a pin wins: that is the row as it was when the view was pinned).
+    ///
+    /// With `correcting`, the writer is saving the commit of that sequence otherwise than
+    /// queued (its delete rules reached rows its context did not know): the views that showed
+    /// the commit hear `changes` as its correction, and read these rows as stored from now on
+    /// rather than as they were before — the two must agree.
     static func capture(_ changes: ChangeSet, into pins: inout [UInt64: PinnedImages],
-                                reader: inout RowReader) throws {
+                        correcting sequence: UInt64? = nil, reader: inout RowReader) throws {
         guard !pins.isEmpty else { return }
         var images: [ObjectID: BeforeImage] = [:]
         for insert in changes.inserts { images[insert.id] = .absent }
@@ -253,7 +258,7 @@ extension QueuedStore {
         for link in changes.links {
             links[link.key] = try reader.linkExists(link.key)
         }
-        for id in pins.keys {
+        for id in pins.keys where !(sequence.map { pins[id]!.hearsCorrections(of: $0) } ?? false) {
             for (objectID, image) in images {
                 switch (pins[id]!.rows[objectID], image) {
                 case (nil, _):

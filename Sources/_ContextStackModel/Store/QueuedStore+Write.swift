@@ -244,7 +244,7 @@ extension QueuedStore {
         let failedCommits = batch.filter { failed.contains($0.sequence) && $0.batch == nil }
         let announced = failedCommits.filter { $0.correct != nil }
         let first = failedCommits.first?.sequence ?? .max
-        let pinned = state.withLock { state in state.pins.filter { $0.value.correct != nil && $0.value.seenUpTo >= first } }
+        let pinned = state.withLock { state in state.pins.filter { $0.value.hearsCorrections(of: first) } }
         guard !announced.isEmpty || !pinned.isEmpty else { return }
         var pinCorrections = PinnedCorrections()
         defer { pinCorrections.deliver() }
@@ -422,7 +422,7 @@ struct PinnedCorrections {
     /// `changes` for every view pinned while the commit `sequence` was queued.
     mutating func add(_ changes: ChangeSet, for sequence: UInt64, in state: QueueState) {
         for id in state.pins.keys.sorted() {
-            guard let images = state.pins[id], images.seenUpTo >= sequence, let correct = images.correct else { continue }
+            guard let images = state.pins[id], images.hearsCorrections(of: sequence), let correct = images.correct else { continue }
             corrections.append((correct, changes))
         }
     }
