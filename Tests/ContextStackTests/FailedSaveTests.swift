@@ -629,6 +629,7 @@ import Testing
                 #expect(!bob.isDeleted, "not known before the fault fires")
                 bob.age += 1
                 #expect(people.map(\.isDeleted) == [false, true, false])
+                #expect(bob.age == 0, "the change is not made")
                 try update.commit()
             }
         }

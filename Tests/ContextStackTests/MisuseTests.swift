@@ -136,6 +136,60 @@ import Testing
         expectTrapMessage(result, contains: "is deleted in this update", "cannot be changed")
     }
 
+    /// Also once the update committed the delete: the object is not one found deleted below
+    /// the context (which fails the commit instead), and changing it is the same misuse.
+    @Test func changingAnObjectAfterCommittingItsDeleteTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try world.beginUpdateAndWait { update in
+                    let pet = try #require(try update.fetch(Pet.self))
+                    try update.delete(pet)
+                    try update.commit()
+                    pet.name = "zombie"
+                }
+                _ = store
+            }
+        }
+        expectTrapMessage(result, contains: "is deleted in this update", "cannot be changed")
+    }
+
+    /// Relating another object to it, the same.
+    @Test func relatingAnObjectAfterCommittingItsDeleteTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try world.beginUpdateAndWait { update in
+                    let pet = try #require(try update.fetch(Pet.self))
+                    let owner = try #require(try update.fetch(Person.self))
+                    try update.delete(owner)
+                    try update.commit()
+                    pet.owner = owner
+                }
+                _ = store
+            }
+        }
+        expectTrapMessage(result, contains: "is deleted in this update")
+    }
+
+    /// An object created and deleted in an update is one the update created: after
+    /// `rollback()`, using it traps as using the others it created does.
+    @Test func usingAnObjectCreatedAndDeletedAfterRollbackTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try world.beginUpdateAndWait { update in
+                    let pet = try update.create(Pet.self)
+                    try update.delete(pet)
+                    update.rollback()
+                    _ = pet.name
+                }
+                _ = store
+            }
+        }
+        expectTrapMessage(result, contains: "rolled back")
+    }
+
     @Test func usingAnUpdateOutsideItsBlockTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {

@@ -249,8 +249,14 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
             #expect(!pet.hasChanges && pet.age == 0)
             try update.delete(pet)
             #expect(pet.hasChanges && pet.isDeleted)
+            try update.commit()
+            #expect(!pet.hasChanges && pet.isDeleted, "the delete is committed")
+            let never = try update.create(Pet.self)
+            try update.delete(never)
+            #expect(!never.hasChanges && never.isDeleted, "created and deleted: no commit saves it")
+            #expect(try update.fetch(Pet.self, id: never.objectID) == nil)
         }
-        #expect(try world.fetch(Pet.self)?.hasChanges == false)
+        #expect(try world.fetch(Pet.self) == nil)
     }
 
     /// Both ends of a changed relationship have changes, whichever side was set, as in Core

@@ -243,12 +243,15 @@ extension ContextCore {
                 object.beforeImage = nil
                 // Should the deletion's save fail, a read that finds the row again gives back
                 // this object, not a second one for its ID (`revivedDeletion`).
-                keepDeletion(object)
+                keepDeletion(object, here: true)
             default:
                 object.state = .clean
                 object.beforeImage = nil
             }
         }
+        // Objects created then deleted left `changed` at their delete; no commit saved them, and
+        // they leave the context as the deleted ones above do.
+        for id in deletedInserts { registry[id] = nil }
         forgetPendingChanges()
         // Rows read ahead before the commit may show what it changed, or objects it deleted
         // (which left the registry above): an update context sees no later commit that would
@@ -272,7 +275,13 @@ extension ContextCore {
                 registry[object.objectID] = nil
             }
         }
-        // Objects created then deleted are no longer in `changed`; they are dropped with the registry entries.
+        // Objects created then deleted left `changed` at their delete: created in the update,
+        // they become invalid like the others.
+        for id in deletedInserts {
+            guard let object = registry.object(id) else { continue }
+            object.state = .invalidated
+            registry[id] = nil
+        }
         accessorFailure = nil
         forgetPendingChanges()
         generation += 1

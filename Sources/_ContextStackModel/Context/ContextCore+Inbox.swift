@@ -109,10 +109,10 @@ extension ContextCore {
         return object
     }
 
-    /// Remembers an object a handed-over commit deleted, or whose row a fault found gone, in
-    /// case that deletion's save fails.
-    func keepDeletion(_ object: ManagedObject) {
-        mergedDeletions[object.objectID] = WeakObject(object: object)
+    /// Remembers an object a handed-over commit deleted, or whose row a fault found gone, or
+    /// that this update's commit deleted (`here`), in case that deletion's save fails.
+    func keepDeletion(_ object: ManagedObject, here: Bool = false) {
+        mergedDeletions[object.objectID] = WeakObject(object: object, deletedHere: here)
         guard mergedDeletions.count >= mergedDeletionsSweepAt else { return }
         mergedDeletions = mergedDeletions.filter { $0.value.object != nil }
         mergedDeletionsSweepAt = max(64, mergedDeletions.count * 2)

@@ -102,7 +102,7 @@ extension ContextCore {
         let movesOthers = original != nil && changes.contains { if case .value = $0.change { false } else { true } }
         let changedBefore = movesOthers ? Set(changed.keys) : []
         for (slot, change) in changes {
-            willChange(object)
+            guard willChange(object) else { return }
             switch change {
             case .value(let value): object.values[slot] = value
             case .toOne(let target): setToOne(of: object, slot: slot, to: target)

@@ -19,6 +19,8 @@ package final class ContextCore: @unchecked Sendable {
 
     struct WeakObject {
         weak var object: ManagedObject?
+        /// Deleted by this update's own commit, not found deleted: changing it stays a misuse.
+        var deletedHere = false
     }
 
     let kind: Kind
@@ -222,8 +224,9 @@ package final class ContextCore: @unchecked Sendable {
         }
     }
 
-    /// Checks that `object` may be changed, and starts tracking its changes.
-    func willChange(_ object: ManagedObject) {
+    /// Checks that `object` may be changed, and starts tracking its changes. Returns `false`
+    /// for an object found deleted (`refuseChange`): the caller then leaves it as it is.
+    func willChange(_ object: ManagedObject) -> Bool {
         checkRead(object)
         guard kind == .update else {
             preconditionFailure("\(object) belongs to a MainContext, whose objects are read-only: change it in an update — world.beginUpdate { update in let object = try update.use(object); …; try update.commit() }.")
@@ -233,9 +236,10 @@ package final class ContextCore: @unchecked Sendable {
                 preconditionFailure("\(object) is deleted in this update: a deleted object cannot be changed or related (its last values stay readable).")
             }
             refuseChange(of: object)
-            return
+            return false
         }
         markChanged(object)
+        return true
     }
 
     /// Whether `object` is deleted because this context found its row gone (a fault that
@@ -244,7 +248,8 @@ package final class ContextCore: @unchecked Sendable {
     /// `isDeleted` does not fire a fault, and the read that fires it is the property access
     /// itself.
     func foundDeleted(_ object: ManagedObject) -> Bool {
-        mergedDeletions[object.objectID]?.object === object
+        guard let kept = mergedDeletions[object.objectID], kept.object === object else { return false }
+        return !kept.deletedHere
     }
 
     /// A change of an object found deleted (`foundDeleted`): not kept, and the update's

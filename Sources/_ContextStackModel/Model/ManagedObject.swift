@@ -71,10 +71,11 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
         return state == .inserted
     }
 
-    /// True when the object has changes its context has not committed.
+    /// True when the object has changes its context has not committed: false again once they
+    /// are, and for an object created and deleted in the same update, which no commit saves.
     public var hasChanges: Bool {
         context.checkConfined(self)
-        return state == .inserted || state == .updated || (state == .deleted && context.isUpdate)
+        return state == .inserted || state == .updated || (state == .deleted && context.isUpdate && context.changed[objectID] === self)
             || (!context.touchedRelationships.isEmpty && context.touchedRelationships.contains(objectID))
     }
 
@@ -125,17 +126,17 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     /// Stores `value` in `slot`, after checking that the object may change and tracking it.
     @usableFromInline
     final func _cs_store(_ value: Value, at slot: Int) {
-        context.willChange(self)
+        guard context.willChange(self) else { return }
         values[slot] = value
     }
 
     public final func _cs_set<T: RawRepresentable>(_ slot: Int, _ newValue: T) where T.RawValue: AttributeValue {
-        context.willChange(self)
+        guard context.willChange(self) else { return }
         values[slot] = newValue.rawValue.storedValue
     }
 
     public final func _cs_set<T: RawRepresentable>(_ slot: Int, _ newValue: T?) where T.RawValue: AttributeValue {
-        context.willChange(self)
+        guard context.willChange(self) else { return }
         values[slot] = newValue?.rawValue.storedValue ?? .null
     }
 
@@ -149,7 +150,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     }
 
     public final func _cs_setToOne<T: ManagedObject>(_ slot: Int, _ newValue: T?) {
-        context.willChange(self)
+        guard context.willChange(self) else { return }
         context.setToOne(of: self, slot: slot, to: newValue)
     }
 
@@ -166,7 +167,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     }
 
     public final func _cs_setToMany<T: ManagedObject>(_ slot: Int, _ newValue: Set<T>) {
-        context.willChange(self)
+        guard context.willChange(self) else { return }
         context.setToMany(of: self, slot: slot, to: newValue.map { $0 as ManagedObject })
     }
 
