@@ -118,6 +118,19 @@ import Testing
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// A SUBQUERY in a parenthesised operand parses predicates again: each '(' is tried as a
+    /// group once, not once more at every level around it (2ⁿ tries, a parse that never ended
+    /// for thirty levels). Counted, not timed.
+    @Test func parenthesisedSubqueriesNestedDeepAreParsedInLinearTries() throws {
+        for depth in [1, 5, 20] {
+            let format = (0..<depth).map { "(SUBQUERY(\($0 == 0 ? "pets" : "$p\($0 - 1).friend.pets"), $p\($0), " }.joined()
+                + "TRUEPREDICATE" + String(repeating: ").@count) > 0", count: depth)
+            var parser = FormatParser(characters: Array(format), arguments: [])
+            _ = try parser.parsePredicate()
+            #expect(parser.groupsTried <= 2 * depth, "\(depth) levels: \(parser.groupsTried) tries")
+        }
+    }
+
     /// Deep nesting, long chains, huge literals.
     static func extreme(_ rng: inout SeededGenerator) -> String {
         let count = Int.random(in: 150..<3_000, using: &rng)

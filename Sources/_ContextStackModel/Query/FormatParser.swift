@@ -70,6 +70,13 @@ struct FormatParser {
     var nesting = 0
     /// The variables of the SUBQUERYs around the current position, innermost last.
     var subqueryVariables: [String] = []
+    /// The '('s that failed to parse as a group of predicates, by offset, with the state they
+    /// were tried in: `parsePrimary` tries each once. (A SUBQUERY in a parenthesised operand
+    /// parses predicates again, so trying every '(' both ways at every level was 2ⁿ work for
+    /// n such levels.) Kept across the parser's backtracking (`backtrack(to:)`).
+    var failedGroups: [Int: (nesting: Int, argumentsUsed: Int, failure: Failure)] = [:]
+    /// How many times a '(' was parsed as a group, backtracking included (for tests).
+    var groupsTried = 0
 
     init(characters: [Character], arguments: [(any Sendable)?]) {
         self.characters = characters
@@ -293,18 +300,22 @@ struct FormatParser {
             // A parenthesis groups a predicate, or starts an arithmetic operand (`(age + 1) * 2
             // > 30`): try the first, then the second, and report whichever got further.
             let saved = self
-            do throws(Failure) {
-                return try parseGroup()
-            } catch let grouped {
-                let afterGroup = self
-                self = saved
+            let grouped: Failure
+            if let known = failedGroups[token.start], known.nesting == nesting, known.argumentsUsed == argumentsUsed {
+                grouped = known.failure
+            } else {
                 do throws(Failure) {
-                    return try parseComparison()
-                } catch let compared {
-                    if compared.position >= grouped.position { throw compared }
-                    self = afterGroup
-                    throw grouped
+                    return try parseGroup()
+                } catch {
+                    grouped = error
                 }
+            }
+            backtrack(to: saved)
+            failedGroups[token.start] = (nesting, argumentsUsed, grouped)
+            do throws(Failure) {
+                return try parseComparison()
+            } catch let compared {
+                throw compared.position >= grouped.position ? compared : grouped
             }
         }
         switch keyword(token) {
@@ -320,8 +331,16 @@ struct FormatParser {
     }
 
     /// `( predicate )`.
+    /// Goes back to `state`, keeping what was learned since (`failedGroups`).
+    mutating func backtrack(to state: FormatParser) {
+        let (learned, tried) = (failedGroups, groupsTried)
+        self = state
+        (failedGroups, groupsTried) = (learned, tried)
+    }
+
     mutating func parseGroup() throws(Failure) -> Parsed {
         let open = token
+        groupsTried += 1
         nesting += 1
         guard nesting <= Self.maxDepth else { throw tooDeep(open) }
         try advance()
