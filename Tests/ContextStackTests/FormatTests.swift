@@ -128,6 +128,9 @@ import Testing
         Case("name == \"say \\\"hi\\\"\"", is: %"name" == "say \"hi\""),
         Case("name == '\\n\\t\\r\\0\\\\'", is: %"name" == "\n\t\r\0\\"),
         Case("name == '\\u00C9lise'", is: %"name" == "Élise"),
+        // Apple's other escapes: three octal digits (not \0 and then digits), \x and \U.
+        Case("name == 'a\\012b\\101\\x41\\X4a\\U00E9'", is: %"name" == "a\nbAAJé"),
+        Case("name == '\\0\\01'", is: %"name" == "\0\0" + "1"),
         Case("name == '\\uD83D\\uDE00'", is: %"name" == "😀"),
         Case("name == 'Élise'", is: %"name" == "Élise"),
         Case("name == \"a'b\"", is: %"name" == "a'b"),
@@ -164,6 +167,10 @@ import Testing
         Case("age BETWEEN {1.5, 18}", is: Condition(.between("age", .value(.double(1.5), .double), .value(.integer(18), .int)))),
         // Quantifiers (built; resolution does not support them yet).
         Case("ANY pets.name == 'Rex'", is: %"pets.name"%.any == "Rex"),
+        // SELF.key is the key, as in Apple's grammar (`expression . expression`).
+        Case("SELF.name == 'Monk'", is: %"name" == "Monk"),
+        Case("self.friend.age > 3", is: %"friend.age" > 3),
+        Case("ANY SELF.pets.name == 'Rex'", is: %"pets.name"%.any == "Rex"),
         Case("SOME pets.name == 'Rex'", is: %"pets.name"%.any == "Rex"),
         Case("any pets.name == %@", "Rex", is: %"pets.name"%.any == "Rex"),
         Case("ALL pets.age > 1", is: %"pets.age"%.all > 1),
@@ -391,7 +398,9 @@ import Testing
         Failure("age & 3", at: 4, "expected an operator (==, !=, <, <=, >, >=, IN, BETWEEN, LIKE, CONTAINS, BEGINSWITH, ENDSWITH or MATCHES) after 'age', found '&'"),
         Failure("name == 'Monk", at: 8, "unterminated string: expected a closing ' before the end of the string"),
         Failure("name == \"Monk", at: 8, "unterminated string: expected a closing \" before the end of the string"),
-        Failure("name == 'a\\q'", at: 10, "unknown escape: expected \\n, \\t, \\r, \\0, \\\\, \\', \\\" or \\uXXXX"),
+        Failure("name == 'a\\q'", at: 10, "unknown escape: expected \\n, \\t, \\r, \\0, \\\\, \\', \\\", \\ooo (three octal digits), \\xhh or \\uXXXX"),
+        Failure("name == '\\400'", at: 9, "an octal escape \\ooo is at most \\377"),
+        Failure("name == '\\x4'", at: 9, "expected two hexadecimal digits after \\x"),
         Failure("name == '\\u12'", at: 9, "expected four hexadecimal digits after \\u"),
         Failure("name == '\\uDC00'", at: 9, "\\u escape is not a Unicode scalar (a lone surrogate)"),
         Failure("name == '\\uD800x'", at: 9, "a high surrogate \\u escape must be followed by a low surrogate"),

@@ -221,14 +221,31 @@ extension FormatParser {
             case "n": text.append("\n")
             case "t": text.append("\t")
             case "r": text.append("\r")
+            case let digit? where Self.digitValue(digit, radix: 8) != nil
+                && Self.digitValue(self.character(at: offset + 1), radix: 8) != nil
+                && Self.digitValue(self.character(at: offset + 2), radix: 8) != nil:
+                // `\ooo`, three octal digits (`\012` is a newline, not `\0` and "12").
+                let code = (0...2).reduce(UInt32(0)) { $0 << 3 | UInt32(Self.digitValue(self.character(at: offset + $1), radix: 8)!) }
+                guard code <= 0o377 else {
+                    throw Failure(position: escape, reason: "an octal escape \\ooo is at most \\377")
+                }
+                text.unicodeScalars.append(Unicode.Scalar(UInt8(code)))
+                offset += 2
             case "0": text.append("\0")
+            case "x", "X":
+                guard let high = Self.digitValue(self.character(at: offset + 1), radix: 16),
+                      let low = Self.digitValue(self.character(at: offset + 2), radix: 16) else {
+                    throw Failure(position: escape, reason: "expected two hexadecimal digits after \\x")
+                }
+                text.unicodeScalars.append(Unicode.Scalar(UInt8(high << 4 | low)))
+                offset += 2
             case "\\": text.append("\\")
             case "'": text.append("'")
             case "\"": text.append("\"")
-            case "u":
+            case "u", "U":
                 var code = try lexUnicodeEscape(at: escape)
                 if (0xD800...0xDBFF).contains(code) {
-                    guard self.character(at: offset + 1) == "\\", self.character(at: offset + 2) == "u" else {
+                    guard self.character(at: offset + 1) == "\\", self.character(at: offset + 2) == "u" || self.character(at: offset + 2) == "U" else {
                         throw Failure(position: escape, reason: "a high surrogate \\u escape must be followed by a low surrogate \\uDC00–\\uDFFF")
                     }
                     offset += 2
@@ -245,7 +262,7 @@ extension FormatParser {
             case nil:
                 break
             default:
-                throw Failure(position: escape, reason: "unknown escape: expected \\n, \\t, \\r, \\0, \\\\, \\', \\\" or \\uXXXX")
+                throw Failure(position: escape, reason: "unknown escape: expected \\n, \\t, \\r, \\0, \\\\, \\', \\\", \\ooo (three octal digits), \\xhh or \\uXXXX")
             }
             offset += 1
         }

@@ -19,7 +19,7 @@ import _ContextStackCore
 /// expression := product (('+' | '-') product)*
 /// product    := power (('*' | '/') power)*
 /// power      := operand ['**' power]
-/// operand    := keyPath | value | SELF | $name | $name.keyPath | now() | '(' expression ')'
+/// operand    := keyPath | value | SELF | SELF.keyPath | $name | $name.keyPath | now() | '(' expression ')'
 ///             | SUBQUERY '(' keyPath ',' $name ',' or ')' '.' @name ['.' name]
 ///             | '{' [value (',' value)*] '}'
 /// keyPath    := (name | #name | %K) ('.' (name | @name | #name | %K))*
@@ -361,6 +361,7 @@ struct FormatParser {
             quantifier = found
             quantifierToken = token
             try advance()
+            _ = try skipSelfPrefix()
             let isVariable = if case .variable = token.kind { true } else { false }
             guard startsKeyPath(token) || (isVariable && !subqueryVariables.isEmpty) else {
                 throw fail(token, "expected a key path through a to-many relationship after \(spelled) (as in ANY pets.name == 'Rex'), found \(describe(token))")
@@ -589,6 +590,16 @@ struct FormatParser {
         return OperatorWithOptions(op: op, options: options)
     }
 
+    /// Skips `SELF.` before a key path outside a SUBQUERY, where `SELF.name` is `name`; returns
+    /// whether it did. (Inside one, SELF stays refused: a bare key there already reads the
+    /// object outside.)
+    mutating func skipSelfPrefix() throws(Failure) -> Bool {
+        guard keyword(token) == .evaluatedObject, subqueryVariables.isEmpty, character(at: token.end) == "." else { return false }
+        try advance()
+        try advance()
+        return true
+    }
+
     func startsKeyPath(_ token: Token) -> Bool {
         switch token.kind {
         case .word: keyword(token) == nil
@@ -606,6 +617,7 @@ struct FormatParser {
         switch token.kind {
         case .word(let word, let keyword):
             guard let keyword else { return try parseKeyPath() }
+            if try skipSelfPrefix() { return try parseKeyPath() }
             try advance()
             switch keyword {
             case .nilLiteral, .nullLiteral: return constant(.null, nil, word)
