@@ -77,13 +77,19 @@ package enum TextMatch {
 
     /// The text with case and/or diacritics folded away, as the options ask; unchanged otherwise
     /// (so comparison stays exact, scalar by scalar).
+    ///
+    /// Decomposed first, so that precomposed and combining forms fold alike, and composed again
+    /// after (NFC), so that a letter keeps its accents: under `[c]` alone "é" is still not "e",
+    /// and "José" neither begins with "jose" nor fails `LIKE[c] 'jos?'` (decomposed, it was "jose"
+    /// and a combining accent: two scalars where the pattern saw one).
     package static func fold(_ text: String, _ options: MatchOptions) -> String {
         var folding: String.CompareOptions = []
         if options.contains(.caseInsensitive) { folding.insert(.caseInsensitive) }
         if options.contains(.diacriticInsensitive) { folding.insert(.diacriticInsensitive) }
         guard !folding.isEmpty else { return text }
-        // Decompose first, so precomposed and combining forms fold alike.
-        return text.decomposedStringWithCanonicalMapping.folding(options: folding, locale: nil)
+        // ASCII has no accents to fold, and its case folding is lower case.
+        if text.utf8.allSatisfy({ $0 < 0x80 }) { return folding.contains(.caseInsensitive) ? text.lowercased() : text }
+        return text.decomposedStringWithCanonicalMapping.folding(options: folding, locale: nil).precomposedStringWithCanonicalMapping
     }
 
     /// Whether `wanted` (not empty, not longer) occurs in `text`: memchr finds each candidate

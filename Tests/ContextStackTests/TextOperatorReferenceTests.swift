@@ -17,11 +17,11 @@ import Testing
         nil, "", "a", "A", "é", "e\u{301}", "É", "E", "e", "Monk", "monk", "MONK", "ß", "SS", "ss", "ẞ",
         "ς", "Σ", "σ", "ﬁ", "fi", "FI", "İ", "i", "ı", "I", "Å", "A\u{30A}", "Å", "ñ", "n\u{303}", "Ω", "Ω",
         "👍🏽", "👍", "a\u{0}b", "*", "?", "a*b", "ø", "ſ", "s", "straße", "STRASSE", "Ölçü", "olcu", "naïve café",
-        "NAIVE CAFE", "ǅ", "ǆ", "Ǆ", "\\", "a\\b",
+        "NAIVE CAFE", "ǅ", "ǆ", "Ǆ", "\\", "a\\b", "José", "jose", "Mönch", "한",
     ]
 
     /// LIKE patterns beyond the corpus values themselves.
-    static let likePatterns = ["*", "?", "??", "*e*", "?onk", "M*", "*ss*", "st*e", "*\u{301}", "a?b", "*é*", "", "**", "?*?", "a\\*b", "\\?", "\\\\", "*\\*", "\\", "\\a*", "a\\"]
+    static let likePatterns = ["*", "?", "??", "*e*", "?onk", "M*", "*ss*", "st*e", "*\u{301}", "a?b", "*é*", "", "**", "?*?", "a\\*b", "\\?", "\\\\", "*\\*", "\\", "\\a*", "a\\", "jos?", "jose*"]
     static let regexPatterns = ["M.*", ".*", "[a-z]+", "é|e", ".?", "s+", "..", "[^a-z]*", "(mo|MO)nk"]
 
     static let allOptions: [MatchOptions] = [[], .caseInsensitive, .diacriticInsensitive, [.caseInsensitive, .diacriticInsensitive]]

@@ -10,7 +10,8 @@ import Foundation
 /// - Without options, text is compared exactly, scalar by scalar (binary, as the design says:
 ///   precomposed "é" and "e" + combining acute are different text).
 /// - With `[c]` or `[d]`, text is first canonically decomposed (NFD), so precomposed and
-///   combining forms are the same text.
+///   combining forms are the same text, and composed again (NFC) once folded, so a letter
+///   and its accents stay one scalar: under `[c]` alone "é" does not begin with "e".
 /// - `[d]` drops combining marks (general categories Mn and Me) after decomposition.
 /// - `[c]` compares caselessly: a scalar that Unicode says changes when case-folded is mapped
 ///   to lowercase, then uppercase, then lowercase again, which is Unicode's full case folding
@@ -49,7 +50,9 @@ enum ReferenceText {
             if diacriticInsensitive && (category == .nonspacingMark || category == .enclosingMark) { continue }
             scalars.append(contentsOf: caseInsensitive ? caseFolded(scalar) : [scalar])
         }
-        return scalars
+        var folded = ""
+        folded.unicodeScalars.append(contentsOf: scalars)
+        return Array(folded.precomposedStringWithCanonicalMapping.unicodeScalars)
     }
 
     /// The full case folding of one scalar (see the type's comment).
