@@ -722,7 +722,9 @@ struct FormatParser {
             let element = try parseOperand()
             switch element.kind {
             case .constant(let value): items.append(value)
-            case .key, .evaluatedObject, .variable, .expression: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
+            case .variable(let name):
+                throw Failure(position: element.start, reason: "a variable cannot be an item of a list: make the whole list one variable, as in age BETWEEN $\(name) with [\"\(name)\": [18, 65]] for substituting(_:)")
+            case .key, .evaluatedObject, .expression: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
             case .list: throw Failure(position: element.start, reason: "lists cannot be nested: expected a value, found \(element.what)")
             }
             switch token.kind {
