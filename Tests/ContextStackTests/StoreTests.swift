@@ -27,6 +27,27 @@ import Testing
         #expect(try db.scalar("SELECT value FROM Z_METADATA WHERE key = 'schema'").stringValue?.contains("table Person") == true)
     }
 
+    /// A date is kept as seconds since 1970 in a double: for today's dates, to 2⁻²² s (a
+    /// quarter of a microsecond). A `Date` holds seconds since 2001 with one bit more, so one
+    /// read back can differ from the one set by that much (Docs/GettingStarted.md), while a
+    /// query with the same `Date` finds it: both sides are converted alike.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aDateIsKeptToAQuarterOfAMicrosecond(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        // The last bit of seconds since 2001 set: lost on the way to seconds since 1970.
+        let when = Date(timeIntervalSinceReferenceDate: 817_000_000 + 0x1.0p-23)
+        try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            sample.date = when
+            #expect(sample.date != when && abs(sample.date.timeIntervalSince(when)) <= 0x1.0p-22, "\(sample.date.timeIntervalSince(when))")
+            try update.commit()
+        }
+        let sample = try #require(try world.fetch(Sample.self, %"date" == when))
+        #expect(abs(sample.date.timeIntervalSince(when)) <= 0x1.0p-22)
+        #expect(try world.fetchCount(Sample.self, .where("date == %@", when)) == 1)
+    }
+
     @Test @MainActor func everyAttributeTypeRoundTripsAcrossReopen() throws {
         let store = try TestStore(.file)
         let world = try MainContext(stack: store.stack)
