@@ -68,6 +68,24 @@ import Testing
         #expect(people.map(\.age) == Array(0..<25))
     }
 
+    /// `.batch(0)` is no batching, as Core Data's `fetchBatchSize = 0`: loaded objects, one
+    /// statement; a cursor takes its default batch.
+    @Test(arguments: Setup.all) @MainActor
+    func aBatchOfZeroIsNoBatching(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
+        let counter = StatementCounter(store.stack)
+        var people: [Person] = []
+        let fetch = try counter.during {
+            people = try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .batch(0))
+        }
+        #expect(fetch.count == 1)
+        #expect(people.count == 25 && people.allSatisfy { !$0.isFault })
+        var cursor = try world.fetchCursor(Person.self, orderBy: .ascending("age"), options: .batch(0))
+        var ages: [Int] = []
+        while let person = try cursor.next() { ages.append(person.age) }
+        #expect(ages == Array(0..<25))
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func prefetchedRelationshipsRunNoFurtherStatements(setup: Setup) async throws {
         let (store, world) = try await Self.populated(setup)

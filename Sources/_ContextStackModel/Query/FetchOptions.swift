@@ -137,9 +137,11 @@ public struct FetchRequest: Sendable {
         includesPendingChanges = options.includesPendingChanges ?? true
         includesPropertyValues = options.includesPropertyValues ?? true
         for tweak in options.tweaks { tweak(&self) }
-        // Negative windows mean nothing; treat them as empty and none.
+        // Negative windows mean nothing; treat them as empty and none. A batch size of zero or
+        // less is no batching, as Core Data's `fetchBatchSize = 0` (it was batches of one: a
+        // statement per object).
         if let limit { self.limit = max(0, limit) }
         offset = max(0, offset)
-        if let batch = batchSize { batchSize = max(1, batch) }
+        if let batch = batchSize, batch <= 0 { batchSize = nil }
     }
 }
