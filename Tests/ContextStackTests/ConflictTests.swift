@@ -96,6 +96,14 @@ import Testing
         withExtendedLifetime(token) {}
     }
 
+    /// The default is `.objectTrump`, not Core Data's `NSErrorMergePolicy` (GettingStarted.md,
+    /// "Coming from Core Data"): a conflict merges silently unless `.error` is asked for.
+    @Test @MainActor func theDefaultMergePolicyIsObjectTrump() throws {
+        let store = try TestStore(.memory)
+        #expect(try MainContext(stack: store.stack).mergePolicy == .objectTrump)
+        #expect(try ContextStack.Context(stack: store.stack).mergePolicy == .objectTrump)
+    }
+
     @Test @MainActor func objectTrumpKeepsBothSidesChangesAndOursWinsTheSameKey() throws {
         let (sample, error) = try race(.objectTrump)
         #expect(error == nil)

@@ -73,6 +73,29 @@ import Testing
         #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'grace@example.com'") == [[.text("Grace (fetchOrCreate)")]])
     }
 
+    /// Docs/Writing.md and GettingStarted.md ("Coming from Core Data"): two `fetchOrCreate`s of
+    /// one key always end in one row, property by property, the commit written second winning,
+    /// whatever the contexts' merge policy — `.error` included, where Core Data would report a
+    /// constraint conflict. The merge policy governs changes to objects both commits read.
+    @Test(arguments: [MergePolicy.objectTrump, .storeTrump, .overwrite, .rollback, .error])
+    func twoFetchOrCreatesOfOneKeyMergeWhateverTheMergePolicy(policy: MergePolicy) throws {
+        let store = try TestStore(.file)
+        let first = try ContextStack.Context(stack: store.stack, mergePolicy: policy)
+        let second = try ContextStack.Context(stack: store.stack, mergePolicy: policy)
+        let a = first.beginUpdateContext(), b = second.beginUpdateContext()
+        try a.performAndWait { update in
+            let ada = try update.fetchOrCreate(Person.self, %"email" == "ada@example.com")
+            (ada.name, ada.age) = ("A", 1)
+        }
+        try b.performAndWait { update in
+            try update.fetchOrCreate(Person.self, %"email" == "ada@example.com").name = "B"
+        }
+        try a.performAndWait { try $0.commit() }
+        try b.performAndWait { try $0.commit() }
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\" WHERE email = 'ada@example.com'") == [[.text("B"), .integer(1)]])
+    }
+
     /// Docs/Writing.md, "fetchOrCreate on unique keys": a store keeps at most 50,000 claims and
     /// then forgets the oldest half. Two `fetchOrCreate`s racing on a forgotten key make two
     /// objects, and the one committed second merges into the first one's row: never a duplicate.

@@ -400,6 +400,8 @@ import Testing
         Failure("name == \"Monk", at: 8, "unterminated string: expected a closing \" before the end of the string"),
         Failure("name == 'a\\q'", at: 10, "unknown escape: expected \\n, \\t, \\r, \\0, \\\\, \\', \\\", \\ooo (three octal digits), \\xhh or \\uXXXX"),
         Failure("name == '\\400'", at: 9, "an octal escape \\ooo is at most \\377"),
+        Failure("name ==[n] 'a'", at: 8, "expected the options c, d or cd after '[', found 'n'"),
+        Failure("name ==[l] 'a'", at: 8, "expected the options c, d or cd after '[', found 'l'"),
         Failure("age BETWEEN {$LOW, $HIGH}", at: 13, "a variable cannot be an item of a list: make the whole list one variable, as in age BETWEEN $LOW with [\"LOW\": [18, 65]] for substituting(_:)"),
         Failure("name == '\\x4'", at: 9, "expected two hexadecimal digits after \\x"),
         Failure("name == '\\u12'", at: 9, "expected four hexadecimal digits after \\u"),
