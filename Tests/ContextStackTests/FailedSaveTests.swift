@@ -249,6 +249,40 @@ import Testing
         #expect(recorder.all.count == 1)
     }
 
+    /// A row the failed commit inserted that a later commit deleted while both waited: the
+    /// later commit recorded the row for the view before deleting it, with the failed commit's
+    /// values. The view that showed the insert drops it all the same.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aRowAFailedCommitInsertedIsGoneFromAViewThatShowedItThoughALaterCommitDeletedIt(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        store.stack.onError = { _ in }
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try quiet.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Knight"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try store.refuseWrites(ofName: "refused")
+        let refused = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "refused"
+                try update.commit()
+            }
+            quiet.reset()
+            let refused = try #require(try quiet.fetch(Person.self, %"name" == "refused"))
+            try quiet.beginUpdateAndWait { update in
+                try update.delete(try #require(try update.fetch(Person.self, %"name" == "refused")))
+                try update.commit()
+            }
+            return refused
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(try quiet.fetchAll(Person.self).map(\.name) == ["Knight"])
+        #expect(try quiet.fetch(Person.self, id: refused.objectID) == nil)
+        #expect(refused.isDeleted)
+    }
+
     /// The same view, for a commit the writer saves otherwise than queued: under `.storeTrump`
     /// another process's name for Monk, saved while the commit waited, wins over the commit's.
     /// The view showed the commit's name; it shows the saved one once the commit is written.

@@ -268,7 +268,14 @@ extension QueuedStore {
                 }
                 for id in pinned.keys.sorted() {
                     // The view as it is now (it may have been let go of meanwhile).
-                    guard let view = state.pins[id] else { continue }
+                    guard var view = state.pins[id] else { continue }
+                    // The rows a failed commit the view showed inserted were never stored. An
+                    // image of one — a later commit changed or deleted it while the failed one
+                    // waited — holds the failed commit's values: the view reads it as stored.
+                    for item in failedCommits where item.sequence <= view.seenUpTo {
+                        for insert in item.changes.inserts { view.rows[insert.id] = nil }
+                    }
+                    state.pins[id] = view
                     var reader = RowReader(session: ReadSession(graph: committed.session.graph, connection: committed.session.connection,
                                                                 overlay: state.overlay(forPin: id), pinned: view), context: nil)
                     try tell(view) { try Self.undo($0.changes, reader: &reader) }
