@@ -185,10 +185,14 @@ package enum TextMatch {
         var flags: NSRegularExpression.Options = []
         if options.contains(.caseInsensitive) { flags.insert(.caseInsensitive) }
         // Validate the pattern alone, then anchor it: MATCHES is about the whole text, and the
-        // first match of `a|ab` in "ab" is only "a".
+        // first match of `a|ab` in "ab" is only "a". A pattern that ends inside a quote (`\Q`
+        // without `\E`) or a comment (`#` in `(?x)` mode) would take the anchor in: the quote,
+        // or the comment's line, is ended first.
         let folded = fold(pattern, options.subtracting(.caseInsensitive))
         guard (try? NSRegularExpression(pattern: folded, options: flags)) != nil,
-              let expression = try? NSRegularExpression(pattern: "\\A(?:" + folded + ")\\z", options: flags)
+              let expression = ["", "\\E", "\n"].lazy.compactMap({
+                  try? NSRegularExpression(pattern: "\\A(?:" + folded + $0 + ")\\z", options: flags)
+              }).first
         else { return nil }
         expressions.withLock { cache in
             if cache.count > 256 { cache.removeAll() }

@@ -189,6 +189,20 @@ import Testing
         #expect(try world.fetchAll(Person.self, %"name"%.matches("a.*?"), orderBy: .ascending("name")).map(\.name) == ["ab", "abc"])
         #expect(TextMatch.evaluate(.matches, [], "ab", "a|ab"))
     }
+
+    /// Anchoring the expression does not break one that ends inside a `\Q` quote or a `(?x)`
+    /// comment (each took the anchor in, and the pattern did not compile).
+    @Test(arguments: Setup.all) @MainActor
+    func anExpressionEndingInAQuoteOrACommentIsAnchoredToo(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let world = harness.world
+        try await harness.write { update in
+            for name in ["a.*", "abc", "Monk", "Monks"] { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        #expect(try world.fetchAll(Person.self, %"name"%.matches(#"a\Q.*"#)).map(\.name) == ["a.*"])
+        #expect(try world.fetchAll(Person.self, .where("name MATCHES %@", "(?x) M o n k  # the whole name")).map(\.name) == ["Monk"])
+    }
 }
 
 /// SQLite joins at most 64 tables: 63 hops run, 64 throw `.unsupported` before any SQL,
