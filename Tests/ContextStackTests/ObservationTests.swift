@@ -312,6 +312,41 @@ import Testing
         watch.cancel()
     }
 
+    /// Observation.md: a condition through two entities (`vault.keeper.name`) follows a change
+    /// of the object in the middle — the vault's keeper changes, no pet and no coin does. Live
+    /// results insert the coin, and a fetch made before the root writes the commit finds it.
+    /// (The look for objects whose chain reaches a changed object gave up at the last hop,
+    /// where nothing had changed.)
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aConditionThroughTwoEntitiesFollowsAChangeOfTheObjectInTheMiddle(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let (vault, tom, rex, coin) = (try update.create(Vault.self), try update.create(Pet.self), try update.create(Pet.self), try update.create(Coin.self))
+            (tom.name, rex.name) = ("Tom", "Rex")
+            vault.keeper = tom
+            coin.vault = vault
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let results = try FetchedResults(context: world, Coin.self, %"vault.keeper.name" == "Rex")
+        var inserted: [IndexPath] = []
+        results.onChange = { inserted += $0.insertedRows }
+        #expect(results.count == 0)
+        try store.holdingTheWriter {
+            try world.beginUpdateAndWait { update in
+                try #require(try update.fetch(Vault.self)).keeper = try update.fetch(Pet.self, %"name" == "Rex")
+                try update.commit()
+            }
+            #expect(try world.fetchCount(Coin.self, %"vault.keeper.name" == "Rex") == 1, "before the root writes it")
+            #expect(try world.fetchCount(Coin.self, %"vault.keeper.name" == "Tom") == 0)
+        }
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(results.count == 1)
+        #expect(inserted == [IndexPath(item: 0, section: 0)])
+    }
+
     /// Observation.md: a relationship change lists the side that stores it. After
     /// `rex.owner = ann`, results of pets report Rex updated; results of people report nothing,
     /// though `ann.hasChanges` was true in the update.

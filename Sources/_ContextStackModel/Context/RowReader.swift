@@ -210,7 +210,12 @@ package struct RowReader {
             guard let destination = hop.destination else { return [] }
             let targets = pendingKeys(of: destination.rootDescription).union(affected)
                 .union(changed[ObjectIdentifier(destination.rootDescription)] ?? [])
-            if targets.isEmpty { return [] }
+            // Nothing pending this far down the chain: an earlier hop's objects may still be
+            // (the vault of `vault.keeper.name` got another keeper, no pet changed).
+            guard !targets.isEmpty else {
+                affected = []
+                continue
+            }
             let source = index == 0 ? entity : chain[index - 1].destination!
             affected = try keys(in: source.table, where: hop.name, in: targets)
         }
