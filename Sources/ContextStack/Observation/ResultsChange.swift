@@ -20,6 +20,10 @@ import _ContextStackSQLite
 ///
 /// ```swift
 /// results.onChange = { change in
+///     // Off screen, or after a wholesale replacement, let the table read everything afresh: a
+///     // table view that has not laid out yet (or has a reload pending) reads its counts when the
+///     // batch starts, and would find the new ones before the batch's own changes.
+///     guard !change.isReload, tableView.window != nil else { return tableView.reloadData() }
 ///     tableView.performBatchUpdates {
 ///         tableView.deleteSections(IndexSet(change.deletedSections), with: .fade)
 ///         tableView.insertSections(IndexSet(change.insertedSections), with: .fade)
@@ -28,6 +32,8 @@ import _ContextStackSQLite
 ///         for move in change.movedRows { tableView.moveRow(at: move.from, to: move.to) }
 ///         tableView.reloadRows(at: change.updatedRows, with: .none)
 ///     }
+///     // A moved row keeps its cell: show the moved object's new values (the farmer's new name).
+///     tableView.reconfigureRows(at: change.movedRows.map(\.to))
 /// }
 /// ```
 public struct ResultsChange: Sendable, CustomStringConvertible {
