@@ -421,6 +421,7 @@ import Testing
             ("nil into String", { try $0.batchUpdate(Person.self, set: ["name": nil]) }, .typeMismatch),
             ("fraction into Int", { try $0.batchInsert(Person.self, [["age": 1.5]]) }, .typeMismatch),
             ("relationship", { try $0.batchUpdate(Person.self, set: ["friend": 1]) }, .unsupported),
+            ("NaN into Int", { try $0.batchUpdate(Person.self, set: ["age": .double(.nan)]) }, .typeMismatch),
             ("bad predicate", { try $0.batchDelete(Person.self, %"nope" == 1) }, .unknownKey),
         ]
         for (label, body, code) in cases {
@@ -429,6 +430,37 @@ import Testing
         }
         #expect(try harness.world.fetchCount(Person.self) == 3)
         #expect(try harness.world.fetchCount(Person.self, %"age" == 0) == 0)
+    }
+
+    /// Writing.md: a batch stores each value as an object of the entity stores it, so that a
+    /// fetch, a query or a uniqueness constraint sees one value one way on every store: a
+    /// `Float` to a `Float`'s precision, a NaN as nil, a `Decimal` in one form ("12.50" is
+    /// 12.5, and a number is a decimal too), a URL checked. (They were stored as given: the
+    /// batch's 0.1 was not the object's `Float(0.1)`, and "12.50" not 12.5.)
+    @Test(arguments: StoreKind.available) @MainActor
+    func batchValuesAreStoredAsAnObjectStoresThem(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            (sample.float, sample.decimal, sample.optionalDouble) = (0.1, Decimal(string: "12.5")!, 1)
+            try update.commit()
+            #expect(try update.batchInsert(Sample.self, [
+                ["float": 0.1, "decimal": "12.50", "optionalDouble": .double(.nan)],
+                ["float": .integer(1), "decimal": 2.5, "optionalURL": "https://example.com/a"],
+            ]) == 2)
+            #expect(try update.batchUpdate(Sample.self, %"decimal" == Decimal(2.5), set: ["decimal": "2.50"]) == 1)
+        }
+        try store.stack.flushAndWait()
+        #expect(try world.fetchCount(Sample.self, %"float" == Float(0.1)) == 2)
+        #expect(try world.fetchCount(Sample.self, %"decimal" == Decimal(string: "12.5")!) == 2)
+        #expect(try world.fetchCount(Sample.self, %"decimal" == Decimal(string: "2.5")!) == 1)
+        #expect(try world.fetchCount(Sample.self, %"optionalDouble" == nil) == 2)
+        #expect(try world.query(Sample.self, .select("float"), options: .distinct).count == 2, "0.1 and 1")
+        let error = #expect(throws: QueryError.self) {
+            try world.beginUpdateAndWait { update in _ = try update.batchInsert(Sample.self, [["decimal": "twelve"]]) }
+        }
+        #expect(error?.code == .typeMismatch)
     }
 
     @Test @MainActor func uniquenessHoldsForBatchesToo() async throws {

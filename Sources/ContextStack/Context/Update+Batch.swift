@@ -130,7 +130,9 @@ enum BatchValues {
         return property
     }
 
-    /// `value` as the attribute stores it, or a `.typeMismatch` naming the key.
+    /// `value` as the attribute stores it — in the form an object of the entity would store it,
+    /// so that fetches, queries and uniqueness see one value one way — or a `.typeMismatch`
+    /// naming the key.
     static func normalize(_ value: Value, for property: Property, in entity: ResolvedEntity) throws(QueryError) -> Value {
         guard let kind = property.attributeKind else { return value }
         func mismatch(_ why: String) -> QueryError {
@@ -153,8 +155,28 @@ enum BatchValues {
             guard let int = Int64(exactly: double) else { throw mismatch("it is not a whole number") }
             return try normalize(.integer(int), for: property, in: entity)
         case ("REAL", .integer(let int)):
-            return .double(Double(int))
-        case ("REAL", .double), ("TEXT", .text):
+            return try normalize(.double(Double(int)), for: property, in: entity)
+        case ("REAL", .double(let double)):
+            // A NaN is no number: nil, as a property set to one stores it (SQLite would store
+            // NULL and PostgreSQL a NaN). A `Float` keeps a `Float`'s precision.
+            if double.isNaN {
+                guard property.isOptional else { throw mismatch("NaN is stored as nil, and it is not optional") }
+                return .null
+            }
+            return kind == .float ? .double(Double(Float(double))) : value
+        case ("TEXT", .text(let text)) where kind == .decimal:
+            // In one form ("12.50" is 12.5), or a query for the value would miss the row.
+            guard let decimal = Decimal(storedValue: .text(text)) else { throw mismatch("it is not a decimal number") }
+            return decimal.storedValue
+        case ("TEXT", .integer), ("TEXT", .double):
+            guard kind == .decimal, let decimal = Decimal(storedValue: value) else {
+                throw mismatch("pass a value of the attribute's type (for \(kind.rawValue), its storedValue)")
+            }
+            return decimal.storedValue
+        case ("TEXT", .text(let text)) where kind == .url:
+            guard let url = URL(string: text) else { throw mismatch("it is not a URL") }
+            return url.storedValue
+        case ("TEXT", .text):
             return value
         case ("BLOB", .blob(let data)):
             if kind == .uuid && data.count != 16 { throw mismatch("a UUID is 16 bytes") }
