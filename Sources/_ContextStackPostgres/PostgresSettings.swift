@@ -100,7 +100,11 @@ package struct PostgresSettings: Sendable {
         // queued behind it. TCP keepalives find such a connection while it waits for an answer,
         // and the user timeout while what it sent goes unacknowledged: about 30 seconds.
         pairs += Self.deadServerDetection
-        let options = ["-c statement_timeout=\(statementTimeout)", environment["PGOPTIONS"], own].compactMap { $0 }.filter { !$0.isEmpty }
+        // Numbers come back as text: with `extra_float_digits` below 1 (a database's or a
+        // role's default, `PGOPTIONS`), a double would come back rounded to 15 digits, and be
+        // saved so by the next commit. Last, so that nothing overrides it.
+        let options = ["-c statement_timeout=\(statementTimeout)", environment["PGOPTIONS"], own, "-c extra_float_digits=3"]
+            .compactMap { $0 }.filter { !$0.isEmpty }
         return pairs + [("dbname", url.absoluteString),
                         ("client_encoding", "UTF8"),
                         ("options", options.joined(separator: " "))]

@@ -242,11 +242,22 @@ struct PostgresConnectionTests {
         let settings = PostgresSettings(url: parts.url!)
         let plain = Dictionary(settings.keywordsAndValues(environment: [:]), uniquingKeysWith: { $1 })
         #expect(plain["connect_timeout"] == "10" && plain["application_name"] == "ContextStack")
-        #expect(plain["options"] == "-c statement_timeout=60000 -c work_mem=8MB")
+        #expect(plain["options"] == "-c statement_timeout=60000 -c work_mem=8MB -c extra_float_digits=3")
         let environment = ["PGCONNECT_TIMEOUT": "3", "PGAPPNAME": "orders", "PGOPTIONS": "-c search_path=tenant", "PGCLIENTENCODING": "LATIN1"]
         let set = Dictionary(settings.keywordsAndValues(environment: environment), uniquingKeysWith: { $1 })
         #expect(set["connect_timeout"] == nil && set["application_name"] == nil, "left to libpq, which reads the environment")
-        #expect(set["options"] == "-c statement_timeout=60000 -c search_path=tenant -c work_mem=8MB")
+        #expect(set["options"] == "-c statement_timeout=60000 -c search_path=tenant -c work_mem=8MB -c extra_float_digits=3")
+    }
+
+    /// Doubles come back exact whatever the server's `extra_float_digits` (a database default
+    /// of 0 rounded them to 15 digits as they were read as text): ContextStack sets it last.
+    @Test func doublesComeBackExactWhateverTheServersFloatDigits() throws {
+        var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
+        parts.queryItems = [URLQueryItem(name: "options", value: "-c extra_float_digits=0")]
+        let connection = try PostgresConnection(PostgresSettings(url: parts.url!))
+        let value = 0.1 + 0.2
+        #expect(try connection.scalar("SELECT ?::float8", [.double(value)]) == .double(value))
+        #expect(try connection.scalar("SELECT 0.1::float8 + 0.2::float8") == .double(value))
     }
 
     /// Docs/Postgres.md, "Faults": a connection whose server stops answering without closing
