@@ -83,7 +83,11 @@ private final class AggregateState {
         guard !values.isEmpty else { return nil }
         let sorted = values.sorted()
         let middle = sorted.count / 2
-        return sorted.count.isMultiple(of: 2) ? (sorted[middle - 1] + sorted[middle]) / 2 : sorted[middle]
+        guard sorted.count.isMultiple(of: 2) else { return sorted[middle] }
+        // PostgreSQL's `percentile_cont` interpolates so, and the two stores agree to the last
+        // bit: `(a + b) / 2` of 0.1 and 0.7 is 0.39999999999999997, this 0.4.
+        let (low, high) = (sorted[middle - 1], sorted[middle])
+        return low + (high - low) * 0.5
     }
 
     /// The population standard deviation.

@@ -119,6 +119,15 @@ import Testing
         expect(some, "sd", .double(5))
         expect(some, "me", .double(35))
         expect(some, "c", .integer(1))
+
+        // The median of two doubles is the same to the last bit on both stores: PostgreSQL's
+        // interpolation, 0.1 + (0.7 - 0.1) × 0.5 = 0.4, not (0.1 + 0.7) / 2 = 0.39999999999999997.
+        try world.beginUpdateAndWait { update in
+            for double in [0.1, 0.7] { try update.create(Sample.self).double = double }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        expect(try world.query(Sample.self, .median("double", alias: "me")).first, "me", .double(0.4))
     }
 
     /// Where the two stores' SQL differs, queries still give one answer: a `having:` alias that
