@@ -85,6 +85,36 @@ import Testing
         #expect(code { _ = try world.query(Sample.self, .count("decimal", alias: "n")) } == nil)
     }
 
+    /// Queries.md, "Grouping": a plain key selected beside aggregates or groups must be grouped,
+    /// and a `.distinct` query orders by what it selects — `.unsupported` on every store,
+    /// before any SQL. (SQLite answered with an arbitrary row's value, PostgreSQL threw its
+    /// own error.)
+    @Test(arguments: StoreKind.available) @MainActor
+    func aKeyWithNoOneValuePerRowIsRefusedOnEveryStore(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for (name, location) in [("Ann", "Oslo"), ("Bob", "Oslo"), ("Cy", "Rome")] {
+                let person = try update.create(Person.self)
+                (person.name, person.location) = (name, location)
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        func code(_ body: () throws -> [Row]) -> QueryError.Code? {
+            do { _ = try body(); return nil } catch { return (error as? QueryError)?.code }
+        }
+        #expect(code { try world.query(Person.self, .select("name") | .max("age")) } == .unsupported)
+        #expect(code { try world.query(Person.self, .select("location", "name") | .count("age", alias: "n"), groupBy: %"location") } == .unsupported)
+        #expect(code { try world.query(Person.self, .select("location") | .count("age", alias: "n"), groupBy: %"location",
+                                       having: %"n" >= 1 && %"name" != nil) } == .unknownKey)
+        #expect(code { try world.query(Person.self, .count("name", alias: "n"), orderBy: .ascending("location"),
+                                       groupBy: %"location", options: .distinct) } == .unsupported)
+        let grouped = try world.query(Person.self, .select("location") | .count("name", alias: "n"), orderBy: .ascending("location"),
+                                      groupBy: %"location", options: .distinct)
+        #expect(grouped.map { $0["n"]?.int64Value } == [2, 1])
+    }
+
     /// What each aggregate gives over no rows and over some, on every store (Docs/Queries.md,
     /// "Selecting"): `.sum` a double, `0.0` over none; `.count` `0`; the others NULL over none.
     /// Compared case and all (`isIdentical`): `Value`'s `==` takes 70 and 70.0 as equal.

@@ -12,7 +12,7 @@ extension MainContext {
     ///                            %"age" > 10, orderBy: .descending("avgAge"),
     ///                            groupBy: %"location", having: %"avgAge" > 20)
     /// // SELECT t0."location" AS "location", avg(t0."age") AS "avgAge" FROM "Person" AS t0
-    /// //   WHERE t0."age" > ? GROUP BY t0."location" HAVING "avgAge" > ? ORDER BY "avgAge" DESC
+    /// //   WHERE t0."age" > ? GROUP BY t0."location" HAVING avg(t0."age") > ? ORDER BY "avgAge" DESC
     /// rows.first?["avgAge"]
     /// ```
     ///

@@ -28,6 +28,7 @@ struct AggregateQuery {
         /// the table before an alias of the selection, and PostgreSQL knows output names only
         /// in `ORDER BY`.
         var expressions: [String: String] = [:]
+        let aggregates = !groupKeys.isEmpty || select.terms.contains { $0.function != nil }
         for term in select.terms {
             let path = paths[term.key]!
             if let function = term.function {
@@ -42,6 +43,11 @@ struct AggregateQuery {
                 }
                 expressions[term.alias] = dialect.aggregate(function, of: base.columnSQL(path), kind: path.kind)
             } else {
+                // One meaning on every store: SQLite would give an arbitrary row's value, and
+                // PostgreSQL refuses the query.
+                if aggregates && !groupKeys.contains(term.key) {
+                    throw QueryError(.unsupported, "A query of \(entity.name) selects '\(term.key)' beside \(groupKeys.isEmpty ? "aggregates" : "groups") without grouping by it, so it has no one value per row: add it to groupBy:, or aggregate it (.max(\"\(term.key)\")).", key: term.key, entity: entity.name)
+                }
                 expressions[term.alias] = base.columnSQL(path)
             }
             columns.append("\(expressions[term.alias]!) AS \(term.alias.quotedIdentifier)")
@@ -70,6 +76,9 @@ struct AggregateQuery {
             var order: [String] = []
             for term in terms {
                 if let error = term.invalid { throw error }
+                if request.distinct && !aliases.contains(term.key) {
+                    throw QueryError(.unsupported, "A .distinct query of \(entity.name) orders by '\(term.key)', which it does not select: select it too, or order by what it selects.", key: term.key, entity: entity.name)
+                }
                 order.append(dialect.orderTerm(try named(term.key), ascending: term.ascending))
             }
             text += " ORDER BY " + order.joined(separator: ", ")
