@@ -347,6 +347,56 @@ import Testing
         #expect(inserted == [IndexPath(item: 0, section: 0)])
     }
 
+    /// Observation.md: a commit that changes nothing in the results reports nothing, also while
+    /// earlier commits wait to be written. Results with a key-path condition look again at
+    /// every object whose row is still on its way (the store cannot say where its path leads);
+    /// those that stay where they were are not updates of the later commit. (They were all
+    /// listed as updated, for every commit, until the root wrote the first.)
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aCommitThatChangesNothingInKeyPathResultsReportsNothingWhileOthersWait(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age) = ("Monk", 30)
+            try update.create(Person.self).name = "Zed"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let results = try FetchedResults(context: world, Person.self, %"friend.age" > 20, orderBy: .ascending("name"))
+        var batches: [ResultsChange] = []
+        results.onChange = { batches.append($0) }
+        // Each commit reaches the results while the ones before wait to be written.
+        let monkID = try #require(try world.fetch(Person.self, %"name" == "Monk")).objectID
+        let release = try store.holdTheWriterFromOutside(locking: monkID)
+        try world.beginUpdateAndWait { update in
+            let monk = try #require(try update.fetch(Person.self, id: monkID))
+            for name in ["Ann", "Bob", "Cy"] {
+                let person = try update.create(Person.self)
+                (person.name, person.friend) = (name, monk)
+            }
+            try update.commit()
+        }
+        await mainQueueTurn()
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Zed")).location = "Oslo"
+            try update.commit()
+        }
+        await mainQueueTurn()
+        // The monk's age does change where the three lead: they are updated.
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: monkID)).age = 31
+            try update.commit()
+        }
+        await mainQueueTurn()
+        try release()
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(results.objects.map(\.name) == ["Ann", "Bob", "Cy"])
+        #expect(batches.map(\.insertedRows.count) == [3, 0], "\(batches)")
+        #expect(batches.last?.updatedRows.count == 3)
+    }
+
     /// Observation.md: a relationship change lists the side that stores it. After
     /// `rex.owner = ann`, results of pets report Rex updated; results of people report nothing,
     /// though `ann.hasChanges` was true in the update.

@@ -76,6 +76,10 @@ extension FetchedResults {
         core.beginRead()
         let fresh: [(id: ObjectID, row: ObjectRow)]
         var touched = touchedByCommit
+        // The objects the commit changed, or whose key paths lead to an object it changed: of
+        // the others looked at (pending, so the store cannot say where their paths lead), one
+        // that stays where it was is no update of this commit's.
+        var reached: Set<ObjectID>?
         do {
             defer { core.endRead() }
             fresh = try core.read { session in
@@ -89,6 +93,14 @@ extension FetchedResults {
                     }
                     var seen = Set(touched)
                     for id in more.sorted() where seen.insert(id).inserted { touched.append(id) }
+                    if touched.count > touchedByCommit.count {
+                        var viaCommit = Set(touchedByCommit)
+                        let others = Set(touched[touchedByCommit.count...])
+                        for chain in query.hopChains where !changed.isEmpty {
+                            viaCommit.formUnion(try reader.leading(others, along: chain, to: changed))
+                        }
+                        reached = viaCommit
+                    }
                 }
                 var result: [(id: ObjectID, row: ObjectRow)] = []
                 for id in touched {
@@ -219,7 +231,7 @@ extension FetchedResults {
                 continue
             }
             if stays.contains(hit.id) {
-                change.updatedRows.append(from)
+                if reached?.contains(hit.id) ?? true { change.updatedRows.append(from) }
             } else if fromGone || made.contains(to.section) {
                 if !fromGone { change.deletedRows.append(from) }
                 if !made.contains(to.section) { change.insertedRows.append(to.path) }

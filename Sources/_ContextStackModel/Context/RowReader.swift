@@ -222,6 +222,31 @@ package struct RowReader {
         return Set(affected.map { ObjectID(rootEntity: entity.rootDescription, primaryKey: $0) })
     }
 
+    /// Which of `ids` lead, along `chain` (to-one hops), to one of `changed` (keys by root
+    /// entity), read as this reader sees the rows — pending ones included, which SQL cannot
+    /// follow. A level's rows are read in lists of keys.
+    package mutating func leading(_ ids: Set<ObjectID>, along chain: [Property], to changed: [ObjectIdentifier: Set<Int64>]) throws -> Set<ObjectID> {
+        var found = Set<ObjectID>()
+        // Each object still followed, by the object it started from.
+        var current = Dictionary(uniqueKeysWithValues: ids.map { ($0, $0) })
+        for hop in chain {
+            guard let destination = hop.destination, !current.isEmpty else { break }
+            let root = destination.rootDescription
+            _ = try rows(for: Array(Set(current.values)))
+            var next: [ObjectID: ObjectID] = [:]
+            for (origin, id) in current {
+                guard let row = try row(id), hop.slot < row.values.count, case .integer(let key) = row.values[hop.slot] else { continue }
+                if changed[ObjectIdentifier(root)]?.contains(key) == true {
+                    found.insert(origin)
+                } else {
+                    next[origin] = ObjectID(rootEntity: root, primaryKey: key)
+                }
+            }
+            current = next
+        }
+        return found
+    }
+
     /// Primary keys of rows whose `column` holds one of `values`.
     private func keys(in table: Table, where column: String, in values: Set<Int64>) throws -> Set<Int64> {
         try chunked(values) { placeholders in
