@@ -249,6 +249,82 @@ import Testing
         #expect(recorder.all.count == 1)
     }
 
+    /// The live results of such a context follow what undoes the failed commit, as those of a
+    /// merging one follow the commit that undoes it: the refused insert leaves them, reported
+    /// as a deleted row, and the refused change's object leaves results it no longer matches.
+    /// Before, they kept showing the refused object (deleted by then) until `reset()`.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func liveResultsOfAMainContextThatDoesNotMergeFollowWhatUndoesAFailedCommitTheirViewShowed(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        store.stack.onError = { _ in }
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try quiet.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age) = ("Monk", 63)
+            try update.create(Person.self).name = "Knight"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try store.refuseWrites(ofName: "refused")
+        let (everyone, aged) = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 99
+                try update.create(Person.self).name = "refused"
+                try update.commit()
+            }
+            quiet.reset()
+            return (try FetchedResults(context: quiet, Person.self, orderBy: .ascending("name")),
+                    try FetchedResults(context: quiet, Person.self, %"age" == 99))
+        }
+        #expect(everyone.objects.map(\.name) == ["Knight", "Monk", "refused"], "the view shows the commit as queued")
+        #expect(aged.objects.map(\.name) == ["Monk"])
+        var changes: [ResultsChange] = []
+        everyone.onChange = { changes.append($0) }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(everyone.objects.map(\.name) == ["Knight", "Monk"])
+        #expect(aged.objects.isEmpty, "Monk is 63 again")
+        #expect(changes.count == 1)
+        #expect(changes.first?.deletedRows == [IndexPath(item: 2, section: 0)])
+        #expect(everyone.objects.allSatisfy { !$0.isDeleted })
+    }
+
+    /// The same for the writer's correction of a commit the view showed: under `.storeTrump`
+    /// another process's name, saved while the commit waited, wins, and results ordered by
+    /// name move the object to where the saved name puts it.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func liveResultsOfAMainContextThatDoesNotMergeFollowTheWritersCorrection(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: .storeTrump)
+        try quiet.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Person.self).name = "Knight"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        let results = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).name = "Abbot"
+                try update.commit()
+            }
+            try other.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).name = "Zealot"
+                try update.commit()
+            }
+            quiet.reset()
+            return try FetchedResults(context: quiet, Person.self, orderBy: .ascending("name"))
+        }
+        #expect(results.objects.map(\.name) == ["Abbot", "Knight"], "the view shows the commit as queued")
+        var changes: [ResultsChange] = []
+        results.onChange = { changes.append($0) }
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(results.objects.map(\.name) == ["Knight", "Zealot"])
+        #expect(changes.count == 1)
+        #expect(changes.first?.movedRows.isEmpty == false)
+    }
+
     /// A row the failed commit inserted that a later commit deleted while both waited: the
     /// later commit recorded the row for the view before deleting it, with the failed commit's
     /// values. The view that showed the insert drops it all the same.

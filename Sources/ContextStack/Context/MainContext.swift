@@ -41,7 +41,8 @@ public final class MainContext: CommitSource {
     private var resetRegistration: UInt64?
     /// The delivery (`CommitHub.deliveries`) whose commit last reset this context.
     var resetForDelivery: UInt64 = 0
-    /// The live results reading this context, reloaded when it resets.
+    /// The live results reading this context, reloaded when it resets (and told of corrections
+    /// of its pinned view when it does not merge).
     let live = LiveRegistry()
 
     /// A main context of `stack`.
@@ -82,6 +83,11 @@ public final class MainContext: CommitSource {
         let core = ContextCore(kind: .main, host: stack, pinsView: !merges)
         self.core = core
         self.starter = UpdateStarter(stack: stack, target: updateTarget, order: updateOrder, policy: mergePolicy, main: core, author: author)
+        if !merges {
+            // Its live results hear no commits; they follow what corrects its view.
+            let live = self.live
+            core.afterCorrection = { touched in live.contextWasCorrected(touched: touched) }
+        }
         if updateTarget == .rootContext(autoMerge: true) { stack.addAutoMerger(core) }
         if updateTarget == .mainContext { stack.addThreeTierMain(core) }
         stack.wantRemoteCommits()

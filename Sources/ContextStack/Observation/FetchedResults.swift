@@ -220,7 +220,11 @@ public final class FetchedResults<T: ManagedObject> {
     private func process(_ commit: Commit) {
         // A context reset for this very commit reloaded the results already (`contextDidReset`).
         guard merges, context.resetForDelivery != context.stack.commits.deliveries else { return }
-        let ids = commit.inserted + commit.updated + commit.deleted
+        follow(commit.inserted + commit.updated + commit.deleted)
+    }
+
+    /// Takes in what a commit, or a correction of the context's view, did to the objects `ids`.
+    private func follow(_ ids: [ObjectID]) {
         do {
             if mustRefetch {
                 try reload(touched: Set(ids))
@@ -248,6 +252,14 @@ public final class FetchedResults<T: ManagedObject> {
             mustRefetch = true
             context.stack.report(error)
         }
+    }
+
+    /// After a correction of the view of a context that does not merge (what undoes a commit
+    /// the view showed that then failed to save, or the writer's rewrite of one): the objects it
+    /// touched changed as a commit's would have, and the results follow them likewise.
+    func contextWasCorrected(touched: [ObjectID]) {
+        guard !merges else { return }
+        follow(touched)
     }
 
     /// After the context reset: every object is new, so reload and report the difference.
@@ -375,7 +387,7 @@ public final class FetchedResults<T: ManagedObject> {
     }
 }
 
-/// The live results of one main context, told when it resets.
+/// The live results of one main context, told when it resets or its pinned view is corrected.
 @MainActor final class LiveRegistry {
     private struct Member {
         weak var value: (any ContextResetObserver)?
@@ -394,11 +406,19 @@ public final class FetchedResults<T: ManagedObject> {
         members = members.filter { $0.value.value != nil }
         for member in current { member.contextDidReset(touched: touched) }
     }
+
+    /// A correction of a pinned view touched `touched` (`ContextCore.afterCorrection`).
+    func contextWasCorrected(touched: [ObjectID]) {
+        let current = members.values.compactMap(\.value)
+        for member in current { member.contextWasCorrected(touched: touched) }
+    }
 }
 
-/// Something that must reload when its main context resets.
+/// Something that must reload when its main context resets, and follow corrections of the
+/// view of one that does not merge.
 @MainActor protocol ContextResetObserver: AnyObject {
     func contextDidReset(touched: Set<ObjectID>)
+    func contextWasCorrected(touched: [ObjectID])
 }
 
 extension FetchedResults: ContextResetObserver {}

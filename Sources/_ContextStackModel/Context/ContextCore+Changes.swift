@@ -296,8 +296,16 @@ extension ContextCore {
         forgetPendingChanges()
         mergedDeletions.removeAll()
         generation += 1
-        // Nothing is left for handed-over commits to update.
-        _ = takeInbox()
+        // Nothing is left for handed-over commits to update, and a correction of the view let
+        // go of below is not taken from here on (`handOverCorrection`).
+        // The flag first, as `takeInbox` does: a commit handed over after the lock below sets
+        // it again. The inbox is emptied whatever the flag said: a correction may have been
+        // put in before its sender set it.
+        inboxHasWork.store(false, ordering: .releasing)
+        inbox.withLock { inbox in
+            inbox.removeAll()
+            pinEpoch.add(1, ordering: .relaxed)
+        }
         if pinsView, let old = pin {
             // See the store as it is now, until the next reset.
             store.unpin(old)

@@ -15,6 +15,29 @@ extension ContextCore {
         }
     }
 
+    /// Hands a correction of this pinned view over (`makePin`): applied as a handed-over commit
+    /// is, and then, on the main actor, told to `afterCorrection` with the objects it touched —
+    /// a context that does not merge hears of no commit, so its live results would otherwise
+    /// keep showing what the correction undid. Dropped when it was meant for a view the context
+    /// has let go of since (`reset()`).
+    func handOverCorrection(_ changes: ChangeSet, epoch: UInt64) {
+        let current = inbox.withLock { inbox in
+            guard pinEpoch.load(ordering: .relaxed) == epoch else { return false }
+            inbox.append(changes)
+            return true
+        }
+        guard current else { return }
+        inboxHasWork.store(true, ordering: .releasing)
+        DispatchQueue.main.async { [self] in
+            MainActor.assumeIsolated {
+                applyInbox()
+                guard pinEpoch.load(ordering: .relaxed) == epoch, let afterCorrection else { return }
+                let summary = ChangeSummary(changes)
+                afterCorrection(summary.inserted.map(\.id) + summary.updated.map(\.id) + summary.deleted.map(\.id))
+            }
+        }
+    }
+
     /// Applies handed-over commits to registered objects (main actor only).
     package func applyInbox() {
         apply(takeInbox())

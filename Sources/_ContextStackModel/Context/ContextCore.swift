@@ -94,6 +94,13 @@ package final class ContextCore: @unchecked Sendable {
     /// sees nothing committed after it was created or last reset.
     let pinsView: Bool
     @exclusivity(unchecked) var pin: UInt64?
+    /// Which pin is current, bumped by `reset()` under the inbox's lock: a correction meant for
+    /// a view the context let go of (gathered by the writer before the unpin, told after it) is
+    /// dropped, not applied to the new view.
+    let pinEpoch = Atomic<UInt64>(0)
+    /// Told on the main actor of the objects each correction to the pinned view touched, once
+    /// the context's objects show it (`MainContext`'s live results follow it).
+    package var afterCorrection: (@MainActor ([ObjectID]) -> Void)?
     /// Set by the public reads of a main context: the next read takes the commits handed over
     /// so far, atomically with its snapshot, and applies them before reading.
     @exclusivity(unchecked) private var drainsOnNextRead = false
@@ -115,9 +122,10 @@ package final class ContextCore: @unchecked Sendable {
     }
 
     /// Pins this context's view of the store: what undoes or corrects a commit the view shows
-    /// comes to its inbox, as a merging context's commits do.
+    /// comes to its inbox, as a merging context's commits do, and its live results hear of it.
     func makePin() -> UInt64 {
-        store.pin { [weak self] changes in self?.handOver(changes) }
+        let epoch = pinEpoch.load(ordering: .relaxed)
+        return store.pin { [weak self] changes in self?.handOverCorrection(changes, epoch: epoch) }
     }
 
     deinit {
