@@ -130,6 +130,43 @@ import Testing
         _ = store
     }
 
+    /// `onChange` may reset the context: the batch that reset makes waits until the one being
+    /// handed over has reached `onChange` and the streams, so `onChange` is not entered again
+    /// while it runs and the streams get the batches in the order they happened.
+    @Test @MainActor func aResetInsideOnChangeComesAfterTheBatchBeingHandedOver() async throws {
+        let store = try TestStore(.file)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let results = try FetchedResults(context: quiet, Person.self, orderBy: .ascending("name"))
+        var stream = results.changes.makeAsyncIterator()
+        var handed: [[IndexPath]] = []
+        var inside = false
+        results.onChange = { change in
+            #expect(!inside, "onChange is not entered again while it runs")
+            inside = true
+            defer { inside = false }
+            handed.append(change.insertedRows)
+            guard handed.count == 1 else { return }
+            do {
+                try quiet.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = "Zed"
+                    try update.commit()
+                }
+            } catch {
+                Issue.record(error)
+            }
+            quiet.reset()
+        }
+        try quiet.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Abe"
+            try update.commit()
+        }
+        quiet.reset()
+        #expect(results.objects.map(\.name) == ["Abe", "Zed"])
+        #expect(handed == [[IndexPath(item: 0, section: 0)], [IndexPath(item: 1, section: 0)]])
+        #expect(await stream.next()?.insertedRows == [IndexPath(item: 0, section: 0)], "Abe's batch first")
+        #expect(await stream.next()?.insertedRows == [IndexPath(item: 1, section: 0)], "then Zed's")
+    }
+
     @Test(arguments: Setup.merging) @MainActor func aChangeInPlaceIsAnUpdateAndAnUnrelatedEntityIsNothing(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)

@@ -98,6 +98,8 @@ public final class FetchedResults<T: ManagedObject> {
     /// after a reset, hold nothing), and a later commit's changes alone would not bring that
     /// back, so the next commit that reaches them refetches them whole.
     private var mustRefetch = false
+    /// The changes being handed over, the first one now (`emit`).
+    private var emitting: [ResultsChange] = []
     /// How many times the results ran their whole fetch (for tests of the incremental path).
     private(set) var fetchCount = 0
     private let streams = Locked<(next: UInt64, continuations: [UInt64: AsyncStream<ResultsChange>.Continuation])>((0, [:]))
@@ -316,9 +318,18 @@ public final class FetchedResults<T: ManagedObject> {
         return true
     }
 
+    /// Hands `change` to `onChange`, then to the `changes` streams. A change made while one is
+    /// being handed over — `onChange` reset the context, and the results reloaded — waits for
+    /// it: `onChange` is not entered twice, and the streams get the batches in the order they
+    /// happened (before, the streams got the nested batch first).
     func emit(_ change: ResultsChange) {
-        onChange?(change)
-        for continuation in streams.withLock({ Array($0.continuations.values) }) { continuation.yield(change) }
+        emitting.append(change)
+        guard emitting.count == 1 else { return }
+        while let change = emitting.first {
+            onChange?(change)
+            for continuation in streams.withLock({ Array($0.continuations.values) }) { continuation.yield(change) }
+            emitting.removeFirst()
+        }
     }
 
     // MARK: - Fetching
