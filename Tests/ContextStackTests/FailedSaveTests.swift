@@ -359,6 +359,54 @@ import Testing
         #expect(refused.isDeleted)
     }
 
+    /// The same for what the failed commit changed: a later commit, queued after the view was
+    /// pinned, recorded the rows it changed for the view as the view showed them — with the
+    /// failed commit's values. The view drops those values with the commit: Monk's age and the
+    /// article's tag are back to what they were before it, not what the later commit (which
+    /// the view does not show) made them. Before, the view kept showing 99 and the tag.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func whatAFailedCommitChangedLeavesAViewThatShowedItThoughALaterCommitChangedItToo(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        store.stack.onError = { _ in }
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try quiet.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age) = ("Monk", 63)
+            try update.create(Article.self).title = "A"
+            try update.create(Tag.self).name = "t"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try store.refuseWrites(ofName: "refused")
+        let (monk, article) = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 99
+                try #require(try update.fetch(Article.self)).tags.insert(try #require(try update.fetch(Tag.self)))
+                try update.create(Person.self).name = "refused"
+                try update.commit()
+            }
+            quiet.reset()
+            let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
+            let article = try #require(try quiet.fetch(Article.self))
+            #expect(monk.age == 99 && article.tags.map(\.name) == ["t"], "the view shows the commit as queued")
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 50
+                try #require(try update.fetch(Article.self)).tags = []
+                try update.commit()
+            }
+            return (monk, article)
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(50)]], "the later commit is saved")
+        #expect(monk.age == 63)
+        #expect(try quiet.fetchCount(Person.self, %"age" == 99) == 0)
+        #expect(try quiet.fetchCount(Person.self, %"age" == 63) == 1)
+        #expect(article.tags.isEmpty)
+        quiet.reset()
+        #expect(try quiet.fetch(Person.self)?.age == 50, "a reset shows what is stored")
+    }
+
     /// The same view, for a commit the writer saves otherwise than queued: under `.storeTrump`
     /// another process's name for Monk, saved while the commit waited, wins over the commit's.
     /// The view showed the commit's name; it shows the saved one once the commit is written.

@@ -248,6 +248,19 @@ extension QueuedStore {
         guard !announced.isEmpty || !pinned.isEmpty else { return }
         var pinCorrections = PinnedCorrections()
         defer { pinCorrections.deliver() }
+        if !pinned.isEmpty {
+            // Before anything reads through the views, and whether or not the store can be
+            // read below.
+            state.withLock { state in
+                let standing = batch.filter { !failed.contains($0.sequence) && $0.batch == nil } + state.queue
+                for id in pinned.keys.sorted() {
+                    guard var view = state.pins[id] else { continue }
+                    Self.forget(failedCommits.filter { $0.sequence <= view.seenUpTo },
+                                standing: standing.filter { $0.sequence <= view.seenUpTo }, in: &view)
+                    state.pins[id] = view
+                }
+            }
+        }
         // What undoes the failed commits `view` showed, made by `undo`, for the view.
         func tell(_ view: PinnedImages, _ undo: (QueueItem) throws -> ChangeSet) rethrows {
             guard let correct = view.correct else { return }
@@ -268,14 +281,7 @@ extension QueuedStore {
                 }
                 for id in pinned.keys.sorted() {
                     // The view as it is now (it may have been let go of meanwhile).
-                    guard var view = state.pins[id] else { continue }
-                    // The rows a failed commit the view showed inserted were never stored. An
-                    // image of one — a later commit changed or deleted it while the failed one
-                    // waited — holds the failed commit's values: the view reads it as stored.
-                    for item in failedCommits where item.sequence <= view.seenUpTo {
-                        for insert in item.changes.inserts { view.rows[insert.id] = nil }
-                    }
-                    state.pins[id] = view
+                    guard let view = state.pins[id] else { continue }
                     var reader = RowReader(session: ReadSession(graph: committed.session.graph, connection: committed.session.connection,
                                                                 overlay: state.overlay(forPin: id), pinned: view), context: nil)
                     try tell(view) { try Self.undo($0.changes, reader: &reader) }
@@ -292,6 +298,70 @@ extension QueuedStore {
                 tell(view) { Self.undoFromSnapshots($0.changes) }
             }
             if failedCommits.contains(where: { !$0.changes.deletes.isEmpty }) { Execution.reportingWriteFailure { reportError(error) } }
+        }
+    }
+
+    /// Takes out of a pinned view's images what `failed`, commits the view showed, put there.
+    ///
+    /// A view pinned while a commit waited to be written shows it. A later commit imaged the
+    /// rows it changed for the view by reading them through the waiting commit, so the images
+    /// hold that commit's values, and the view reads them as stored. Once it failed:
+    /// - a row it inserted was never stored: its image goes;
+    /// - a slot it changed is back to the value its context started from, unless a later
+    ///   commit the view showed, which stands, changed that slot too (its value is then the
+    ///   one shown);
+    /// - a join-table pair it added or removed is back as it was, with the same exception.
+    ///
+    /// The failed commits are taken last first, so a slot two of them changed ends with the
+    /// value from before the first.
+    static func forget(_ failed: [QueueItem], standing: [QueueItem], in view: inout PinnedImages) {
+        guard !failed.isEmpty, !view.isEmpty else { return }
+        // What the standing commits changed after each failed one: by row, the slots and the
+        // sequence; built only when an image is at stake.
+        var laterSlots: [ObjectID: [(sequence: UInt64, slots: [Int])]]?
+        var laterLinks: [LinkKey: UInt64]?
+        func changedLater(_ id: ObjectID, _ slot: Int, after sequence: UInt64) -> Bool {
+            if laterSlots == nil {
+                var found: [ObjectID: [(sequence: UInt64, slots: [Int])]] = [:]
+                for item in standing {
+                    for update in item.changes.updates { found[update.id, default: []].append((item.sequence, update.slots)) }
+                }
+                laterSlots = found
+            }
+            return laterSlots?[id]?.contains { $0.sequence > sequence && $0.slots.contains(slot) } ?? false
+        }
+        func linkedLater(_ key: LinkKey, after sequence: UInt64) -> Bool {
+            if laterLinks == nil {
+                var found: [LinkKey: UInt64] = [:]
+                for item in standing {
+                    for link in item.changes.links { found[link.key] = max(found[link.key] ?? 0, item.sequence) }
+                }
+                laterLinks = found
+            }
+            return (laterLinks?[key] ?? 0) > sequence
+        }
+        for item in failed.sorted(by: { $0.sequence > $1.sequence }) {
+            for insert in item.changes.inserts { view.rows[insert.id] = nil }
+            for update in item.changes.updates where update.slots.allSatisfy({ $0 < update.snapshot.count }) {
+                guard let image = view.rows[update.id] else { continue }
+                switch image {
+                case .slots(let entity, var slots):
+                    for slot in update.slots where slots[slot] != nil && !changedLater(update.id, slot, after: item.sequence) {
+                        slots[slot] = update.snapshot[slot]
+                    }
+                    view.rows[update.id] = .slots(entity, slots)
+                case .row(var row):
+                    for slot in update.slots where slot < row.values.count && !changedLater(update.id, slot, after: item.sequence) {
+                        row.values[slot] = update.snapshot[slot]
+                    }
+                    view.rows[update.id] = .row(row)
+                case .absent:
+                    break
+                }
+            }
+            for link in item.changes.links where view.links[link.key] != nil && !linkedLater(link.key, after: item.sequence) {
+                view.links[link.key] = !link.present
+            }
         }
     }
 
