@@ -457,10 +457,23 @@ import Testing
         #expect(try world.fetchCount(Sample.self, %"decimal" == Decimal(string: "2.5")!) == 1)
         #expect(try world.fetchCount(Sample.self, %"optionalDouble" == nil) == 2)
         #expect(try world.query(Sample.self, .select("float"), options: .distinct).count == 2, "0.1 and 1")
-        let error = #expect(throws: QueryError.self) {
-            try world.beginUpdateAndWait { update in _ = try update.batchInsert(Sample.self, [["decimal": "twelve"]]) }
+        // Text that only begins with a number is no number: Foundation alone reads "12,50",
+        // "12abc" and " 7" as 12, 12 and 7.
+        for text in ["twelve", "12,50", "12abc", " 7", "7 ", "", ".", "1e", "1.2.3"] {
+            let error = #expect(throws: QueryError.self, "\(text)") {
+                try world.beginUpdateAndWait { update in _ = try update.batchInsert(Sample.self, [["decimal": .text(text)]]) }
+            }
+            #expect(error?.code == .typeMismatch)
         }
-        #expect(error?.code == .typeMismatch)
+        try world.beginUpdateAndWait { update in
+            let inserted = try update.batchInsert(Sample.self, [["decimal": "-1e3"], ["decimal": ".5"], ["decimal": "+7."]])
+            #expect(inserted == 3)
+        }
+        try store.stack.flushAndWait()
+        #expect(try world.fetchCount(Sample.self, %"decimal" == Decimal(-1000)) == 1)
+        #expect(try world.fetchCount(Sample.self, %"decimal" == Decimal(string: "0.5")!) == 1)
+        #expect(try world.fetchCount(Sample.self, %"decimal" == Decimal(7)) == 1)
+        #expect(try world.fetchCount(Sample.self) == 6, "nothing of the refused batches was stored")
     }
 
     @Test @MainActor func uniquenessHoldsForBatchesToo() async throws {

@@ -57,7 +57,8 @@ extension Update {
     ///
     /// ```swift
     /// let n = try update.batchUpdate(Person.self, %"age" >= 18, set: ["location": "Taipei"])
-    /// // UPDATE "Person" SET "location" = ? WHERE "Z_PK" IN (SELECT t0."Z_PK" FROM "Person" AS t0 WHERE t0."age" >= ?)
+    /// // SELECT t0."Z_PK" FROM "Person" AS t0 WHERE t0."age" >= ?
+    /// // UPDATE "Person" SET "location" = ? WHERE "Z_PK" IN (?, ?, …)
     /// ```
     ///
     /// It runs after every commit handed over before it, and the change is in SQLite when it
@@ -130,6 +131,31 @@ enum BatchValues {
         return property
     }
 
+    /// Whether `text` is wholly a decimal number: a sign, digits with at most one '.', and an
+    /// optional exponent ("-12.50", ".5", "1e3"); no spaces, no grouping, no trailing text.
+    static func isDecimalText(_ text: String) -> Bool {
+        func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+        func isSign(_ byte: UInt8?) -> Bool { byte == UInt8(ascii: "+") || byte == UInt8(ascii: "-") }
+        var rest = text.utf8[...]
+        if isSign(rest.first) { rest = rest.dropFirst() }
+        var digits = 0, dot = false
+        while let byte = rest.first, byte != UInt8(ascii: "e") && byte != UInt8(ascii: "E") {
+            if isDigit(byte) {
+                digits += 1
+            } else if byte == UInt8(ascii: "."), !dot {
+                dot = true
+            } else {
+                return false
+            }
+            rest = rest.dropFirst()
+        }
+        guard digits > 0 else { return false }
+        guard !rest.isEmpty else { return true }
+        rest = rest.dropFirst()
+        if isSign(rest.first) { rest = rest.dropFirst() }
+        return !rest.isEmpty && rest.allSatisfy(isDigit)
+    }
+
     /// `value` as the attribute stores it — in the form an object of the entity would store it,
     /// so that fetches, queries and uniqueness see one value one way — or a `.typeMismatch`
     /// naming the key.
@@ -165,8 +191,11 @@ enum BatchValues {
             }
             return kind == .float ? .double(Double(Float(double))) : value
         case ("TEXT", .text(let text)) where kind == .decimal:
-            // In one form ("12.50" is 12.5), or a query for the value would miss the row.
-            guard let decimal = Decimal(storedValue: .text(text)) else { throw mismatch("it is not a decimal number") }
+            // In one form ("12.50" is 12.5), or a query for the value would miss the row. The
+            // whole text must be the number: Foundation reads "12,50" and "12abc" as 12.
+            guard Self.isDecimalText(text), let decimal = Decimal(storedValue: .text(text)) else {
+                throw mismatch("it is not a decimal number (digits, one '.', an optional exponent)")
+            }
             return decimal.storedValue
         case ("TEXT", .integer), ("TEXT", .double):
             guard kind == .decimal, let decimal = Decimal(storedValue: value) else {
