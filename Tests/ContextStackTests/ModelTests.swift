@@ -255,6 +255,14 @@ final class Symmetric: ManagedObject, @unchecked Sendable {
             try update.delete(never)
             #expect(!never.hasChanges && never.isDeleted, "created and deleted: no commit saves it")
             #expect(try update.fetch(Pet.self, id: never.objectID) == nil)
+            // Also when it was put in a relationship first (a many-to-many pair records both ends).
+            let article = try update.create(Article.self)
+            try update.commit()
+            let tag = try update.create(Tag.self)
+            article.tags.insert(tag)
+            try update.delete(tag)
+            #expect(!tag.hasChanges && tag.isDeleted, "created, related and deleted")
+            #expect(article.tags.isEmpty)
         }
         #expect(try world.fetch(Pet.self) == nil)
     }

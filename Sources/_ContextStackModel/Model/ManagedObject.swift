@@ -76,7 +76,7 @@ open class ManagedObject: Hashable, @unchecked Sendable, CustomStringConvertible
     public var hasChanges: Bool {
         context.checkConfined(self)
         return state == .inserted || state == .updated || (state == .deleted && context.isUpdate && context.changed[objectID] === self)
-            || (!context.touchedRelationships.isEmpty && context.touchedRelationships.contains(objectID))
+            || (state != .deleted && !context.touchedRelationships.isEmpty && context.touchedRelationships.contains(objectID))
     }
 
     public static func == (lhs: ManagedObject, rhs: ManagedObject) -> Bool { lhs === rhs }
