@@ -798,6 +798,56 @@ import Testing
                 == [[.text("Ann"), .integer(0)], [.text("Cy"), .integer(0)]])
     }
 
+    /// The same when the use that finds the object deleted relates it: neither relating
+    /// another object to it nor it to another changes anything, whichever side fires the
+    /// fault — the other object's key included — and the commit fails the same way. Before,
+    /// `ann.pets` taking a Rex whose row was gone wrote Ann into Rex's values and committed
+    /// without the relation; `rex.owner = bob`, for a Bob found deleted, was made in memory.
+    @Test(arguments: StoreKind.available)
+    func relatingAFaultWhoseRowAnotherContextDeletedChangesNothingAndFailsTheCommit(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            for name in ["Ann", "Bob"] { try update.create(Person.self).name = name }
+            for name in ["Rex", "Tom"] { try update.create(Pet.self).name = name }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        func deleteElsewhere<T: ManagedObject>(_ type: T.Type, named name: String) throws {
+            try Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { other in
+                try other.delete(#require(try other.fetch(type, %"name" == name)))
+                try other.commit()
+            }
+        }
+        let updater = context.beginUpdateContext()
+        let conflict = try #require(throws: MergeConflictError.self) {
+            try updater.performAndWait { update in
+                let ann = try #require(try update.fetch(Person.self, %"name" == "Ann"))
+                #expect(ann.pets.isEmpty)
+                let pets = try update.fetchAll(Pet.self, orderBy: .ascending("name"), options: .batch(100))
+                let tom = pets[1]
+                let bob = try #require(try update.fetchAll(Person.self, %"name" == "Bob", options: .batch(100)).first)
+                try deleteElsewhere(Pet.self, named: "Rex")
+                try deleteElsewhere(Person.self, named: "Bob")
+                // Rex's fault fires when Ann takes him: his key is read to link him.
+                let rex = pets[0]
+                #expect(!rex.isDeleted, "not known before the fault fires")
+                ann.pets = ann.pets.union([rex])
+                #expect(rex.isDeleted && rex.owner == nil, "Rex is not given to Ann")
+                #expect(ann.pets.isEmpty)
+                // Bob's fault fires when Tom is given to him.
+                _ = bob.name
+                #expect(bob.isDeleted)
+                tom.owner = bob
+                #expect(tom.owner == nil, "Tom is not given to Bob")
+                try update.commit()
+            }
+        }
+        #expect(conflict.conflicts.map(\.key) == ["<deleted>"])
+        try store.stack.flushAndWait()
+        #expect(try store.writtenRows("SELECT \"name\", \"owner\" FROM \"Pet\"") == [[.text("Tom"), .null]])
+    }
+
     /// A commit of a group whose failure made SQLite roll the whole transaction back (here a
     /// trigger's `RAISE(ROLLBACK)`; a full disk or an I/O error does the same): every commit of
     /// the group fails with that error, and none is stored. Before, the group's `ROLLBACK TO`

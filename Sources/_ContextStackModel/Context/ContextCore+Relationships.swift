@@ -87,13 +87,20 @@ extension ContextCore {
     /// Points a to-one relationship at `target`, keeping the inverse side in sync.
     package func setToOne(of object: ManagedObject, slot: Int, to target: ManagedObject?) {
         let property = object.entity.properties[slot]
-        if let target { checkRelatable(object, target, property) }
+        if let target, !checkRelatable(object, target, property) { return }
         link(object, property, to: target)
     }
 
     func link(_ object: ManagedObject, _ property: Property, to target: ManagedObject?) {
+        // Reading a key may fire a fault that finds the row gone: a change of that object is
+        // refused, before anything is changed.
         let oldID = foreignKey(object, property)
-        guard oldID != target?.objectID else { return }
+        guard !refusedAsFoundDeleted(object), oldID != target?.objectID else { return }
+        var targetsPartner: ObjectID?
+        if let target, let inverse = property.inverse, !inverse.isToMany {
+            targetsPartner = foreignKey(target, inverse)
+            guard !refusedAsFoundDeleted(target) else { return }
+        }
         markChanged(object)
         object.values[property.slot] = target.map { .integer($0.objectID.primaryKey) } ?? .null
         guard let inverse = property.inverse else { return }
@@ -116,7 +123,7 @@ extension ContextCore {
             updateCache(target, inverse) { $0.insert(object.objectID) }
         } else {
             // One-to-one: the target's previous partner lets go of it.
-            if let previousID = foreignKey(target, inverse), previousID != object.objectID,
+            if let previousID = targetsPartner, previousID != object.objectID,
                let previous = loadPartner(previousID) {
                 markChanged(previous)
                 previous.values[property.slot] = .null
@@ -140,7 +147,11 @@ extension ContextCore {
     /// Makes a to-many relationship hold exactly `targets`, keeping inverses in sync.
     func setToMany(of object: ManagedObject, slot: Int, to targets: [ManagedObject]) {
         let property = object.entity.properties[slot]
-        for target in targets { checkRelatable(object, target, property) }
+        // Every target is checked (a misuse traps whichever it is); one found deleted refuses
+        // the whole change.
+        var refused = false
+        for target in targets where !checkRelatable(object, target, property) { refused = true }
+        guard !refused else { return }
         do {
             try replaceMembers(object, property, with: targets)
         } catch {
@@ -156,6 +167,14 @@ extension ContextCore {
         switch property.storage {
         case .inverseColumn:
             guard let inverse = property.inverse else { break }
+            // The added members' keys first: one whose fault finds its row gone refuses the
+            // change before any of it is made.
+            var refused = false
+            for member in added where member.fault != nil {
+                _ = foreignKey(member, inverse)
+                if refusedAsFoundDeleted(member) { refused = true }
+            }
+            guard !refused else { return }
             for member in try objects(for: Array(removed)) where foreignKey(member, inverse) == object.objectID {
                 markChanged(member)
                 member.values[inverse.slot] = .null

@@ -287,17 +287,27 @@ package final class ContextCore: @unchecked Sendable {
         property.destination?.includes(other.entity) ?? false
     }
 
-    func checkRelatable(_ object: ManagedObject, _ other: ManagedObject, _ property: Property) {
+    /// Checks that `object` may be related to `other` through `property`; returns `false` when
+    /// `other` was found deleted (`refuseChange`): the caller then changes nothing.
+    func checkRelatable(_ object: ManagedObject, _ other: ManagedObject, _ property: Property) -> Bool {
         guard other.context === self else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': they belong to different contexts. Bring \(other.entity.name) into this update first: `let other = try update.use(other)`.")
         }
         guard other.state != .deleted || foundDeleted(other) else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': \(other) is deleted in this update.")
         }
-        if other.state == .deleted { refuseChange(of: other) }
         guard canRelate(other, through: property) else {
             preconditionFailure("Cannot relate \(object) to \(other) through '\(property.name)': it holds \(property.destination?.name ?? "?") objects.")
         }
+        return !refusedAsFoundDeleted(other)
+    }
+
+    /// Whether `object` is found deleted — maybe only now, by a fault its key's read fired —
+    /// in which case the change that involves it is refused (`refuseChange`) and not made.
+    func refusedAsFoundDeleted(_ object: ManagedObject) -> Bool {
+        guard object.state == .deleted, foundDeleted(object) else { return false }
+        refuseChange(of: object)
+        return true
     }
 
     // MARK: - Registry
