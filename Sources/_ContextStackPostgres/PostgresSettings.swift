@@ -58,12 +58,16 @@ package struct PostgresSettings: Sendable {
         return parts.string ?? "postgres://(unparsable URL)"
     }
 
-    /// `message` (libpq's) with the URL's password, as written and as decoded, replaced by
+    /// `message` (libpq's) with the URL's password — of its user part or a `password`
+    /// parameter — as written and as decoded, replaced by
     /// `***`: libpq quotes a value of the URL it cannot decode (`forbidden value %00 in
     /// percent-encoded value: "…"`), and the password can be that value.
     package func redacting(_ message: String) -> String {
         guard let parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return message }
-        let secrets = [parts.percentEncodedPassword, parts.password].compactMap { $0 }.filter { !$0.isEmpty }
+        // The password of the user part, or of a `?password=` parameter.
+        let parameter = parts.queryItems?.filter { $0.name == "password" }.compactMap(\.value) ?? []
+        let encoded = parts.percentEncodedQueryItems?.filter { $0.name == "password" }.compactMap(\.value) ?? []
+        let secrets = ([parts.percentEncodedPassword, parts.password].compactMap { $0 } + parameter + encoded).filter { !$0.isEmpty }
         return secrets.sorted { $0.count > $1.count }.reduce(message) { $0.replacingOccurrences(of: $1, with: "***") }
     }
 
@@ -100,10 +104,14 @@ package struct PostgresSettings: Sendable {
         // queued behind it. TCP keepalives find such a connection while it waits for an answer,
         // and the user timeout while what it sent goes unacknowledged: about 30 seconds.
         pairs += Self.deadServerDetection
-        // Numbers come back as text: with `extra_float_digits` below 1 (a database's or a
-        // role's default, `PGOPTIONS`), a double would come back rounded to 15 digits, and be
-        // saved so by the next commit. Last, so that nothing overrides it.
-        let options = ["-c statement_timeout=\(statementTimeout)", environment["PGOPTIONS"], own, "-c extra_float_digits=3"]
+        // Values come back as text, read in one form. Last, so that nothing overrides them (a
+        // database's or a role's default, `PGOPTIONS`, the URL): with `extra_float_digits`
+        // below 1, a double would come back rounded to 15 digits; with `bytea_output=escape`,
+        // `Data`, UUIDs and the history's change lists would come back as their escaped text;
+        // and the statements' quoted literals assume `standard_conforming_strings`. Each value
+        // read wrongly would be saved so by the next commit.
+        let options = ["-c statement_timeout=\(statementTimeout)", environment["PGOPTIONS"], own,
+                       "-c extra_float_digits=3 -c bytea_output=hex -c standard_conforming_strings=on"]
             .compactMap { $0 }.filter { !$0.isEmpty }
         return pairs + [("dbname", url.absoluteString),
                         ("client_encoding", "UTF8"),

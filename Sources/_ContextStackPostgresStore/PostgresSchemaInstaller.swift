@@ -11,8 +11,11 @@ import _ContextStackPostgres
 /// user's back: a database written by another model, or holding tables of the same names that
 /// ContextStack did not create, is left exactly as it was and a `StoreError` says what to do.
 package enum PostgresSchemaInstaller {
-    /// The advisory lock every ContextStack schema change in a database takes ("CSTK" and 1).
-    package static let lockKey: Int64 = 0x4353_544B_0000_0001
+    /// Takes the advisory lock of a ContextStack schema change: "CSTK" and the hashed name of
+    /// the schema the tables go in, so that stores in different schemas of one database (one
+    /// per app, or per tenant) do not wait for each other's migrations. (A hash shared by two
+    /// schemas only makes them wait for each other.)
+    package static let lockStatement = "SELECT pg_advisory_xact_lock(\(0x4353_544B), hashtext(current_schema()))"
 
     package enum Outcome: Equatable, Sendable {
         /// The database was empty of this part: its tables were created.
@@ -40,7 +43,7 @@ package enum PostgresSchemaInstaller {
         // server that waited did not see the tables the first one made.)
         try connection.execute(PostgresStore.beginWrite)
         do {
-            try connection.run("SELECT pg_advisory_xact_lock(?)", [.integer(lockKey)])
+            try connection.execute(lockStatement)
             let outcome = try installLocked(schema, on: connection, autoMigrating: autoMigrating)
             try alongside(connection)
             try connection.execute("COMMIT")

@@ -260,6 +260,17 @@ struct PostgresConnectionTests {
         #expect(try connection.scalar("SELECT 0.1::float8 + 0.2::float8") == .double(value))
     }
 
+    /// The same for bytes: with `bytea_output=escape` (a database's or a role's default, kept
+    /// for old drivers) they came back as their escaped text, and a commit saved that text.
+    @Test func bytesComeBackWhateverTheServersByteaOutput() throws {
+        var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
+        parts.queryItems = [URLQueryItem(name: "options", value: "-c bytea_output=escape -c standard_conforming_strings=off")]
+        let connection = try PostgresConnection(PostgresSettings(url: parts.url!))
+        let bytes = Data([0, 1, 0x5c, 0x27, 0xff, 0x41])
+        #expect(try connection.scalar("SELECT ?::bytea", [.blob(bytes)]) == .blob(bytes))
+        #expect(try connection.scalar("SELECT '\\x00ff'::bytea") == .blob(Data([0, 0xff])))
+    }
+
     /// Docs/Postgres.md, "Faults": a connection whose server stops answering without closing
     /// it (a dropped network, a machine gone) is found broken in about 30 seconds, not the
     /// kernel's fifteen minutes. The kernel does the finding; what ContextStack does is give

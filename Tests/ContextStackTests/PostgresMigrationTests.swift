@@ -188,11 +188,20 @@ struct PostgresMigrationTests {
         // A server starting while another migrates waits under its statement timeout, and one
         // that gives up can start again later.
         try holder.execute("BEGIN")
-        try holder.run("SELECT pg_advisory_xact_lock(?)", [.integer(PostgresSchemaInstaller.lockKey)])
+        try holder.execute(PostgresSchemaInstaller.lockStatement)
         let gaveUp = try #require(throws: PostgresError.self) { try openV1() }
         #expect(gaveUp.code == .queryCanceled, "\(gaveUp)")
         try holder.execute("COMMIT")
         try openV1()
+
+        // A migration in another schema of the same database does not hold this one up.
+        let elsewhere = try TestSchema()
+        defer { elsewhere.drop() }
+        let other = try PostgresConnection(PostgresSettings(url: elsewhere.url))
+        try other.execute("BEGIN")
+        try other.execute(PostgresSchemaInstaller.lockStatement)
+        try openV1()
+        try other.execute("COMMIT")
     }
 
     @Test func constraintsRemovedAndNonOptionalMadeOptionalKeepTheData() throws {

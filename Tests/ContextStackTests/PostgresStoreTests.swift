@@ -221,6 +221,12 @@ struct PostgresStoreTests {
         }
         #expect(undecodable.code == .cannotConnect && undecodable.message.contains("forbidden value %00"), "\(undecodable)")
         #expect(!"\(undecodable)".contains("ter2"), "\(undecodable)")
+        // The same for a password given as a parameter.
+        let parameter = try #require(throws: PostgresError.self) {
+            try stack.addPostgresStore(url: URL(string: "postgres://app@127.0.0.1:1/app?password=hun%00ter2")!)
+        }
+        #expect(parameter.code == .cannotConnect && parameter.message.contains("forbidden value %00"), "\(parameter)")
+        #expect(!"\(parameter)".contains("ter2"), "\(parameter)")
     }
 
     /// A server that closes idle sessions (`idle_session_timeout`) tells each one `57P05` at
