@@ -630,6 +630,38 @@ import Testing
         #expect(Set(seen.map(\.id)).count <= max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))
     }
 
+    /// A read that finished lets go of its work while others still wait: on a busy server the
+    /// queue of reads is never empty, and finished ones (their closures, with what they read)
+    /// used to stay in it until it was. One thread; a thousand reads run while one more waits.
+    @Test func aFinishedReadLetsGoOfItsWorkWhileOthersWait() {
+        final class Work: Sendable {}
+        struct Weak: Sendable { weak var value: Work? }
+        let threads = ReadThreads(limit: 1)
+        let (held, release, last) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        threads.submit {
+            held.signal()
+            release.wait()
+        }
+        held.wait()
+        let finished = Locked<[Weak]>([])
+        for _ in 0..<1000 {
+            let work = Work()
+            finished.withLock { $0.append(Weak(value: work)) }
+            threads.submit { _ = work }
+        }
+        threads.submit {
+            held.signal()
+            last.wait()
+        }
+        threads.submit {}
+        release.signal()
+        held.wait()
+        // The thousand ran; the last but one holds the thread, and one more waits.
+        #expect(finished.withLock { $0.allSatisfy { $0.value == nil } }, "the finished reads' work is let go")
+        #expect(threads.storedJobs < 100, "\(threads.storedJobs) jobs stored")
+        last.signal()
+    }
+
     /// Docs/Servers.md, "Async reads", Cancellation: once queued, a read runs to its end and
     /// returns its result, however the task is cancelled meanwhile. The statement trace holds
     /// the read on its read thread until the test has cancelled the task.

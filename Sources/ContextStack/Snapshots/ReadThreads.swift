@@ -32,7 +32,7 @@ final class ReadThreads: @unchecked Sendable {
         }
     }
 
-    private func submit(_ job: @escaping () -> Void) {
+    func submit(_ job: @escaping () -> Void) {
         condition.lock()
         jobs.append(job)
         let start = jobs.count - head > idle && started < limit
@@ -44,6 +44,13 @@ final class ReadThreads: @unchecked Sendable {
             thread.name = "ContextStack.reads"
             thread.start()
         }
+    }
+
+    /// How many jobs the queue stores, finished or waiting (for tests).
+    var storedJobs: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return jobs.count
     }
 
     /// Whether the calling thread is one of these (`Thread.name` cannot tell on Linux, where
@@ -59,9 +66,17 @@ final class ReadThreads: @unchecked Sendable {
             while head == jobs.count { condition.wait() }
             idle -= 1
             let job = jobs[head]
+            // Let go of the job here: while reads keep waiting, the queue is never empty, and
+            // finished jobs (their closures, with what they read and the caller's
+            // continuation) would pile up before `head`; and move the waiting ones to the
+            // front once the finished ones are the larger part.
+            jobs[head] = {}
             head += 1
             if head == jobs.count {
                 jobs.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 64 && head * 2 >= jobs.count {
+                jobs.removeFirst(head)
                 head = 0
             }
             condition.unlock()
