@@ -121,19 +121,22 @@ extension PostgresStore {
         }
     }
 
+    /// Read in one snapshot (the expiry check and the rows agree), on a reader: not under the
+    /// store's state lock, which every commit and every read's start takes — a consumer
+    /// catching up on a day of history held them all up while its rows came and were decoded.
+    /// History needs no overlay of queued commits: only what is committed has a row.
     package func history(after token: HistoryToken?) throws -> [HistoryTransaction] {
         try requireHistory()
-        return try withCommittedView { _, reader in
-            let connection = reader.session.connection
-            try checkNotExpired(token, connection: connection)
-            return try HistoryReading.transactions(after: token, connection: connection, graph: graph,
+        return try read(pin: nil, whileLocked: nil, shape: .statements) { session in
+            try checkNotExpired(token, connection: session.connection)
+            return try HistoryReading.transactions(after: token, connection: session.connection, graph: graph,
                                                    queries: Self.historyQueries).map(\.transaction)
         }
     }
 
     package func lastHistoryToken() throws -> HistoryToken? {
         try requireHistory()
-        return try withCommittedView { _, reader in try Self.lastHistoryToken(on: reader.session.connection) }
+        return try read(pin: nil, whileLocked: nil, shape: .oneStatement) { session in try Self.lastHistoryToken(on: session.connection) }
     }
 
     /// The newest settled transaction's token, read on `connection`.

@@ -186,6 +186,34 @@ import Testing
         #expect(try store.stack.history(after: all[2].token).map(\.token) == [all[3].token])
     }
 
+    /// Reading the history does not hold the store's state lock, which every commit and the
+    /// start of every read take: on PostgreSQL, a consumer catching up on a long history held
+    /// them all up while its rows came and were decoded. Each history statement looks, as it
+    /// starts, whether that lock is free.
+    @Test(arguments: kinds) @MainActor
+    func readingTheHistoryDoesNotHoldUpCommitsAndReads(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try await store.settleHistory()
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let heldDuring = Locked<[Bool]>([])
+        store.stack.trace { sql in
+            guard sql.contains("Z_HISTORY") else { return }
+            heldDuring.withLock { $0.append(queued.state.withLockIfAvailable { _ in false } ?? true) }
+        }
+        #expect(try store.stack.history(after: nil).count == 1)
+        #expect(try store.stack.lastHistoryToken() != nil)
+        store.stack.trace(nil)
+        let held = heldDuring.withLock { $0 }
+        #expect(held.count >= 2, "\(held)")
+        #expect(!held.contains(true), "the state lock was held during \(held.filter { $0 }.count) of \(held.count) history statements")
+    }
+
     /// Docs/History.md, "Failure modes": changes stored in another format are an error, never
     /// changes misread.
     @Test(arguments: kinds) @MainActor

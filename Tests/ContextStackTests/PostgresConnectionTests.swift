@@ -242,11 +242,11 @@ struct PostgresConnectionTests {
         let settings = PostgresSettings(url: parts.url!)
         let plain = Dictionary(settings.keywordsAndValues(environment: [:]), uniquingKeysWith: { $1 })
         #expect(plain["connect_timeout"] == "10" && plain["application_name"] == "ContextStack")
-        #expect(plain["options"] == "-c statement_timeout=60000 -c work_mem=8MB -c extra_float_digits=3")
+        #expect(plain["options"] == "-c statement_timeout=60000 -c work_mem=8MB -c extra_float_digits=3 -c bytea_output=hex -c standard_conforming_strings=on")
         let environment = ["PGCONNECT_TIMEOUT": "3", "PGAPPNAME": "orders", "PGOPTIONS": "-c search_path=tenant", "PGCLIENTENCODING": "LATIN1"]
         let set = Dictionary(settings.keywordsAndValues(environment: environment), uniquingKeysWith: { $1 })
         #expect(set["connect_timeout"] == nil && set["application_name"] == nil, "left to libpq, which reads the environment")
-        #expect(set["options"] == "-c statement_timeout=60000 -c search_path=tenant -c work_mem=8MB -c extra_float_digits=3")
+        #expect(set["options"] == "-c statement_timeout=60000 -c search_path=tenant -c work_mem=8MB -c extra_float_digits=3 -c bytea_output=hex -c standard_conforming_strings=on")
     }
 
     /// Doubles come back exact whatever the server's `extra_float_digits` (a database default
