@@ -1,5 +1,6 @@
 @testable import ContextStack
 import _ContextStackCore
+import _ContextStackPostgres
 @testable import _ContextStackModel
 import Foundation
 import Testing
@@ -319,6 +320,43 @@ import Testing
     @Test func surplusArgumentsAreIgnoredAsNSPredicateIgnoresThem() throws {
         #expect(try Self.whereSQL(.where("age > %@", 3, 4)) == Self.whereSQL(%"age" > 3))
         #expect(try Self.whereSQL(.where("age > 3", "x")) == Self.whereSQL(%"age" > 3))
+    }
+
+    /// Arithmetic whose result is no number (infinity minus infinity) is nil on every store and
+    /// in memory: it matches no comparison and matches `== nil`. PostgreSQL kept the NaN, which
+    /// it takes as greater than every number and equal to itself.
+    @Test(arguments: StoreKind.available) @MainActor
+    func arithmeticThatIsNoNumberIsNilOnEveryStore(kind: StoreKind) throws {
+        let store = try TestStore(kind, types: [Sample.self])
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for (name, double, other) in [("nan", Double.infinity, Double.infinity), ("one", 1, 0), ("zero", 0, .infinity)] {
+                let sample = try update.create(Sample.self)
+                (sample.string, sample.double, sample.optionalDouble) = (name, double, other)
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        func names(_ format: String) throws -> [String] {
+            try world.fetchAll(Sample.self, .where(format)).map(\.string).sorted()
+        }
+        #expect(try names("double - optionalDouble > 0") == ["one"])
+        #expect(try names("double - optionalDouble == nil") == ["nan"])
+        #expect(try names("double * optionalDouble == nil") == ["zero"])
+        #expect(try names("double / optionalDouble == nil") == ["nan", "one"])
+        // A result past a double's range is infinity, but PostgreSQL throws (Docs/Postgres.md).
+        if kind == .postgres {
+            let error = #expect(throws: PostgresError.self) { try names("double + 1e308 + 1e308 > 0") }
+            #expect(error?.code.rawValue == "22003")
+        } else {
+            #expect(try names("double + 1e308 + 1e308 > 0") == ["nan", "one", "zero"])
+        }
+        // Pending changes are evaluated in memory: the same answers.
+        try world.beginUpdateAndWait { update in
+            for sample in try update.fetchAll(Sample.self) { sample.string += "!" }
+            #expect(try update.fetchAll(Sample.self, .where("double - optionalDouble > 0")).map(\.string) == ["one!"])
+            #expect(try update.fetchAll(Sample.self, .where("double - optionalDouble == nil")).map(\.string) == ["nan!"])
+        }
     }
 
     /// Collection operators, SUBQUERY and arithmetic on stored objects and on pending changes

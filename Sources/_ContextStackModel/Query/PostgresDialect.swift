@@ -109,14 +109,18 @@ package struct PostgresDialect: SQLDialect {
         return "LIMIT ? OFFSET ?"
     }
 
-    /// `float8` arithmetic is IEEE arithmetic, as Swift's; `power` is not (it refuses a
-    /// negative base with a fraction, and zero to a negative power, where Swift answers NaN and
-    /// infinity), so `**` is filtered in memory.
+    /// `float8` arithmetic is IEEE arithmetic, as Swift's, but for two things. A NaN result
+    /// (infinity minus infinity, zero times infinity) stays NaN, which PostgreSQL sorts above
+    /// every number and takes as equal to itself, where SQLite and the in-memory evaluation
+    /// make it NULL: so it is made NULL here too. And a result past a double's range throws
+    /// (`22003`) where they answer infinity (Docs/Postgres.md). `power` differs more (it refuses
+    /// a negative base with a fraction, and zero to a negative power, where Swift answers NaN
+    /// and infinity), so `**` is filtered in memory.
     package func arithmetic(_ left: String, _ op: Condition.ArithmeticOperator, _ right: String) -> String {
         switch op {
         case .power: "power(CAST(\(left) AS float8), CAST(\(right) AS float8))"
-        case .divide: "(CAST(\(left) AS float8) / NULLIF(CAST(\(right) AS float8), 0))"
-        default: "(CAST(\(left) AS float8) \(op.rawValue) CAST(\(right) AS float8))"
+        case .divide: "NULLIF(CAST(\(left) AS float8) / NULLIF(CAST(\(right) AS float8), 0), 'NaN')"
+        default: "NULLIF(CAST(\(left) AS float8) \(op.rawValue) CAST(\(right) AS float8), 'NaN')"
         }
     }
     package func canCompute(_ op: Condition.ArithmeticOperator) -> Bool { op != .power }
