@@ -477,6 +477,45 @@ import Testing
         #expect(abbot.friend == nil)
     }
 
+    /// The same when a later commit, which the view does not show, changed Abbot's reference
+    /// too while the delete waited: it recorded Abbot for the view with the reference to Monk
+    /// the other process made, and the view read that over the writer's correction.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aViewShowsTheWritersCorrectionThoughALaterCommitRecordedTheSameValue(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try quiet.beginUpdateAndWait { update in
+            for name in ["Monk", "Abbot", "Knight"] { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try update.delete(try #require(try update.fetch(Person.self, %"name" == "Monk")))
+                try update.commit()
+            }
+            quiet.reset()
+            try other.beginUpdateAndWait { update in
+                let abbot = try #require(try update.fetch(Person.self, %"name" == "Abbot"))
+                abbot.friend = try update.fetch(Person.self, %"name" == "Monk")
+                try update.commit()
+            }
+            try quiet.beginUpdateAndWait { update in
+                let abbot = try #require(try update.fetch(Person.self, %"name" == "Abbot"))
+                abbot.friend = try update.fetch(Person.self, %"name" == "Knight")
+                try update.commit()
+            }
+        }
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT count(*) FROM \"Person\" WHERE friend IS NOT NULL") == [[.integer(1)]], "Knight, the later commit's")
+        #expect(try quiet.fetchCount(Person.self, %"friend" != nil) == 0, "the view shows the delete as saved, not the later commit")
+        #expect(try quiet.fetch(Person.self, %"name" == "Abbot")?.friend == nil)
+        quiet.reset()
+        #expect(try quiet.fetch(Person.self, %"name" == "Abbot")?.friend?.name == "Knight")
+    }
+
     /// A deletion handed to a merging main context before the root wrote it, whose write then
     /// fails, is undone there too: the object the app holds is no longer deleted, shows what
     /// is stored, is still the context's object for its ID, and its observer hears it is back.

@@ -247,6 +247,21 @@ package struct PinnedImages: Sendable {
 
     var isEmpty: Bool { rows.isEmpty && links.isEmpty }
 
+    /// Sets the imaged values of `slots` of the row `id` (those it has an image of) to `values`.
+    mutating func setImage(of id: ObjectID, slots: [Int], to values: [Value]) {
+        guard !slots.isEmpty, let image = rows[id] else { return }
+        switch image {
+        case .slots(let entity, var imaged):
+            for (slot, value) in zip(slots, values) where imaged[slot] != nil { imaged[slot] = value }
+            rows[id] = .slots(entity, imaged)
+        case .row(var row):
+            for (slot, value) in zip(slots, values) where slot < row.values.count { row.values[slot] = value }
+            rows[id] = .row(row)
+        case .absent:
+            break
+        }
+    }
+
     /// Whether the view showed the commit `sequence`, queued when it was pinned, and hears
     /// how the writer saved it otherwise (`PinnedCorrections`).
     func hearsCorrections(of sequence: UInt64) -> Bool { correct != nil && seenUpTo >= sequence }

@@ -252,11 +252,10 @@ extension QueuedStore {
             // Before anything reads through the views, and whether or not the store can be
             // read below.
             state.withLock { state in
-                let standing = batch.filter { !failed.contains($0.sequence) && $0.batch == nil } + state.queue
+                var later = LaterChanges(batch.filter { !failed.contains($0.sequence) && $0.batch == nil } + state.queue)
                 for id in pinned.keys.sorted() {
                     guard var view = state.pins[id] else { continue }
-                    Self.forget(failedCommits.filter { $0.sequence <= view.seenUpTo },
-                                standing: standing.filter { $0.sequence <= view.seenUpTo }, in: &view)
+                    Self.forget(failedCommits.filter { $0.sequence <= view.seenUpTo }, standing: &later, in: &view)
                     state.pins[id] = view
                 }
             }
@@ -314,54 +313,49 @@ extension QueuedStore {
     ///
     /// The failed commits are taken last first, so a slot two of them changed ends with the
     /// value from before the first.
-    static func forget(_ failed: [QueueItem], standing: [QueueItem], in view: inout PinnedImages) {
+    static func forget(_ failed: [QueueItem], standing later: inout LaterChanges, in view: inout PinnedImages) {
         guard !failed.isEmpty, !view.isEmpty else { return }
-        // What the standing commits changed after each failed one: by row, the slots and the
-        // sequence; built only when an image is at stake.
-        var laterSlots: [ObjectID: [(sequence: UInt64, slots: [Int])]]?
-        var laterLinks: [LinkKey: UInt64]?
-        func changedLater(_ id: ObjectID, _ slot: Int, after sequence: UInt64) -> Bool {
-            if laterSlots == nil {
-                var found: [ObjectID: [(sequence: UInt64, slots: [Int])]] = [:]
-                for item in standing {
-                    for update in item.changes.updates { found[update.id, default: []].append((item.sequence, update.slots)) }
-                }
-                laterSlots = found
-            }
-            return laterSlots?[id]?.contains { $0.sequence > sequence && $0.slots.contains(slot) } ?? false
-        }
-        func linkedLater(_ key: LinkKey, after sequence: UInt64) -> Bool {
-            if laterLinks == nil {
-                var found: [LinkKey: UInt64] = [:]
-                for item in standing {
-                    for link in item.changes.links { found[link.key] = max(found[link.key] ?? 0, item.sequence) }
-                }
-                laterLinks = found
-            }
-            return (laterLinks?[key] ?? 0) > sequence
-        }
         for item in failed.sorted(by: { $0.sequence > $1.sequence }) {
             for insert in item.changes.inserts { view.rows[insert.id] = nil }
             for update in item.changes.updates where update.slots.allSatisfy({ $0 < update.snapshot.count }) {
-                guard let image = view.rows[update.id] else { continue }
-                switch image {
-                case .slots(let entity, var slots):
-                    for slot in update.slots where slots[slot] != nil && !changedLater(update.id, slot, after: item.sequence) {
-                        slots[slot] = update.snapshot[slot]
-                    }
-                    view.rows[update.id] = .slots(entity, slots)
-                case .row(var row):
-                    for slot in update.slots where slot < row.values.count && !changedLater(update.id, slot, after: item.sequence) {
-                        row.values[slot] = update.snapshot[slot]
-                    }
-                    view.rows[update.id] = .row(row)
-                case .absent:
-                    break
-                }
+                guard view.rows[update.id] != nil else { continue }
+                let slots = update.slots.filter { !later.changed(update.id, $0, after: item.sequence, upTo: view.seenUpTo) }
+                view.setImage(of: update.id, slots: slots, to: slots.map { update.snapshot[$0] })
             }
-            for link in item.changes.links where view.links[link.key] != nil && !linkedLater(link.key, after: item.sequence) {
+            for link in item.changes.links where view.links[link.key] != nil && !later.linked(link.key, after: item.sequence, upTo: view.seenUpTo) {
                 view.links[link.key] = !link.present
             }
+        }
+    }
+
+    /// Puts into the images of the views that showed the commit `sequence` what the writer
+    /// saved of it otherwise (`correction`): a later commit imaged those rows for the views
+    /// while the commit waited, with its values as queued, and the views read them as stored.
+    /// Slots and pairs a later commit the view showed changed too keep that commit's values.
+    static func correctImages(_ correction: ChangeSet, of sequence: UInt64, batch: [QueueItem], in state: inout QueueState) {
+        var later: LaterChanges?
+        for id in state.pins.keys.sorted() {
+            guard var view = state.pins[id], view.hearsCorrections(of: sequence), !view.isEmpty else { continue }
+            func laterChanges() -> LaterChanges {
+                if let later { return later }
+                let made = LaterChanges(batch.filter { $0.sequence > sequence && $0.batch == nil } + state.queue)
+                later = made
+                return made
+            }
+            for update in correction.updates where view.rows[update.id] != nil {
+                var changes = laterChanges()
+                let kept = update.slots.indices.filter { !changes.changed(update.id, update.slots[$0], after: sequence, upTo: view.seenUpTo) }
+                later = changes
+                view.setImage(of: update.id, slots: kept.map { update.slots[$0] }, to: kept.map { update.values[$0] })
+            }
+            // A row the writer's rules deleted for the commit is gone from the views that showed it.
+            for delete in correction.deletes where view.rows[delete.id] != nil { view.rows[delete.id] = .absent }
+            for link in correction.links where view.links[link.key] != nil {
+                var changes = laterChanges()
+                if !changes.linked(link.key, after: sequence, upTo: view.seenUpTo) { view.links[link.key] = link.present }
+                later = changes
+            }
+            state.pins[id] = view
         }
     }
 
@@ -407,6 +401,7 @@ extension QueuedStore {
                     // Views pinned while the commit was queued showed it as queued; their
                     // reads show it as saved from now on.
                     pinCorrections.add(correction, for: item.sequence, in: state)
+                    correctImages(correction, of: item.sequence, batch: batch, in: &state)
                 }
             } else if let afterWrite = item.afterWrite {
                 afterWrite(written(item.changes))
@@ -550,5 +545,40 @@ private struct BatchOutcome {
         batchResults[item.sequence] = nil
         rewritten[item.sequence] = nil
         tokens[item.sequence] = nil
+    }
+}
+
+/// What the commits after a given one changed, by row slot and by join-table pair, read from
+/// their change sets once it is first asked: which values in a pinned view's images are theirs
+/// (`QueuedStore.forget`, `correctImages`).
+struct LaterChanges {
+    private let items: [QueueItem]
+    private var slots: [ObjectID: [(sequence: UInt64, slots: [Int])]]?
+    private var links: [LinkKey: [UInt64]]?
+
+    init(_ items: [QueueItem]) { self.items = items }
+
+    /// Whether a commit after `sequence`, up to `last`, changed `slot` of the row `id`.
+    mutating func changed(_ id: ObjectID, _ slot: Int, after sequence: UInt64, upTo last: UInt64) -> Bool {
+        if slots == nil {
+            var found: [ObjectID: [(sequence: UInt64, slots: [Int])]] = [:]
+            for item in items {
+                for update in item.changes.updates { found[update.id, default: []].append((item.sequence, update.slots)) }
+            }
+            slots = found
+        }
+        return slots?[id]?.contains { $0.sequence > sequence && $0.sequence <= last && $0.slots.contains(slot) } ?? false
+    }
+
+    /// Whether a commit after `sequence`, up to `last`, added or removed the pair `key`.
+    mutating func linked(_ key: LinkKey, after sequence: UInt64, upTo last: UInt64) -> Bool {
+        if links == nil {
+            var found: [LinkKey: [UInt64]] = [:]
+            for item in items {
+                for link in item.changes.links { found[link.key, default: []].append(item.sequence) }
+            }
+            links = found
+        }
+        return links?[key]?.contains { $0 > sequence && $0 <= last } ?? false
     }
 }
