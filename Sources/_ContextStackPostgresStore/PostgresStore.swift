@@ -404,8 +404,8 @@ package final class PostgresStore: QueuedStore {
     /// statements answered before the state lock is taken, `COMMIT` alone under it.
     ///
     /// The bound is the connection's `transactionPreamble`, which follows `BEGIN` only when it
-    /// goes out with a queued or prepared statement: a commit alone. A group commit begins with
-    /// `SAVEPOINT` (`execute`), so its `BEGIN` goes without the bound — as it must: each of its
+    /// goes out with a queued or prepared statement: a commit alone. A group commit clears it
+    /// (`lockRows`), so its `BEGIN` goes without the bound — as it must: each of its
     /// commits has its statements answered at its `RELEASE`, outside the state lock, and a lock
     /// timeout there would fail that commit instead of being waited out.
     ///
@@ -517,6 +517,12 @@ package final class PostgresStore: QueuedStore {
             rows.add(item.changes)
             try rows.each { sql, arguments in try writer.run(sql, arguments) }
         } else {
+            // A group's commits have their statements answered at their `RELEASE`, outside the
+            // state lock, and wait for other transactions' locks there as long as it takes:
+            // the bound of a commit alone must not go out with a `BEGIN` that a prepared
+            // statement takes first (the writer's look at a failed insert, for a group that
+            // locks nothing up front), or a commit of the group would fail alone with 55P03.
+            writer.transactionPreamble = []
             for item in batch where item.batch == nil { rows.add(item.changes) }
             try rows.each(inline: true) { sql, _ in try writer.execute(sql) }
         }

@@ -764,6 +764,56 @@ import Testing
         #expect(batches == [Grouping.sameGroup: 1, .laterGroup: 2, .alone: 3][grouping])
     }
 
+    /// On PostgreSQL a commit written alone waits for other transactions' locks at most 50 ms
+    /// (then it is written again patiently, outside the state lock); a group must not, or a
+    /// commit of it waiting for another process's insert on a unique index would fail alone
+    /// with 55P03 instead of waiting. A group whose first statement is the writer's look at
+    /// whether a failed insert is stored after all (its commits only insert) took the bound.
+    @Test func aGroupOfCommitsWaitsForOtherTransactionsLocksWithoutTheBoundOfACommitAlone() throws {
+        guard StoreKind.available.contains(.postgres) else { return }
+        let store = try TestStore(.postgres)
+        store.stack.onError = { _ in }
+        try store.refuseWrites(ofName: "refused")
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "first"
+            try update.create(Pet.self).name = "first"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let bounded = Locked<[String]>([])
+        let transactions = Locked(0)
+        store.stack.trace { sql in
+            if sql.hasPrefix("BEGIN ISOLATION LEVEL READ COMMITTED") { transactions.withLock { $0 += 1 } }
+            if sql.contains("lock_timeout") { bounded.withLock { $0.append(sql) } }
+        }
+        defer { store.stack.trace(nil) }
+        try store.holdingTheWriter {
+            let refused = try context.beginUpdateAndWait { update in
+                let person = try update.create(Person.self)
+                person.name = "refused"
+                try update.commit()
+                return person.objectID
+            }
+            for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+            try #require(queued.state.withLock { $0.queue.isEmpty }, "the writer took the refused commit alone")
+            try context.beginUpdateAndWait { update in
+                let pet = try update.create(Pet.self)
+                (pet.name, pet.owner) = ("Rex", try update.fetch(Person.self, id: refused))
+                try update.commit()
+            }
+            try context.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "Ada"
+                try update.commit()
+            }
+        }
+        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        #expect(transactions.withLock { $0 } == 2, "the refused commit alone, then the group")
+        #expect(bounded.withLock { $0.count } == 1, "the commit alone only: \(bounded.withLock { $0 })")
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Ada")], [.text("first")]])
+    }
+
     /// An update context that deleted an object and committed, whose deletion the root then
     /// failed to save: its next read finds the row again and gives back the object it holds,
     /// no longer deleted, not a second object for the ID.
