@@ -549,6 +549,37 @@ import Testing
         #expect(unwritten, "the writer wrote while held")
     }
 
+    /// `flush()` and `transaction` wait without holding a thread of the cooperative pool, also
+    /// when the writer holds the store's state lock (across a long `COMMIT`): more flushes than
+    /// the pool has threads start while another thread holds that lock, and a task started
+    /// after them still runs. Before, each flush blocked its pool thread on the lock.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func flushesWaitingForTheStateLockHoldNoPoolThread(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let context = try Context(stack: store.stack)
+        _ = try context.beginUpdateAndWait(Self.makePeople)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let stack = store.stack
+        let (holding, ran) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let progressed = Locked(false)
+        // The lock is held off the pool, and let go after a bound, so that a pool the flushes
+        // block still gets it back and the test ends.
+        Thread {
+            queued.state.withLock { _ in
+                holding.signal()
+                let seen = ran.wait(timeout: .now() + 30) == .success
+                progressed.withLock { $0 = seen }
+            }
+        }.start()
+        holding.wait()
+        let flushes = (0..<4 * ProcessInfo.processInfo.activeProcessorCount + 4).map { _ in
+            Task.detached { try await stack.flush() }
+        }
+        Task.detached { ran.signal() }
+        for flush in flushes { try await flush.value }
+        #expect(progressed.withLock { $0 }, "a task ran while the flushes waited for the state lock")
+    }
+
     /// An async aggregate waits for the commits handed over before it without holding a read
     /// thread: with the writer held and a commit queued behind it, as many aggregates as there
     /// are read threads wait, and a snapshot read still finishes (Docs/Servers.md). They held

@@ -297,20 +297,43 @@ extension QueuedStore {
     private func suspend(until waiter: FlushWaiter, upTo sequence: UInt64?) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             waiter.setContinuation(continuation)
-            register(waiter, upTo: sequence)
+            // The caller runs on Swift's cooperative pool, which must not block. The writer
+            // holds the state lock across a `COMMIT`, which for a large transaction (or on a
+            // server that stopped answering) takes long: when the lock is taken, the waiter is
+            // registered from a queue of the library's instead, and the task stays suspended.
+            // One serial queue, so that waiters that come while the lock is held take one
+            // thread between them. (Registered a moment later, a `flush()` may wait for
+            // commits handed over just after it was called too.)
+            guard !register(waiter, upTo: sequence, ifLockIsFree: true) else { return }
+            waiterRegistrations.async { [self] in register(waiter, upTo: sequence) }
         }
     }
 
-    func register(_ waiter: FlushWaiter, upTo sequence: UInt64?) {
-        let ready = state.withLock { state -> Bool in
+    /// Registers `waiter` to be resumed once the commits up to `sequence` are written (at once
+    /// if they are). With `ifLockIsFree`, does nothing when another thread holds the state
+    /// lock; returns whether it registered.
+    @discardableResult
+    func register(_ waiter: FlushWaiter, upTo sequence: UInt64?, ifLockIsFree: Bool = false) -> Bool {
+        func add(_ state: inout QueueState) -> Bool {
             let target = sequence ?? state.lastSequence
             if state.writtenSequence >= target { return true }
             state.waiters.append((target, waiter))
             return false
         }
+        let ready: Bool
+        if ifLockIsFree {
+            guard let added = state.withLockIfAvailable(add) else { return false }
+            ready = added
+        } else {
+            ready = state.withLock(add)
+        }
         if ready { waiter.resume(state: state) }
+        return true
     }
 }
+
+/// Where async waiters are registered when the state lock is taken (`QueuedStore.suspend`).
+private let waiterRegistrations = DispatchQueue(label: "ContextStack.waiter-registrations")
 
 /// A waiter for `flush`, resumed by the writer once its sequence is written.
 final class FlushWaiter: Sendable {
