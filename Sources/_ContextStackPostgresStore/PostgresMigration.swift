@@ -187,32 +187,43 @@ struct PostgresMigration {
     // MARK: - Indexes and defaults
 
     /// Drops ContextStack's own indexes of the old model's tables (named `Z_…`, as
-    /// `StoreSchema.indexes` names them): the wanted ones are created again once the tables are
-    /// migrated (`createIndexes`). PostgreSQL keeps no text of an index to compare with what
-    /// the model wants, and a migration is rare. Indexes someone else added, and those behind
+    /// `StoreSchema.indexes` names them) unless the model still wants each as it is: an index
+    /// carries the SQL that made it as its comment (`StoreSchema.postgresIndexStatements`), and
+    /// one whose SQL the model still writes is kept — rebuilding every index of a large
+    /// database, under its tables' exclusive locks, for one added attribute would stop the
+    /// servers still running for as long. (An index made before the comments were written has
+    /// none, and is made again once.) Indexes someone else added, and those behind
     /// constraints, are kept, as on SQLite.
     private func dropIndexes() throws {
         let tables = old.tableNames.union(old.joinNames).filter { existingTables.contains($0) }
         guard !tables.isEmpty else { return }
-        var names: [String] = []
+        let wanted = Dictionary(schema.indexes.map { ($0.name, $0.sql) }, uniquingKeysWith: { first, _ in first })
+        var stale: [String] = []
         try connection.query("""
-            SELECT i.relname FROM pg_index x
+            SELECT i.relname, obj_description(x.indexrelid, 'pg_class') FROM pg_index x
             JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
             JOIN pg_namespace n ON n.oid = t.relnamespace
             WHERE n.nspname = current_schema() AND NOT x.indisprimary AND t.relname = ANY(string_to_array(?, ','))
               AND left(i.relname, 2) = 'Z_' AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)
             """, [.text(tables.sorted().joined(separator: ","))]) { row in
-            if let name = row.value(0).stringValue { names.append(name) }
+            guard let name = row.value(0).stringValue else { return }
+            if let sql = wanted[name], row.value(1).stringValue == sql { return }
+            stale.append(name)
         }
-        for name in names.sorted() { try execute("DROP INDEX \(name.quotedIdentifier)") }
+        for name in stale.sorted() { try execute("DROP INDEX \(name.quotedIdentifier)") }
     }
 
-    /// Creates every index the model wants; a unique one the stored rows violate stops the
+    /// Creates every index the model wants that the schema lacks (one dropped above, one a
+    /// dropped column took with it, a new one); a unique one the stored rows violate stops the
     /// migration.
     private func createIndexes() throws {
-        for index in schema.indexes {
+        var present: Set<String> = []
+        try connection.query("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()") { row in
+            if let name = row.value(0).stringValue { present.insert(name) }
+        }
+        for index in schema.indexes where !present.contains(index.name) {
             do {
-                try execute(index.sql)
+                for statement in StoreSchema.postgresIndexStatements(index) { try execute(statement) }
             } catch let error as PostgresError where error.code == .uniqueViolation {
                 let constraint = schema.tables.flatMap(\.uniqueConstraints).first { $0.indexName == index.name }
                 throw StoreError(.cannotMigrate, "Cannot add the unique constraint on \(constraint?.label ?? index.name): stored rows share a value. Remove the duplicates with the previous model first. The database was left as it was.", underlying: error)

@@ -53,8 +53,15 @@ extension StoreSchema {
             statements.append("CREATE SEQUENCE \(Self.sequenceName(of: table).quotedIdentifier) AS bigint")
         }
         for join in joinTables { statements.append(Self.postgresCreateJoinTable(join)) }
-        statements += indexes.map(\.sql)
+        statements += indexes.flatMap(Self.postgresIndexStatements)
         return statements
+    }
+
+    /// Creates `index`, with the SQL that made it as its comment: what a migration compares
+    /// with the SQL the model wants, to keep an index that did not change
+    /// (`PostgresMigration.dropIndexes`).
+    static func postgresIndexStatements(_ index: (name: String, table: String, sql: String)) -> [String] {
+        [index.sql, "COMMENT ON INDEX \(index.name.quotedIdentifier) IS \(index.sql.quotedLiteral)"]
     }
 
     /// `CREATE TABLE` for one entity hierarchy's table.

@@ -149,6 +149,35 @@ struct PostgresMigrationTests {
         #expect(again == ["Gadget_pkey", "dba_label", "dba_size_serial", "Z_Gadget_size", "Z_Gadget_unique_serial"], "\(again)")
     }
 
+    /// A migration keeps the indexes the new model still wants as they are: adding an
+    /// attribute does not rebuild them (each `DROP INDEX` would hold its table's exclusive lock
+    /// until the migration commits). Indexes it no longer wants go, and come back when wanted.
+    @Test func aMigrationKeepsTheIndexesThatDidNotChange() throws {
+        defer { schema.drop() }
+        try write([GadgetV1.self]) { update in
+            for index in 0..<3 { try update.create(GadgetV1.self).serial = "S\(index)" }
+        }
+        func indexes() throws -> [String: Int64] {
+            var found: [String: Int64] = [:]
+            for row in try connection().allRows("SELECT indexname, (quote_ident(indexname)::regclass)::oid::bigint FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Gadget'") {
+                if let name = row[0].stringValue, case .integer(let oid) = row[1] { found[name] = oid }
+            }
+            return found
+        }
+        let before = try indexes()
+        #expect(Set(before.keys) == ["Gadget_pkey", "Z_Gadget_size", "Z_Gadget_unique_serial"])
+        _ = try open([GadgetNoted.self])
+        #expect(try indexes() == before, "the same indexes, not made again")
+        _ = try open([GadgetV2.self])
+        #expect(Set(try indexes().keys) == ["Gadget_pkey"])
+        let count = try open([GadgetV1.self]).beginUpdateAndWait { update in try update.fetchCount(GadgetV1.self, %"size" == 0) }
+        #expect(count == 3)
+        let again = try indexes()
+        #expect(Set(again.keys) == Set(before.keys))
+        _ = try open([GadgetNoted.self])
+        #expect(try indexes() == again)
+    }
+
     /// A migration's statements are not cancelled by the statement timeout, however long they
     /// take (here an `UPDATE` filling defaults, slowed by a trigger); its waits for locks are
     /// bounded by it instead: behind another transaction's lock on the table it fails with
@@ -301,4 +330,12 @@ struct PostgresMigrationTests {
         #expect(outcomes.withLock { $0.filter { $0 == .migrated }.count } == 1)
         #expect(outcomes.withLock { $0.filter { $0 == .unchanged }.count } == 5)
     }
+}
+
+/// `GadgetV1` with one more attribute: the same indexes.
+@Entity(name: "Gadget") final class GadgetNoted: ManagedObject {
+    @Attribute(.unique) var serial: String = ""
+    @Attribute(.indexed) var size: Int = 0
+    var label: String = "plain"
+    var note: String?
 }
