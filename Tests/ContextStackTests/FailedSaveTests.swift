@@ -249,23 +249,56 @@ import Testing
         #expect(recorder.all.count == 1)
     }
 
-    /// The live results of such a context follow what undoes the failed commit, as those of a
-    /// merging one follow the commit that undoes it: the refused insert leaves them, reported
-    /// as a deleted row, and the refused change's object leaves results it no longer matches.
-    /// Before, they kept showing the refused object (deleted by then) until `reset()`.
-    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
-    func liveResultsOfAMainContextThatDoesNotMergeFollowWhatUndoesAFailedCommitTheirViewShowed(kind: StoreKind) async throws {
+    /// An update that commits Abbot's `friend` set to the person named `name`.
+    static func abbotBefriends(_ name: String) -> @Sendable (Update) throws -> Void {
+        { update in
+            let abbot = try #require(try update.fetch(Person.self, %"name" == "Abbot"))
+            abbot.friend = try update.fetch(Person.self, %"name" == name)
+            try update.commit()
+        }
+    }
+
+    /// A main context that does not merge, under `policy`, on a store holding people named
+    /// `names`, and a context of another stack on the same store, writing at once as another
+    /// process would.
+    @MainActor static func viewAndAnotherProcess(_ kind: StoreKind, policy: MergePolicy = .objectTrump,
+                                                 _ names: [String]) async throws -> (TestStore, MainContext, Context) {
+        let store = try TestStore(kind)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: policy)
+        try quiet.beginUpdateAndWait { update in
+            for name in names { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        try await store.stack.flush()
+        return (store, quiet, try Context(stack: try store.reopen(), updateTarget: .persistentStore))
+    }
+
+    /// A main context that does not merge, on a store holding Monk, 63, and what `seed` makes,
+    /// whose writer refuses rows named "refused" (errors to `onError` are dropped).
+    @MainActor static func viewRefusingWrites(_ kind: StoreKind, _ seed: (Update) throws -> Void) async throws -> (TestStore, MainContext) {
         let store = try TestStore(kind)
         store.stack.onError = { _ in }
         let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
         try quiet.beginUpdateAndWait { update in
             let monk = try update.create(Person.self)
             (monk.name, monk.age) = ("Monk", 63)
-            try update.create(Person.self).name = "Knight"
+            try seed(update)
             try update.commit()
         }
         try await store.stack.flush()
         try store.refuseWrites(ofName: "refused")
+        return (store, quiet)
+    }
+
+    /// The live results of such a context follow what undoes the failed commit, as those of a
+    /// merging one follow the commit that undoes it: the refused insert leaves them, reported
+    /// as a deleted row, and the refused change's object leaves results it no longer matches.
+    /// Before, they kept showing the refused object (deleted by then) until `reset()`.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func liveResultsOfAMainContextThatDoesNotMergeFollowWhatUndoesAFailedCommitTheirViewShowed(kind: StoreKind) async throws {
+        let (store, quiet) = try await Self.viewRefusingWrites(kind) { update in
+            try update.create(Person.self).name = "Knight"
+        }
         let (everyone, aged) = try store.holdingTheWriter {
             try quiet.beginUpdateAndWait { update in
                 try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 99
@@ -294,15 +327,7 @@ import Testing
     /// name move the object to where the saved name puts it.
     @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
     func liveResultsOfAMainContextThatDoesNotMergeFollowTheWritersCorrection(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: .storeTrump)
-        try quiet.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Monk"
-            try update.create(Person.self).name = "Knight"
-            try update.commit()
-        }
-        try await store.stack.flush()
-        let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        let (store, quiet, other) = try await Self.viewAndAnotherProcess(kind, policy: .storeTrump, ["Monk", "Knight"])
         let results = try store.holdingTheWriter {
             try quiet.beginUpdateAndWait { update in
                 try #require(try update.fetch(Person.self, %"name" == "Monk")).name = "Abbot"
@@ -366,18 +391,10 @@ import Testing
     /// the view does not show) made them. Before, the view kept showing 99 and the tag.
     @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
     func whatAFailedCommitChangedLeavesAViewThatShowedItThoughALaterCommitChangedItToo(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        store.stack.onError = { _ in }
-        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
-        try quiet.beginUpdateAndWait { update in
-            let monk = try update.create(Person.self)
-            (monk.name, monk.age) = ("Monk", 63)
+        let (store, quiet) = try await Self.viewRefusingWrites(kind) { update in
             try update.create(Article.self).title = "A"
             try update.create(Tag.self).name = "t"
-            try update.commit()
         }
-        try await store.stack.flush()
-        try store.refuseWrites(ofName: "refused")
         let (monk, article) = try store.holdingTheWriter {
             try quiet.beginUpdateAndWait { update in
                 try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 99
@@ -412,14 +429,7 @@ import Testing
     /// The view showed the commit's name; it shows the saved one once the commit is written.
     @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
     func aMainContextThatDoesNotMergeShowsACommitItsViewShowedAsTheWriterSavedIt(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false), mergePolicy: .storeTrump)
-        try quiet.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Monk"
-            try update.commit()
-        }
-        try await store.stack.flush()
-        let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        let (store, quiet, other) = try await Self.viewAndAnotherProcess(kind, policy: .storeTrump, ["Monk"])
         let monk = try store.holdingTheWriter {
             try quiet.beginUpdateAndWait { update in
                 let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
@@ -463,11 +473,7 @@ import Testing
             }
             quiet.reset()
             #expect(try quiet.fetchAll(Person.self).map(\.name) == ["Abbot"], "the view shows the delete as queued")
-            try other.beginUpdateAndWait { update in
-                let abbot = try #require(try update.fetch(Person.self, %"name" == "Abbot"))
-                abbot.friend = try update.fetch(Person.self, %"name" == "Monk")
-                try update.commit()
-            }
+            try other.beginUpdateAndWait(Self.abbotBefriends("Monk"))
         }
         try await store.stack.flush()
         await mainQueueTurn()
@@ -482,30 +488,15 @@ import Testing
     /// the other process made, and the view read that over the writer's correction.
     @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
     func aViewShowsTheWritersCorrectionThoughALaterCommitRecordedTheSameValue(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
-        try quiet.beginUpdateAndWait { update in
-            for name in ["Monk", "Abbot", "Knight"] { try update.create(Person.self).name = name }
-            try update.commit()
-        }
-        try await store.stack.flush()
-        let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        let (store, quiet, other) = try await Self.viewAndAnotherProcess(kind, ["Monk", "Abbot", "Knight"])
         try store.holdingTheWriter {
             try quiet.beginUpdateAndWait { update in
                 try update.delete(try #require(try update.fetch(Person.self, %"name" == "Monk")))
                 try update.commit()
             }
             quiet.reset()
-            try other.beginUpdateAndWait { update in
-                let abbot = try #require(try update.fetch(Person.self, %"name" == "Abbot"))
-                abbot.friend = try update.fetch(Person.self, %"name" == "Monk")
-                try update.commit()
-            }
-            try quiet.beginUpdateAndWait { update in
-                let abbot = try #require(try update.fetch(Person.self, %"name" == "Abbot"))
-                abbot.friend = try update.fetch(Person.self, %"name" == "Knight")
-                try update.commit()
-            }
+            try other.beginUpdateAndWait(Self.abbotBefriends("Monk"))
+            try quiet.beginUpdateAndWait(Self.abbotBefriends("Knight"))
         }
         try await store.stack.flush()
         await mainQueueTurn()
@@ -661,12 +652,9 @@ import Testing
     /// object or relate another to it, fail with `.dependsOnFailedCommit` when that insert's
     /// write fails. Written, the change would have updated no row, and the new pet would have
     /// pointed at an owner that was never stored. A commit that does not refer to it is saved.
-    @Test(arguments: dependentCases)
-    func commitsBuiltOnAFailedInsertFailWithIt(kind: StoreKind, grouping: Grouping) throws {
-        let store = try TestStore(kind)
-        let queued = try #require(store.stack.store as? any QueuedStore)
-        let recorder = ErrorRecorder()
-        store.stack.onError = { recorder.record($0) }
+    /// A context committing to the root of `store`, whose writer refuses rows named
+    /// "refused"; a person and a pet named "first" are written.
+    static func contextRefusingWrites(on store: TestStore) throws -> ContextStack.Context {
         try store.refuseWrites(ofName: "refused")
         let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
         // Blocks of keys reserved beforehand: reserving one takes the writer on SQLite.
@@ -676,6 +664,16 @@ import Testing
             try update.commit()
         }
         try store.stack.flushAndWait()
+        return context
+    }
+
+    @Test(arguments: dependentCases)
+    func commitsBuiltOnAFailedInsertFailWithIt(kind: StoreKind, grouping: Grouping) throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let context = try Self.contextRefusingWrites(on: store)
         let batchesBefore = queued.state.withLock { $0.transactionCount }
         func commitRefused() throws -> ObjectID {
             var created: ObjectID?
@@ -773,14 +771,7 @@ import Testing
         guard StoreKind.available.contains(.postgres) else { return }
         let store = try TestStore(.postgres)
         store.stack.onError = { _ in }
-        try store.refuseWrites(ofName: "refused")
-        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
-        try context.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "first"
-            try update.create(Pet.self).name = "first"
-            try update.commit()
-        }
-        try store.stack.flushAndWait()
+        let context = try Self.contextRefusingWrites(on: store)
         let queued = try #require(store.stack.store as? any QueuedStore)
         let bounded = Locked<[String]>([])
         let transactions = Locked(0)

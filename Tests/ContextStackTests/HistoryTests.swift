@@ -186,20 +186,25 @@ import Testing
         #expect(try store.stack.history(after: all[2].token).map(\.token) == [all[3].token])
     }
 
+    /// A store tracking history that holds one commit, Ada's, written and settled in the history.
+    @MainActor static func storeWithAda(_ kind: StoreKind) async throws -> TestStore {
+        let store = try TestStore(kind, tracksHistory: true)
+        try MainContext(stack: store.stack).beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try await store.settleHistory()
+        return store
+    }
+
     /// Reading the history does not hold the store's state lock, which every commit and the
     /// start of every read take: on PostgreSQL, a consumer catching up on a long history held
     /// them all up while its rows came and were decoded. Each history statement looks, as it
     /// starts, whether that lock is free.
     @Test(arguments: kinds) @MainActor
     func readingTheHistoryDoesNotHoldUpCommitsAndReads(kind: StoreKind) async throws {
-        let store = try TestStore(kind, tracksHistory: true)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Ada"
-            try update.commit()
-        }
-        try await store.stack.flush()
-        try await store.settleHistory()
+        let store = try await Self.storeWithAda(kind)
         let queued = try #require(store.stack.store as? any QueuedStore)
         let heldDuring = Locked<[Bool]>([])
         store.stack.trace { sql in
@@ -218,14 +223,7 @@ import Testing
     /// changes misread.
     @Test(arguments: kinds) @MainActor
     func historyThatContextStackDidNotWriteIsAnErrorNotMisread(kind: StoreKind) async throws {
-        let store = try TestStore(kind, tracksHistory: true)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Ada"
-            try update.commit()
-        }
-        try await store.stack.flush()
-        try await store.settleHistory()
+        let store = try await Self.storeWithAda(kind)
         #expect(try store.stack.history(after: nil).map(\.changes.count) == [1])
         // A blob with an unknown format byte.
         _ = try store.writtenRows(store.database == nil ? "UPDATE Z_HISTORY SET Z_CHANGES = x'02'"
