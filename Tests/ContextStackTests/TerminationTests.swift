@@ -2,6 +2,7 @@
 import _ContextStackCore
 @testable import _ContextStackModel
 import _ContextStackSQLite
+import _ContextStackPostgres
 @testable import _ContextStackSQLiteStore
 import Foundation
 import Testing
@@ -69,6 +70,52 @@ import Glibc
             while true { sleep(1) }
         }
         #expect(try await Self.storedPets(at: url) == 0)
+    }
+
+    /// What the termination flush writes includes commits handed over while it waits: other
+    /// threads may still be committing, their callers answered. Here a commit, B, comes after
+    /// the flush began waiting for the one before, Ann's, which the writer had taken; B takes half
+    /// a second to write (a trigger sleeps). The flush returns only once both are written.
+    /// Before, it returned after Ann's, with B still on its way. (PostgreSQL: SQLite has no sleep.)
+    @Test(.enabled(if: StoreKind.available.contains(.postgres)))
+    func theFlushOnTerminationAlsoWritesWhatIsCommittedWhileItWaits() throws {
+        let store = try TestStore(.postgres)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        func commit(_ name: String) throws -> ObjectID {
+            try context.beginUpdateAndWait { update in
+                let person = try update.create(Person.self)
+                person.name = name
+                try update.commit()
+                return person.objectID
+            }
+        }
+        let ann = try commit("Ann")
+        try store.stack.flushAndWait()
+        try PostgresConnection(PostgresSettings(url: try #require(store.database).url)).execute("""
+            CREATE FUNCTION "slow_b"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$;
+            CREATE TRIGGER "slow_b" BEFORE INSERT ON "Person" FOR EACH ROW WHEN (NEW.name = 'B') EXECUTE FUNCTION "slow_b"()
+            """)
+        let release = try store.holdTheWriterFromOutside(locking: ann)
+        try context.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: ann)).age = 1
+            try update.commit()
+        }
+        for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+        try #require(queued.state.withLock { $0.queue.isEmpty }, "the writer took Ann's commit and waits")
+        let stored = Locked<[[Value]]>([])
+        let flushed = DispatchSemaphore(value: 0)
+        Thread {
+            TerminationFlusher.flush(store.stack)
+            stored.withLock { $0 = (try? store.writtenRows("SELECT name, age FROM \"Person\" ORDER BY name")) ?? [] }
+            flushed.signal()
+        }.start()
+        for _ in 0..<60_000 where queued.state.withLock({ $0.waiters.isEmpty }) { usleep(1_000) }
+        try #require(!queued.state.withLock { $0.waiters.isEmpty }, "the flush waits for Ann's commit")
+        _ = try commit("B")
+        try release()
+        flushed.wait()
+        #expect(stored.withLock { $0 } == [[.text("Ann"), .integer(1)], [.text("B"), .integer(0)]], "stored when the flush returned")
     }
 
     /// In the child: a stack on `url`, set up by `configure`, and a three-tier commit of 20,000

@@ -59,9 +59,23 @@ enum TerminationFlusher {
     }
 
     /// Flushes every registered stack; errors were already reported to `onError`.
+    ///
+    /// Other threads may go on committing while the process winds down, each commit's caller
+    /// answered once it is handed over: a stack is flushed again until a flush finds nothing
+    /// handed over meanwhile — at most sixteen times, so that a thread that never stops
+    /// committing cannot hold the exit up for ever (`flush(_:rounds:)`).
     static func flushAll() {
         let stacks = state.withLock { $0.stacks.values.compactMap(\.stack) }
-        for stack in stacks { try? stack.flushAndWait() }
+        for stack in stacks { flush(stack) }
+    }
+
+    static func flush(_ stack: Stack, rounds: Int = 16) {
+        guard stack.hasStore else { return }
+        for _ in 0..<rounds {
+            let handedOver = stack.store.submittedCount
+            try? stack.flushAndWait()
+            if stack.store.submittedCount == handedOver { return }
+        }
     }
 
     private static func installHooks() {

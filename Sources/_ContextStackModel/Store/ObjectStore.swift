@@ -53,6 +53,9 @@ package protocol ObjectStore: AnyObject, Sendable {
     /// The ID concurrent `fetchOrCreate`s that found nothing agree on for `claims`.
     func claim(_ claims: [UniqueClaim], proposed: ObjectID) -> ObjectID
 
+    /// How many commits were handed over so far: a number that only grows.
+    var submittedCount: UInt64 { get }
+
     /// Waits until every commit handed over before the call is written; throws the first
     /// error of a failed background save since the last flush.
     func flush() async throws

@@ -265,6 +265,8 @@ extension QueuedStore {
 
     /// Blocks until every commit handed over before the call is written (or failed), without
     /// taking background errors from `flush()`.
+    package var submittedCount: UInt64 { state.withLock { $0.lastSequence } }
+
     package func waitUntilQueuedWritten() {
         waitUntilWritten(upTo: state.withLock { $0.lastSequence })
     }
