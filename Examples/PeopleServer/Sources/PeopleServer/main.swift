@@ -18,6 +18,11 @@ let context = try Context(stack: stack, updateTarget: .persistentStore, author: 
 // Standard error, unbuffered: a line buffered in standard output is lost when the server is stopped.
 stack.onError = { error in FileHandle.standardError.write(Data("PeopleServer: a background save failed: \(error)\n".utf8)) }
 
+// Start following other processes' commits now, off the request path: the first `allCommits`
+// reads the newest history transaction on the calling thread (Docs/Servers.md, "Several
+// processes and machines").
+_ = stack.allCommits
+
 let router = Router()
 router.middlewares.add(LogRequestsMiddleware(.debug))
 router.middlewares.add(ReportErrorsMiddleware())
