@@ -879,8 +879,8 @@ import Testing
     }
 
     /// The same when the use that finds the object deleted relates it: neither relating
-    /// another object to it nor it to another changes anything, whichever side fires the
-    /// fault — the other object's key included — and the commit fails the same way. Before,
+    /// another object to it (its key read for the link fires its fault) nor relating an object
+    /// to one found deleted changes anything, and the commit fails the same way. Before,
     /// `ann.pets` taking a Rex whose row was gone wrote Ann into Rex's values and committed
     /// without the relation; `rex.owner = bob`, for a Bob found deleted, was made in memory.
     @Test(arguments: StoreKind.available)
@@ -915,7 +915,7 @@ import Testing
                 ann.pets = ann.pets.union([rex])
                 #expect(rex.isDeleted && rex.owner == nil, "Rex is not given to Ann")
                 #expect(ann.pets.isEmpty)
-                // Bob's fault fires when Tom is given to him.
+                // Bob found deleted first (his fault fired by a read), then related: refused.
                 _ = bob.name
                 #expect(bob.isDeleted)
                 tom.owner = bob
