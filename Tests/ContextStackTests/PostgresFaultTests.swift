@@ -116,15 +116,7 @@ struct PostgresFaultTests {
         let other = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
         try other.addPostgresStore(url: server.url)
         let writer = try Context(stack: other, updateTarget: .persistentStore)
-        func insert(_ name: String) throws -> ObjectID {
-            try writer.beginUpdateAndWait { update in
-                let person = try update.create(Person.self)
-                person.name = name
-                try update.commit()
-                return person.objectID
-            }
-        }
-        let before = try insert("before")
+        let before = try writer.commitPerson(named: "before")
         #expect(try #require(await commits.next()).inserted == [before])
 
         try server.cluster.crash()
@@ -132,7 +124,7 @@ struct PostgresFaultTests {
         // The other stack's writer reconnects on its next commit (the first may meet the
         // broken connection and fail whole).
         var after: ObjectID?
-        for _ in 0..<3 where after == nil { after = try? insert("after") }
+        for _ in 0..<3 where after == nil { after = try? writer.commitPerson(named: "after") }
         let inserted = try #require(after)
         #expect(try #require(await commits.next()).inserted == [inserted])
         #expect(try world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["after", "before"])

@@ -82,15 +82,7 @@ import Glibc
         let store = try TestStore(.postgres)
         let queued = try #require(store.stack.store as? any QueuedStore)
         let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
-        func commit(_ name: String) throws -> ObjectID {
-            try context.beginUpdateAndWait { update in
-                let person = try update.create(Person.self)
-                person.name = name
-                try update.commit()
-                return person.objectID
-            }
-        }
-        let ann = try commit("Ann")
+        let ann = try context.commitPerson(named: "Ann")
         try store.stack.flushAndWait()
         try PostgresConnection(PostgresSettings(url: try #require(store.database).url)).execute("""
             CREATE FUNCTION "slow_b"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$;
@@ -112,7 +104,7 @@ import Glibc
         }.start()
         for _ in 0..<60_000 where queued.state.withLock({ $0.waiters.isEmpty }) { usleep(1_000) }
         try #require(!queued.state.withLock { $0.waiters.isEmpty }, "the flush waits for Ann's commit")
-        _ = try commit("B")
+        _ = try context.commitPerson(named: "B")
         try release()
         flushed.wait()
         #expect(stored.withLock { $0 } == [[.text("Ann"), .integer(1)], [.text("B"), .integer(0)]], "stored when the flush returned")

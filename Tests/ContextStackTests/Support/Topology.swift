@@ -145,3 +145,15 @@ func mainQueueTurn() async {
         DispatchQueue.main.async { continuation.resume() }
     }
 }
+
+extension ContextStack.Context {
+    /// Commits one new person named `name` in an update of this context; returns its ID.
+    func commitPerson(named name: String) throws -> ObjectID {
+        try beginUpdateAndWait { update in
+            let person = try update.create(Person.self)
+            person.name = name
+            try update.commit()
+            return person.objectID
+        }
+    }
+}
