@@ -424,6 +424,111 @@ import Testing
         #expect(try quiet.fetch(Person.self)?.age == 50, "a reset shows what is stored")
     }
 
+    /// An update that sets Monk's age to `age` and makes a person named "refused", which the
+    /// writer of a store from `viewRefusingWrites` refuses: the whole commit fails.
+    static func refusedCommit(age: Int) -> @Sendable (Update) throws -> Void {
+        { update in
+            try #require(try update.fetch(Person.self, %"name" == "Monk")).age = age
+            try update.create(Person.self).name = "refused"
+            try update.commit()
+        }
+    }
+
+    /// Waits until the writer of `store` has taken every commit queued (it then waits for the
+    /// writer the test holds): what is committed next is written in a transaction of its own.
+    static func untilTheWriterTookTheQueue(of store: TestStore) throws {
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        for _ in 0..<60_000 where !queued.state.withLock({ $0.queue.isEmpty }) { usleep(1_000) }
+        try #require(queued.state.withLock { $0.queue.isEmpty }, "the writer took the queued commits")
+    }
+
+    /// Two commits the view showed changed Monk's age, and both fail, in two transactions.
+    /// Once the second fails the view shows the stored age, not the first commit's — the age
+    /// the second's context started from. Before, the view kept showing 99.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aViewShowsTheStoredValueOnceTheCommitsItShowedFailInTwoTransactions(kind: StoreKind) async throws {
+        let (store, quiet) = try await Self.viewRefusingWrites(kind) { _ in }
+        let monk = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait(Self.refusedCommit(age: 99))
+            try Self.untilTheWriterTookTheQueue(of: store)
+            try quiet.beginUpdateAndWait(Self.refusedCommit(age: 80))
+            quiet.reset()
+            let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.age == 80, "the view shows the commits as queued")
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 50
+                try update.commit()
+            }
+            return monk
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(50)]], "the later commit is saved")
+        #expect(monk.age == 63, "\(monk.age)")
+        #expect(try quiet.fetchCount(Person.self, %"age" == 63) == 1)
+    }
+
+    /// Of two commits the view showed, in one transaction, the writer saves the first
+    /// otherwise than queued (under `.storeTrump`, another process's age for Monk wins) and
+    /// the second fails: the view shows the age saved. Before, it showed the first commit's
+    /// age as queued — the one the second's context started from.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aViewShowsWhatTheWriterSavedOfACommitItShowedThoughTheNextFailed(kind: StoreKind) async throws {
+        let (store, quiet, other) = try await Self.viewAndAnotherProcess(kind, policy: .storeTrump, ["Monk"])
+        store.stack.onError = { _ in }
+        try store.refuseWrites(ofName: "refused")
+        let monk = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 70
+                try update.commit()
+            }
+            try quiet.beginUpdateAndWait(Self.refusedCommit(age: 99))
+            quiet.reset()
+            let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.age == 99, "the view shows the commits as queued")
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 50
+                try update.commit()
+            }
+            try other.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 40
+                try update.commit()
+            }
+            return monk
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(40)]], "the other process's age wins")
+        #expect(monk.age == 40, "\(monk.age)")
+    }
+
+    /// Of two commits the view showed, in one transaction, the first changed Monk's age and
+    /// is saved, the second changed it again and fails: the view shows the first commit's age,
+    /// stored with it — not the age stored when a later commit imaged Monk for the view.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aViewShowsWhatAnEarlierCommitItShowedSavedWhenALaterOneFails(kind: StoreKind) async throws {
+        let (store, quiet) = try await Self.viewRefusingWrites(kind) { _ in }
+        let monk = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 70
+                try update.commit()
+            }
+            try quiet.beginUpdateAndWait(Self.refusedCommit(age: 99))
+            quiet.reset()
+            let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.age == 99, "the view shows the commits as queued")
+            try quiet.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 50
+                try update.commit()
+            }
+            return monk
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(50)]], "the later commit is saved")
+        #expect(monk.age == 70, "\(monk.age)")
+    }
+
     /// The same view, for a commit the writer saves otherwise than queued: under `.storeTrump`
     /// another process's name for Monk, saved while the commit waited, wins over the commit's.
     /// The view showed the commit's name; it shows the saved one once the commit is written.

@@ -433,6 +433,27 @@ package struct RowReader {
         // A pinned view sees the pair as it was when pinned, as its reads of members do.
         if let pinned = session.pinned?.links[key] { return pinned }
         if let pending = session.overlay.links(of: key.table)[key] { return pending }
+        return try storedLinkExists(key)
+    }
+
+    /// The stored values of those of `slots` of the row `id` that a commit in the overlay
+    /// changed (none for a row a commit in it inserted): what a pinned view's image of them
+    /// goes back to should those commits fail (`PinnedImages.storedSlots`).
+    func storedValues(of id: ObjectID, underOverlay slots: some Sequence<Int>) throws -> [Int: Value] {
+        guard case .updated(_, let changed, _)? = session.overlay.entry(for: id)?.pending else { return [:] }
+        let pending = slots.filter(changed.contains)
+        guard !pending.isEmpty, let row = try storedRow(id) else { return [:] }
+        return Dictionary(pending.filter { $0 < row.values.count }.map { ($0, row.values[$0]) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// Whether the pair `key` is stored, when a commit in the overlay adds or removes it (`nil`
+    /// otherwise): see `storedValues(of:underOverlay:)`.
+    func storedLink(underOverlay key: LinkKey) throws -> Bool? {
+        guard session.overlay.links(of: key.table)[key] != nil else { return nil }
+        return try storedLinkExists(key)
+    }
+
+    private func storedLinkExists(_ key: LinkKey) throws -> Bool {
         var exists = false
         try session.connection.select("SELECT 1 FROM \(key.table.quotedIdentifier) WHERE source = ? AND target = ?",
                                       [.integer(key.source), .integer(key.target)]) { _ in exists = true }

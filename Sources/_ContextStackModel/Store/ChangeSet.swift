@@ -233,6 +233,14 @@ package struct PinnedImages: Sendable {
     package var rows: [ObjectID: BeforeImage] = [:]
     /// Whether each join-table pair changed since existed at pin time.
     package var links: [LinkKey: Bool] = [:]
+    /// For imaged slots that commits the view shows had set and not yet written when the
+    /// image was taken: the value stored under those commits, with what the view's commits
+    /// stored since (`recordStored`). The image's slot goes back to it once no commit the view
+    /// shows that may still be written set the slot (`QueuedStore.settleImages`). Slots not
+    /// here were imaged from the store: the image is their stored value.
+    var storedSlots: [ObjectID: [Int: Value]] = [:]
+    /// The same for join-table pairs.
+    var storedLinks: [LinkKey: Bool] = [:]
     /// The last commit queued when the view was pinned: the view shows it and those before it
     /// that were not written yet, so it must hear what undoes or corrects them (`correct`).
     package let seenUpTo: UInt64
@@ -260,6 +268,50 @@ package struct PinnedImages: Sendable {
         case .absent:
             break
         }
+    }
+
+    /// The slots of the row `id` the view has an image of.
+    func imagedSlots(of id: ObjectID) -> [Int] {
+        switch rows[id] {
+        case .slots(_, let imaged)?: Array(imaged.keys)
+        case .row(let row)?: Array(row.values.indices)
+        case .absent?, nil: []
+        }
+    }
+
+    /// Records what `changes`, a commit the view shows, stored in the rows and pairs imaged:
+    /// the values the images go back to should a later commit the view shows fail.
+    mutating func recordStored(_ changes: ChangeSet) {
+        for insert in changes.inserts where rows[insert.id] != nil {
+            for slot in imagedSlots(of: insert.id) where slot < insert.row.values.count {
+                storedSlots[insert.id, default: [:]][slot] = insert.row.values[slot]
+            }
+        }
+        for update in changes.updates where rows[update.id] != nil {
+            let imaged = Set(imagedSlots(of: update.id))
+            for (slot, value) in zip(update.slots, update.values) where imaged.contains(slot) {
+                storedSlots[update.id, default: [:]][slot] = value
+            }
+        }
+        for link in changes.links where links[link.key] != nil { storedLinks[link.key] = link.present }
+    }
+
+    /// Sets the imaged `slots` of the row `id` to their stored values (`storedSlots`).
+    mutating func showStored(_ id: ObjectID, slots: some Sequence<Int>) {
+        guard let stored = storedSlots[id] else { return }
+        let known = slots.filter { stored[$0] != nil }
+        setImage(of: id, slots: known, to: known.map { stored[$0]! })
+    }
+
+    /// Sets the image of the pair `key` to whether it is stored (`storedLinks`).
+    mutating func showStored(_ key: LinkKey) {
+        if links[key] != nil, let stored = storedLinks[key] { links[key] = stored }
+    }
+
+    /// Sets the image of the row `id` to `image` (`nil`: none), with no stored values under it.
+    mutating func setImage(of id: ObjectID, to image: BeforeImage?) {
+        rows[id] = image
+        storedSlots[id] = nil
     }
 
     /// Whether the view showed the commit `sequence`, queued when it was pinned, and hears

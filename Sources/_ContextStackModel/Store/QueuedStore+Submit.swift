@@ -231,6 +231,9 @@ extension QueuedStore {
 
     /// Records, for every pinned view, how the rows this commit changes were before it (the
     /// first change after a pin wins: that is the row as it was when the view was pinned).
+    /// Where commits queued before the view was pinned, and not yet written, changed a slot or
+    /// pair, the view shows their values, and its images record the stored ones beside them:
+    /// those commits may still fail (`PinnedImages.storedSlots`).
     ///
     /// With `correcting`, the writer is saving the commit of that sequence otherwise than
     /// queued (its delete rules reached rows its context did not know): the views that showed
@@ -240,6 +243,7 @@ extension QueuedStore {
                         correcting sequence: UInt64? = nil, reader: inout RowReader) throws {
         guard !pins.isEmpty else { return }
         var images: [ObjectID: BeforeImage] = [:]
+        var stored: [ObjectID: [Int: Value]] = [:]
         for insert in changes.inserts { images[insert.id] = .absent }
         for update in changes.updates {
             guard let row = try reader.row(update.id) else { continue }
@@ -249,37 +253,51 @@ extension QueuedStore {
             if case .slots(_, let earlier)? = images[update.id] { slots = earlier }
             for slot in update.slots where slots[slot] == nil { slots[slot] = row.values[slot] }
             images[update.id] = .slots(update.entity, slots)
+            stored[update.id, default: [:]].merge(try reader.storedValues(of: update.id, underOverlay: update.slots)) { first, _ in first }
         }
         for delete in changes.deletes {
             guard let row = try reader.row(delete.id) else { continue }
             images[delete.id] = .row(row)
+            stored[delete.id] = try reader.storedValues(of: delete.id, underOverlay: row.values.indices)
         }
-        var links: [LinkKey: Bool] = [:]
+        var links: [LinkKey: (existed: Bool, stored: Bool?)] = [:]
         for link in changes.links {
-            links[link.key] = try reader.linkExists(link.key)
+            links[link.key] = (try reader.linkExists(link.key), try reader.storedLink(underOverlay: link.key))
         }
-        for id in pins.keys where !(sequence.map { pins[id]!.hearsCorrections(of: $0) } ?? false) {
+        // The keys copied, and each view taken out while it changes: its images are not
+        // copied for it.
+        for id in Array(pins.keys) where !(sequence.map { pins[id]!.hearsCorrections(of: $0) } ?? false) {
+            var view = pins.removeValue(forKey: id)!
             for (objectID, image) in images {
-                switch (pins[id]!.rows[objectID], image) {
+                // The slots this commit images first for the view.
+                let added: [Int]
+                switch (view.rows[objectID], image) {
                 case (nil, _):
-                    pins[id]!.rows[objectID] = image
+                    view.rows[objectID] = image
+                    added = view.imagedSlots(of: objectID)
                 case (.slots(let entity, var earlier)?, .slots(_, let later)):
                     // Slots first changed now keep their value from before this commit.
-                    for (slot, value) in later where earlier[slot] == nil { earlier[slot] = value }
-                    pins[id]!.rows[objectID] = .slots(entity, earlier)
+                    added = later.keys.filter { earlier[$0] == nil }
+                    for slot in added { earlier[slot] = later[slot] }
+                    view.rows[objectID] = .slots(entity, earlier)
                 case (.slots(_, let earlier)?, .row(var row)):
                     // Changed since the pin, now deleted: the whole row as it was at the pin,
                     // or the view would lose it with the stored row.
+                    added = row.values.indices.filter { earlier[$0] == nil }
                     for (slot, value) in earlier where slot < row.values.count { row.values[slot] = value }
-                    pins[id]!.rows[objectID] = .row(row)
+                    view.rows[objectID] = .row(row)
                 default:
-                    break
+                    added = []
+                }
+                if let values = stored[objectID] {
+                    for slot in added { if let value = values[slot] { view.storedSlots[objectID, default: [:]][slot] = value } }
                 }
             }
-            for (key, existed) in links where pins[id]!.links[key] == nil {
-                pins[id]!.links[key] = existed
+            for (key, link) in links where view.links[key] == nil {
+                view.links[key] = link.existed
+                view.storedLinks[key] = link.stored
             }
+            pins[id] = view
         }
     }
-
 }

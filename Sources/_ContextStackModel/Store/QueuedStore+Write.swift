@@ -83,8 +83,11 @@ extension QueuedStore {
         }
         if batch.count == 1, let error = refusals[batch[0].sequence] {
             // Failed before a transaction is begun (and the database's write lock taken).
-            state.withLock { $0.removeWritten(upTo: last) }
             outcome.fail(batch[0], error)
+            state.withLock { state in
+                state.removeWritten(upTo: last)
+                Self.settleImages(batch, outcome, in: &state)
+            }
             return outcome
         }
         let queued = batch
@@ -160,19 +163,25 @@ extension QueuedStore {
                     try commit()
                     state.removeWritten(upTo: last)
                     // In the same hold of the lock as `COMMIT`: no read can take a snapshot
-                    // that shows these commits while their receivers still lack them.
+                    // that shows these commits while their receivers still lack them, nor
+                    // read through a view whose images still hold what they leave.
                     Self.announceWritten(batch, outcome, in: &state, pinCorrections: &pinCorrections)
+                    Self.settleImages(batch, outcome, in: &state)
                 }
             })
         } catch {
             // The whole transaction failed: nothing of the batch is stored. A commit alone may
             // learn of its statements' errors only at `COMMIT` (a store that sends them
             // without waiting, as PostgreSQL's does): they are its own, and read as such.
-            state.withLock { $0.removeWritten(upTo: last) }
             let error = batch.count == 1 ? saveError(error) : error
             // Nothing it recorded holds either: a merge it wrote is not one (`finish`).
             outcome = BatchOutcome()
             outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
+            let failed = outcome
+            state.withLock { state in
+                state.removeWritten(upTo: last)
+                Self.settleImages(batch, failed, in: &state)
+            }
         }
         return outcome
     }
@@ -248,18 +257,6 @@ extension QueuedStore {
         guard !announced.isEmpty || !pinned.isEmpty else { return }
         var pinCorrections = PinnedCorrections()
         defer { pinCorrections.deliver() }
-        if !pinned.isEmpty {
-            // Before anything reads through the views, and whether or not the store can be
-            // read below.
-            state.withLock { state in
-                var later = LaterChanges(batch.filter { !failed.contains($0.sequence) && $0.batch == nil } + state.queue)
-                for id in pinned.keys.sorted() {
-                    guard var view = state.pins[id] else { continue }
-                    Self.forget(failedCommits.filter { $0.sequence <= view.seenUpTo }, standing: &later, in: &view)
-                    state.pins[id] = view
-                }
-            }
-        }
         // What undoes the failed commits `view` showed, made by `undo`, for the view.
         func tell(_ view: PinnedImages, _ undo: (QueueItem) throws -> ChangeSet) rethrows {
             guard let correct = view.correct else { return }
@@ -300,61 +297,49 @@ extension QueuedStore {
         }
     }
 
-    /// Takes out of a pinned view's images what `failed`, commits the view showed, put there.
+    /// Brings the images of the views that showed a batch's commits — those queued when the
+    /// views were pinned — to what the batch stored, in the same hold of the state lock as the
+    /// batch leaves the overlay. A later commit imaged the rows those commits changed for the
+    /// views by reading them through the waiting commits, so the images hold their values as
+    /// queued, and the views read them as stored. Once written:
+    /// - a commit that failed: a row it inserted was never stored, and its image goes; a slot
+    ///   or pair it changed shows the stored value again (`PinnedImages.storedSlots`);
+    /// - a commit the writer saved otherwise (`WrittenItem.rewritten`): its slots and pairs
+    ///   show what it saved, and a row the writer's rules deleted for it is gone;
+    /// - a commit saved as queued: its values are now the stored ones under the images.
     ///
-    /// A view pinned while a commit waited to be written shows it. A later commit imaged the
-    /// rows it changed for the view by reading them through the waiting commit, so the images
-    /// hold that commit's values, and the view reads them as stored. Once it failed:
-    /// - a row it inserted was never stored: its image goes;
-    /// - a slot it changed is back to the value its context started from, unless a later
-    ///   commit the view showed, which stands, changed that slot too (its value is then the
-    ///   one shown);
-    /// - a join-table pair it added or removed is back as it was, with the same exception.
-    ///
-    /// The failed commits are taken last first, so a slot two of them changed ends with the
-    /// value from before the first.
-    static func forget(_ failed: [QueueItem], standing later: inout LaterChanges, in view: inout PinnedImages) {
-        guard !failed.isEmpty, !view.isEmpty else { return }
-        for item in failed.sorted(by: { $0.sequence > $1.sequence }) {
-            for insert in item.changes.inserts { view.rows[insert.id] = nil }
-            for update in item.changes.updates where update.slots.allSatisfy({ $0 < update.snapshot.count }) {
-                guard view.rows[update.id] != nil else { continue }
-                let slots = update.slots.filter { !later.changed(update.id, $0, after: item.sequence, upTo: view.seenUpTo) }
-                view.setImage(of: update.id, slots: slots, to: slots.map { update.snapshot[$0] })
-            }
-            for link in item.changes.links where view.links[link.key] != nil && !later.linked(link.key, after: item.sequence, upTo: view.seenUpTo) {
-                view.links[link.key] = !link.present
-            }
-        }
-    }
-
-    /// Puts into the images of the views that showed the commit `sequence` what the writer
-    /// saved of it otherwise (`correction`): a later commit imaged those rows for the views
-    /// while the commit waited, with its values as queued, and the views read them as stored.
-    /// Slots and pairs a later commit the view showed changed too keep that commit's values.
-    static func correctImages(_ correction: ChangeSet, of sequence: UInt64, batch: [QueueItem], in state: inout QueueState) {
-        var later: LaterChanges?
+    /// Either way a slot or pair that a commit the view shows, still queued, changed too
+    /// keeps that commit's value: the view shows it, and it may yet be written.
+    private static func settleImages(_ batch: [QueueItem], _ outcome: BatchOutcome, in state: inout QueueState) {
+        guard let first = batch.first?.sequence, !state.pins.isEmpty else { return }
+        let failed = outcome.failed
+        // What the commits still queued change, read once it is first asked.
+        var queued = QueuedChanges(state.queue.filter { $0.batch == nil })
         for id in state.pins.keys.sorted() {
-            guard var view = state.pins[id], view.hearsCorrections(of: sequence), !view.isEmpty else { continue }
-            func laterChanges() -> LaterChanges {
-                if let later { return later }
-                let made = LaterChanges(batch.filter { $0.sequence > sequence && $0.batch == nil } + state.queue)
-                later = made
-                return made
+            guard state.pins[id]!.seenUpTo >= first, !state.pins[id]!.isEmpty else { continue }
+            var view = state.pins.removeValue(forKey: id)!
+            var touched: [ObjectID: Set<Int>] = [:]
+            var touchedLinks: Set<LinkKey> = []
+            func touch(_ changes: ChangeSet) {
+                for update in changes.updates where view.rows[update.id] != nil { touched[update.id, default: []].formUnion(update.slots) }
+                for link in changes.links where view.links[link.key] != nil { touchedLinks.insert(link.key) }
             }
-            for update in correction.updates where view.rows[update.id] != nil {
-                var changes = laterChanges()
-                let kept = update.slots.indices.filter { !changes.changed(update.id, update.slots[$0], after: sequence, upTo: view.seenUpTo) }
-                later = changes
-                view.setImage(of: update.id, slots: kept.map { update.slots[$0] }, to: kept.map { update.values[$0] })
+            for item in batch where item.sequence <= view.seenUpTo && item.batch == nil {
+                touch(item.changes)
+                if failed.contains(item.sequence) {
+                    for insert in item.changes.inserts where view.rows[insert.id] != nil { view.setImage(of: insert.id, to: nil) }
+                    continue
+                }
+                view.recordStored(item.changes)
+                guard let correction = outcome.rewritten[item.sequence]?.correction else { continue }
+                touch(correction)
+                view.recordStored(correction)
+                for delete in correction.deletes where view.rows[delete.id] != nil { view.setImage(of: delete.id, to: .absent) }
             }
-            // A row the writer's rules deleted for the commit is gone from the views that showed it.
-            for delete in correction.deletes where view.rows[delete.id] != nil { view.rows[delete.id] = .absent }
-            for link in correction.links where view.links[link.key] != nil {
-                var changes = laterChanges()
-                if !changes.linked(link.key, after: sequence, upTo: view.seenUpTo) { view.links[link.key] = link.present }
-                later = changes
+            for (row, slots) in touched {
+                view.showStored(row, slots: slots.filter { !queued.changed(row, $0, upTo: view.seenUpTo) })
             }
+            for key in touchedLinks where !queued.linked(key, upTo: view.seenUpTo) { view.showStored(key) }
             state.pins[id] = view
         }
     }
@@ -401,7 +386,6 @@ extension QueuedStore {
                     // Views pinned while the commit was queued showed it as queued; their
                     // reads show it as saved from now on.
                     pinCorrections.add(correction, for: item.sequence, in: state)
-                    correctImages(correction, of: item.sequence, batch: batch, in: &state)
                 }
             } else if let afterWrite = item.afterWrite {
                 afterWrite(written(item.changes))
@@ -548,18 +532,18 @@ private struct BatchOutcome {
     }
 }
 
-/// What the commits after a given one changed, by row slot and by join-table pair, read from
-/// their change sets once it is first asked: which values in a pinned view's images are theirs
-/// (`QueuedStore.forget`, `correctImages`).
-struct LaterChanges {
+/// What queued commits change, by row slot and by join-table pair, read from their change
+/// sets once it is first asked: which slots and pairs of a pinned view's images hold the
+/// values of commits that may still be written (`QueuedStore.settleImages`).
+struct QueuedChanges {
     private let items: [QueueItem]
     private var slots: [ObjectID: [(sequence: UInt64, slots: [Int])]]?
     private var links: [LinkKey: [UInt64]]?
 
     init(_ items: [QueueItem]) { self.items = items }
 
-    /// Whether a commit after `sequence`, up to `last`, changed `slot` of the row `id`.
-    mutating func changed(_ id: ObjectID, _ slot: Int, after sequence: UInt64, upTo last: UInt64) -> Bool {
+    /// Whether a commit up to `last` changes `slot` of the row `id`.
+    mutating func changed(_ id: ObjectID, _ slot: Int, upTo last: UInt64) -> Bool {
         if slots == nil {
             var found: [ObjectID: [(sequence: UInt64, slots: [Int])]] = [:]
             for item in items {
@@ -567,11 +551,11 @@ struct LaterChanges {
             }
             slots = found
         }
-        return slots?[id]?.contains { $0.sequence > sequence && $0.sequence <= last && $0.slots.contains(slot) } ?? false
+        return slots?[id]?.contains { $0.sequence <= last && $0.slots.contains(slot) } ?? false
     }
 
-    /// Whether a commit after `sequence`, up to `last`, added or removed the pair `key`.
-    mutating func linked(_ key: LinkKey, after sequence: UInt64, upTo last: UInt64) -> Bool {
+    /// Whether a commit up to `last` adds or removes the pair `key`.
+    mutating func linked(_ key: LinkKey, upTo last: UInt64) -> Bool {
         if links == nil {
             var found: [LinkKey: [UInt64]] = [:]
             for item in items {
@@ -579,6 +563,6 @@ struct LaterChanges {
             }
             links = found
         }
-        return links?[key]?.contains { $0 > sequence && $0 <= last } ?? false
+        return links?[key]?.contains { $0 <= last } ?? false
     }
 }
