@@ -31,6 +31,7 @@ package final class PostgresStore: QueuedStore {
     package var dialect: any SQLDialect { PostgresDialect() }
     package let state = Locked(QueueState())
     package let writeQueue = DispatchQueue(label: "ContextStack.PostgresStore.writer", qos: .utility)
+    package let waiterRegistrations = DispatchQueue(label: "ContextStack.PostgresStore.waiter-registrations")
     package let writesInBackground: Bool
     package let reportError: @Sendable (any Error) -> Void
     package let settings: PostgresSettings

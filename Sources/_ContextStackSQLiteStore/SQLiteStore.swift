@@ -28,6 +28,7 @@ package final class SQLiteStore: QueuedStore {
     package var dialect: any SQLDialect { SQLiteDialect() }
     private let keys = Locked<[String: KeyBlock]>([:])
     package let writeQueue = DispatchQueue(label: "ContextStack.SQLiteStore.writer", qos: .utility)
+    package let waiterRegistrations = DispatchQueue(label: "ContextStack.SQLiteStore.waiter-registrations")
     /// Whether commits are written by the background writer (a stack with a root) or on the
     /// committing thread (a stack without one).
     package let writesInBackground: Bool

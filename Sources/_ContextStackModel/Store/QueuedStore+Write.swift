@@ -14,7 +14,7 @@ extension QueuedStore {
                 Execution.reportingWriteFailure { reportError(failure.error) }
             }
             let failedInserts = Self.failedInserts(batch, outcome, neverStored: neverStored)
-            for waiter in finish(outcome, failedInserts, upTo: last) { waiter.resume(state: state) }
+            for (waiter, error) in finish(outcome, failedInserts, upTo: last) { waiter.resume(reporting: error) }
         }
     }
 
@@ -414,10 +414,11 @@ extension QueuedStore {
     }
 
     /// Records a written batch: the written sequence, the errors for `flush` and for waiting
-    /// committers. Returns the flush waiters the batch satisfied, to resume outside the lock.
+    /// committers. Returns the flush waiters the batch satisfied, with what each reports, to
+    /// resume outside the lock.
     private func finish(_ outcome: BatchOutcome, _ failedInserts: (failed: [[ObjectID]], stored: Set<ObjectID>),
-                        upTo last: UInt64) -> [FlushWaiter] {
-        state.withLock { state -> [FlushWaiter] in
+                        upTo last: UInt64) -> [(FlushWaiter, (any Error)?)] {
+        state.withLock { state -> [(FlushWaiter, (any Error)?)] in
             state.failedInserts.remove(failedInserts.stored)
             for ids in failedInserts.failed { state.failedInserts.add(ids) }
             for sequence in outcome.rewritten.keys.sorted() { state.mergedObjects.add(outcome.rewritten[sequence]!.merged) }
@@ -430,7 +431,7 @@ extension QueuedStore {
             }
             let ready = state.waiters.filter { $0.sequence <= last }.map(\.waiter)
             state.waiters.removeAll { $0.sequence <= last }
-            return ready
+            return ready.map { ($0, $0.outcome(in: &state)) }
         }
     }
 

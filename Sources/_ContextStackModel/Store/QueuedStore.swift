@@ -25,6 +25,10 @@ package protocol QueuedStore: ObjectStore {
     var reportError: @Sendable (any Error) -> Void { get }
     /// The serial queue the background writer drains on.
     var writeQueue: DispatchQueue { get }
+    /// The serial queue that registers async flush waiters while the state lock is taken
+    /// (`suspend`): the store's own, so that a long `COMMIT` of another store does not hold
+    /// them up.
+    var waiterRegistrations: DispatchQueue { get }
 
     /// Runs `body` under the state lock with a reader that sees exactly what is committed now
     /// (a snapshot fixed under that lock, plus every queued commit: `QueueState.queued`).
@@ -303,8 +307,8 @@ extension QueuedStore {
             // holds the state lock across a `COMMIT`, which for a large transaction (or on a
             // server that stopped answering) takes long: when the lock is taken, the waiter is
             // registered from a queue of the library's instead, and the task stays suspended.
-            // One serial queue, so that waiters that come while the lock is held take one
-            // thread between them. (Registered a moment later, a `flush()` may wait for
+            // One serial queue per store, so that waiters that come while the lock is held
+            // take one thread between them, and wait for this store's lock alone. (Registered a moment later, a `flush()` may wait for
             // commits handed over just after it was called too.)
             guard !register(waiter, upTo: sequence, ifLockIsFree: true) else { return }
             waiterRegistrations.async { [self] in register(waiter, upTo: sequence) }
@@ -316,26 +320,25 @@ extension QueuedStore {
     /// lock; returns whether it registered.
     @discardableResult
     func register(_ waiter: FlushWaiter, upTo sequence: UInt64?, ifLockIsFree: Bool = false) -> Bool {
-        func add(_ state: inout QueueState) -> Bool {
+        // What the waiter reports when the commits are written already: taken in the same
+        // hold of the lock, which a caller on the cooperative pool must not wait for again.
+        func add(_ state: inout QueueState) -> (ready: Bool, error: (any Error)?) {
             let target = sequence ?? state.lastSequence
-            if state.writtenSequence >= target { return true }
+            if state.writtenSequence >= target { return (true, waiter.outcome(in: &state)) }
             state.waiters.append((target, waiter))
-            return false
+            return (false, nil)
         }
-        let ready: Bool
+        let added: (ready: Bool, error: (any Error)?)
         if ifLockIsFree {
-            guard let added = state.withLockIfAvailable(add) else { return false }
-            ready = added
+            guard let free = state.withLockIfAvailable(add) else { return false }
+            added = free
         } else {
-            ready = state.withLock(add)
+            added = state.withLock(add)
         }
-        if ready { waiter.resume(state: state) }
+        if added.ready { waiter.resume(reporting: added.error) }
         return true
     }
 }
-
-/// Where async waiters are registered when the state lock is taken (`QueuedStore.suspend`).
-private let waiterRegistrations = DispatchQueue(label: "ContextStack.waiter-registrations")
 
 /// A waiter for `flush`, resumed by the writer once its sequence is written.
 final class FlushWaiter: Sendable {
@@ -368,19 +371,22 @@ final class FlushWaiter: Sendable {
         waiting.withLock { $0.continuation = continuation }
     }
 
-    /// Takes what the waiter reports from the store's state, then wakes its caller.
-    func resume(state: Locked<QueueState>) {
-        let error: (any Error)? = state.withLock { state in
-            switch reporting {
-            case .failure(let sequence):
-                return state.failures.removeValue(forKey: sequence)
-            case .backgroundErrors:
-                defer { state.errors.removeAll() }
-                return state.errors.first
-            case .nothing:
-                return nil
-            }
+    /// Takes what the waiter reports from the store's state, under its lock, once the
+    /// commits it waits for are written.
+    func outcome(in state: inout QueueState) -> (any Error)? {
+        switch reporting {
+        case .failure(let sequence):
+            return state.failures.removeValue(forKey: sequence)
+        case .backgroundErrors:
+            defer { state.errors.removeAll() }
+            return state.errors.first
+        case .nothing:
+            return nil
         }
+    }
+
+    /// Wakes the waiter's caller with what it reports (`outcome(in:)`), outside the state lock.
+    func resume(reporting error: (any Error)?) {
         let continuation = waiting.withLock { waiting in
             waiting.outcome = error
             return waiting.continuation.take()
