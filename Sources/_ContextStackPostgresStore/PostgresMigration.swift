@@ -38,7 +38,7 @@ struct PostgresMigration {
     /// Runs the migration; the caller holds the transaction and the advisory lock.
     mutating func run() throws {
         var claimed: Set<String> = ["Z_METADATA"]
-        try dropIndexes()
+        let keptIndexes = try dropIndexes()
         for table in schema.tables {
             if let source = try migrate(table) { claimed.insert(source) }
             claimed.insert(table.name)
@@ -67,6 +67,7 @@ struct PostgresMigration {
             try execute("DROP TABLE \(name.quotedIdentifier)")
             try execute("DROP SEQUENCE IF EXISTS \(StoreSchema.sequenceName(ofTableNamed: name).quotedIdentifier)")
         }
+        try dropIndexesOnOtherColumns(keptIndexes)
         try createIndexes()
         try fillDefaults()
         try execute(schema.postgresMetadataStatement)
@@ -193,12 +194,12 @@ struct PostgresMigration {
     /// database, under its tables' exclusive locks, for one added attribute would stop the
     /// servers still running for as long. (An index made before the comments were written has
     /// none, and is made again once.) Indexes someone else added, and those behind
-    /// constraints, are kept, as on SQLite.
-    private func dropIndexes() throws {
+    /// constraints, are kept, as on SQLite. Returns the names of the indexes kept.
+    private func dropIndexes() throws -> [String] {
         let tables = old.tableNames.union(old.joinNames).filter { existingTables.contains($0) }
-        guard !tables.isEmpty else { return }
+        guard !tables.isEmpty else { return [] }
         let wanted = Dictionary(schema.indexes.map { ($0.name, $0.sql) }, uniquingKeysWith: { first, _ in first })
-        var stale: [String] = []
+        var (stale, kept): ([String], [String]) = ([], [])
         try connection.query("""
             SELECT i.relname, obj_description(x.indexrelid, 'pg_class') FROM pg_index x
             JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
@@ -207,10 +208,36 @@ struct PostgresMigration {
               AND left(i.relname, 2) = 'Z_' AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)
             """, [.text(tables.sorted().joined(separator: ","))]) { row in
             guard let name = row.value(0).stringValue else { return }
-            if let sql = wanted[name], row.value(1).stringValue == sql { return }
+            if let sql = wanted[name], row.value(1).stringValue == sql {
+                kept.append(name)
+                return
+            }
             stale.append(name)
         }
         for name in stale.sorted() { try execute("DROP INDEX \(name.quotedIdentifier)") }
+        return kept
+    }
+
+    /// Drops those of the indexes `dropIndexes` kept that now index other columns than the
+    /// model wants: an index follows its column when the column is renamed, so renaming an
+    /// indexed attribute and giving its old name to a new indexed one left the new one's index
+    /// on the renamed column. `createIndexes` makes them again, on the columns wanted.
+    private func dropIndexesOnOtherColumns(_ kept: [String]) throws {
+        guard !kept.isEmpty else { return }
+        let wanted = Dictionary(schema.indexes.map { ($0.name, $0.columns) }, uniquingKeysWith: { first, _ in first })
+        var columns: [String: [String]] = [:]
+        try connection.query("""
+            SELECT i.relname, a.attname FROM pg_index x
+            JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_namespace n ON n.oid = i.relnamespace
+            CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, position)
+            JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+            WHERE n.nspname = current_schema() AND i.relname = ANY(string_to_array(?, ','))
+            ORDER BY i.relname, k.position
+            """, [.text(kept.sorted().joined(separator: ","))]) { row in
+            guard let index = row.value(0).stringValue, let column = row.value(1).stringValue else { return }
+            columns[index, default: []].append(column)
+        }
+        for name in kept.sorted() where columns[name] != wanted[name] { try execute("DROP INDEX \(name.quotedIdentifier)") }
     }
 
     /// Creates every index the model wants that the schema lacks (one dropped above, one a

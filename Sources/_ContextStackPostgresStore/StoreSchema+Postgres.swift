@@ -60,7 +60,7 @@ extension StoreSchema {
     /// Creates `index`, with the SQL that made it as its comment: what a migration compares
     /// with the SQL the model wants, to keep an index that did not change
     /// (`PostgresMigration.dropIndexes`).
-    static func postgresIndexStatements(_ index: (name: String, table: String, sql: String)) -> [String] {
+    static func postgresIndexStatements(_ index: Index) -> [String] {
         [index.sql, "COMMENT ON INDEX \(index.name.quotedIdentifier) IS \(index.sql.quotedLiteral)"]
     }
 

@@ -178,6 +178,29 @@ struct PostgresMigrationTests {
         #expect(try indexes() == again)
     }
 
+    /// An index follows its column when the column is renamed. Renaming the indexed `size` to
+    /// `dimension` and adding a new indexed `size` leaves each index on its own column: the
+    /// index named for `size`, whose SQL is unchanged, was kept before, on the renamed column,
+    /// and the new `size` had none.
+    @Test func aKeptIndexIsOnTheColumnItsModelNamesAfterARename() throws {
+        defer { schema.drop() }
+        try write([GadgetV1.self]) { update in
+            for index in 0..<3 { try update.create(GadgetV1.self).serial = "S\(index)" }
+        }
+        try write([GadgetV1.self]) { update in
+            for gadget in try update.fetchAll(GadgetV1.self) { gadget.size = 7 }
+        }
+        let context = try open([GadgetResized.self])
+        let moved = try context.beginUpdateAndWait { update in try update.fetchCount(GadgetResized.self, %"dimension" == 7 && %"size" == 0) }
+        #expect(moved == 3, "the sizes moved to dimension")
+        var definitions: [String: String] = [:]
+        for row in try connection().allRows("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Gadget'") {
+            if let name = row[0].stringValue, let definition = row[1].stringValue { definitions[name] = definition }
+        }
+        #expect(definitions["Z_Gadget_size"]?.hasSuffix("(size)") == true, "\(definitions)")
+        #expect(definitions["Z_Gadget_dimension"]?.hasSuffix("(dimension)") == true, "\(definitions)")
+    }
+
     /// A migration's statements are not cancelled by the statement timeout, however long they
     /// take (here an `UPDATE` filling defaults, slowed by a trigger); its waits for locks are
     /// bounded by it instead: behind another transaction's lock on the table it fails with
@@ -338,4 +361,12 @@ struct PostgresMigrationTests {
     @Attribute(.indexed) var size: Int = 0
     var label: String = "plain"
     var note: String?
+}
+
+/// `GadgetV1` whose indexed `size` is renamed `dimension`, with a new indexed `size`.
+@Entity(name: "Gadget") final class GadgetResized: ManagedObject {
+    @Attribute(.unique) var serial: String = ""
+    @Attribute(.indexed, originalName: "size") var dimension: Int = 0
+    @Attribute(.indexed) var size: Int = 0
+    var label: String = "plain"
 }

@@ -48,22 +48,33 @@ package struct StoreSchema: Sendable {
     /// Every index the part wants, by name, with the exact SQL that creates it. The SQL is the
     /// same on every store. SQLite keeps that text in `sqlite_master`, which is how its
     /// migration tells an index apart from a changed one.
-    package var indexes: [(name: String, table: String, sql: String)] {
-        var result: [(name: String, table: String, sql: String)] = []
+    /// With each, the columns it indexes, in order.
+    package var indexes: [Index] {
+        var result: [Index] = []
         for table in tables {
             for column in table.columns where column.isIndexed {
                 let name = "Z_\(table.name)_\(column.name)"
-                result.append((name, table.name, "CREATE INDEX \(name.quotedIdentifier) ON \(table.quotedName) (\(column.name.quotedIdentifier))"))
+                result.append(Index(name: name, table: table.name, columns: [column.name],
+                                    sql: "CREATE INDEX \(name.quotedIdentifier) ON \(table.quotedName) (\(column.name.quotedIdentifier))"))
             }
             for constraint in table.uniqueConstraints {
-                result.append((constraint.indexName, table.name, constraint.createIndexSQL))
+                result.append(Index(name: constraint.indexName, table: table.name, columns: constraint.keys, sql: constraint.createIndexSQL))
             }
         }
         for join in joinTables {
             let name = "\(join.name)_target"
-            result.append((name, join.name, "CREATE INDEX \(name.quotedIdentifier) ON \(join.quotedName) (target)"))
+            result.append(Index(name: name, table: join.name, columns: ["target"],
+                                sql: "CREATE INDEX \(name.quotedIdentifier) ON \(join.quotedName) (target)"))
         }
         return result
+    }
+
+    /// An index a part wants (`indexes`).
+    package struct Index: Sendable {
+        package let name: String
+        package let table: String
+        package let columns: [String]
+        package let sql: String
     }
 
     /// What a migration runs to give non-optional attributes their default where the store
