@@ -457,6 +457,20 @@ import Testing
         #expect(try world.fetchCount(Sample.self, %"decimal" == Decimal(string: "2.5")!) == 1)
         #expect(try world.fetchCount(Sample.self, %"optionalDouble" == nil) == 2)
         #expect(try world.query(Sample.self, .select("float"), options: .distinct).count == 2, "0.1 and 1")
+        // An enum takes its cases' raw values: another would read back as the default.
+        // (They were stored, and `.calm` read where "furious" was written.)
+        for (key, value) in [("mood", Value.text("furious")), ("level", .integer(3)), ("optionalMood", "Calm")] {
+            let error = #expect(throws: QueryError.self, "\(key)") {
+                try world.beginUpdateAndWait { update in _ = try update.batchUpdate(Sample.self, set: [key: value]) }
+            }
+            #expect(error?.code == .typeMismatch && error?.key == key)
+        }
+        let changed = try world.beginUpdateAndWait { update in
+            try update.batchUpdate(Sample.self, %"decimal" == Decimal(2.5), set: ["mood": "grumpy", "level": 2, "optionalMood": nil])
+        }
+        #expect(changed == 1)
+        try store.stack.flushAndWait()
+        #expect(try world.fetchCount(Sample.self, %"mood" == Mood.grumpy && %"level" == Level.high) == 1)
         // Text that only begins with a number is no number: Foundation alone reads "12,50",
         // "12abc" and " 7" as 12, 12 and 7.
         for text in ["twelve", "12,50", "12abc", " 7", "7 ", "", ".", "1e", "1.2.3"] {

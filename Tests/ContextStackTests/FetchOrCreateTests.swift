@@ -469,15 +469,16 @@ import Testing
     }
 
     /// "A value that does not fit throws `.typeMismatch`": a number out of an `Int16`'s or an
-    /// `Int32`'s range, a `Bool` other than 0 or 1, `nil` for a non-optional attribute. Stored,
-    /// each would read back as another value (`Int16(truncatingIfNeeded:)`, `true`, `""`), which
+    /// `Int32`'s range, a `Bool` other than 0 or 1, `nil` for a non-optional attribute, a raw
+    /// value none of an enum's cases has. Stored, each would read back as another value
+    /// (`Int16(truncatingIfNeeded:)`, `true`, `""`, the enum's default), which
     /// the same condition would not find again. Values that fit are created as asked.
     @Test(arguments: Setup.all) @MainActor
     func aValueTheAttributeCannotHoldThrowsTypeMismatch(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)
         let misfits: [(ManagedObject.Type, Condition)] = [
             (Sample.self, %"int16" == 40_000), (Sample.self, %"int32" == Int64(Int32.max) + 1),
-            (Sample.self, %"flag" == 2), (Person.self, %"name" == nil),
+            (Sample.self, %"flag" == 2), (Person.self, %"name" == nil), (Sample.self, %"mood" == "furious"),
         ]
         for (type, condition) in misfits {
             let error = await #expect(throws: QueryError.self, "\(condition)") {

@@ -158,8 +158,18 @@ enum BatchValues {
 
     /// `value` as the attribute stores it — in the form an object of the entity would store it,
     /// so that fetches, queries and uniqueness see one value one way — or a `.typeMismatch`
-    /// naming the key.
+    /// naming the key. An enum attribute takes its cases' raw values alone: another would read
+    /// back as the property's default.
     static func normalize(_ value: Value, for property: Property, in entity: ResolvedEntity) throws(QueryError) -> Value {
+        let stored = try storedForm(value, for: property, in: entity)
+        if property.declared.isNoneOfItsCases(stored) {
+            throw QueryError(.typeMismatch, "\(entity.name).\(property.name) cannot hold \(value): it is none of the raw values of its enum's cases.", key: property.name, entity: entity.name)
+        }
+        return stored
+    }
+
+    /// `value` in the form the attribute's stored type keeps it (`normalize`).
+    private static func storedForm(_ value: Value, for property: Property, in entity: ResolvedEntity) throws(QueryError) -> Value {
         guard let kind = property.attributeKind else { return value }
         func mismatch(_ why: String) -> QueryError {
             QueryError(.typeMismatch, "\(entity.name).\(property.name) (\(kind.rawValue)\(property.isOptional ? "?" : "")) cannot hold \(value): \(why).", key: property.name, entity: entity.name)
@@ -179,9 +189,9 @@ enum BatchValues {
             return value
         case ("INTEGER", .double(let double)):
             guard let int = Int64(exactly: double) else { throw mismatch("it is not a whole number") }
-            return try normalize(.integer(int), for: property, in: entity)
+            return try storedForm(.integer(int), for: property, in: entity)
         case ("REAL", .integer(let int)):
-            return try normalize(.double(Double(int)), for: property, in: entity)
+            return try storedForm(.double(Double(int)), for: property, in: entity)
         case ("REAL", .double(let double)):
             // A NaN is no number: nil, as a property set to one stores it (SQLite would store
             // NULL and PostgreSQL a NaN). A `Float` keeps a `Float`'s precision.

@@ -44,6 +44,13 @@ public struct PropertyDescription: Sendable {
     /// unknown raw value as the default case.
     let asRead: (any StoredValueReading)?
 
+    /// Whether `value`, in the form the attribute stores, is none of the raw values of its
+    /// `RawRepresentable` type (read back, it would be the property's default, or nil).
+    package func isNoneOfItsCases(_ value: Value) -> Bool {
+        guard let cases = asRead as? any RawValueReading else { return false }
+        return cases.read(value) == nil
+    }
+
     init(name: String, kind: Kind, originalName: String? = nil, asRead: (any StoredValueReading)? = nil) {
         self.name = name
         self.kind = kind
@@ -151,9 +158,12 @@ struct ReadThrough<T: AttributeValue>: StoredValueReading {
     func read(_ value: Value) -> Value? { T(storedValue: value)?.storedValue }
 }
 
+/// An attribute of a type with cases (`ReadThroughRaw`).
+protocol RawValueReading: StoredValueReading {}
+
 /// An attribute stored through a raw value: a value that is none of the type's raw values
 /// does not fit.
-struct ReadThroughRaw<T: RawRepresentable>: StoredValueReading where T.RawValue: AttributeValue {
+struct ReadThroughRaw<T: RawRepresentable>: RawValueReading where T.RawValue: AttributeValue {
     let optional: Bool
 
     func read(_ value: Value) -> Value? {
