@@ -303,6 +303,25 @@ import Testing
         }
     }
 
+    /// Variables may be items of a list, as in `NSPredicate`: `BETWEEN {$LOW, $HIGH}` and
+    /// `IN {'Monk', $OTHER}` take one value for each. Substituted, the condition is the one
+    /// written out; without a value (or with a list for an item) it throws when used.
+    @Test func variablesInListsAreSubstituted() throws {
+        let template = Condition.where("age BETWEEN {$LOW, $HIGH} AND name IN {'Monk', $OTHER}")
+        let condition = template.substituting(["LOW": 18, "HIGH": 65, "OTHER": "Abbot"])
+        #expect(try Self.whereSQL(condition) == Self.whereSQL(%"age"%.between(18, 65) && %"name"%.in(["Monk", "Abbot"])))
+        if case .between("age", _, _) = Condition.where("age BETWEEN {$LOW, $HIGH}").substituting(["LOW": 1, "HIGH": 2]).node {} else {
+            Issue.record("a substituted BETWEEN should be the node the operators build")
+        }
+        let partly = template.substituting(["LOW": 18, "OTHER": "Abbot"])
+        #expect { try Self.compiled(partly) } throws: {
+            ($0 as? QueryError)?.code == .unsupported && ($0 as? QueryError)?.message.contains("$HIGH") == true
+        }
+        #expect { try Self.compiled(template.substituting(["LOW": 18, "HIGH": [1, 2], "OTHER": "Abbot"])) } throws: {
+            ($0 as? QueryError)?.code == .invalidFormat && ($0 as? QueryError)?.message.contains("$HIGH") == true
+        }
+    }
+
     /// Two constants of kinds that do not compare — a string with a number, a date with a
     /// number — throw `.typeMismatch`, as a key and such a value do, in a list wherever they
     /// stand (they were ordered by the store's order of kinds, numbers before text, which made

@@ -125,8 +125,12 @@ extension CompiledQuery {
                                _ options: MatchOptions) throws(QueryError) -> Node {
             // For messages only: made when one is thrown.
             var spelled: String { op.spelling + options.formatSuffix }
-            if case .variable(let name) = left { throw unboundVariable(name) }
-            if case .variable(let name) = right { throw unboundVariable(name) }
+            for side in [left, right] {
+                if case .variable(let name) = side { throw unboundVariable(name) }
+                if case .listWithVariables(let items) = side {
+                    for case .variable(let name) in items { throw unboundVariable(name) }
+                }
+            }
             // A key through a to-many relationship asks about members: `%@ IN pets`, `'Rex' IN
             // pets.name` and `pets CONTAINS %@` ask whether one of them is the value, and any other
             // comparison (`pets.name BEGINSWITH 'R'`) whether one of them matches (ANY).
@@ -181,6 +185,9 @@ extension CompiledQuery {
                 return .identity
             case .variable(let name):
                 throw unboundVariable(name)
+            case .listWithVariables(let items):
+                for case .variable(let name) in items { throw unboundVariable(name) }
+                preconditionFailure("unreachable: a list with no variable left is a list")
             case .now:
                 names.append("now()")
                 return .value(.double(now.value), .date)
@@ -585,7 +592,7 @@ extension CompiledQuery {
             case .key(relationship), .constant(.key(relationship)): return .evaluatedObject
             case .key(let k), .constant(.key(let k)): return .key(try key(k))
             case .arithmetic(let left, let op, let right): return .arithmetic(try side(left), op, try side(right))
-            case .constant, .list, .evaluatedObject, .variable, .now, .outer: return expression
+            case .constant, .list, .listWithVariables, .evaluatedObject, .variable, .now, .outer: return expression
             case .subquery:
                 throw QueryError(.unsupported, "A SUBQUERY inside a quantified condition on \(entity.name) (through '\(relationship)'): write the quantifier as a SUBQUERY too, and nest the two.", key: relationship, entity: entity.name)
             }

@@ -113,6 +113,22 @@ extension Condition {
                 return .arithmetic(try side(left), op, try side(right))
             case .subquery(let relationship, let condition, let function, let member):
                 return .subquery(relationship: relationship, condition: try substitute(variables, in: condition), function: function, member: member)
+            case .listWithVariables(let items):
+                // Each variable takes one value; the list is a list of values once all have one.
+                var substituted: [Expression] = []
+                var values: [Operand] = []
+                for item in items {
+                    let value = try side(item)
+                    substituted.append(value)
+                    switch value {
+                    case .constant(let operand): values.append(operand)
+                    case .list:
+                        guard case .variable(let name) = item else { break }
+                        throw QueryError(.invalidFormat, "The value for $\(name) is a list, and $\(name) is an item of a list: give it one value, or make the whole list one variable.")
+                    default: break
+                    }
+                }
+                return values.count == items.count ? .list(values) : .listWithVariables(substituted)
             default:
                 break
             }

@@ -52,6 +52,9 @@ public struct Condition: Sendable, CustomStringConvertible {
         case constant(Operand)
         /// `{a, b}`, or an array passed for `%@`.
         case list([Operand])
+        /// A list with variables among its items (`{$LOW, $HIGH}`), each item a `.constant` or
+        /// a `.variable`: `substituting(_:)` makes it a `.list`; an error when used without.
+        case listWithVariables([Expression])
         /// `SELF`: the object evaluated.
         case evaluatedObject
         /// `$name`: replaced by a value with `substituting(_:)`; an error when used without one.
@@ -153,6 +156,7 @@ public struct Condition: Sendable, CustomStringConvertible {
         case .key(let key): key
         case .constant(let operand): describe(operand)
         case .list(let items): "{\(items.map(describe).joined(separator: ", "))}"
+        case .listWithVariables(let items): "{\(items.map(describe).joined(separator: ", "))}"
         case .evaluatedObject: "SELF"
         case .variable(let name): "$" + name
         case .arithmetic(let left, let op, let right): "(\(describe(left)) \(op.rawValue) \(describe(right)))"

@@ -193,12 +193,22 @@ struct FormatParser {
             case key(String)
             case constant(Condition.Operand)
             case list([Condition.Operand])
+            /// A list with variables among its items: `Condition.Expression.listWithVariables`.
+            case listWithVariables([Condition.Expression])
             /// `SELF`.
             case evaluatedObject
             /// `$name`.
             case variable(String)
             /// Arithmetic, `now()`, a SUBQUERY, or a key of the object outside a SUBQUERY.
             case expression(Condition.Expression)
+
+            /// `{…}`, with or without variables among its items.
+            var isList: Bool {
+                switch self {
+                case .list, .listWithVariables: true
+                default: false
+                }
+            }
         }
 
         /// The operand as a side of `Condition.Node.expression`.
@@ -207,6 +217,7 @@ struct FormatParser {
             case .key(let path): .key(path)
             case .constant(let value): .constant(value)
             case .list(let items): .list(items)
+            case .listWithVariables(let items): .listWithVariables(items)
             case .evaluatedObject: .evaluatedObject
             case .variable(let name): .variable(name)
             case .expression(let expression): expression
@@ -706,11 +717,14 @@ struct FormatParser {
         return Operand(kind: .key(path), start: start.start, what: "the key '\(path)'")
     }
 
-    /// `{a, b, …}`: values only (no keys, no nested lists).
+    /// `{a, b, …}`: values and variables only (no keys, no nested lists). Variables are given
+    /// their values by `substituting(_:)`, as in `age BETWEEN {$LOW, $HIGH}`.
     mutating func parseList() throws(Failure) -> Operand {
         let open = token
         try advance()
         var items: [Condition.Operand] = []
+        // Every item, once a variable is among them.
+        var withVariables: [Condition.Expression]?
         if case .symbol(.closeBrace) = token.kind {
             try advance()
             return Operand(kind: .list(items), start: open.start, what: "an empty list")
@@ -721,17 +735,23 @@ struct FormatParser {
             }
             let element = try parseOperand()
             switch element.kind {
-            case .constant(let value): items.append(value)
+            case .constant(let value):
+                items.append(value)
+                withVariables?.append(.constant(value))
             case .variable(let name):
-                throw Failure(position: element.start, reason: "a variable cannot be an item of a list: make the whole list one variable, as in age BETWEEN $\(name) with [\"\(name)\": [18, 65]] for substituting(_:)")
+                if withVariables == nil { withVariables = items.map { .constant($0) } }
+                withVariables!.append(.variable(name))
             case .key, .evaluatedObject, .expression: throw Failure(position: element.start, reason: "expected a value in the list, found \(element.what)")
-            case .list: throw Failure(position: element.start, reason: "lists cannot be nested: expected a value, found \(element.what)")
+            case .list, .listWithVariables: throw Failure(position: element.start, reason: "lists cannot be nested: expected a value, found \(element.what)")
             }
             switch token.kind {
             case .symbol(.comma):
                 try advance()
             case .symbol(.closeBrace):
                 try advance()
+                if let withVariables {
+                    return Operand(kind: .listWithVariables(withVariables), start: open.start, what: "a list of \(withVariables.count) item\(withVariables.count == 1 ? "" : "s")")
+                }
                 return Operand(kind: .list(items), start: open.start, what: "a list of \(items.count) value\(items.count == 1 ? "" : "s")")
             default:
                 throw fail(token, "expected ',' or '}' in the list that starts at offset \(open.start), found \(describe(token))")
@@ -748,9 +768,9 @@ struct FormatParser {
         switch written.op {
         case .compare(let comparison):
             switch (left.kind, right.kind) {
-            case (.list, _):
+            case (.list, _), (.listWithVariables, _):
                 throw Failure(position: left.start, reason: "found \(left.what) before \(spelled): lists go only after IN or BETWEEN")
-            case (_, .list):
+            case (_, .list), (_, .listWithVariables):
                 throw Failure(position: right.start, reason: "found \(right.what) after \(spelled): lists go only after IN or BETWEEN")
             case (.key(let path), .key(let other)):
                 guard !quantified else {
@@ -768,8 +788,14 @@ struct FormatParser {
                 return general
             }
         case .isIn, .between:
-            if case .list = left.kind {
+            if left.kind.isList {
                 throw Failure(position: left.start, reason: "found \(left.what) before \(spelled): lists go only after IN or BETWEEN")
+            }
+            if case .listWithVariables(let items) = right.kind {
+                if written.op.isBetween && items.count != 2 {
+                    throw Failure(position: right.start, reason: "BETWEEN needs exactly two values, {low, high}, found \(items.count)")
+                }
+                return general
             }
             guard case .list(let items) = right.kind else {
                 // After IN, a string asks for a substring (`name IN 'Wilhelmina'`) and a key
@@ -786,10 +812,10 @@ struct FormatParser {
             guard options.isEmpty, case .key(let path) = left.kind else { return general }
             return written.op.isBetween ? .between(path, items[0], items[1]) : .oneOf(path, items)
         case .text(let textOperator):
-            if case .list = left.kind {
+            if left.kind.isList {
                 throw Failure(position: left.start, reason: "found \(left.what) before \(spelled): lists go only after IN or BETWEEN")
             }
-            if case .list = right.kind {
+            if right.kind.isList {
                 throw Failure(position: right.start, reason: "found \(right.what) after \(spelled): lists go only after IN or BETWEEN")
             }
             if case .key(let path) = left.kind, case .constant(.value(.text(let pattern), let kind)) = right.kind, kind == .string || kind == .url {
