@@ -987,13 +987,16 @@ import Testing
     /// another object to it (its key read for the link fires its fault) nor relating an object
     /// to one found deleted changes anything, and the commit fails the same way. Before,
     /// `ann.pets` taking a Rex whose row was gone wrote Ann into Rex's values and committed
-    /// without the relation; `rex.owner = bob`, for a Bob found deleted, was made in memory.
+    /// without the relation; `rex.owner = bob`, for a Bob found deleted, was made in memory;
+    /// and `tom.owner = cid`, for a Cid whose fault had not fired, was made in memory and left
+    /// to the writer to refuse (an owner's side of the link is a to-many list, so no key of
+    /// Cid's was read).
     @Test(arguments: StoreKind.available)
     func relatingAFaultWhoseRowAnotherContextDeletedChangesNothingAndFailsTheCommit(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let context = try Context(stack: store.stack)
         try context.beginUpdateAndWait { update in
-            for name in ["Ann", "Bob"] { try update.create(Person.self).name = name }
+            for name in ["Ann", "Bob", "Cid"] { try update.create(Person.self).name = name }
             for name in ["Rex", "Tom"] { try update.create(Pet.self).name = name }
             try update.commit()
         }
@@ -1012,8 +1015,10 @@ import Testing
                 let pets = try update.fetchAll(Pet.self, orderBy: .ascending("name"), options: .batch(100))
                 let tom = pets[1]
                 let bob = try #require(try update.fetchAll(Person.self, %"name" == "Bob", options: .batch(100)).first)
+                let cid = try #require(try update.fetchAll(Person.self, %"name" == "Cid", options: .batch(100)).first)
                 try deleteElsewhere(Pet.self, named: "Rex")
                 try deleteElsewhere(Person.self, named: "Bob")
+                try deleteElsewhere(Person.self, named: "Cid")
                 // Rex's fault fires when Ann takes him: his key is read to link him.
                 let rex = pets[0]
                 #expect(!rex.isDeleted, "not known before the fault fires")
@@ -1025,6 +1030,10 @@ import Testing
                 #expect(bob.isDeleted)
                 tom.owner = bob
                 #expect(tom.owner == nil, "Tom is not given to Bob")
+                // Cid's fault fires when Tom is given to him.
+                #expect(!cid.isDeleted, "not known before the fault fires")
+                tom.owner = cid
+                #expect(cid.isDeleted && tom.owner == nil, "Tom is not given to Cid")
                 try update.commit()
             }
         }

@@ -100,6 +100,12 @@ extension ContextCore {
         if let target, let inverse = property.inverse, !inverse.isToMany {
             targetsPartner = foreignKey(target, inverse)
             guard !refusedAsFoundDeleted(target) else { return }
+        } else if let target, target.fault != nil {
+            // No key of the target's is read for the link: its fault fires now, so that a row
+            // another context deleted is found before a reference to it is made, which the
+            // writer would refuse with the whole commit.
+            fulfill(target, slot: nil)
+            guard !refusedAsFoundDeleted(target) else { return }
         }
         markChanged(object)
         object.values[property.slot] = target.map { .integer($0.objectID.primaryKey) } ?? .null
