@@ -102,17 +102,14 @@ struct PostgresMigration {
             try execute("ALTER SEQUENCE \(StoreSchema.sequenceName(ofTableNamed: sourceName).quotedIdentifier) RENAME TO \(StoreSchema.sequenceName(of: table).quotedIdentifier)")
         }
 
-        // Columns: kept, renamed, added; then what is left of the old ones goes.
+        // Columns: renamed, kept, added; then what is left of the old ones goes. A rename
+        // goes first, so that a new attribute given the old name (`size` renamed `dimension`,
+        // and a new `size`) is a new column, on every store, whatever order they are declared in.
+        let renamed = StoreSchema.renamedColumns(of: table, in: family, oldColumns: Set(oldColumns.keys))
         var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
-        for column in table.columns {
-            let property = family.lazy.compactMap { $0.property(named: column.name) }.first
-            let source: String? = if oldColumns[column.name] != nil {
-                column.name
-            } else if let original = property?.declared.originalName, oldColumns[original] != nil, !kept.contains(original) {
-                original
-            } else {
-                nil
-            }
+        for column in table.columns.filter({ renamed.from[$0.name] != nil }) + table.columns.filter({ renamed.from[$0.name] == nil }) {
+            let source: String? = renamed.from[column.name]
+                ?? (oldColumns[column.name] != nil && !renamed.away.contains(column.name) ? column.name : nil)
             guard let source else {
                 try execute("ALTER TABLE \(table.quotedName) ADD COLUMN \(column.name.quotedIdentifier) \(StoreSchema.postgresType(of: column))")
                 kept.insert(column.name)

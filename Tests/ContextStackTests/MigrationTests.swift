@@ -377,6 +377,24 @@ func storeBytes(_ url: URL) -> [Data?] {
         #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'Gadget'") == .integer(0))
     }
 
+    /// An attribute renamed while a new one takes its old name: its values go to the renamed
+    /// one alone, whichever is declared first, and the new one starts at its default. They were
+    /// copied into both.
+    @Test(arguments: [false, true])
+    func aRenamedAttributesValuesGoToItAloneThoughANewOneTakesItsName(backwards: Bool) throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in
+            for index in 0..<3 {
+                let gadget = try update.create(GadgetV1.self)
+                (gadget.serial, gadget.size) = ("S\(index)", 7)
+            }
+        }
+        func moved<T: ManagedObject>(_ type: T.Type) throws -> Int {
+            try openStore([type], at: url).beginUpdateAndWait { update in try update.fetchCount(type, %"dimension" == 7 && %"size" == 0) }
+        }
+        #expect(try (backwards ? moved(GadgetResizedBackwards.self) : moved(GadgetResized.self)) == 3)
+    }
+
     @Test func aUniqueConstraintThatStoredRowsViolateFailsAndLeavesTheFile() throws {
         defer { cleanUp() }
         try writeStore([GadgetV2.self], at: url) { update in

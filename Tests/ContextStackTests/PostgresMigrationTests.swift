@@ -181,8 +181,10 @@ struct PostgresMigrationTests {
     /// An index follows its column when the column is renamed. Renaming the indexed `size` to
     /// `dimension` and adding a new indexed `size` leaves each index on its own column: the
     /// index named for `size`, whose SQL is unchanged, was kept before, on the renamed column,
-    /// and the new `size` had none.
-    @Test func aKeptIndexIsOnTheColumnItsModelNamesAfterARename() throws {
+    /// and the new `size` had none. The values go to `dimension` whichever of the two is
+    /// declared first (`backwards`: the new `size` first, which took the old column before).
+    @Test(arguments: [false, true])
+    func aKeptIndexIsOnTheColumnItsModelNamesAfterARename(backwards: Bool) throws {
         defer { schema.drop() }
         try write([GadgetV1.self]) { update in
             for index in 0..<3 { try update.create(GadgetV1.self).serial = "S\(index)" }
@@ -190,9 +192,10 @@ struct PostgresMigrationTests {
         try write([GadgetV1.self]) { update in
             for gadget in try update.fetchAll(GadgetV1.self) { gadget.size = 7 }
         }
-        let context = try open([GadgetResized.self])
-        let moved = try context.beginUpdateAndWait { update in try update.fetchCount(GadgetResized.self, %"dimension" == 7 && %"size" == 0) }
-        #expect(moved == 3, "the sizes moved to dimension")
+        func moved<T: ManagedObject>(_ type: T.Type) throws -> Int {
+            try open([type]).beginUpdateAndWait { update in try update.fetchCount(type, %"dimension" == 7 && %"size" == 0) }
+        }
+        #expect(try (backwards ? moved(GadgetResizedBackwards.self) : moved(GadgetResized.self)) == 3, "the sizes moved to dimension")
         var definitions: [String: String] = [:]
         for row in try connection().allRows("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'Gadget'") {
             if let name = row[0].stringValue, let definition = row[1].stringValue { definitions[name] = definition }
@@ -368,5 +371,13 @@ struct PostgresMigrationTests {
     @Attribute(.unique) var serial: String = ""
     @Attribute(.indexed, originalName: "size") var dimension: Int = 0
     @Attribute(.indexed) var size: Int = 0
+    var label: String = "plain"
+}
+
+/// `GadgetResized` with the new `size` declared before the renamed one.
+@Entity(name: "Gadget") final class GadgetResizedBackwards: ManagedObject {
+    @Attribute(.unique) var serial: String = ""
+    @Attribute(.indexed) var size: Int = 0
+    @Attribute(.indexed, originalName: "size") var dimension: Int = 0
     var label: String = "plain"
 }

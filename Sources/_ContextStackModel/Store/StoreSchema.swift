@@ -69,6 +69,24 @@ package struct StoreSchema: Sendable {
         return result
     }
 
+    /// The columns of `table` that take an old column of another name, by the `originalName`
+    /// of their property (`from`: new name to old), and the old columns they take (`away`).
+    /// A column renamed this way goes to the property that names it, even when a new attribute
+    /// is given the old name: that one is a new column. Two properties naming one old column:
+    /// the first declared takes it. A column whose own name is an old column keeps that one.
+    package static func renamedColumns(of table: Table, in family: [ResolvedEntity],
+                                       oldColumns: Set<String>) -> (from: [String: String], away: Set<String>) {
+        var result: (from: [String: String], away: Set<String>) = ([:], [])
+        for column in table.columns where !oldColumns.contains(column.name) {
+            let property = family.lazy.compactMap { $0.property(named: column.name) }.first
+            guard let original = property?.declared.originalName, oldColumns.contains(original),
+                  !result.away.contains(original) else { continue }
+            result.from[column.name] = original
+            result.away.insert(original)
+        }
+        return result
+    }
+
     /// An index a part wants (`indexes`).
     package struct Index: Sendable {
         package let name: String
