@@ -234,7 +234,7 @@ struct PostgresMigration {
             guard let index = row.value(0).stringValue, let column = row.value(1).stringValue else { return }
             columns[index, default: []].append(column)
         }
-        for name in kept.sorted() where columns[name] != wanted[name] { try execute("DROP INDEX \(name.quotedIdentifier)") }
+        for name in kept.sorted() where columns[name] != wanted[name] { try execute("DROP INDEX IF EXISTS \(name.quotedIdentifier)") }
     }
 
     /// Creates every index the model wants that the schema lacks (one dropped above, one a

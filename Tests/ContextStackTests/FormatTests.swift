@@ -404,6 +404,7 @@ import Testing
         Failure("name ==[l] 'a'", at: 8, "expected the options c, d or cd after '[', found 'l'"),
         Failure("age BETWEEN {$LOW, 3, $HIGH}", at: 12, "BETWEEN needs exactly two values, {low, high}, found 3"),
         Failure("age == {$LOW}", at: 7, "found a list of 1 item after ==: lists go only after IN or BETWEEN"),
+        Failure("SUBQUERY(pets, $p, $p.age > 1 AND $p IN {$p}).@count > 0", at: 41, "$p is the SUBQUERY's member, not a value: a list holds values and variables given values with substituting(_:)"),
         Failure("name == '\\x4'", at: 9, "expected two hexadecimal digits after \\x"),
         Failure("name == '\\u12'", at: 9, "expected four hexadecimal digits after \\u"),
         Failure("name == '\\uDC00'", at: 9, "\\u escape is not a Unicode scalar (a lone surrogate)"),

@@ -738,6 +738,8 @@ struct FormatParser {
             case .constant(let value):
                 items.append(value)
                 withVariables?.append(.constant(value))
+            case .variable(let name) where subqueryVariables.contains(name):
+                throw Failure(position: element.start, reason: "$\(name) is the SUBQUERY's member, not a value: a list holds values and variables given values with substituting(_:)")
             case .variable(let name):
                 if withVariables == nil { withVariables = items.map { .constant($0) } }
                 withVariables!.append(.variable(name))

@@ -306,10 +306,11 @@ extension QueuedStore {
             // The caller runs on Swift's cooperative pool, which must not block. The writer
             // holds the state lock across a `COMMIT`, which for a large transaction (or on a
             // server that stopped answering) takes long: when the lock is taken, the waiter is
-            // registered from a queue of the library's instead, and the task stays suspended.
+            // registered from a queue of the store's instead, and the task stays suspended.
             // One serial queue per store, so that waiters that come while the lock is held
-            // take one thread between them, and wait for this store's lock alone. (Registered a moment later, a `flush()` may wait for
-            // commits handed over just after it was called too.)
+            // take one thread between them, and wait for this store's lock alone. (Registered
+            // a moment later, a `flush()` may wait for commits handed over just after it was
+            // called too.)
             guard !register(waiter, upTo: sequence, ifLockIsFree: true) else { return }
             waiterRegistrations.async { [self] in register(waiter, upTo: sequence) }
         }
