@@ -468,6 +468,83 @@ import Testing
         #expect(try quiet.fetchCount(Person.self, %"age" == 63) == 1)
     }
 
+    /// The same for a join-table pair: the first commit tags the article and fails, the
+    /// second untags it and fails, in two transactions; a later commit the view does not show
+    /// tags it and is saved. The view shows the article untagged, as stored before them.
+    /// Before, the second failure put back the pair its context started from: tagged.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aViewShowsTheStoredPairOnceTheCommitsItShowedFailInTwoTransactions(kind: StoreKind) async throws {
+        let (store, quiet) = try await Self.viewRefusingWrites(kind) { update in
+            try update.create(Article.self).title = "A"
+            try update.create(Tag.self).name = "t"
+        }
+        func tagging(_ tagged: Bool, refused: Bool) -> @Sendable (Update) throws -> Void {
+            { update in
+                let article = try #require(try update.fetch(Article.self))
+                article.tags = tagged ? [try #require(try update.fetch(Tag.self))] : []
+                if refused { try update.create(Person.self).name = "refused" }
+                try update.commit()
+            }
+        }
+        let article = try store.holdingTheWriter {
+            try quiet.beginUpdateAndWait(tagging(true, refused: true))
+            try Self.untilTheWriterTookTheQueue(of: store)
+            try quiet.beginUpdateAndWait(tagging(false, refused: true))
+            quiet.reset()
+            let article = try #require(try quiet.fetch(Article.self))
+            #expect(article.tags.isEmpty, "the view shows the commits as queued")
+            try quiet.beginUpdateAndWait(tagging(true, refused: false))
+            return article
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(article.tags.isEmpty, "\(article.tags.map(\.name))")
+        #expect(try quiet.fetchCount(Article.self, %"tags.@count" == 0) == 1)
+        quiet.reset()
+        #expect(try quiet.fetch(Article.self)?.tags.map(\.name) == ["t"], "a reset shows what is stored")
+    }
+
+    /// Images the writer takes inside its transaction — here for a batch update, queued after
+    /// the view was pinned — record no stored values, and hold the values of the group's
+    /// commits written before them. When the whole transaction fails (a trigger's
+    /// `RAISE(ROLLBACK)` on the batch update), the view's Monk goes back to what the failed
+    /// commit's context started from, the stored 63. Without that, the view kept 99.
+    @Test @MainActor func aViewWhoseImageTheWriterTookShowsTheStoredValueWhenTheWholeGroupFails() async throws {
+        let (store, quiet) = try await Self.viewRefusingWrites(.file) { _ in }
+        let queued = store.stack.sqliteStore
+        try queued.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP TRIGGER "roll_back_all" BEFORE UPDATE ON main."Person" WHEN NEW.age = 1
+                BEGIN SELECT RAISE(ROLLBACK, 'refused by the test, the whole transaction'); END
+                """)
+        }
+        // The commit and the batch update are written in one transaction.
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        try quiet.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 99
+            try update.commit()
+        }
+        quiet.reset()
+        let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
+        #expect(monk.age == 99, "the view shows the commit as queued")
+        let other = try ContextStack.Context(stack: store.stack)
+        let batchDone = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            _ = try? other.beginUpdateAndWait { update in try update.batchUpdate(Person.self, set: ["age": 1]) }
+            batchDone.signal()
+        }
+        for _ in 0..<60_000 where queued.state.withLock({ $0.queue.count }) < 2 { usleep(1_000) }
+        try #require(queued.state.withLock { $0.queue.count } == 2, "the batch update is queued behind the commit")
+        queued.writeQueue.resume()
+        batchDone.wait()
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(63)]])
+        #expect(monk.age == 63, "\(monk.age)")
+        #expect(try quiet.fetchCount(Person.self, %"age" == 63) == 1)
+    }
+
     /// Of two commits the view showed, in one transaction, the writer saves the first
     /// otherwise than queued (under `.storeTrump`, another process's age for Monk wins) and
     /// the second fails: the view shows the age saved. Before, it showed the first commit's

@@ -134,7 +134,7 @@ package struct RowReader {
         return row
     }
 
-    private func uncachedRow(_ id: ObjectID) throws -> ObjectRow? {
+    private mutating func uncachedRow(_ id: ObjectID) throws -> ObjectRow? {
         if let object = context?.changed[id] {
             return object.state == .deleted ? nil : ObjectRow(entity: object.entity, values: object.values)
         }
@@ -153,14 +153,18 @@ package struct RowReader {
     }
 
     /// The row as committed now: the overlay over the store.
-    private func currentRow(_ id: ObjectID) throws -> ObjectRow? {
+    private mutating func currentRow(_ id: ObjectID) throws -> ObjectRow? {
         switch session.overlay.entry(for: id)?.pending {
         case .inserted(let row)?:
             return row
         case .deleted?:
             return nil
         case .updated(_, let slots, let values)?:
-            guard var row = try storedRow(id) else { return nil }
+            // The stored row is kept: a pinned view's capture asks for the values under the
+            // overlay next (`storedValues(of:underOverlay:)`).
+            let read = try storedRow(id)
+            stored[id] = .some(read)
+            guard var row = read else { return nil }
             for (slot, value) in zip(slots, values) where slot < row.values.count { row.values[slot] = value }
             return row
         case nil:

@@ -237,7 +237,10 @@ package struct PinnedImages: Sendable {
     /// image was taken: the value stored under those commits, with what the view's commits
     /// stored since (`recordStored`). The image's slot goes back to it once no commit the view
     /// shows that may still be written set the slot (`QueuedStore.settleImages`). Slots not
-    /// here were imaged from the store: the image is their stored value.
+    /// here were imaged from the store — the image is their stored value — or by the writer
+    /// inside its transaction, which records none (`settleImages` then goes back to what a
+    /// failed commit's context started from). Emptied once every commit the view shows is
+    /// written or failed.
     var storedSlots: [ObjectID: [Int: Value]] = [:]
     /// The same for join-table pairs.
     var storedLinks: [LinkKey: Bool] = [:]

@@ -262,7 +262,12 @@ extension QueuedStore {
         }
         var links: [LinkKey: (existed: Bool, stored: Bool?)] = [:]
         for link in changes.links {
-            links[link.key] = (try reader.linkExists(link.key), try reader.storedLink(underOverlay: link.key))
+            // Whether it is stored, under the commits queued, is read only for a pair some view
+            // takes an image of now.
+            let imagedNow = pins.values.contains { view in
+                view.links[link.key] == nil && !(sequence.map { view.hearsCorrections(of: $0) } ?? false)
+            }
+            links[link.key] = (try reader.linkExists(link.key), imagedNow ? try reader.storedLink(underOverlay: link.key) : nil)
         }
         // The keys copied, and each view taken out while it changes: its images are not
         // copied for it.

@@ -311,10 +311,10 @@ extension QueuedStore {
     /// Either way a slot or pair that a commit the view shows, still queued, changed too
     /// keeps that commit's value: the view shows it, and it may yet be written.
     private static func settleImages(_ batch: [QueueItem], _ outcome: BatchOutcome, in state: inout QueueState) {
-        guard let first = batch.first?.sequence, !state.pins.isEmpty else { return }
+        guard let first = batch.first?.sequence, let last = batch.last?.sequence, !state.pins.isEmpty else { return }
         let failed = outcome.failed
         // What the commits still queued change, read once it is first asked.
-        var queued = QueuedChanges(state.queue.filter { $0.batch == nil })
+        var queued = QueuedChanges(state.queue)
         for id in state.pins.keys.sorted() {
             guard state.pins[id]!.seenUpTo >= first, !state.pins[id]!.isEmpty else { continue }
             var view = state.pins.removeValue(forKey: id)!
@@ -324,10 +324,22 @@ extension QueuedStore {
                 for update in changes.updates where view.rows[update.id] != nil { touched[update.id, default: []].formUnion(update.slots) }
                 for link in changes.links where view.links[link.key] != nil { touchedLinks.insert(link.key) }
             }
+            // For images the writer took inside its transaction (a batch operation's, a delete
+            // rule's), which record no stored values: a failed commit's slots and pairs go back
+            // to what its context started from, the first failed commit's where several
+            // changed one — what the failed commits' own undo does.
+            var startedFrom: [ObjectID: [Int: Value]] = [:]
+            var linkedBefore: [LinkKey: Bool] = [:]
             for item in batch where item.sequence <= view.seenUpTo && item.batch == nil {
                 touch(item.changes)
                 if failed.contains(item.sequence) {
                     for insert in item.changes.inserts where view.rows[insert.id] != nil { view.setImage(of: insert.id, to: nil) }
+                    for update in item.changes.updates where view.rows[update.id] != nil {
+                        for slot in update.slots where slot < update.snapshot.count && startedFrom[update.id]?[slot] == nil {
+                            startedFrom[update.id, default: [:]][slot] = update.snapshot[slot]
+                        }
+                    }
+                    for link in item.changes.links where linkedBefore[link.key] == nil { linkedBefore[link.key] = !link.present }
                     continue
                 }
                 view.recordStored(item.changes)
@@ -337,9 +349,21 @@ extension QueuedStore {
                 for delete in correction.deletes where view.rows[delete.id] != nil { view.setImage(of: delete.id, to: .absent) }
             }
             for (row, slots) in touched {
-                view.showStored(row, slots: slots.filter { !queued.changed(row, $0, upTo: view.seenUpTo) })
+                let settled = slots.filter { !queued.changed(row, $0, upTo: view.seenUpTo) }
+                let unrecorded = settled.filter { view.storedSlots[row]?[$0] == nil && startedFrom[row]?[$0] != nil }.sorted()
+                view.setImage(of: row, slots: unrecorded, to: unrecorded.map { startedFrom[row]![$0]! })
+                view.showStored(row, slots: settled)
             }
-            for key in touchedLinks where !queued.linked(key, upTo: view.seenUpTo) { view.showStored(key) }
+            for key in touchedLinks where !queued.linked(key, upTo: view.seenUpTo) {
+                if view.storedLinks[key] == nil, let before = linkedBefore[key] { view.links[key] = before }
+                view.showStored(key)
+            }
+            // Every commit the view shows is written or failed: its images hold for good, and
+            // the stored values beside them are no longer needed.
+            if view.seenUpTo <= last {
+                view.storedSlots = [:]
+                view.storedLinks = [:]
+            }
             state.pins[id] = view
         }
     }
@@ -534,8 +558,9 @@ private struct BatchOutcome {
 }
 
 /// What queued commits change, by row slot and by join-table pair, read from their change
-/// sets once it is first asked: which slots and pairs of a pinned view's images hold the
-/// values of commits that may still be written (`QueuedStore.settleImages`).
+/// sets once it is first asked (batch operations, which learn their changes when written,
+/// count for nothing): which slots and pairs of a pinned view's images hold the values of
+/// commits that may still be written (`QueuedStore.settleImages`).
 struct QueuedChanges {
     private let items: [QueueItem]
     private var slots: [ObjectID: [(sequence: UInt64, slots: [Int])]]?
@@ -547,7 +572,7 @@ struct QueuedChanges {
     mutating func changed(_ id: ObjectID, _ slot: Int, upTo last: UInt64) -> Bool {
         if slots == nil {
             var found: [ObjectID: [(sequence: UInt64, slots: [Int])]] = [:]
-            for item in items {
+            for item in items where item.batch == nil {
                 for update in item.changes.updates { found[update.id, default: []].append((item.sequence, update.slots)) }
             }
             slots = found
@@ -559,7 +584,7 @@ struct QueuedChanges {
     mutating func linked(_ key: LinkKey, upTo last: UInt64) -> Bool {
         if links == nil {
             var found: [LinkKey: [UInt64]] = [:]
-            for item in items {
+            for item in items where item.batch == nil {
                 for link in item.changes.links { found[link.key, default: []].append(item.sequence) }
             }
             links = found
