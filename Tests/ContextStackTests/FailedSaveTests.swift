@@ -424,6 +424,14 @@ import Testing
         #expect(try quiet.fetch(Person.self)?.age == 50, "a reset shows what is stored")
     }
 
+    /// An update that sets Monk's age to `age` and commits it.
+    static func monkAged(_ age: Int) -> @Sendable (Update) throws -> Void {
+        { update in
+            try #require(try update.fetch(Person.self, %"name" == "Monk")).age = age
+            try update.commit()
+        }
+    }
+
     /// An update that sets Monk's age to `age` and makes a person named "refused", which the
     /// writer of a store from `viewRefusingWrites` refuses: the whole commit fails.
     static func refusedCommit(age: Int) -> @Sendable (Update) throws -> Void {
@@ -432,6 +440,18 @@ import Testing
             try update.create(Person.self).name = "refused"
             try update.commit()
         }
+    }
+
+    /// Commits Monk at 70, then at 99 with a refused person (the writer held, so both wait),
+    /// pins `quiet`'s view on them, and commits Monk at 50 after: the view's Monk, at 99.
+    @MainActor static func agedThenRefusedThenShown(in quiet: MainContext) throws -> Person {
+        try quiet.beginUpdateAndWait(monkAged(70))
+        try quiet.beginUpdateAndWait(refusedCommit(age: 99))
+        quiet.reset()
+        let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
+        #expect(monk.age == 99, "the view shows the commits as queued")
+        try quiet.beginUpdateAndWait(monkAged(50))
+        return monk
     }
 
     /// Waits until the writer of `store` has taken every commit queued (it then waits for the
@@ -455,10 +475,7 @@ import Testing
             quiet.reset()
             let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
             #expect(monk.age == 80, "the view shows the commits as queued")
-            try quiet.beginUpdateAndWait { update in
-                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 50
-                try update.commit()
-            }
+            try quiet.beginUpdateAndWait(Self.monkAged(50))
             return monk
         }
         await #expect(throws: (any Error).self) { try await store.stack.flush() }
@@ -521,10 +538,7 @@ import Testing
         // The commit and the batch update are written in one transaction.
         queued.writeQueue.sync {}
         queued.writeQueue.suspend()
-        try quiet.beginUpdateAndWait { update in
-            try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 99
-            try update.commit()
-        }
+        try quiet.beginUpdateAndWait(Self.monkAged(99))
         quiet.reset()
         let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
         #expect(monk.age == 99, "the view shows the commit as queued")
@@ -555,22 +569,8 @@ import Testing
         store.stack.onError = { _ in }
         try store.refuseWrites(ofName: "refused")
         let monk = try store.holdingTheWriter {
-            try quiet.beginUpdateAndWait { update in
-                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 70
-                try update.commit()
-            }
-            try quiet.beginUpdateAndWait(Self.refusedCommit(age: 99))
-            quiet.reset()
-            let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
-            #expect(monk.age == 99, "the view shows the commits as queued")
-            try quiet.beginUpdateAndWait { update in
-                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 50
-                try update.commit()
-            }
-            try other.beginUpdateAndWait { update in
-                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 40
-                try update.commit()
-            }
+            let monk = try Self.agedThenRefusedThenShown(in: quiet)
+            try other.beginUpdateAndWait(Self.monkAged(40))
             return monk
         }
         await #expect(throws: (any Error).self) { try await store.stack.flush() }
@@ -586,18 +586,7 @@ import Testing
     func aViewShowsWhatAnEarlierCommitItShowedSavedWhenALaterOneFails(kind: StoreKind) async throws {
         let (store, quiet) = try await Self.viewRefusingWrites(kind) { _ in }
         let monk = try store.holdingTheWriter {
-            try quiet.beginUpdateAndWait { update in
-                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 70
-                try update.commit()
-            }
-            try quiet.beginUpdateAndWait(Self.refusedCommit(age: 99))
-            quiet.reset()
-            let monk = try #require(try quiet.fetch(Person.self, %"name" == "Monk"))
-            #expect(monk.age == 99, "the view shows the commits as queued")
-            try quiet.beginUpdateAndWait { update in
-                try #require(try update.fetch(Person.self, %"name" == "Monk")).age = 50
-                try update.commit()
-            }
+            let monk = try Self.agedThenRefusedThenShown(in: quiet)
             return monk
         }
         await #expect(throws: (any Error).self) { try await store.stack.flush() }
