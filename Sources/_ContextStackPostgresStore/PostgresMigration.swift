@@ -105,11 +105,10 @@ struct PostgresMigration {
         // Columns: renamed, kept, added; then what is left of the old ones goes. A rename
         // goes first, so that a new attribute given the old name (`size` renamed `dimension`,
         // and a new `size`) is a new column, on every store, whatever order they are declared in.
-        let renamed = StoreSchema.renamedColumns(of: table, in: family, oldColumns: Set(oldColumns.keys))
+        let sources = StoreSchema.ColumnSources(of: table, in: family, oldColumns: Set(oldColumns.keys))
         var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
-        for column in table.columns.filter({ renamed.from[$0.name] != nil }) + table.columns.filter({ renamed.from[$0.name] == nil }) {
-            let source: String? = renamed.from[column.name]
-                ?? (oldColumns[column.name] != nil && !renamed.away.contains(column.name) ? column.name : nil)
+        for column in table.columns.filter({ sources.renamed[$0.name] != nil }) + table.columns.filter({ sources.renamed[$0.name] == nil }) {
+            let source = sources.source(of: column.name)
             guard let source else {
                 try execute("ALTER TABLE \(table.quotedName) ADD COLUMN \(column.name.quotedIdentifier) \(StoreSchema.postgresType(of: column))")
                 kept.insert(column.name)

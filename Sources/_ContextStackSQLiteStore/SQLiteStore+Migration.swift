@@ -114,11 +114,10 @@ struct Migration {
         var identity = sourceName == table.name
         var carried: Set<String> = ["Z_PK", "Z_ENT"]
         // A column a property renames goes to that property alone: a new attribute given its
-        // old name starts empty (`StoreSchema.renamedColumns`).
-        let renamed = StoreSchema.renamedColumns(of: table, in: family, oldColumns: Set(oldColumns.keys))
+        // old name starts empty (`StoreSchema.ColumnSources`).
+        let sources = StoreSchema.ColumnSources(of: table, in: family, oldColumns: Set(oldColumns.keys))
         for column in table.columns {
-            let source: String? = renamed.from[column.name]
-                ?? (oldColumns[column.name] != nil && !renamed.away.contains(column.name) ? column.name : nil)
+            let source = sources.source(of: column.name)
             if let source, let oldType = oldColumns[source], oldType.uppercased() != column.type.uppercased() {
                 let owner = family.first { $0.property(named: column.name) != nil }?.name ?? table.name
                 throw StoreError(.cannotMigrate, "\(owner).\(column.name) changed type (stored as \(oldType), now \(column.type)): lightweight migration cannot convert it. Keep the old type, add a new attribute and copy the values yourself, or open the store with resetOnFailure: true to start empty.")

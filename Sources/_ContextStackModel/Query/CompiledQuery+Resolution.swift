@@ -126,10 +126,7 @@ extension CompiledQuery {
             // For messages only: made when one is thrown.
             var spelled: String { op.spelling + options.formatSuffix }
             for side in [left, right] {
-                if case .variable(let name) = side { throw unboundVariable(name) }
-                if case .listWithVariables(let items) = side {
-                    for case .variable(let name) in items { throw unboundVariable(name) }
-                }
+                if let name = side.firstVariable { throw unboundVariable(name) }
             }
             // A key through a to-many relationship asks about members: `%@ IN pets`, `'Rex' IN
             // pets.name` and `pets CONTAINS %@` ask whether one of them is the value, and any other
@@ -183,11 +180,8 @@ extension CompiledQuery {
             case .evaluatedObject:
                 names.append("SELF")
                 return .identity
-            case .variable(let name):
-                throw unboundVariable(name)
-            case .listWithVariables(let items):
-                for case .variable(let name) in items { throw unboundVariable(name) }
-                preconditionFailure("unreachable: a list with no variable left is a list")
+            case .variable, .listWithVariables:
+                throw unboundVariable(expression.firstVariable ?? "?")
             case .now:
                 names.append("now()")
                 return .value(.double(now.value), .date)

@@ -793,11 +793,13 @@ struct FormatParser {
             if left.kind.isList {
                 throw Failure(position: left.start, reason: "found \(left.what) before \(spelled): lists go only after IN or BETWEEN")
             }
-            if case .listWithVariables(let items) = right.kind {
-                if written.op.isBetween && items.count != 2 {
-                    throw Failure(position: right.start, reason: "BETWEEN needs exactly two values, {low, high}, found \(items.count)")
-                }
-                return general
+            let count: Int? = switch right.kind {
+            case .list(let items): items.count
+            case .listWithVariables(let items): items.count
+            default: nil
+            }
+            if written.op.isBetween, let count, count != 2 {
+                throw Failure(position: right.start, reason: "BETWEEN needs exactly two values, {low, high}, found \(count)")
             }
             guard case .list(let items) = right.kind else {
                 // After IN, a string asks for a substring (`name IN 'Wilhelmina'`) and a key
@@ -807,9 +809,6 @@ struct FormatParser {
                     throw Failure(position: right.start, reason: "expected a list after \(spelled), \(form) or %@ with an array, found \(right.what)")
                 }
                 return general
-            }
-            if written.op.isBetween && items.count != 2 {
-                throw Failure(position: right.start, reason: "BETWEEN needs exactly two values, {low, high}, found \(items.count)")
             }
             guard options.isEmpty, case .key(let path) = left.kind else { return general }
             return written.op.isBetween ? .between(path, items[0], items[1]) : .oneOf(path, items)

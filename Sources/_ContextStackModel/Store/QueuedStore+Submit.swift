@@ -242,6 +242,9 @@ extension QueuedStore {
     static func capture(_ changes: ChangeSet, into pins: inout [UInt64: PinnedImages],
                         correcting sequence: UInt64? = nil, reader: inout RowReader) throws {
         guard !pins.isEmpty else { return }
+        // The views that take images of this commit: those that hear it as a correction read
+        // its rows as stored instead.
+        func takesImages(_ view: PinnedImages) -> Bool { !(sequence.map { view.hearsCorrections(of: $0) } ?? false) }
         var images: [ObjectID: BeforeImage] = [:]
         var stored: [ObjectID: [Int: Value]] = [:]
         for insert in changes.inserts { images[insert.id] = .absent }
@@ -264,14 +267,12 @@ extension QueuedStore {
         for link in changes.links {
             // Whether it is stored, under the commits queued, is read only for a pair some view
             // takes an image of now.
-            let imagedNow = pins.values.contains { view in
-                view.links[link.key] == nil && !(sequence.map { view.hearsCorrections(of: $0) } ?? false)
-            }
+            let imagedNow = pins.values.contains { $0.links[link.key] == nil && takesImages($0) }
             links[link.key] = (try reader.linkExists(link.key), imagedNow ? try reader.storedLink(underOverlay: link.key) : nil)
         }
         // The keys copied, and each view taken out while it changes: its images are not
         // copied for it.
-        for id in Array(pins.keys) where !(sequence.map { pins[id]!.hearsCorrections(of: $0) } ?? false) {
+        for id in Array(pins.keys) where takesImages(pins[id]!) {
             var view = pins.removeValue(forKey: id)!
             for (objectID, image) in images {
                 // The slots this commit images first for the view.

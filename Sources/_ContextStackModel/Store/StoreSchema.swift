@@ -69,22 +69,32 @@ package struct StoreSchema: Sendable {
         return result
     }
 
-    /// The columns of `table` that take an old column of another name, by the `originalName`
-    /// of their property (`from`: new name to old), and the old columns they take (`away`).
-    /// A column renamed this way goes to the property that names it, even when a new attribute
-    /// is given the old name: that one is a new column. Two properties naming one old column:
-    /// the first declared takes it. A column whose own name is an old column keeps that one.
-    package static func renamedColumns(of table: Table, in family: [ResolvedEntity],
-                                       oldColumns: Set<String>) -> (from: [String: String], away: Set<String>) {
-        var result: (from: [String: String], away: Set<String>) = ([:], [])
-        for column in table.columns where !oldColumns.contains(column.name) {
-            let property = family.lazy.compactMap { $0.property(named: column.name) }.first
-            guard let original = property?.declared.originalName, oldColumns.contains(original),
-                  !result.away.contains(original) else { continue }
-            result.from[column.name] = original
-            result.away.insert(original)
+    /// Which old column each column of `table` takes its values from in a migration, on every
+    /// store. A column whose own name is an old column keeps that one; one that is not takes
+    /// the old column its property names as `originalName`. A renamed column goes to the
+    /// property that names it, even when a new attribute is given the old name: that one is a
+    /// new column. Two properties naming one old column: the first declared takes it.
+    package struct ColumnSources {
+        /// New column name to the old column it is renamed from.
+        package private(set) var renamed: [String: String] = [:]
+        private var renamedAway: Set<String> = []
+        private let oldColumns: Set<String>
+
+        package init(of table: Table, in family: [ResolvedEntity], oldColumns: Set<String>) {
+            self.oldColumns = oldColumns
+            for column in table.columns where !oldColumns.contains(column.name) {
+                let property = family.lazy.compactMap { $0.property(named: column.name) }.first
+                guard let original = property?.declared.originalName, oldColumns.contains(original),
+                      !renamedAway.contains(original) else { continue }
+                renamed[column.name] = original
+                renamedAway.insert(original)
+            }
         }
-        return result
+
+        /// The old column the column `name` takes its values from; `nil` for a new column.
+        package func source(of name: String) -> String? {
+            renamed[name] ?? (oldColumns.contains(name) && !renamedAway.contains(name) ? name : nil)
+        }
     }
 
     /// An index a part wants (`indexes`).
