@@ -372,7 +372,7 @@ import Testing
             try update.commit()
         }
         try await store.stack.flush()
-        let db = try Connection(path: try #require(store.url).path)
+        let db = try store.rawConnection()
         // Row 2: each column holds another storage class than its attribute's; row 3: NULLs.
         try db.execute("""
             UPDATE Sample SET int = 2.5, int64 = '7', double = 7, string = 12, flag = 2.0, date = 'noon',
@@ -408,7 +408,7 @@ import Testing
             _ = try update.create(Sample.self)
             try update.commit()
         }
-        let db = try Connection(path: try #require(store.url).path)
+        let db = try store.rawConnection()
         try db.execute("UPDATE Sample SET decimal = '12.50', flag = 2.0, int = 2.5, string = NULL, mood = 'legacy', level = 7")
         let world = try MainContext(stack: store.stack)
         let read = try #require(try await world.snapshots(Sample.self).first)

@@ -87,10 +87,15 @@ final class TestStore: Sendable {
         return stack
     }
 
-    /// A raw SQLite connection to the file, to check what is really stored.
+    /// A raw SQLite connection to the file, to check what is really stored. It waits, as the
+    /// store's own connections do, when SQLite answers `SQLITE_BUSY`: a reader can get that in
+    /// WAL mode while another connection changes the WAL index, and a writer while the store's
+    /// writer holds the lock.
     func rawConnection() throws -> Connection {
         guard let url else { preconditionFailure("only file stores have a file") }
-        return try Connection(path: url.path)
+        let connection = try Connection(path: url.path)
+        connection.setBusyTimeout(milliseconds: 10_000)
+        return connection
     }
 
     /// What is really written, whatever the kind of store: a raw connection to the file, or
