@@ -102,12 +102,15 @@ struct PostgresMigration {
             try execute("ALTER SEQUENCE \(StoreSchema.sequenceName(ofTableNamed: sourceName).quotedIdentifier) RENAME TO \(StoreSchema.sequenceName(of: table).quotedIdentifier)")
         }
 
-        // Columns: renamed, kept, added; then what is left of the old ones goes. A rename
-        // goes first, so that a new attribute given the old name (`size` renamed `dimension`,
-        // and a new `size`) is a new column, on every store, whatever order they are declared in.
+        // Columns: renamed, kept, added; then what is left of the old ones goes. Renames go
+        // first, so that a new attribute given the old name (`size` renamed `dimension`, and a
+        // new `size`) is a new column, on every store, whatever order they are declared in;
+        // and in `renameOrder`, so that in a chain (`label` to `caption`, `serial` to `label`)
+        // each name is free when a column is renamed to it.
         let sources = StoreSchema.ColumnSources(of: table, in: family, oldColumns: Set(oldColumns.keys))
         var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
-        for column in table.columns.filter({ sources.renamed[$0.name] != nil }) + table.columns.filter({ sources.renamed[$0.name] == nil }) {
+        let byName = Dictionary(table.columns.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        for column in sources.renameOrder.compactMap({ byName[$0] }) + table.columns.filter({ sources.renamed[$0.name] == nil }) {
             let source = sources.source(of: column.name)
             guard let source else {
                 try execute("ALTER TABLE \(table.quotedName) ADD COLUMN \(column.name.quotedIdentifier) \(StoreSchema.postgresType(of: column))")

@@ -62,6 +62,39 @@ import Testing
     var label: String?
 }
 
+/// Two renames chained in one version: `label` becomes `caption`, and `serial` takes the
+/// name `label` (declared first: renamed in place, it must wait for `label` to go).
+@Entity(name: "Gadget") final class GadgetRelabelled: ManagedObject {
+    @Attribute(.indexed, originalName: "serial") var label: String = ""
+    @Attribute(originalName: "label") var caption: String = ""
+    @Attribute(.indexed) var size: Int = 0
+}
+
+/// `GadgetRelabelled` with its original names left in place, and a new `serial`.
+@Entity(name: "Gadget") final class GadgetRelabelledWithSerial: ManagedObject {
+    @Attribute(.indexed, originalName: "serial") var label: String = ""
+    @Attribute(originalName: "label") var caption: String = ""
+    @Attribute(.indexed) var size: Int = 0
+    var serial: String = "none"
+}
+
+/// `GadgetRelabelledWithSerial` and a note: a version after the one that added `serial`.
+@Entity(name: "Gadget") final class GadgetRelabelledAndNoted: ManagedObject {
+    @Attribute(.indexed, originalName: "serial") var label: String = ""
+    @Attribute(originalName: "label") var caption: String = ""
+    @Attribute(.indexed) var size: Int = 0
+    var serial: String = "none"
+    var note: String = ""
+}
+
+/// `serial` and `label` naming each other as original names: not a swap (each stays).
+@Entity(name: "Gadget") final class GadgetSwapped: ManagedObject {
+    @Attribute(.unique, originalName: "label") var serial: String = ""
+    @Attribute(.indexed) var size: Int = 0
+    @Attribute(originalName: "serial") var label: String = "plain"
+    var note: String = ""
+}
+
 /// `serial` changed from String to Int: not inferable.
 @Entity(name: "Gadget") final class GadgetRetyped: ManagedObject {
     var serial: Int = 0
@@ -393,6 +426,40 @@ func storeBytes(_ url: URL) -> [Data?] {
             try openStore([type], at: url).beginUpdateAndWait { update in try update.fetchCount(type, %"dimension" == 7 && %"size" == 0) }
         }
         #expect(try (backwards ? moved(GadgetResizedBackwards.self) : moved(GadgetResized.self)) == 3)
+    }
+
+    /// Renames chained in one version: `label` becomes `caption` while `serial` becomes
+    /// `label`. Each value goes one step along the chain; the new `label` held nothing before.
+    /// The original names, left in place, move nothing again in later versions, though the
+    /// model gains a `serial` once more.
+    @Test func renamesChainedInOneVersionEachTakeTheValuesTheirPropertyNames() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in
+            for index in 0..<3 {
+                let gadget = try update.create(GadgetV1.self)
+                (gadget.serial, gadget.label) = ("S\(index)", "L\(index)")
+            }
+        }
+        func stored<T: ManagedObject>(_ type: T.Type, _ columns: String) throws -> [[Value]] {
+            _ = try openStore([type], at: url)
+            return try Connection(path: url.path).rows("SELECT \(columns) FROM Gadget ORDER BY Z_PK")
+        }
+        let moved = (0..<3).map { [Value.text("S\($0)"), .text("L\($0)")] }
+        #expect(try stored(GadgetRelabelled.self, "label, caption") == moved)
+        #expect(try stored(GadgetRelabelledWithSerial.self, "label, caption, serial") == moved.map { $0 + [.text("none")] })
+        #expect(try stored(GadgetRelabelledAndNoted.self, "label, caption, serial") == moved.map { $0 + [.text("none")] })
+    }
+
+    /// Two attributes naming each other as original names do not swap their values: an
+    /// `originalName` left in place from an earlier rename looks the same (Docs/Stores.md).
+    @Test func attributesNamingEachOtherAsOriginalNamesKeepTheirValues() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in
+            let gadget = try update.create(GadgetV1.self)
+            (gadget.serial, gadget.label) = ("S", "L")
+        }
+        _ = try openStore([GadgetSwapped.self], at: url)
+        #expect(try Connection(path: url.path).rows("SELECT serial, label FROM Gadget") == [[.text("S"), .text("L")]])
     }
 
     @Test func aUniqueConstraintThatStoredRowsViolateFailsAndLeavesTheFile() throws {

@@ -204,6 +204,28 @@ struct PostgresMigrationTests {
         #expect(definitions["Z_Gadget_dimension"]?.hasSuffix("(dimension)") == true, "\(definitions)")
     }
 
+    /// Renames chained in one version (`label` to `caption`, `serial` to `label`) are made in
+    /// place in an order that frees each name before a column takes it, and the index the model
+    /// names for `label` ends up on the column now called `label`.
+    @Test func renamesChainedInOneVersionEachTakeTheValuesTheirPropertyNames() throws {
+        defer { schema.drop() }
+        try write([GadgetV1.self]) { update in
+            for index in 0..<3 {
+                let gadget = try update.create(GadgetV1.self)
+                (gadget.serial, gadget.label) = ("S\(index)", "L\(index)")
+            }
+        }
+        _ = try open([GadgetRelabelled.self])
+        #expect(try connection().allRows("SELECT label, caption FROM \"Gadget\" ORDER BY \"Z_PK\"")
+                == (0..<3).map { [.text("S\($0)"), .text("L\($0)")] })
+        let definition = try connection().allRows("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'Z_Gadget_label'")
+        #expect(definition.first?.first?.stringValue?.hasSuffix("(label)") == true, "\(definition)")
+        _ = try open([GadgetRelabelledWithSerial.self])
+        _ = try open([GadgetRelabelledAndNoted.self])
+        #expect(try connection().allRows("SELECT label, caption, serial FROM \"Gadget\" ORDER BY \"Z_PK\"")
+                == (0..<3).map { [.text("S\($0)"), .text("L\($0)"), .text("none")] })
+    }
+
     /// A migration's statements are not cancelled by the statement timeout, however long they
     /// take (here an `UPDATE` filling defaults, slowed by a trigger); its waits for locks are
     /// bounded by it instead: behind another transaction's lock on the table it fails with

@@ -74,20 +74,43 @@ package struct StoreSchema: Sendable {
     /// the old column its property names as `originalName`. A renamed column goes to the
     /// property that names it, even when a new attribute is given the old name: that one is a
     /// new column. Two properties naming one old column: the first declared takes it.
+    ///
+    /// Renames may chain in one version (`label` renamed `caption` and `serial` renamed
+    /// `label`): a column whose own old column went to another takes the one its property
+    /// names, so the new `label` holds the serials rather than starting empty. A column whose
+    /// own old column stays is never renamed: an `originalName` left on a property after its
+    /// rename (as Core Data advises for `renamingIdentifier`) must not move values again once
+    /// a new attribute takes that name.
     package struct ColumnSources {
         /// New column name to the old column it is renamed from.
         package private(set) var renamed: [String: String] = [:]
+        /// The renamed columns in an order a store can rename them in place: each one's name
+        /// is free (its own old column renamed away) by the time it comes.
+        package private(set) var renameOrder: [String] = []
         private var renamedAway: Set<String> = []
         private let oldColumns: Set<String>
 
         package init(of table: Table, in family: [ResolvedEntity], oldColumns: Set<String>) {
             self.oldColumns = oldColumns
-            for column in table.columns where !oldColumns.contains(column.name) {
+            func original(of column: Table.Column) -> String? {
                 let property = family.lazy.compactMap { $0.property(named: column.name) }.first
-                guard let original = property?.declared.originalName, oldColumns.contains(original),
-                      !renamedAway.contains(original) else { continue }
-                renamed[column.name] = original
-                renamedAway.insert(original)
+                guard let original = property?.declared.originalName, original != column.name,
+                      oldColumns.contains(original), !renamedAway.contains(original) else { return nil }
+                return original
+            }
+            // New names first; then, until nothing changes, old names whose column went away:
+            // each round follows every chain one step further back.
+            var candidates = table.columns.filter { !oldColumns.contains($0.name) }
+            var waiting = table.columns.filter { oldColumns.contains($0.name) }
+            while !candidates.isEmpty {
+                for column in candidates {
+                    guard let original = original(of: column) else { continue }
+                    renamed[column.name] = original
+                    renameOrder.append(column.name)
+                    renamedAway.insert(original)
+                }
+                candidates = waiting.filter { renamedAway.contains($0.name) && renamed[$0.name] == nil }
+                waiting.removeAll { renamedAway.contains($0.name) }
             }
         }
 
