@@ -559,6 +559,40 @@ import Testing
         #expect(try quiet.fetchCount(Person.self, %"age" == 63) == 1)
     }
 
+    /// A view pinned on a batch update and a commit queued behind it shows the commit's age,
+    /// not the batch's, and still does once both are written in one transaction: the batch
+    /// images Monk for the view (as its transaction held him, 63), and the commit, written
+    /// after it, brings the image to what it stored.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aViewShowsTheCommitQueuedBehindABatchOnceTheBatchIsWritten(kind: StoreKind) async throws {
+        let (store, quiet) = try await Self.viewRefusingWrites(kind) { _ in }
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        let other = try ContextStack.Context(stack: store.stack)
+        // A commit first, whose writer waits on the queue: the batch's caller waits for it
+        // rather than writing inline.
+        try quiet.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Knight"
+            try update.commit()
+        }
+        let batchDone = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            _ = try? other.beginUpdateAndWait { update in try update.batchUpdate(Person.self, set: ["age": 1]) }
+            batchDone.signal()
+        }
+        for _ in 0..<60_000 where queued.state.withLock({ $0.queue.count }) < 2 { usleep(1_000) }
+        try quiet.beginUpdateAndWait(Self.monkAged(99))
+        try #require(queued.state.withLock { $0.queue.count } == 3, "the commit is queued behind the batch update")
+        quiet.reset()
+        #expect(try quiet.fetch(Person.self, %"name" == "Monk")?.age == 99, "the view shows the commit, not the batch")
+        queued.writeQueue.resume()
+        batchDone.wait()
+        try await store.stack.flush()
+        #expect(try store.writtenRows("SELECT age FROM \"Person\" WHERE name = 'Monk'") == [[.integer(99)]])
+        #expect(try quiet.fetchCount(Person.self, %"age" == 99) == 1, "the view still shows what it showed")
+    }
+
     /// Of two commits the view showed, in one transaction, the writer saves the first
     /// otherwise than queued (under `.storeTrump`, another process's age for Monk wins) and
     /// the second fails: the view shows the age saved. Before, it showed the first commit's
