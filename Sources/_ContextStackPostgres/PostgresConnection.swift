@@ -144,6 +144,20 @@ package final class PostgresConnection {
 
     /// The server process serving this connection (for `pg_terminate_backend`, and for logs).
     package var backendPID: Int32 { PQbackendPID(handle) }
+    /// When that process started, as `pg_stat_activity.backend_start` reads as text, once a
+    /// user of the connection read it (`readBackendStart`): with the process ID it names this
+    /// session on its server after the connection is gone, where the ID alone may since have
+    /// gone to another process.
+    package private(set) var backendStart: String?
+
+    /// Reads `backendStart`, unless it was read already.
+    package func readBackendStart() throws {
+        guard backendStart == nil else { return }
+        let sql = "SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        var start: String?
+        try query(sql) { row in start = row.value(0).stringValue }
+        backendStart = start ?? ""
+    }
 
     /// Runs one or more statements without parameters, through the simple query protocol
     /// (`BEGIN`, `COMMIT`, DDL, several statements separated by `;`).

@@ -40,6 +40,8 @@ package final class PostgresStore: QueuedStore {
     /// The writer's connection; `nil` until the first write after it broke. Not private: tests
     /// hold its lock to keep commits queued.
     let writer: Locked<PostgresConnection?>
+    /// The session of the writer connection that broke last, until `committedAfterAll` asks.
+    private let brokenWriter = Locked<(pid: Int32, started: String?)?>(nil)
     /// Idle reader connections.
     private let readers = Locked<[PostgresConnection]>([])
     /// The connection key blocks are reserved on; `nil` after it broke.
@@ -430,6 +432,8 @@ package final class PostgresStore: QueuedStore {
                     slot = nil
                     connection = try Self.usable(&slot, settings: settings, tracer: tracer)
                 }
+                // Read once per connection, while it works: `committedAfterAll` names its session.
+                if tracksHistory { try connection.readBackendStart() }
                 // `BEGIN` goes out with the transaction's first statement: no round trip of its own.
                 connection.beginLater(Self.beginWrite)
                 connection.transactionPreamble = patient ? [] : [Self.lockWaitUnderStateLock]
@@ -444,6 +448,7 @@ package final class PostgresStore: QueuedStore {
                 } catch {
                     ringLost(ring)
                     if connection.isBroken {
+                        brokenWriter.withLock { $0 = (connection.backendPID, connection.backendStart) }
                         slot = nil
                     } else if connection.abandonPendingBegin() {
                         // Nothing was sent: there is no transaction to roll back.
@@ -468,6 +473,37 @@ package final class PostgresStore: QueuedStore {
             }
         }
     }
+
+    /// Whether the write transaction that just failed with `error` was committed after all:
+    /// its connection broke (or the server was given up on) once its `COMMIT` may have been
+    /// sent, and the server may have saved it. The session that ran it is ended first, and
+    /// waited for (`pg_terminate_backend`), since until it ends it may still commit; then the
+    /// history rows of `sequences`, the commits the transaction wrote, tell: the transaction
+    /// committed if and only if they are there. `false` when that cannot be known — no
+    /// history is tracked, the server cannot be reached, the session does not end in time —
+    /// and the commits report the error, as they did before this check.
+    package func committedAfterAll(_ sequences: [UInt64], error: any Error) -> Bool {
+        let broken = brokenWriter.withLock { $0.take() }
+        guard tracksHistory, !sequences.isEmpty, (error as? PostgresError)?.code.isConnectionFailure == true,
+              let broken, let started = broken.started else { return false }
+        do {
+            let probe = try Self.connect(settings, tracer: tracer)
+            let session: [Value] = [.integer(Int64(broken.pid)), .text(started)]
+            let find = "FROM pg_stat_activity WHERE pid = ? AND backend_start::text = ?"
+            try probe.query("SELECT pg_terminate_backend(pid, \(Self.sessionEndWait)) \(find)", session) { _ in }
+            guard try probe.scalar("SELECT count(*) \(find)", session) == .integer(0) else { return false }
+            let keys = sequences.map { Value.integer(Int64(bitPattern: $0)) }
+            let placeholders = Array(repeating: "?", count: keys.count).joined(separator: ", ")
+            return try probe.scalar("SELECT count(*) FROM \"Z_HISTORY\" WHERE \"Z_STACK\" = ? AND \"Z_SEQ\" IN (\(placeholders))",
+                                    [.text(instance)] + keys) != .integer(0)
+        } catch {
+            return false
+        }
+    }
+
+    /// How long `committedAfterAll` waits for the broken connection's session to end, in
+    /// milliseconds.
+    static let sessionEndWait = 10_000
 
     /// A write transaction reads committed rows at each statement, whatever the server's
     /// `default_transaction_isolation`: the merge policy applied again to rows just locked,

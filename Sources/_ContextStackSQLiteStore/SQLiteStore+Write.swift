@@ -21,6 +21,9 @@ extension SQLiteStore {
     /// `SQLITE_IOERR`, `RAISE(ROLLBACK)`): a group's `ROLLBACK TO` then fails.
     package var endsTransactionsForStatementErrors: Bool { true }
 
+    /// A failed SQLite transaction is not stored: its `COMMIT` runs in this process.
+    package func committedAfterAll(_ sequences: [UInt64], error: any Error) -> Bool { false }
+
     package func execute(_ sql: String, writer: inout WriterState) throws {
         try writer.connection.execute(sql)
     }

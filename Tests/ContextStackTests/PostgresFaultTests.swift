@@ -12,6 +12,70 @@ import Testing
 /// connections say so with a connection-failure code. Runs on a cluster of its own.
 @Suite(.enabled(if: DedicatedPostgresServer.isAvailable, "needs the PostgreSQL server binaries"))
 struct PostgresFaultTests {
+    /// A commit whose session the server ends while it runs `COMMIT` — an operator's
+    /// `pg_terminate_backend`, a failover — reports what became of it. The writer connects
+    /// again, waits for the old session to be gone, and looks for the commit's history row:
+    /// - ended while a deferred trigger at `COMMIT` sleeps, the transaction is rolled back:
+    ///   the commit reports the connection failure, and nothing of it is stored;
+    /// - ended while its `COMMIT` waits for a synchronous standby that never answers (its
+    ///   transaction committed on the server, as the server's warning says), the commit is
+    ///   saved, and `commit()` returns as for any saved commit. Before, it reported the
+    ///   connection failure: a caller retrying it saved it twice.
+    @Test func aCommitWhoseSessionEndsAtCommitReportsWhetherTheServerSavedIt() throws {
+        let server = try DedicatedPostgresServer()
+        let admin = try PostgresConnection(PostgresSettings(url: server.url))
+        let stack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+        try stack.addPostgresStore(url: server.url.addingServerOption("-csynchronous_commit=on"))
+        let context = try Context(stack: stack, updateTarget: .persistentStore)
+        try admin.execute("""
+            CREATE FUNCTION "linger"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(300); RETURN NULL; END $$;
+            CREATE CONSTRAINT TRIGGER "linger" AFTER INSERT ON "Person" DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW WHEN (NEW.name = 'rolled back') EXECUTE FUNCTION "linger"()
+            """)
+        // Reserves keys (a block of them) before reserving them would wait for the standby.
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "seed"
+            try update.commit()
+        }
+        // Commits wait for a standby named "nobody" in the sessions that ask for it: the stack's.
+        try admin.execute("ALTER SYSTEM SET synchronous_commit = 'local'")
+        try admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        _ = try admin.scalar("SELECT pg_reload_conf()")
+        for _ in 0..<600 where try PostgresConnection(PostgresSettings(url: server.url)).scalar("SHOW synchronous_standby_names") != .text("nobody") {
+            usleep(10_000)
+        }
+
+        /// Commits a person named `name`, ends the writer's session once it waits for
+        /// `waitEvent`, and returns what the commit reported.
+        func commitEndingItsSession(_ name: String, whileItWaitsFor waitEvent: String) throws -> (any Error)? {
+            let outcome = Locked<Result<Void, any Error>?>(nil)
+            DispatchQueue.global().async {
+                let result = Result<Void, any Error> {
+                    try context.beginUpdateAndWait { update in
+                        try update.create(Person.self).name = name
+                        try update.commit()
+                    }
+                }
+                outcome.withLock { $0 = result }
+            }
+            let session = "FROM pg_stat_activity WHERE wait_event = '\(waitEvent)'"
+            for _ in 0..<6_000 where try admin.scalar("SELECT count(*) \(session)") != .integer(1) { usleep(10_000) }
+            let activity = try admin.allRows("SELECT wait_event, state, query FROM pg_stat_activity")
+            try #require(try admin.scalar("SELECT count(*) \(session)") == .integer(1), "the commit never waited for \(waitEvent): \(activity)")
+            _ = try admin.scalar("SELECT pg_terminate_backend(pid, 10000) \(session)")
+            for _ in 0..<6_000 where outcome.withLock({ $0 }) == nil { usleep(10_000) }
+            let result: Result<Void, any Error>? = outcome.withLock { $0 }
+            if case .failure(let error) = try #require(result, "the commit never returned") { return error }
+            return nil
+        }
+
+        let rolledBack = try commitEndingItsSession("rolled back", whileItWaitsFor: "PgSleep")
+        #expect((rolledBack as? PostgresError)?.code.isConnectionFailure == true, "\(String(describing: rolledBack))")
+        let saved = try commitEndingItsSession("saved", whileItWaitsFor: "SyncRep")
+        #expect(saved == nil, "\(String(describing: saved))")
+        #expect(try admin.allRows("SELECT name FROM \"Person\" ORDER BY \"Z_PK\"") == [[.text("seed")], [.text("saved")]])
+    }
+
     @Test func aServerCrashKeepsCommittedSavesAndDropsTheOneInFlight() throws {
         let server = try DedicatedPostgresServer()
         let graph = try Model(Person.self, Pet.self).graph

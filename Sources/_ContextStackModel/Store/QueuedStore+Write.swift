@@ -170,6 +170,19 @@ extension QueuedStore {
                 }
             })
         } catch {
+            // A transaction whose connection broke once its `COMMIT` may have gone out may be
+            // stored after all; the store finds out, and it is then written as recorded.
+            let failedAlone = outcome.failed
+            if committedAfterAll(batch.map(\.sequence).filter { !failedAlone.contains($0) }, error: error) {
+                let written = outcome
+                state.withLock { state in
+                    state.writeEpoch &+= 1
+                    state.removeWritten(upTo: last)
+                    Self.announceWritten(batch, written, in: &state, pinCorrections: &pinCorrections)
+                    Self.settleImages(batch, written, in: &state)
+                }
+                return outcome
+            }
             // The whole transaction failed: nothing of the batch is stored. A commit alone may
             // learn of its statements' errors only at `COMMIT` (a store that sends them
             // without waiting, as PostgreSQL's does): they are its own, and read as such.

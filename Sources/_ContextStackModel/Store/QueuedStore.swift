@@ -79,6 +79,12 @@ package protocol QueuedStore: ObjectStore {
     /// error, `RAISE(ROLLBACK)`), which every commit of the group then gets; otherwise (a
     /// PostgreSQL connection that broke) the group gets the rollback's own error.
     var endsTransactionsForStatementErrors: Bool { get }
+
+    /// Whether the write transaction that just failed with `error`, in which the commits of
+    /// `sequences` were written, was committed after all: a store whose connection can break
+    /// while the server runs `COMMIT` (PostgreSQL) finds out; SQLite's commit is never in
+    /// doubt.
+    func committedAfterAll(_ sequences: [UInt64], error: any Error) -> Bool
 }
 
 // MARK: - Reads whose first statement takes the snapshot
