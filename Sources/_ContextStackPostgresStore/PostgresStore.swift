@@ -40,8 +40,19 @@ package final class PostgresStore: QueuedStore {
     /// The writer's connection; `nil` until the first write after it broke. Not private: tests
     /// hold its lock to keep commits queued.
     let writer: Locked<PostgresConnection?>
-    /// The session of the writer connection that broke last, until `committedAfterAll` asks.
-    private let brokenWriter = Locked<(pid: Int32, started: String?)?>(nil)
+    /// The commits (by sequence) whose history rows the writer's transaction in progress has
+    /// queued, savepoints rolled back or not: what names the transaction should its
+    /// connection break.
+    let historyInTransaction = Locked<[UInt64]>([])
+    /// The sessions of writer connections that broke in a transaction that wrote history, with
+    /// those commits, until `committedAfterAll` asks about them (the last few kept).
+    private let brokenWriters = Locked<[BrokenSession]>([])
+
+    struct BrokenSession {
+        let pid: Int32
+        let started: String
+        let sequences: [UInt64]
+    }
     /// Idle reader connections.
     private let readers = Locked<[PostgresConnection]>([])
     /// The connection key blocks are reserved on; `nil` after it broke.
@@ -433,7 +444,10 @@ package final class PostgresStore: QueuedStore {
                     connection = try Self.usable(&slot, settings: settings, tracer: tracer)
                 }
                 // Read once per connection, while it works: `committedAfterAll` names its session.
-                if tracksHistory { try connection.readBackendStart() }
+                if tracksHistory {
+                    try connection.readBackendStart()
+                    historyInTransaction.withLock { $0.removeAll(keepingCapacity: true) }
+                }
                 // `BEGIN` goes out with the transaction's first statement: no round trip of its own.
                 connection.beginLater(Self.beginWrite)
                 connection.transactionPreamble = patient ? [] : [Self.lockWaitUnderStateLock]
@@ -448,7 +462,13 @@ package final class PostgresStore: QueuedStore {
                 } catch {
                     ringLost(ring)
                     if connection.isBroken {
-                        brokenWriter.withLock { $0 = (connection.backendPID, connection.backendStart) }
+                        if let started = connection.backendStart {
+                            let sequences = historyInTransaction.withLock { $0 }
+                            if !sequences.isEmpty {
+                                let broken = BrokenSession(pid: connection.backendPID, started: started, sequences: sequences)
+                                brokenWriters.withLock { $0 = $0.suffix(Self.brokenSessionsKept - 1) + [broken] }
+                            }
+                        }
                         slot = nil
                     } else if connection.abandonPendingBegin() {
                         // Nothing was sent: there is no transaction to roll back.
@@ -483,12 +503,20 @@ package final class PostgresStore: QueuedStore {
     /// history is tracked, the server cannot be reached, the session does not end in time —
     /// and the commits report the error, as they did before this check.
     package func committedAfterAll(_ sequences: [UInt64], error: any Error) -> Bool {
-        let broken = brokenWriter.withLock { $0.take() }
-        guard tracksHistory, !sequences.isEmpty, (error as? PostgresError)?.code.isConnectionFailure == true,
-              let broken, let started = broken.started else { return false }
+        guard tracksHistory, !sequences.isEmpty, (error as? PostgresError)?.code.isConnectionFailure == true else { return false }
+        // The session that wrote these commits: not the one a later transaction (a doorbell's
+        // ring sent alone) broke, which may have come between.
+        let asked = Set(sequences)
+        let broken = brokenWriters.withLock { sessions -> BrokenSession? in
+            guard let index = sessions.lastIndex(where: { $0.sequences.contains(where: asked.contains) }) else { return nil }
+            return sessions.remove(at: index)
+        }
+        guard let broken else { return false }
         do {
             let probe = try Self.connect(settings, tracer: tracer)
-            let session: [Value] = [.integer(Int64(broken.pid)), .text(started)]
+            // The wait below is `sessionEndWait`, whatever statement timeout the URL sets.
+            try probe.execute("SET statement_timeout = 0")
+            let session: [Value] = [.integer(Int64(broken.pid)), .text(broken.started)]
             let find = "FROM pg_stat_activity WHERE pid = ? AND backend_start::text = ?"
             try probe.query("SELECT pg_terminate_backend(pid, \(Self.sessionEndWait)) \(find)", session) { _ in }
             guard try probe.scalar("SELECT count(*) \(find)", session) == .integer(0) else { return false }
@@ -504,6 +532,9 @@ package final class PostgresStore: QueuedStore {
     /// How long `committedAfterAll` waits for the broken connection's session to end, in
     /// milliseconds.
     static let sessionEndWait = 10_000
+
+    /// How many broken sessions `committedAfterAll` may still be asked about.
+    static let brokenSessionsKept = 4
 
     /// A write transaction reads committed rows at each statement, whatever the server's
     /// `default_transaction_isolation`: the merge policy applied again to rows just locked,

@@ -593,6 +593,46 @@ import Testing
         #expect(try quiet.fetchCount(Person.self, %"age" == 99) == 1, "the view still shows what it showed")
     }
 
+    /// In a group whose transaction fails whole after one of its commits failed alone, that
+    /// commit reports its own error (here the writer's refusal of its row), the others the
+    /// transaction's. Before, every commit of the group reported the transaction's error:
+    /// on PostgreSQL a lost connection, which invites a retry, for a commit that had failed
+    /// for a reason a retry does not mend.
+    @Test @MainActor func aCommitThatFailedAloneKeepsItsErrorWhenItsGroupFailsWhole() async throws {
+        let store = try TestStore(.file)
+        let errors = Locked<[String]>([])
+        store.stack.onError = { error in errors.withLock { $0.append("\(error)") } }
+        let world = try MainContext(stack: store.stack)
+        // Reserves keys now: reserving more would need the writer, which the test holds below.
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "seed"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try store.refuseWrites(ofName: "refused")
+        try store.stack.sqliteStore.writer.withLock { writer in
+            try writer.connection.execute("""
+                CREATE TEMP TRIGGER "roll_back_all" BEFORE INSERT ON main."Person" WHEN NEW.name = 'rolls back'
+                BEGIN SELECT RAISE(ROLLBACK, 'the whole transaction, by the test'); END
+                """)
+        }
+        try store.holdingTheWriter {
+            for name in ["refused", "rolls back"] {
+                try world.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = name
+                    try update.commit()
+                }
+            }
+        }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        let reported = errors.withLock { $0 }
+        #expect(reported.count == 2, "\(reported)")
+        #expect(reported.contains { $0.contains("refused by the test") }, "\(reported)")
+        #expect(reported.contains { $0.contains("the whole transaction, by the test") }, "\(reported)")
+        #expect(try store.writtenScalar("SELECT count(*) FROM Person") == .integer(1))
+    }
+
     /// Of two commits the view showed, in one transaction, the writer saves the first
     /// otherwise than queued (under `.storeTrump`, another process's age for Monk wins) and
     /// the second fails: the view shows the age saved. Before, it showed the first commit's

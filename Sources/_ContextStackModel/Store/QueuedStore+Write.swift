@@ -187,9 +187,14 @@ extension QueuedStore {
             // learn of its statements' errors only at `COMMIT` (a store that sends them
             // without waiting, as PostgreSQL's does): they are its own, and read as such.
             let error = batch.count == 1 ? saveError(error) : error
+            // A commit of the group that had failed alone keeps its own error (a merge
+            // conflict, a duplicate): it is why that commit failed, and it says not to retry
+            // blindly where the transaction's error (a connection lost) would invite it.
+            var own: [UInt64: any Error] = [:]
+            for failure in outcome.failures { own[failure.sequence] = failure.error }
             // Nothing it recorded holds either: a merge it wrote is not one (`finish`).
             outcome = BatchOutcome()
-            outcome.failures = batch.map { ($0.sequence, error, $0.claimed) }
+            outcome.failures = batch.map { ($0.sequence, own[$0.sequence] ?? error, $0.claimed) }
             let failed = outcome
             state.withLock { state in
                 state.removeWritten(upTo: last)
