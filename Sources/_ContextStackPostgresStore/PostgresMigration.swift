@@ -39,14 +39,17 @@ struct PostgresMigration {
     mutating func run() throws {
         var claimed: Set<String> = ["Z_METADATA"]
         let keptIndexes = try dropIndexes()
-        for table in schema.tables {
-            if let source = try migrate(table) { claimed.insert(source) }
+        // Renamed tables first, each once its name is free; then the others.
+        let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter(existingTables.contains))
+        let byName = Dictionary(schema.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        for table in sources.renameOrder.compactMap({ byName[$0] }) + schema.tables.filter({ sources.renamed[$0.name] == nil }) {
+            if let source = try migrate(table, from: sources.source(of: table.name)) { claimed.insert(source) }
             claimed.insert(table.name)
         }
         for join in schema.joinTables {
             claimed.insert(join.name)
             if existingTables.contains(join.name) { continue }
-            if let (previous, swapped) = old.previousName(of: join, in: schema), existingTables.contains(previous), !claimed.contains(previous) {
+            if let (previous, swapped) = old.previousName(of: join, in: schema, tables: sources), existingTables.contains(previous), !claimed.contains(previous) {
                 claimed.insert(previous)
                 try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
                 if swapped {
@@ -80,17 +83,11 @@ struct PostgresMigration {
 
     // MARK: - Tables
 
-    /// Creates or alters `table`; returns the name of the old table it came from.
-    private mutating func migrate(_ table: Table) throws -> String? {
+    /// Creates or alters `table`, from the old table `sourceName` (`RenameSources`); returns
+    /// the name of the old table it came from.
+    private mutating func migrate(_ table: Table, from sourceName: String?) throws -> String? {
         let family = schema.entities.filter { $0.table === table }
         guard let root = family.first(where: { $0.superentity == nil }) else { return nil }
-        let sourceName: String? = if old.tableNames.contains(table.name) && existingTables.contains(table.name) {
-            table.name
-        } else if let original = root.description_.originalName, old.tableNames.contains(original), existingTables.contains(original) {
-            original
-        } else {
-            nil
-        }
         guard let sourceName else {
             try execute(schema.postgresCreateTable(table))
             try execute("CREATE SEQUENCE \(StoreSchema.sequenceName(of: table).quotedIdentifier) AS bigint")
@@ -107,7 +104,7 @@ struct PostgresMigration {
         // new `size`) is a new column, on every store, whatever order they are declared in;
         // and in `renameOrder`, so that in a chain (`label` to `caption`, `serial` to `label`)
         // each name is free when a column is renamed to it.
-        let sources = StoreSchema.ColumnSources(of: table, in: family, oldColumns: Set(oldColumns.keys))
+        let sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
         var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
         let byName = Dictionary(table.columns.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         for column in sources.renameOrder.compactMap({ byName[$0] }) + table.columns.filter({ sources.renamed[$0.name] == nil }) {

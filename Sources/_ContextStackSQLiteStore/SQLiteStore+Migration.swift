@@ -51,15 +51,18 @@ struct Migration {
     /// Runs the migration; the caller holds the write transaction.
     mutating func run() throws {
         var claimed: Set<String> = ["Z_METADATA", "Z_KEYS"]
-        for table in schema.tables {
-            let source = try migrate(table)
+        // Renamed tables first, each once its name is free; then the others.
+        let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter { existingTables[$0] != nil })
+        let byName = Dictionary(schema.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        for table in sources.renameOrder.compactMap({ byName[$0] }) + schema.tables.filter({ sources.renamed[$0.name] == nil }) {
+            let source = try migrate(table, from: sources.source(of: table.name))
             if let source { claimed.insert(source) }
             claimed.insert(table.name)
         }
         for join in schema.joinTables {
             if existingTables[join.name] != nil {
                 claimed.insert(join.name)
-            } else if let (previous, swapped) = old.previousName(of: join, in: schema), existingTables[previous] != nil, !claimed.contains(previous) {
+            } else if let (previous, swapped) = old.previousName(of: join, in: schema, tables: sources), existingTables[previous] != nil, !claimed.contains(previous) {
                 if swapped {
                     // The renamed side now sorts on the other side of the name: it owns the
                     // other column, so the pairs turn around.
@@ -90,17 +93,11 @@ struct Migration {
 
     // MARK: - Tables
 
-    /// Creates, keeps or rebuilds `table`; returns the name of the old table it came from.
-    private mutating func migrate(_ table: Table) throws -> String? {
+    /// Creates, keeps or rebuilds `table` from the old table `sourceName` (`RenameSources`);
+    /// returns the name of the old table it came from.
+    private mutating func migrate(_ table: Table, from sourceName: String?) throws -> String? {
         let family = schema.entities.filter { $0.table === table }
         guard let root = family.first(where: { $0.superentity == nil }) else { return nil }
-        let sourceName: String? = if old.tableNames.contains(table.name) && existingTables[table.name] != nil {
-            table.name
-        } else if let original = root.description_.originalName, old.tableNames.contains(original), existingTables[original] != nil {
-            original
-        } else {
-            nil
-        }
         guard let sourceName else {
             try execute(schema.createTable(table, named: table.quotedName))
             try execute("INSERT OR IGNORE INTO Z_KEYS (name, next) VALUES (\(table.name.quotedLiteral), 1)")
@@ -114,8 +111,8 @@ struct Migration {
         var identity = sourceName == table.name
         var carried: Set<String> = ["Z_PK", "Z_ENT"]
         // A column a property renames goes to that property alone: a new attribute given its
-        // old name starts empty (`StoreSchema.ColumnSources`).
-        let sources = StoreSchema.ColumnSources(of: table, in: family, oldColumns: Set(oldColumns.keys))
+        // old name starts empty (`StoreSchema.RenameSources`).
+        let sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
         for column in table.columns {
             let source = sources.source(of: column.name)
             if let source, let oldType = oldColumns[source], oldType.uppercased() != column.type.uppercased() {

@@ -95,6 +95,56 @@ import Testing
     var note: String = ""
 }
 
+// Entities renamed in one version: in a chain (`Crate` becomes `Box` while `Box` becomes
+// `Carton`), and with a new entity given the old name (`Crate` becomes `Parcel`, and a new
+// `Crate`).
+
+@Entity(name: "Crate") final class CrateV1: ManagedObject {
+    var label: String = ""
+}
+
+@Entity(name: "Box") final class BoxV1: ManagedObject {
+    var label: String = ""
+}
+
+@Entity(name: "Box", originalName: "Crate") final class BoxFromCrate: ManagedObject {
+    var label: String = ""
+}
+
+@Entity(name: "Carton", originalName: "Box") final class CartonFromBox: ManagedObject {
+    var label: String = ""
+}
+
+@Entity(name: "Parcel", originalName: "Crate") final class ParcelFromCrate: ManagedObject {
+    var label: String = ""
+}
+
+@Entity(name: "Crate") final class CrateV2: ManagedObject {
+    var weight: Int = 0
+}
+
+// Two sub-entities gaining an attribute of one name, with different defaults.
+
+@Entity(name: "Staff") class StaffV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Cook") final class CookV1: StaffV1 {}
+
+@Entity(name: "Driver") final class DriverV1: StaffV1 {}
+
+@Entity(name: "Staff") class StaffV2: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Cook") final class CookV2: StaffV2 {
+    var priority: Int = 1
+}
+
+@Entity(name: "Driver") final class DriverV2: StaffV2 {
+    var priority: Int = 5
+}
+
 /// `serial` changed from String to Int: not inferable.
 @Entity(name: "Gadget") final class GadgetRetyped: ManagedObject {
     var serial: Int = 0
@@ -460,6 +510,59 @@ func storeBytes(_ url: URL) -> [Data?] {
         }
         _ = try openStore([GadgetSwapped.self], at: url)
         #expect(try Connection(path: url.path).rows("SELECT serial, label FROM Gadget") == [[.text("S"), .text("L")]])
+    }
+
+    /// Entities renamed in one version take the rows of the table their `originalName` names:
+    /// in a chain (`Crate` to `Box` while `Box` becomes `Carton`) each table's rows go one step
+    /// along it, and a new entity given a renamed one's old name (`Crate` renamed `Parcel`, and
+    /// a new `Crate`) starts empty beside it. Before, both took the one old table, the second
+    /// dropping what the first had made of it, or the migration failed.
+    @Test func entitiesRenamedInOneVersionEachTakeTheRowsTheirOriginalNameNames() throws {
+        defer { cleanUp() }
+        func labels(_ table: String) throws -> [Value] {
+            try Connection(path: url.path).rows("SELECT label FROM \(table) ORDER BY label").map { $0[0] }
+        }
+        func seed() throws {
+            try? FileManager.default.removeItem(at: url)
+            try writeStore([CrateV1.self, BoxV1.self], at: url) { update in
+                try update.create(CrateV1.self).label = "crate"
+                try update.create(BoxV1.self).label = "box"
+            }
+        }
+        try seed()
+        _ = try openStore([BoxFromCrate.self, CartonFromBox.self], at: url)
+        #expect(try labels("Box") == [.text("crate")])
+        #expect(try labels("Carton") == [.text("box")])
+
+        try seed()
+        let reused = try openStore([ParcelFromCrate.self, CrateV2.self, BoxV1.self], at: url)
+        #expect(try labels("Parcel") == [.text("crate")])
+        #expect(try labels("Box") == [.text("box")])
+        try reused.beginUpdateAndWait { update in
+            #expect(try update.fetchCount(CrateV2.self) == 0)
+            try update.create(CrateV2.self).weight = 3
+            try update.create(ParcelFromCrate.self).label = "parcel"
+            try update.commit()
+        }
+        let again = try openStore([ParcelFromCrate.self, CrateV2.self, BoxV1.self], at: url)
+        #expect(try again.beginUpdateAndWait { try $0.fetchCount(CrateV2.self, %"weight" == 3) } == 1)
+        #expect(try labels("Parcel") == [.text("crate"), .text("parcel")])
+    }
+
+    /// Sub-entities that gain an attribute of one name, stored in one column, each give their
+    /// own rows their own default. Before, every row took the first one's.
+    @Test func subEntitiesGainingOneAttributeEachGiveTheirRowsTheirOwnDefault() throws {
+        defer { cleanUp() }
+        try writeStore([StaffV1.self, CookV1.self, DriverV1.self], at: url) { update in
+            try update.create(CookV1.self).name = "cook"
+            try update.create(DriverV1.self).name = "driver"
+        }
+        let context = try openStore([StaffV2.self, CookV2.self, DriverV2.self], at: url)
+        let priorities = try context.beginUpdateAndWait { update in
+            (try update.fetchAll(CookV2.self).map(\.priority), try update.fetchAll(DriverV2.self).map(\.priority))
+        }
+        #expect(priorities.0 == [1])
+        #expect(priorities.1 == [5])
     }
 
     @Test func aUniqueConstraintThatStoredRowsViolateFailsAndLeavesTheFile() throws {

@@ -204,6 +204,31 @@ struct PostgresMigrationTests {
         #expect(definitions["Z_Gadget_dimension"]?.hasSuffix("(dimension)") == true, "\(definitions)")
     }
 
+    /// Entities renamed in one version, beside a new entity given the old name (`Crate` to
+    /// `Parcel`, a new `Crate`), then in a chain (that `Crate` to `Box`, `Box` to `Carton`,
+    /// `Parcel` keeping its table though its `originalName` still says `Crate`): the tables
+    /// are renamed in place in an order that frees each name first, and the new one is made.
+    @Test func entitiesRenamedInOneVersionEachTakeTheRowsTheirOriginalNameNames() throws {
+        defer { schema.drop() }
+        func labels(_ table: String) throws -> [[Value]] {
+            try connection().allRows("SELECT label FROM \"\(table)\" ORDER BY label")
+        }
+        try write([CrateV1.self, BoxV1.self]) { update in
+            try update.create(CrateV1.self).label = "crate"
+            try update.create(BoxV1.self).label = "box"
+        }
+        try write([ParcelFromCrate.self, CrateV2.self, BoxV1.self]) { update in
+            #expect(try update.fetchCount(CrateV2.self) == 0)
+            try update.create(CrateV2.self).weight = 3
+        }
+        #expect(try labels("Parcel") == [[.text("crate")]])
+        #expect(try connection().allRows("SELECT weight FROM \"Crate\"") == [[.integer(3)]])
+        _ = try open([ParcelFromCrate.self, BoxFromCrate.self, CartonFromBox.self])
+        #expect(try labels("Parcel") == [[.text("crate")]])
+        #expect(try labels("Box") == [[.text("")]], "the new Crate's row, which had no label")
+        #expect(try labels("Carton") == [[.text("box")]])
+    }
+
     /// Renames chained in one version (`label` to `caption`, `serial` to `label`) are made in
     /// place in an order that frees each name before a column takes it, and the index the model
     /// names for `label` ends up on the column now called `label`.

@@ -34,11 +34,10 @@ package struct OldSchema {
     /// The old `Z_ENT` code of the entity that became `entity`.
     package func entityCode(of entity: ResolvedEntity) -> Int64? { name(of: entity).flatMap { entityCodes[$0] } }
 
-    /// The old name of the table of `entity`'s hierarchy.
-    package func previousRootName(of entity: ResolvedEntity) -> String {
-        let root = entity.rootDescription
-        if tableNames.contains(root.name) { return root.name }
-        return root.originalName ?? root.name
+    /// The old name of the table of `entity`'s hierarchy, as `tables` gives it; its own name
+    /// for a new one (no old table of that name is found then).
+    package func previousRootName(of entity: ResolvedEntity, tables: StoreSchema.RenameSources) -> String {
+        tables.source(of: entity.table.name) ?? entity.rootDescription.name
     }
 
     /// The name `join` had under the previous model, from its entities' original names, and
@@ -46,12 +45,12 @@ package struct OldSchema {
     ///
     /// Follows the naming of `ModelGraph.buildSchema`: `Z_<root>_<property>`, or both sides
     /// sorted and joined for a many-to-many, the side that sorts first owning `source`.
-    package func previousName(of join: JoinTable, in schema: StoreSchema) -> (name: String, swapped: Bool)? {
+    package func previousName(of join: JoinTable, in schema: StoreSchema, tables: StoreSchema.RenameSources) -> (name: String, swapped: Bool)? {
         for entity in schema.entities {
             for property in entity.properties where property.joinTable === join {
-                let ownSide = "\(previousRootName(of: entity))_\(property.name)"
+                let ownSide = "\(previousRootName(of: entity, tables: tables))_\(property.name)"
                 guard let inverse = property.inverse, let destination = property.destination else { return ("Z_" + ownSide, false) }
-                let otherSide = "\(previousRootName(of: destination))_\(inverse.name)"
+                let otherSide = "\(previousRootName(of: destination, tables: tables))_\(inverse.name)"
                 let wasSource = ownSide <= otherSide
                 return ("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), wasSource != property.isJoinSource)
             }

@@ -69,54 +69,66 @@ package struct StoreSchema: Sendable {
         return result
     }
 
-    /// Which old column each column of `table` takes its values from in a migration, on every
-    /// store. A column whose own name is an old column keeps that one; one that is not takes
-    /// the old column its property names as `originalName`. A renamed column goes to the
-    /// property that names it, even when a new attribute is given the old name: that one is a
-    /// new column. Two properties naming one old column: the first declared takes it.
+    /// Which old column each column, and which old table each table, takes its data from in a
+    /// migration, on every store. A name that is an old one keeps that one; one that is not
+    /// takes the old one its property (for a table, its root entity) names as `originalName`.
+    /// A renamed column or table goes to what names it, even when something new is given the
+    /// old name: that one is new. Two naming one old column or table: the first declared takes it.
     ///
     /// Renames may chain in one version (`label` renamed `caption` and `serial` renamed
-    /// `label`): a column whose own old column went to another takes the one its property
-    /// names, so the new `label` holds the serials rather than starting empty. A column whose
-    /// own old column stays is never renamed: an `originalName` left on a property after its
-    /// rename (as Core Data advises for `renamingIdentifier`) must not move values again once
-    /// a new attribute takes that name.
-    package struct ColumnSources {
-        /// New column name to the old column it is renamed from.
+    /// `label`): a name whose own old column or table went to another takes the one its
+    /// `originalName` names, so the new `label` holds the serials rather than starting empty.
+    /// A name whose own old column or table stays is never renamed: an `originalName` left in
+    /// place after its rename (as Core Data advises for `renamingIdentifier`) must not move data
+    /// again once something new takes that name.
+    package struct RenameSources {
+        /// New name to the old one it is renamed from.
         package private(set) var renamed: [String: String] = [:]
-        /// The renamed columns in an order a store can rename them in place: each one's name
-        /// is free (its own old column renamed away) by the time it comes.
+        /// The renamed names in an order a store can rename them in place: each one is free
+        /// (its own old column or table renamed away) by the time it comes.
         package private(set) var renameOrder: [String] = []
         private var renamedAway: Set<String> = []
-        private let oldColumns: Set<String>
+        private let old: Set<String>
 
-        package init(of table: Table, in family: [ResolvedEntity], oldColumns: Set<String>) {
-            self.oldColumns = oldColumns
-            func original(of column: Table.Column) -> String? {
-                let property = family.lazy.compactMap { $0.property(named: column.name) }.first
-                guard let original = property?.declared.originalName, original != column.name,
-                      oldColumns.contains(original), !renamedAway.contains(original) else { return nil }
-                return original
-            }
-            // New names first; then, until nothing changes, old names whose column went away:
+        /// The sources of `names`, in declaration order, among `old`; `originalName` gives each
+        /// one's declared original name.
+        package init(names: [String], old: Set<String>, originalName: (String) -> String?) {
+            self.old = old
+            // New names first; then, until nothing changes, old names whose own went away:
             // each round follows every chain one step further back.
-            var candidates = table.columns.filter { !oldColumns.contains($0.name) }
-            var waiting = table.columns.filter { oldColumns.contains($0.name) }
+            var candidates = names.filter { !old.contains($0) }
+            var waiting = names.filter { old.contains($0) }
             while !candidates.isEmpty {
-                for column in candidates {
-                    guard let original = original(of: column) else { continue }
-                    renamed[column.name] = original
-                    renameOrder.append(column.name)
+                for name in candidates {
+                    guard let original = originalName(name), original != name, old.contains(original),
+                          !renamedAway.contains(original) else { continue }
+                    renamed[name] = original
+                    renameOrder.append(name)
                     renamedAway.insert(original)
                 }
-                candidates = waiting.filter { renamedAway.contains($0.name) && renamed[$0.name] == nil }
-                waiting.removeAll { renamedAway.contains($0.name) }
+                candidates = waiting.filter { renamedAway.contains($0) && renamed[$0] == nil }
+                waiting.removeAll { renamedAway.contains($0) }
             }
         }
 
-        /// The old column the column `name` takes its values from; `nil` for a new column.
+        /// The columns of `table`, whose properties are `family`'s, among `oldColumns`.
+        package init(columnsOf table: Table, in family: [ResolvedEntity], oldColumns: Set<String>) {
+            self.init(names: table.columns.map(\.name), old: oldColumns) { name in
+                family.lazy.compactMap { $0.property(named: name) }.first?.declared.originalName
+            }
+        }
+
+        /// The tables of `schema`'s entity hierarchies, among `oldTables` (the old model's that
+        /// the database has).
+        package init(tablesOf schema: StoreSchema, oldTables: Set<String>) {
+            self.init(names: schema.tables.map(\.name), old: oldTables) { name in
+                schema.entities.first { $0.table?.name == name && $0.superentity == nil }?.description_.originalName
+            }
+        }
+
+        /// The old name `name` takes its data from; `nil` for something new.
         package func source(of name: String) -> String? {
-            renamed[name] ?? (oldColumns.contains(name) && !renamedAway.contains(name) ? name : nil)
+            renamed[name] ?? (old.contains(name) && !renamedAway.contains(name) ? name : nil)
         }
     }
 
@@ -140,14 +152,24 @@ package struct StoreSchema: Sendable {
                     guard let property = entity.property(named: column.name) else { return false }
                     return property.isAttribute && !property.isOptional
                 }
-                guard let property = holders.first?.property(named: column.name) else { continue }
-                let value = holders.first!.defaults[property.slot]
-                if value == .null { continue }
-                var sql = "UPDATE \(table.quotedName) SET \(column.name.quotedIdentifier) = ? WHERE \(column.name.quotedIdentifier) IS NULL"
-                if table.hasEntityColumn && holders.count < family.count {
-                    sql += " AND \"Z_ENT\" IN (\(holders.map { String($0.entityCode) }.joined(separator: ", ")))"
+                // Sub-entities sharing the column may give it different defaults: one fill each.
+                var byDefault: [(value: Value, entities: [ResolvedEntity])] = []
+                for holder in holders {
+                    let value = holder.defaults[holder.property(named: column.name)!.slot]
+                    if value == .null { continue }
+                    if let index = byDefault.firstIndex(where: { $0.value == value }) {
+                        byDefault[index].entities.append(holder)
+                    } else {
+                        byDefault.append((value, [holder]))
+                    }
                 }
-                fills.append((sql, value))
+                for (value, entities) in byDefault {
+                    var sql = "UPDATE \(table.quotedName) SET \(column.name.quotedIdentifier) = ? WHERE \(column.name.quotedIdentifier) IS NULL"
+                    if table.hasEntityColumn && entities.count < family.count {
+                        sql += " AND \"Z_ENT\" IN (\(entities.map { String($0.entityCode) }.joined(separator: ", ")))"
+                    }
+                    fills.append((sql, value))
+                }
             }
         }
         return fills
