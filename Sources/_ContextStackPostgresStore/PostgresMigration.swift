@@ -46,21 +46,24 @@ struct PostgresMigration {
             if let source = try migrate(table, from: sources.source(of: table.name)) { claimed.insert(source) }
             claimed.insert(table.name)
         }
-        for join in schema.joinTables {
+        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter(existingTables.contains),
+                                              tables: sources, old: old)
+        let joinsByName = Dictionary(schema.joinTables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        for join in joins.renameOrder.compactMap({ joinsByName[$0] }) + schema.joinTables.filter({ joins.renamed[$0.name] == nil }) {
             claimed.insert(join.name)
-            if existingTables.contains(join.name) { continue }
-            if let (previous, swapped) = old.previousName(of: join, in: schema, tables: sources), existingTables.contains(previous), !claimed.contains(previous) {
-                claimed.insert(previous)
-                try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
-                if swapped {
-                    // The renamed side now sorts on the other side of the name: it owns the
-                    // other column, so the pairs turn around.
-                    try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN source TO z_swapping")
-                    try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN target TO source")
-                    try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN z_swapping TO target")
-                }
-            } else {
+            guard let previous = joins.source(of: join.name) else {
                 try execute(StoreSchema.postgresCreateJoinTable(join))
+                continue
+            }
+            claimed.insert(previous)
+            guard previous != join.name else { continue }
+            try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
+            if old.previousName(of: join, in: schema, tables: sources)?.swapped == true {
+                // The renamed side now sorts on the other side of the name: it owns the
+                // other column, so the pairs turn around.
+                try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN source TO z_swapping")
+                try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN target TO source")
+                try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN z_swapping TO target")
             }
         }
         // Tables of the old model that nothing claims belonged to removed entities or
@@ -214,26 +217,29 @@ struct PostgresMigration {
         return kept
     }
 
-    /// Drops those of the indexes `dropIndexes` kept that now index other columns than the
-    /// model wants: an index follows its column when the column is renamed, so renaming an
-    /// indexed attribute and giving its old name to a new indexed one left the new one's index
-    /// on the renamed column. `createIndexes` makes them again, on the columns wanted.
+    /// Drops those of the indexes `dropIndexes` kept that now index other columns, or another
+    /// table, than the model wants: an index follows its column when the column is renamed,
+    /// and its table when the table is — renaming an indexed attribute (or an entity) and
+    /// giving its old name to a new one left the new one's index on the renamed column (or
+    /// table), and the new one without. `createIndexes` makes them again where wanted.
     private func dropIndexesOnOtherColumns(_ kept: [String]) throws {
         guard !kept.isEmpty else { return }
-        let wanted = Dictionary(schema.indexes.map { ($0.name, $0.columns) }, uniquingKeysWith: { first, _ in first })
-        var columns: [String: [String]] = [:]
+        let wanted = Dictionary(schema.indexes.map { ($0.name, [$0.table] + $0.columns) }, uniquingKeysWith: { first, _ in first })
+        var found: [String: [String]] = [:]
         try connection.query("""
-            SELECT i.relname, a.attname FROM pg_index x
-            JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_namespace n ON n.oid = i.relnamespace
+            SELECT i.relname, t.relname, a.attname FROM pg_index x
+            JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+            JOIN pg_namespace n ON n.oid = i.relnamespace
             CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, position)
             JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
             WHERE n.nspname = current_schema() AND i.relname = ANY(string_to_array(?, ','))
             ORDER BY i.relname, k.position
             """, [.text(kept.sorted().joined(separator: ","))]) { row in
-            guard let index = row.value(0).stringValue, let column = row.value(1).stringValue else { return }
-            columns[index, default: []].append(column)
+            guard let index = row.value(0).stringValue, let table = row.value(1).stringValue,
+                  let column = row.value(2).stringValue else { return }
+            found[index, default: [table]].append(column)
         }
-        for name in kept.sorted() where columns[name] != wanted[name] { try execute("DROP INDEX IF EXISTS \(name.quotedIdentifier)") }
+        for name in kept.sorted() where found[name] != wanted[name] { try execute("DROP INDEX IF EXISTS \(name.quotedIdentifier)") }
     }
 
     /// Creates every index the model wants that the schema lacks (one dropped above, one a

@@ -59,24 +59,25 @@ struct Migration {
             if let source { claimed.insert(source) }
             claimed.insert(table.name)
         }
-        for join in schema.joinTables {
-            if existingTables[join.name] != nil {
-                claimed.insert(join.name)
-            } else if let (previous, swapped) = old.previousName(of: join, in: schema, tables: sources), existingTables[previous] != nil, !claimed.contains(previous) {
-                if swapped {
-                    // The renamed side now sorts on the other side of the name: it owns the
-                    // other column, so the pairs turn around.
-                    try execute(schema.createJoinTable(named: join.quotedName))
-                    try execute("INSERT INTO \(join.quotedName) (source, target) SELECT target, source FROM \(previous.quotedIdentifier)")
-                    try execute("DROP TABLE \(previous.quotedIdentifier)")
-                } else {
-                    try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
-                }
-                claimed.insert(previous)
-                claimed.insert(join.name)
-            } else {
+        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter { existingTables[$0] != nil },
+                                              tables: sources, old: old)
+        let joinsByName = Dictionary(schema.joinTables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        for join in joins.renameOrder.compactMap({ joinsByName[$0] }) + schema.joinTables.filter({ joins.renamed[$0.name] == nil }) {
+            claimed.insert(join.name)
+            guard let previous = joins.source(of: join.name) else {
                 try execute(schema.createJoinTable(named: join.quotedName))
-                claimed.insert(join.name)
+                continue
+            }
+            claimed.insert(previous)
+            guard previous != join.name else { continue }
+            if old.previousName(of: join, in: schema, tables: sources)?.swapped == true {
+                // The renamed side now sorts on the other side of the name: it owns the
+                // other column, so the pairs turn around.
+                try execute(schema.createJoinTable(named: join.quotedName))
+                try execute("INSERT INTO \(join.quotedName) (source, target) SELECT target, source FROM \(previous.quotedIdentifier)")
+                try execute("DROP TABLE \(previous.quotedIdentifier)")
+            } else {
+                try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
             }
         }
         // Tables of the old model that nothing claims belonged to removed entities or

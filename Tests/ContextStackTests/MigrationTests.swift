@@ -100,27 +100,33 @@ import Testing
 // `Crate`).
 
 @Entity(name: "Crate") final class CrateV1: ManagedObject {
-    var label: String = ""
+    @Attribute(.indexed) var label: String = ""
+    @Relationship var bins: Set<Bin>
 }
 
 @Entity(name: "Box") final class BoxV1: ManagedObject {
-    var label: String = ""
+    @Attribute(.indexed) var label: String = ""
+    @Relationship var bins: Set<Bin>
 }
 
 @Entity(name: "Box", originalName: "Crate") final class BoxFromCrate: ManagedObject {
-    var label: String = ""
+    @Attribute(.indexed) var label: String = ""
+    @Relationship var bins: Set<Bin>
 }
 
 @Entity(name: "Carton", originalName: "Box") final class CartonFromBox: ManagedObject {
-    var label: String = ""
+    @Attribute(.indexed) var label: String = ""
+    @Relationship var bins: Set<Bin>
 }
 
 @Entity(name: "Parcel", originalName: "Crate") final class ParcelFromCrate: ManagedObject {
-    var label: String = ""
+    @Attribute(.indexed) var label: String = ""
+    @Relationship var bins: Set<Bin>
 }
 
 @Entity(name: "Crate") final class CrateV2: ManagedObject {
     var weight: Int = 0
+    @Relationship var bins: Set<Bin>
 }
 
 // Two sub-entities gaining an attribute of one name, with different defaults.
@@ -522,36 +528,54 @@ func storeBytes(_ url: URL) -> [Data?] {
         func labels(_ table: String) throws -> [Value] {
             try Connection(path: url.path).rows("SELECT label FROM \(table) ORDER BY label").map { $0[0] }
         }
+        /// The labels of the bins of each row of `table`, by the row's label.
+        func bins(_ table: String) throws -> [[Value]] {
+            try Connection(path: url.path).rows("""
+                SELECT t.label, b.label FROM \(table) t JOIN Z_\(table)_bins j ON j.source = t.Z_PK JOIN Bin b ON b.Z_PK = j.target ORDER BY 1, 2
+                """)
+        }
         func seed() throws {
             try? FileManager.default.removeItem(at: url)
-            try writeStore([CrateV1.self, BoxV1.self], at: url) { update in
-                try update.create(CrateV1.self).label = "crate"
-                try update.create(BoxV1.self).label = "box"
+            try writeStore([CrateV1.self, BoxV1.self, Bin.self], at: url) { update in
+                let crate = try update.create(CrateV1.self)
+                crate.label = "crate"
+                let bin = try update.create(Bin.self)
+                bin.label = "crate's"
+                crate.bins = [bin]
+                let box = try update.create(BoxV1.self)
+                box.label = "box"
+                let other = try update.create(Bin.self)
+                other.label = "box's"
+                box.bins = [other]
             }
         }
         try seed()
-        _ = try openStore([BoxFromCrate.self, CartonFromBox.self], at: url)
+        _ = try openStore([BoxFromCrate.self, CartonFromBox.self, Bin.self], at: url)
         #expect(try labels("Box") == [.text("crate")])
         #expect(try labels("Carton") == [.text("box")])
+        #expect(try bins("Box") == [[.text("crate"), .text("crate's")]], "the crates' pairs went with them")
+        #expect(try bins("Carton") == [[.text("box"), .text("box's")]])
 
         try seed()
-        let reused = try openStore([ParcelFromCrate.self, CrateV2.self, BoxV1.self], at: url)
+        let reused = try openStore([ParcelFromCrate.self, CrateV2.self, BoxV1.self, Bin.self], at: url)
         #expect(try labels("Parcel") == [.text("crate")])
         #expect(try labels("Box") == [.text("box")])
+        #expect(try bins("Parcel") == [[.text("crate"), .text("crate's")]])
+        #expect(try Connection(path: url.path).scalar("SELECT count(*) FROM Z_Crate_bins") == .integer(0), "the new Crate has no pairs")
         try reused.beginUpdateAndWait { update in
             #expect(try update.fetchCount(CrateV2.self) == 0)
             try update.create(CrateV2.self).weight = 3
             try update.create(ParcelFromCrate.self).label = "parcel"
             try update.commit()
         }
-        let again = try openStore([ParcelFromCrate.self, CrateV2.self, BoxV1.self], at: url)
+        let again = try openStore([ParcelFromCrate.self, CrateV2.self, BoxV1.self, Bin.self], at: url)
         #expect(try again.beginUpdateAndWait { try $0.fetchCount(CrateV2.self, %"weight" == 3) } == 1)
         #expect(try labels("Parcel") == [.text("crate"), .text("parcel")])
 
         // Renamed to the name of an entity the version removes: that one's table is kept,
         // as an originalName left in place would be (Docs/Stores.md).
         try seed()
-        _ = try openStore([BoxFromCrate.self], at: url)
+        _ = try openStore([BoxFromCrate.self, Bin.self], at: url)
         #expect(try labels("Box") == [.text("box")])
     }
 

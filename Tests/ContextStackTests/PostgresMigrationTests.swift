@@ -213,20 +213,31 @@ struct PostgresMigrationTests {
         func labels(_ table: String) throws -> [[Value]] {
             try connection().allRows("SELECT label FROM \"\(table)\" ORDER BY label")
         }
-        try write([CrateV1.self, BoxV1.self]) { update in
+        try write([CrateV1.self, BoxV1.self, Bin.self]) { update in
             try update.create(CrateV1.self).label = "crate"
             try update.create(BoxV1.self).label = "box"
+            let bin = try update.create(Bin.self)
+            bin.label = "box's"
+            try #require(try update.fetch(BoxV1.self)).bins = [bin]
         }
-        try write([ParcelFromCrate.self, CrateV2.self, BoxV1.self]) { update in
+        try write([ParcelFromCrate.self, CrateV2.self, BoxV1.self, Bin.self]) { update in
             #expect(try update.fetchCount(CrateV2.self) == 0)
             try update.create(CrateV2.self).weight = 3
         }
         #expect(try labels("Parcel") == [[.text("crate")]])
         #expect(try connection().allRows("SELECT weight FROM \"Crate\"") == [[.integer(3)]])
-        _ = try open([ParcelFromCrate.self, BoxFromCrate.self, CartonFromBox.self])
+        _ = try open([ParcelFromCrate.self, BoxFromCrate.self, CartonFromBox.self, Bin.self])
         #expect(try labels("Parcel") == [[.text("crate")]])
         #expect(try labels("Box") == [[.text("")]], "the new Crate's row, which had no label")
         #expect(try labels("Carton") == [[.text("box")]])
+        #expect(try connection().allRows("""
+            SELECT t.label, b.label FROM "Carton" t JOIN "Z_Carton_bins" j ON j.source = t."Z_PK" JOIN "Bin" b ON b."Z_PK" = j.target
+            """) == [[.text("box"), .text("box's")]], "the boxes' pairs went with them")
+        #expect(try connection().scalar("SELECT count(*) FROM \"Z_Box_bins\"") == .integer(0))
+        let indexes = try connection().allRows("""
+            SELECT tablename, indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename IN ('Box', 'Carton') AND indexname LIKE '%label' ORDER BY 1, 2
+            """)
+        #expect(indexes == [[.text("Box"), .text("Z_Box_label")], [.text("Carton"), .text("Z_Carton_label")]], "each table has the index on its own label")
     }
 
     /// Renames chained in one version (`label` to `caption`, `serial` to `label`) are made in

@@ -34,23 +34,26 @@ package struct OldSchema {
     /// The old `Z_ENT` code of the entity that became `entity`.
     package func entityCode(of entity: ResolvedEntity) -> Int64? { name(of: entity).flatMap { entityCodes[$0] } }
 
-    /// The old name of the table of `entity`'s hierarchy, as `tables` gives it; its own name
-    /// for a new one (no old table of that name is found then).
-    package func previousRootName(of entity: ResolvedEntity, tables: StoreSchema.RenameSources) -> String {
-        tables.source(of: entity.table.name) ?? entity.rootDescription.name
+    /// The old name of the table of `entity`'s hierarchy, as `tables` gives it; `nil` for a
+    /// new one.
+    package func previousRootName(of entity: ResolvedEntity, tables: StoreSchema.RenameSources) -> String? {
+        tables.source(of: entity.table.name)
     }
 
-    /// The name `join` had under the previous model, from its entities' original names, and
-    /// whether its `source` and `target` columns have changed places since.
+    /// The name `join` had under the previous model, from the old tables of its entities'
+    /// hierarchies (`tables`), and whether its `source` and `target` columns have changed
+    /// places since; `nil` when one of them is new.
     ///
     /// Follows the naming of `ModelGraph.buildSchema`: `Z_<root>_<property>`, or both sides
     /// sorted and joined for a many-to-many, the side that sorts first owning `source`.
     package func previousName(of join: JoinTable, in schema: StoreSchema, tables: StoreSchema.RenameSources) -> (name: String, swapped: Bool)? {
         for entity in schema.entities {
             for property in entity.properties where property.joinTable === join {
-                let ownSide = "\(previousRootName(of: entity, tables: tables))_\(property.name)"
+                guard let ownRoot = previousRootName(of: entity, tables: tables) else { return nil }
+                let ownSide = "\(ownRoot)_\(property.name)"
                 guard let inverse = property.inverse, let destination = property.destination else { return ("Z_" + ownSide, false) }
-                let otherSide = "\(previousRootName(of: destination, tables: tables))_\(inverse.name)"
+                guard let otherRoot = previousRootName(of: destination, tables: tables) else { return nil }
+                let otherSide = "\(otherRoot)_\(inverse.name)"
                 let wasSource = ownSide <= otherSide
                 return ("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), wasSource != property.isJoinSource)
             }

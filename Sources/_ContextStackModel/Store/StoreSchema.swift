@@ -73,7 +73,8 @@ package struct StoreSchema: Sendable {
     /// migration, on every store. A name that is an old one keeps that one; one that is not
     /// takes the old one its property (for a table, its root entity) names as `originalName`.
     /// A renamed column or table goes to what names it, even when something new is given the
-    /// old name: that one is new. Two naming one old column or table: the first declared takes it.
+    /// old name: that one is new. Two new names naming one old column or table: the first
+    /// declared takes it (a new name before a chained one, whatever their order).
     ///
     /// Renames may chain in one version (`label` renamed `caption` and `serial` renamed
     /// `label`): a name whose own old column or table went to another takes the one its
@@ -123,6 +124,16 @@ package struct StoreSchema: Sendable {
         package init(tablesOf schema: StoreSchema, oldTables: Set<String>) {
             self.init(names: schema.tables.map(\.name), old: oldTables) { name in
                 schema.entities.first { $0.table?.name == name && $0.superentity == nil }?.description_.originalName
+            }
+        }
+
+        /// The join tables of `schema`, among `oldJoins` (the old model's that the database
+        /// has), each renamed from the name `old` gives it after the entity tables' renames
+        /// (`tables`): a new entity given an old one's name does not take that one's pairs.
+        package init(joinsOf schema: StoreSchema, oldJoins: Set<String>, tables: RenameSources, old: OldSchema) {
+            let joins = Dictionary(schema.joinTables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+            self.init(names: schema.joinTables.map(\.name), old: oldJoins) { name in
+                joins[name].flatMap { old.previousName(of: $0, in: schema, tables: tables)?.name }
             }
         }
 
