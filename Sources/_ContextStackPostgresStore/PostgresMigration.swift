@@ -41,15 +41,13 @@ struct PostgresMigration {
         let keptIndexes = try dropIndexes()
         // Renamed tables first, each once its name is free; then the others.
         let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter(existingTables.contains))
-        let byName = Dictionary(schema.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        for table in sources.renameOrder.compactMap({ byName[$0] }) + schema.tables.filter({ sources.renamed[$0.name] == nil }) {
+        for table in sources.inRenameOrder(schema.tables, name: \.name) {
             if let source = try migrate(table, from: sources.source(of: table.name)) { claimed.insert(source) }
             claimed.insert(table.name)
         }
         let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter(existingTables.contains),
                                               tables: sources, old: old)
-        let joinsByName = Dictionary(schema.joinTables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        for join in joins.renameOrder.compactMap({ joinsByName[$0] }) + schema.joinTables.filter({ joins.renamed[$0.name] == nil }) {
+        for join in joins.inRenameOrder(schema.joinTables, name: \.name) {
             claimed.insert(join.name)
             guard let previous = joins.source(of: join.name) else {
                 try execute(StoreSchema.postgresCreateJoinTable(join))
@@ -109,8 +107,7 @@ struct PostgresMigration {
         // each name is free when a column is renamed to it.
         let sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
         var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
-        let byName = Dictionary(table.columns.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        for column in sources.renameOrder.compactMap({ byName[$0] }) + table.columns.filter({ sources.renamed[$0.name] == nil }) {
+        for column in sources.inRenameOrder(table.columns, name: \.name) {
             let source = sources.source(of: column.name)
             guard let source else {
                 try execute("ALTER TABLE \(table.quotedName) ADD COLUMN \(column.name.quotedIdentifier) \(StoreSchema.postgresType(of: column))")

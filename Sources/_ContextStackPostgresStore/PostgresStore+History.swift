@@ -60,7 +60,6 @@ extension PostgresStore {
     /// token is the server's (the transaction's ID), so a local commit learns none.
     package func writeHistory(_ changes: [HistoryChange], info: CommitInfo, sequence: UInt64, writer: inout PostgresConnection) throws -> HistoryToken? {
         guard tracksHistory else { return nil }
-        historyInTransaction.withLock { $0.append(sequence) }
         try writer.enqueue(Self.historyInsert,
                            [.integer(Int64(bitPattern: sequence)), .double(Date().timeIntervalSince1970), info.author.map(Value.text) ?? .null,
                             .integer(Int64(bitPattern: info.origin)), .text(instance), .blob(HistoryEncoding.encode(changes))])

@@ -40,19 +40,11 @@ package final class PostgresStore: QueuedStore {
     /// The writer's connection; `nil` until the first write after it broke. Not private: tests
     /// hold its lock to keep commits queued.
     let writer: Locked<PostgresConnection?>
-    /// The commits (by sequence) whose history rows the writer's transaction in progress has
-    /// queued, savepoints rolled back or not: what names the transaction should its
-    /// connection break.
-    let historyInTransaction = Locked<[UInt64]>([])
-    /// The sessions of writer connections that broke in a transaction that wrote history, with
-    /// those commits, until `committedAfterAll` asks about them (the last few kept).
-    private let brokenWriters = Locked<[BrokenSession]>([])
-
-    struct BrokenSession {
-        let pid: Int32
-        let started: String
-        let sequences: [UInt64]
-    }
+    /// The session of the writer connection that broke under a transaction that wrote history
+    /// and reached its `COMMIT` — the one `QueuedStore.write` asks `committedAfterAll` about
+    /// next, on the same thread. A doorbell's ring sent alone, which writes no history, never
+    /// sets it, so one breaking in between cannot stand in for it.
+    private let brokenWriter = Locked<(pid: Int32, started: String)?>(nil)
     /// Idle reader connections.
     private let readers = Locked<[PostgresConnection]>([])
     /// The connection key blocks are reserved on; `nil` after it broke.
@@ -444,10 +436,7 @@ package final class PostgresStore: QueuedStore {
                     connection = try Self.usable(&slot, settings: settings, tracer: tracer)
                 }
                 // Read once per connection, while it works: `committedAfterAll` names its session.
-                if tracksHistory {
-                    try connection.readBackendStart()
-                    historyInTransaction.withLock { $0.removeAll(keepingCapacity: true) }
-                }
+                if tracksHistory { try connection.readBackendStart() }
                 // `BEGIN` goes out with the transaction's first statement: no round trip of its own.
                 connection.beginLater(Self.beginWrite)
                 connection.transactionPreamble = patient ? [] : [Self.lockWaitUnderStateLock]
@@ -462,12 +451,9 @@ package final class PostgresStore: QueuedStore {
                 } catch {
                     ringLost(ring)
                     if connection.isBroken {
-                        if let started = connection.backendStart {
-                            let sequences = historyInTransaction.withLock { $0 }
-                            if !sequences.isEmpty {
-                                let broken = BrokenSession(pid: connection.backendPID, started: started, sequences: sequences)
-                                brokenWriters.withLock { $0 = $0.suffix(Self.brokenSessionsKept - 1) + [broken] }
-                            }
+                        // `ring` is set once the transaction's history is queued, before `COMMIT`.
+                        if ring != nil, let started = connection.backendStart, !started.isEmpty {
+                            brokenWriter.withLock { $0 = (connection.backendPID, started) }
                         }
                         slot = nil
                     } else if connection.abandonPendingBegin() {
@@ -503,15 +489,9 @@ package final class PostgresStore: QueuedStore {
     /// history is tracked, the server cannot be reached, the session does not end in time —
     /// and the commits report the error, as they did before this check.
     package func committedAfterAll(_ sequences: [UInt64], error: any Error) -> Bool {
-        guard tracksHistory, !sequences.isEmpty, (error as? PostgresError)?.code.isConnectionFailure == true else { return false }
-        // The session that wrote these commits: not the one a later transaction (a doorbell's
-        // ring sent alone) broke, which may have come between.
-        let asked = Set(sequences)
-        let broken = brokenWriters.withLock { sessions -> BrokenSession? in
-            guard let index = sessions.lastIndex(where: { $0.sequences.contains(where: asked.contains) }) else { return nil }
-            return sessions.remove(at: index)
-        }
-        guard let broken else { return false }
+        let broken = brokenWriter.withLock { $0.take() }
+        guard let broken, tracksHistory, !sequences.isEmpty,
+              (error as? PostgresError)?.code.isConnectionFailure == true else { return false }
         do {
             let probe = try Self.connect(settings, tracer: tracer)
             // The wait below is `sessionEndWait`, whatever statement timeout the URL sets.
@@ -532,9 +512,6 @@ package final class PostgresStore: QueuedStore {
     /// How long `committedAfterAll` waits for the broken connection's session to end, in
     /// milliseconds.
     static let sessionEndWait = 10_000
-
-    /// How many broken sessions `committedAfterAll` may still be asked about.
-    static let brokenSessionsKept = 4
 
     /// A write transaction reads committed rows at each statement, whatever the server's
     /// `default_transaction_isolation`: the merge policy applied again to rows just locked,

@@ -53,16 +53,14 @@ struct Migration {
         var claimed: Set<String> = ["Z_METADATA", "Z_KEYS"]
         // Renamed tables first, each once its name is free; then the others.
         let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter { existingTables[$0] != nil })
-        let byName = Dictionary(schema.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        for table in sources.renameOrder.compactMap({ byName[$0] }) + schema.tables.filter({ sources.renamed[$0.name] == nil }) {
+        for table in sources.inRenameOrder(schema.tables, name: \.name) {
             let source = try migrate(table, from: sources.source(of: table.name))
             if let source { claimed.insert(source) }
             claimed.insert(table.name)
         }
         let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter { existingTables[$0] != nil },
                                               tables: sources, old: old)
-        let joinsByName = Dictionary(schema.joinTables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        for join in joins.renameOrder.compactMap({ joinsByName[$0] }) + schema.joinTables.filter({ joins.renamed[$0.name] == nil }) {
+        for join in joins.inRenameOrder(schema.joinTables, name: \.name) {
             claimed.insert(join.name)
             guard let previous = joins.source(of: join.name) else {
                 try execute(schema.createJoinTable(named: join.quotedName))

@@ -55,15 +55,6 @@ public struct Condition: Sendable, CustomStringConvertible {
         /// A list with variables among its items (`{$LOW, $HIGH}`), each item a `.constant` or
         /// a `.variable`: `substituting(_:)` makes it a `.list`; an error when used without.
         case listWithVariables([Expression])
-
-        /// The name of the variable this side is, or the first among its list's items.
-        var firstVariable: String? {
-            switch self {
-            case .variable(let name): name
-            case .listWithVariables(let items): items.lazy.compactMap(\.firstVariable).first
-            default: nil
-            }
-        }
         /// `SELF`: the object evaluated.
         case evaluatedObject
         /// `$name`: replaced by a value with `substituting(_:)`; an error when used without one.
@@ -79,6 +70,15 @@ public struct Condition: Sendable, CustomStringConvertible {
         /// In a SUBQUERY's condition, a key of the object outside it (a bare `age` in
         /// `SUBQUERY(pets, $p, $p.age > age)`).
         case outer(String)
+
+        /// The name of the variable this side is, or the first among its list's items.
+        var firstVariable: String? {
+            switch self {
+            case .variable(let name): name
+            case .listWithVariables(let items): items.lazy.compactMap(\.firstVariable).first
+            default: nil
+            }
+        }
     }
 
     /// An arithmetic operator of a format string.

@@ -34,12 +34,6 @@ package struct OldSchema {
     /// The old `Z_ENT` code of the entity that became `entity`.
     package func entityCode(of entity: ResolvedEntity) -> Int64? { name(of: entity).flatMap { entityCodes[$0] } }
 
-    /// The old name of the table of `entity`'s hierarchy, as `tables` gives it; `nil` for a
-    /// new one.
-    package func previousRootName(of entity: ResolvedEntity, tables: StoreSchema.RenameSources) -> String? {
-        tables.source(of: entity.table.name)
-    }
-
     /// The name `join` had under the previous model, from the old tables of its entities'
     /// hierarchies (`tables`), and whether its `source` and `target` columns have changed
     /// places since; `nil` when one of them is new.
@@ -49,10 +43,10 @@ package struct OldSchema {
     package func previousName(of join: JoinTable, in schema: StoreSchema, tables: StoreSchema.RenameSources) -> (name: String, swapped: Bool)? {
         for entity in schema.entities {
             for property in entity.properties where property.joinTable === join {
-                guard let ownRoot = previousRootName(of: entity, tables: tables) else { return nil }
+                guard let ownRoot = tables.source(of: entity.table.name) else { return nil }
                 let ownSide = "\(ownRoot)_\(property.name)"
                 guard let inverse = property.inverse, let destination = property.destination else { return ("Z_" + ownSide, false) }
-                guard let otherRoot = previousRootName(of: destination, tables: tables) else { return nil }
+                guard let otherRoot = tables.source(of: destination.table.name) else { return nil }
                 let otherSide = "\(otherRoot)_\(inverse.name)"
                 let wasSource = ownSide <= otherSide
                 return ("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), wasSource != property.isJoinSource)

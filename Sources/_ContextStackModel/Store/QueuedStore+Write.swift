@@ -161,12 +161,7 @@ extension QueuedStore {
                 try self.state.withLock { state in
                     state.writeEpoch &+= 1
                     try commit()
-                    state.removeWritten(upTo: last)
-                    // In the same hold of the lock as `COMMIT`: no read can take a snapshot
-                    // that shows these commits while their receivers still lack them, nor
-                    // read through a view whose images still hold what they leave.
-                    Self.announceWritten(batch, outcome, in: &state, pinCorrections: &pinCorrections)
-                    Self.settleImages(batch, outcome, in: &state)
+                    Self.recordWritten(batch, outcome, upTo: last, in: &state, pinCorrections: &pinCorrections)
                 }
             })
         } catch {
@@ -177,9 +172,7 @@ extension QueuedStore {
                 let written = outcome
                 state.withLock { state in
                     state.writeEpoch &+= 1
-                    state.removeWritten(upTo: last)
-                    Self.announceWritten(batch, written, in: &state, pinCorrections: &pinCorrections)
-                    Self.settleImages(batch, written, in: &state)
+                    Self.recordWritten(batch, written, upTo: last, in: &state, pinCorrections: &pinCorrections)
                 }
                 return outcome
             }
@@ -202,6 +195,18 @@ extension QueuedStore {
             }
         }
         return outcome
+    }
+
+    /// Takes the written `batch` out of the queue's overlay and tells its receivers and pinned
+    /// views, in the hold of the state lock in which its `COMMIT` ran (or in which it was found
+    /// committed after all): no read can take a snapshot that shows these commits while their
+    /// receivers still lack them, nor read through a view whose images still hold what they
+    /// leave.
+    private static func recordWritten(_ batch: [QueueItem], _ outcome: BatchOutcome, upTo last: UInt64, in state: inout QueueState,
+                                      pinCorrections: inout PinnedCorrections) {
+        state.removeWritten(upTo: last)
+        announceWritten(batch, outcome, in: &state, pinCorrections: &pinCorrections)
+        settleImages(batch, outcome, in: &state)
     }
 
     /// Points the commits of `batch` from `start` on at the saved rows of `merged`'s objects

@@ -137,6 +137,13 @@ package struct StoreSchema: Sendable {
             }
         }
 
+        /// `items`, each named by `name`, in the order a store migrates them in place: the
+        /// renamed ones first, in `renameOrder`, then the others as they come.
+        package func inRenameOrder<T>(_ items: [T], name: (T) -> String) -> [T] {
+            let byName = Dictionary(items.map { (name($0), $0) }, uniquingKeysWith: { first, _ in first })
+            return renameOrder.compactMap { byName[$0] } + items.filter { renamed[name($0)] == nil }
+        }
+
         /// The old name `name` takes its data from; `nil` for something new.
         package func source(of name: String) -> String? {
             renamed[name] ?? (old.contains(name) && !renamedAway.contains(name) ? name : nil)
