@@ -4,7 +4,8 @@ import _ContextStackPostgres
 
 /// Lightweight migration of a PostgreSQL store: the same changes SQLite's migration infers
 /// (entities and attributes added, removed or renamed with `originalName:`, optionality,
-/// indexes and unique constraints, join tables, sub-entities added or removed), made in place
+/// indexes and unique constraints, join tables, sub-entities added or removed, inverses added
+/// to or removed from a to-many, a to-one's destination changed), made in place
 /// with `ALTER TABLE` rather than by copying tables, inside the installer's transaction.
 ///
 /// PostgreSQL's DDL is transactional, so a migration that fails part-way — a column whose type
@@ -41,16 +42,24 @@ struct PostgresMigration {
         let keptIndexes = try dropIndexes()
         // Renamed tables first, each once its name is free; then the others.
         let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter(existingTables.contains))
-        for table in sources.inRenameOrder(schema.tables, name: \.name) {
-            if let source = try migrate(table, from: sources.source(of: table.name)) { claimed.insert(source) }
-            claimed.insert(table.name)
-        }
         let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter(existingTables.contains),
                                               tables: sources, old: old)
+        // A to-many whose to-one inverse went away takes its pairs from the inverse's column,
+        // before the tables migrate without it.
+        let joinFills = old.joinFills(in: schema, tables: sources, joins: joins)
+        for fill in joinFills {
+            let (source, target) = fill.ownerIsSource ? (fill.column.quotedIdentifier, "\"Z_PK\"") : ("\"Z_PK\"", fill.column.quotedIdentifier)
+            try execute(StoreSchema.postgresCreateJoinTable(fill.join))
+            try execute("INSERT INTO \(fill.join.quotedName) (source, target) SELECT \(source), \(target) FROM \(fill.table.quotedIdentifier) WHERE \(fill.column.quotedIdentifier) IS NOT NULL")
+        }
+        for table in sources.inRenameOrder(schema.tables, name: \.name) {
+            if let source = try migrate(table, from: sources.source(of: table.name), tables: sources) { claimed.insert(source) }
+            claimed.insert(table.name)
+        }
         for join in joins.inRenameOrder(schema.joinTables, name: \.name) {
             claimed.insert(join.name)
             guard let previous = joins.source(of: join.name) else {
-                try execute(StoreSchema.postgresCreateJoinTable(join))
+                if !joinFills.contains(where: { $0.join === join }) { try execute(StoreSchema.postgresCreateJoinTable(join)) }
                 continue
             }
             claimed.insert(previous)
@@ -64,6 +73,8 @@ struct PostgresMigration {
                 try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN z_swapping TO target")
             }
         }
+        // A new to-one inverse of a to-many takes its values from the to-many's old join table.
+        for fill in old.columnFills(in: schema, tables: sources, joins: joins) { try execute(fill.sql) }
         // Tables of the old model that nothing claims belonged to removed entities or
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables.contains(name) {
@@ -84,9 +95,9 @@ struct PostgresMigration {
 
     // MARK: - Tables
 
-    /// Creates or alters `table`, from the old table `sourceName` (`RenameSources`); returns
-    /// the name of the old table it came from.
-    private mutating func migrate(_ table: Table, from sourceName: String?) throws -> String? {
+    /// Creates or alters `table`, from the old table `sourceName` (`tables`); returns the name
+    /// of the old table it came from.
+    private mutating func migrate(_ table: Table, from sourceName: String?, tables: StoreSchema.RenameSources) throws -> String? {
         let family = schema.entities.filter { $0.table === table }
         guard let root = family.first(where: { $0.superentity == nil }) else { return nil }
         guard let sourceName else {
@@ -105,7 +116,20 @@ struct PostgresMigration {
         // new `size`) is a new column, on every store, whatever order they are declared in;
         // and in `renameOrder`, so that in a chain (`label` to `caption`, `serial` to `label`)
         // each name is free when a column is renamed to it.
-        let sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
+        var sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
+        // A to-one whose destination changed starts empty, as a new one: its old keys are
+        // another table's. Its old column goes first, so that one of the same name can be added.
+        let repointed = table.columns.compactMap { column in
+            sources.source(of: column.name).flatMap { old.destinationChanged(column, from: $0, in: sourceName, tables: tables) ? $0 : nil }
+        }
+        if !repointed.isEmpty {
+            for name in repointed.sorted() {
+                lost.append("the column \(sourceName).\(name)")
+                try execute("ALTER TABLE \(table.quotedName) DROP COLUMN \(name.quotedIdentifier)")
+                oldColumns[name] = nil
+            }
+            sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
+        }
         var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
         for column in sources.inRenameOrder(table.columns, name: \.name) {
             let source = sources.source(of: column.name)

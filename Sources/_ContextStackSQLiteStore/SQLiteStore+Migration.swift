@@ -12,7 +12,10 @@ import _ContextStackSQLite
 ///   default) and removed (columns dropped);
 /// - renames, through `@Entity(originalName:)` and `@Attribute(originalName:)`;
 /// - optional ↔ non-optional (`NULL`s become the default), indexes and unique constraints
-///   added or removed, join tables of new to-many relationships, sub-entities added or removed.
+///   added or removed, join tables of new to-many relationships, sub-entities added or removed;
+/// - inverses added to or removed from a to-many (its pairs move between a join table and the
+///   inverse's column: `OldSchema.previousName`, `joinFills`, `columnFills`), and a to-one
+///   whose destination changed (it starts empty).
 ///
 /// A column whose SQLite type changes (an attribute's Swift type, say `String` to `Int`) cannot
 /// be inferred: the migration throws `StoreError.cannotMigrate` naming the entity and attribute,
@@ -53,17 +56,25 @@ struct Migration {
         var claimed: Set<String> = ["Z_METADATA", "Z_KEYS"]
         // Renamed tables first, each once its name is free; then the others.
         let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter { existingTables[$0] != nil })
+        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter { existingTables[$0] != nil },
+                                              tables: sources, old: old)
+        // A to-many whose to-one inverse went away takes its pairs from the inverse's column,
+        // before the tables migrate without it.
+        let joinFills = old.joinFills(in: schema, tables: sources, joins: joins)
+        for fill in joinFills {
+            let (source, target) = fill.ownerIsSource ? (fill.column.quotedIdentifier, "\"Z_PK\"") : ("\"Z_PK\"", fill.column.quotedIdentifier)
+            try execute(schema.createJoinTable(named: fill.join.quotedName))
+            try execute("INSERT INTO \(fill.join.quotedName) (source, target) SELECT \(source), \(target) FROM \(fill.table.quotedIdentifier) WHERE \(fill.column.quotedIdentifier) IS NOT NULL")
+        }
         for table in sources.inRenameOrder(schema.tables, name: \.name) {
-            let source = try migrate(table, from: sources.source(of: table.name))
+            let source = try migrate(table, from: sources.source(of: table.name), tables: sources)
             if let source { claimed.insert(source) }
             claimed.insert(table.name)
         }
-        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter { existingTables[$0] != nil },
-                                              tables: sources, old: old)
         for join in joins.inRenameOrder(schema.joinTables, name: \.name) {
             claimed.insert(join.name)
             guard let previous = joins.source(of: join.name) else {
-                try execute(schema.createJoinTable(named: join.quotedName))
+                if !joinFills.contains(where: { $0.join === join }) { try execute(schema.createJoinTable(named: join.quotedName)) }
                 continue
             }
             claimed.insert(previous)
@@ -78,6 +89,8 @@ struct Migration {
                 try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
             }
         }
+        // A new to-one inverse of a to-many takes its values from the to-many's old join table.
+        for fill in old.columnFills(in: schema, tables: sources, joins: joins) { try execute(fill.sql) }
         // Tables of the old model that nothing claims belonged to removed entities or
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables[name] != nil {
@@ -92,9 +105,9 @@ struct Migration {
 
     // MARK: - Tables
 
-    /// Creates, keeps or rebuilds `table` from the old table `sourceName` (`RenameSources`);
-    /// returns the name of the old table it came from.
-    private mutating func migrate(_ table: Table, from sourceName: String?) throws -> String? {
+    /// Creates, keeps or rebuilds `table` from the old table `sourceName` (`tables`); returns
+    /// the name of the old table it came from.
+    private mutating func migrate(_ table: Table, from sourceName: String?, tables: StoreSchema.RenameSources) throws -> String? {
         let family = schema.entities.filter { $0.table === table }
         guard let root = family.first(where: { $0.superentity == nil }) else { return nil }
         guard let sourceName else {
@@ -110,8 +123,16 @@ struct Migration {
         var identity = sourceName == table.name
         var carried: Set<String> = ["Z_PK", "Z_ENT"]
         // A column a property renames goes to that property alone: a new attribute given its
-        // old name starts empty (`StoreSchema.RenameSources`).
-        let sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
+        // old name starts empty (`StoreSchema.RenameSources`). So does a to-one whose
+        // destination changed: its old keys are another table's.
+        var sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
+        let repointed = table.columns.filter { column in
+            sources.source(of: column.name).map { old.destinationChanged(column, from: $0, in: sourceName, tables: tables) } ?? false
+        }
+        if !repointed.isEmpty {
+            let kept = Set(oldColumns.keys).subtracting(repointed.compactMap { sources.source(of: $0.name) })
+            sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: kept)
+        }
         for column in table.columns {
             let source = sources.source(of: column.name)
             if let source, let oldType = oldColumns[source], oldType.uppercased() != column.type.uppercased() {

@@ -236,6 +236,102 @@ import Testing
 
 @Entity(name: "Steward") final class StewardV2: CrewV2 {}
 
+// To-manys gaining and losing a to-many inverse. "Genre_songs" sorts before "Song_genres", so
+// the songs' genres turn around in the join table; "Playlist_songs" sorts first either way.
+
+@Entity(name: "Song") final class SongV1: ManagedObject {
+    var title: String = ""
+    @Relationship var genres: Set<GenreV1>
+}
+
+@Entity(name: "Genre") final class GenreV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Playlist") final class PlaylistV1: ManagedObject {
+    var name: String = ""
+    @Relationship var songs: Set<SongV1>
+}
+
+@Entity(name: "Song") final class SongV2: ManagedObject {
+    var title: String = ""
+    @Relationship(inverse: \GenreV2.songs) var genres: Set<GenreV2>
+    @Relationship(inverse: \PlaylistV2.songs) var playlists: Set<PlaylistV2>
+}
+
+@Entity(name: "Genre") final class GenreV2: ManagedObject {
+    var name: String = ""
+    @Relationship var songs: Set<SongV2>
+}
+
+@Entity(name: "Playlist") final class PlaylistV2: ManagedObject {
+    var name: String = ""
+    @Relationship var songs: Set<SongV2>
+}
+
+// A to-many whose to-one inverse goes away (its pairs move to a join table), then comes back
+// (they move to the column again).
+
+@Entity(name: "Topic") final class TopicV1: ManagedObject {
+    var title: String = ""
+    @Relationship(inverse: \ReplyV1.topic) var replies: Set<ReplyV1>
+}
+
+@Entity(name: "Reply") final class ReplyV1: ManagedObject {
+    var text: String = ""
+    @Relationship var topic: TopicV1?
+}
+
+@Entity(name: "Topic") final class TopicV2: ManagedObject {
+    var title: String = ""
+    @Relationship var replies: Set<ReplyV2>
+}
+
+@Entity(name: "Reply") final class ReplyV2: ManagedObject {
+    var text: String = ""
+}
+
+@Entity(name: "Topic") final class TopicV3: ManagedObject {
+    var title: String = ""
+    var pinned: Bool = false
+    @Relationship(inverse: \ReplyV3.topic) var replies: Set<ReplyV3>
+}
+
+@Entity(name: "Reply") final class ReplyV3: ManagedObject {
+    var text: String = ""
+    @Relationship var topic: TopicV3?
+}
+
+// To-ones whose destination changes: to a renamed entity (the same table), and to another.
+
+@Entity(name: "Ticket") final class TicketV1: ManagedObject {
+    var title: String = ""
+    @Relationship var holder: MemberV1?
+    @Relationship var desk: DeskV1?
+}
+
+@Entity(name: "Member") final class MemberV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Desk") final class DeskV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Ticket") final class TicketV2: ManagedObject {
+    var title: String = ""
+    @Relationship var holder: PatronV2?
+    @Relationship var desk: CounterV2?
+}
+
+@Entity(name: "Patron", originalName: "Member") final class PatronV2: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Counter") final class CounterV2: ManagedObject {
+    var name: String = ""
+}
+
 /// Version 1's data: five items (notes on the odd ones), an owner, and an object of the entity
 /// version 2 removes. `MigrationTests` and `PostgresMigrationTests` migrate it.
 func fillVersion1(_ update: Update) throws {
@@ -293,6 +389,115 @@ func openStore(_ types: [ManagedObject.Type], at url: URL, autoMigrating: Bool =
 /// The bytes of a store's files, to show that a failed open left them as they were.
 func storeBytes(_ url: URL) -> [Data?] {
     ["", "-wal"].map { FileManager.default.contents(atPath: url.path + $0) }
+}
+
+/// Songs, genres and playlists written with version 1 (to-manys without inverse), opened with
+/// version 2 (each with a to-many inverse) and then version 1 again: every pair stays, and going
+/// back, which drops nothing, is allowed. `open` opens the store with a model version;
+/// `MigrationTests` and `PostgresMigrationTests` run it on theirs.
+func migrateToManysGainingAndLosingInverses(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([SongV1.self, GenreV1.self, PlaylistV1.self]).beginUpdateAndWait { update in
+        let genres = try (0..<2).map { index in
+            let genre = try update.create(GenreV1.self)
+            genre.name = "g\(index)"
+            return genre
+        }
+        let songs = try (0..<2).map { index in
+            let song = try update.create(SongV1.self)
+            song.title = "s\(index)"
+            return song
+        }
+        songs[0].genres = Set(genres)
+        songs[1].genres = [genres[1]]
+        for (index, members) in [songs, [songs[1]]].enumerated() {
+            let playlist = try update.create(PlaylistV1.self)
+            playlist.name = "p\(index)"
+            playlist.songs = Set(members)
+        }
+        try update.commit()
+    }
+    try open([SongV2.self, GenreV2.self, PlaylistV2.self]).beginUpdateAndWait { update in
+        let songs = try update.fetchAll(SongV2.self, orderBy: .ascending("title"))
+        #expect(songs.map { $0.genres.map(\.name).sorted() } == [["g0", "g1"], ["g1"]])
+        #expect(songs.map { $0.playlists.map(\.name).sorted() } == [["p0"], ["p0", "p1"]])
+        let genres = try update.fetchAll(GenreV2.self, orderBy: .ascending("name"))
+        #expect(genres.map { $0.songs.map(\.title).sorted() } == [["s0"], ["s0", "s1"]])
+        let playlists = try update.fetchAll(PlaylistV2.self, orderBy: .ascending("name"))
+        #expect(playlists.map { $0.songs.map(\.title).sorted() } == [["s0", "s1"], ["s1"]])
+        let song = try update.create(SongV2.self)
+        song.title = "s2"
+        song.genres = [genres[0]]
+        song.playlists = [playlists[1]]
+        try update.commit()
+    }
+    try open([SongV1.self, GenreV1.self, PlaylistV1.self]).beginUpdateAndWait { update in
+        let songs = try update.fetchAll(SongV1.self, orderBy: .ascending("title"))
+        #expect(songs.map { $0.genres.map(\.name).sorted() } == [["g0", "g1"], ["g1"], ["g0"]])
+        let playlists = try update.fetchAll(PlaylistV1.self, orderBy: .ascending("name"))
+        #expect(playlists.map { $0.songs.map(\.title).sorted() } == [["s0", "s1"], ["s1", "s2"]])
+    }
+}
+
+/// Topics and replies written with version 1 (a to-many with a to-one inverse), opened with
+/// version 2 (the inverse gone: the pairs move to a join table), where a reply joins two
+/// topics, then with version 3 (the inverse back): each reply names its topic again, the one
+/// of two with the smaller key.
+func migrateAToManyWhoseToOneInverseGoesAndComesBack(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([TopicV1.self, ReplyV1.self]).beginUpdateAndWait { update in
+        let topics = try (0..<2).map { index in
+            let topic = try update.create(TopicV1.self)
+            topic.title = "t\(index)"
+            return topic
+        }
+        for (index, topic) in [topics[0], topics[0], topics[1], nil].enumerated() {
+            let reply = try update.create(ReplyV1.self)
+            reply.text = "r\(index)"
+            reply.topic = topic
+        }
+        try update.commit()
+    }
+    try open([TopicV2.self, ReplyV2.self]).beginUpdateAndWait { update in
+        let topics = try update.fetchAll(TopicV2.self, orderBy: .ascending("title"))
+        #expect(topics.map { $0.replies.map(\.text).sorted() } == [["r0", "r1"], ["r2"]])
+        let loose = try #require(try update.fetch(ReplyV2.self, %"text" == "r3"))
+        for topic in topics { topic.replies.insert(loose) }
+        try update.commit()
+    }
+    try open([TopicV3.self, ReplyV3.self]).beginUpdateAndWait { update in
+        let replies = try update.fetchAll(ReplyV3.self, orderBy: .ascending("text"))
+        #expect(replies.map { $0.topic?.title } == ["t0", "t0", "t1", "t0"])
+        let topics = try update.fetchAll(TopicV3.self, orderBy: .ascending("title"))
+        #expect(topics.map { $0.replies.map(\.text).sorted() } == [["r0", "r1", "r3"], ["r2"]])
+    }
+}
+
+/// A ticket written with version 1, opened with version 2: its holder, whose entity was
+/// renamed, stays; its desk, now a to-one to another entity, starts empty rather than naming
+/// the counter that takes the key the desk had; and takes that counter.
+func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([TicketV1.self, MemberV1.self, DeskV1.self]).beginUpdateAndWait { update in
+        let ticket = try update.create(TicketV1.self)
+        ticket.title = "late"
+        ticket.holder = try update.create(MemberV1.self)
+        ticket.holder?.name = "Ann"
+        ticket.desk = try update.create(DeskV1.self)
+        try update.commit()
+    }
+    let context = try open([TicketV2.self, PatronV2.self, CounterV2.self])
+    try context.beginUpdateAndWait { update in
+        #expect(try #require(try update.fetch(TicketV2.self)).holder?.name == "Ann")
+        // The first counter takes the key the desk had.
+        try update.create(CounterV2.self).name = "C1"
+        try update.commit()
+    }
+    try context.beginUpdateAndWait { update in
+        let ticket = try #require(try update.fetch(TicketV2.self))
+        #expect(ticket.desk == nil)
+        ticket.desk = try update.fetch(CounterV2.self)
+        try update.commit()
+    }
+    let desk = try context.beginUpdateAndWait { update in try #require(try update.fetch(TicketV2.self)).desk?.name }
+    #expect(desk == "C1")
 }
 
 @Suite struct MigrationTests {
@@ -581,6 +786,31 @@ func storeBytes(_ url: URL) -> [Data?] {
 
     /// Sub-entities that gain an attribute of one name, stored in one column, each give their
     /// own rows their own default. Before, every row took the first one's.
+    /// Docs/Stores.md, "Migration": adding or removing a to-many inverse keeps the pairs, the
+    /// join table renamed and, where its sides sort the other way, turned around.
+    @Test func toManysGainingAndLosingAnInverseKeepTheirPairs() throws {
+        defer { cleanUp() }
+        try migrateToManysGainingAndLosingInverses { types in try openStore(types, at: url) }
+        let db = try Connection(path: url.path)
+        #expect(try db.rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'Z\\_%\\_%' ESCAPE '\\' ORDER BY name").map { $0[0] }
+                == [.text("Z_Playlist_songs"), .text("Z_Song_genres")])
+    }
+
+    /// Docs/Stores.md, "Migration": a to-many whose to-one inverse goes away keeps its pairs in
+    /// a join table, and they return to the column when the inverse comes back.
+    @Test func aToManyWhoseToOneInverseGoesAndComesBackKeepsItsPairs() throws {
+        defer { cleanUp() }
+        try migrateAToManyWhoseToOneInverseGoesAndComesBack { types in try openStore(types, at: url) }
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Z_Topic_replies'") == .integer(0))
+    }
+
+    /// Docs/Stores.md, "Migration": a to-one whose destination changes starts empty.
+    @Test func aToOneWhoseDestinationChangedStartsEmpty() throws {
+        defer { cleanUp() }
+        try migrateToOnesWhoseDestinationChanged { types in try openStore(types, at: url) }
+    }
+
     @Test func subEntitiesGainingOneAttributeEachGiveTheirRowsTheirOwnDefault() throws {
         defer { cleanUp() }
         try writeStore([StaffV1.self, CookV1.self, DriverV1.self], at: url) { update in

@@ -374,6 +374,24 @@ struct PostgresMigrationTests {
         }
     }
 
+    @Test func toManysGainingAndLosingAnInverseKeepTheirPairs() throws {
+        defer { schema.drop() }
+        try migrateToManysGainingAndLosingInverses { try open($0) }
+        #expect(try connection().allRows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE 'Z\\_%\\_%' ORDER BY 1")
+                == [[.text("Z_Playlist_songs")], [.text("Z_Song_genres")]])
+    }
+
+    @Test func aToManyWhoseToOneInverseGoesAndComesBackKeepsItsPairs() throws {
+        defer { schema.drop() }
+        try migrateAToManyWhoseToOneInverseGoesAndComesBack { try open($0) }
+        #expect(try connection().scalar("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'Z_Topic_replies'") == .integer(0))
+    }
+
+    @Test func aToOneWhoseDestinationChangedStartsEmpty() throws {
+        defer { schema.drop() }
+        try migrateToOnesWhoseDestinationChanged { try open($0) }
+    }
+
     /// "Volume" (once "Book") sorts after "Shelf": the join table's columns change places.
     @Test func aRenamedManyToManyKeepsItsPairs() throws {
         defer { schema.drop() }

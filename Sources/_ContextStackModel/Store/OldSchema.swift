@@ -9,16 +9,34 @@ package struct OldSchema {
     package private(set) var joinNames: Set<String> = []
     /// ResolvedEntity name → its code in its table's `Z_ENT` column.
     package private(set) var entityCodes: [String: Int64] = [:]
+    /// Entity name → the names of its properties, inherited ones included.
+    private var properties: [String: Set<String>] = [:]
+    /// Table name → its columns, each with the table its to-one relationship points to (`nil`
+    /// for an attribute's).
+    private var columns: [String: [String: String?]] = [:]
 
     package init(parsing description: String) {
         for line in description.split(separator: "\n") {
             let words = line.split(separator: " ", omittingEmptySubsequences: false)
             guard words.count >= 2 else { continue }
             switch words[0] {
-            case "table": tableNames.insert(String(words[1]))
+            case "table":
+                // `table Name [+entity] name:TYPE[:indexed][->Destination],…`
+                let table = String(words[1])
+                tableNames.insert(table)
+                var found: [String: String?] = [:]
+                for column in words.dropFirst(2).last?.split(separator: ",") ?? [] where !column.hasPrefix("+") {
+                    guard let name = column.split(separator: ":").first else { continue }
+                    let destination = column.range(of: "->").map { String(column[$0.upperBound...]) }
+                    found[String(name)] = .some(destination)
+                }
+                columns[table] = found
             case "join": joinNames.insert(String(words[1]))
             case "entity":
-                if words.count >= 3, let code = Int64(words[2]) { entityCodes[String(words[1])] = code }
+                guard words.count >= 3, let code = Int64(words[2]) else { continue }
+                entityCodes[String(words[1])] = code
+                let names = words.count > 3 ? words[3].split(separator: ",").map { String($0.hasSuffix("?") ? $0.dropLast() : $0) } : []
+                properties[String(words[1])] = Set(names)
             default: continue
             }
         }
@@ -36,23 +54,140 @@ package struct OldSchema {
 
     /// The name `join` had under the previous model, from the old tables of its entities'
     /// hierarchies (`tables`), and whether its `source` and `target` columns have changed
-    /// places since; `nil` when one of them is new.
+    /// places since; `nil` when its pairs are new.
     ///
-    /// Follows the naming of `ModelGraph.buildSchema`: `Z_<root>_<property>`, or both sides
-    /// sorted and joined for a many-to-many, the side that sorts first owning `source`.
+    /// Follows the naming of `ModelGraph.buildSchema`: `Z_<root>_<property>` for a to-many
+    /// without inverse, its root's side owning `source`; both sides sorted and joined for a
+    /// many-to-many, the side that sorts first owning `source`. A to-many that gained a to-many
+    /// inverse takes the table it had alone, and one whose inverse went away takes the table it
+    /// shared with it: adding or removing an inverse keeps the pairs.
     package func previousName(of join: JoinTable, in schema: StoreSchema, tables: StoreSchema.RenameSources) -> (name: String, swapped: Bool)? {
-        for entity in schema.entities {
-            for property in entity.properties where property.joinTable === join {
-                guard let ownRoot = tables.source(of: entity.table.name) else { return nil }
-                let ownSide = "\(ownRoot)_\(property.name)"
-                guard let inverse = property.inverse, let destination = property.destination else { return ("Z_" + ownSide, false) }
-                guard let otherRoot = tables.source(of: destination.table.name) else { return nil }
-                let otherSide = "\(otherRoot)_\(inverse.name)"
-                let wasSource = ownSide <= otherSide
-                return ("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), wasSource != property.isJoinSource)
-            }
+        guard let (entity, property) = schema.side(of: join), let ownRoot = tables.source(of: entity.table.name) else { return nil }
+        let ownSide = "\(ownRoot)_\(property.name)"
+        let otherRoot = property.destination.flatMap { tables.source(of: $0.table.name) }
+        var candidates = [(name: "Z_" + ownSide, wasSource: true)]
+        if let inverse = property.inverse, let otherRoot {
+            let otherSide = "\(otherRoot)_\(inverse.name)"
+            candidates = [("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), ownSide <= otherSide)]
+            // The inverse is new: the pairs are those of the side that had a table of its own,
+            // the side that owns `source` now first.
+            let alone: [(name: String, wasSource: Bool)] = [("Z_" + ownSide, true), ("Z_" + otherSide, false)]
+            candidates += property.isJoinSource ? alone : alone.reversed()
+        } else if let otherRoot {
+            // The inverse went away: the pairs are in the table named for both sides.
+            candidates += joinNames.sorted().compactMap { pairedName($0, side: ownSide, otherRoot: otherRoot) }
+        }
+        guard let found = candidates.first(where: { joinNames.contains($0.name) }) else { return nil }
+        return (found.name, found.wasSource != property.isJoinSource)
+    }
+
+    /// `name`, and whether `side` owned its `source` column, when `name` is the join table of a
+    /// many-to-many between `side` and a to-many of the old table `otherRoot`.
+    private func pairedName(_ name: String, side: String, otherRoot: String) -> (name: String, wasSource: Bool)? {
+        func isOtherSide(_ other: Substring) -> Bool {
+            other.hasPrefix(otherRoot + "_") && other.count > otherRoot.count + 1
+        }
+        if name.hasPrefix("Z_\(side)_"), case let other = name.dropFirst("Z_\(side)_".count), isOtherSide(other), side <= other {
+            return (name, true)
+        }
+        if name.hasPrefix("Z_"), name.hasSuffix("_\(side)"), case let other = name.dropFirst(2).dropLast(side.count + 1), isOtherSide(other), other <= side {
+            return (name, false)
         }
         return nil
+    }
+
+    /// The table the to-one column `column` points to was another under the old model: the
+    /// relationship's destination changed (a renamed entity's table is the same one). Its old
+    /// keys are of rows of that other table, so the column starts empty, as a new one.
+    /// `source` is the old column it would take its values from, in the old table `oldTable`.
+    package func destinationChanged(_ column: Table.Column, from source: String, in oldTable: String, tables: StoreSchema.RenameSources) -> Bool {
+        guard let destination = column.references, let old = columns[oldTable]?[source] else { return false }
+        return old != tables.source(of: destination)
+    }
+
+    /// A join table a migration fills from a to-one column of the old model: the column held
+    /// the pairs of a to-many whose to-one inverse went away, or became a to-many.
+    package struct JoinFill {
+        package let join: JoinTable
+        /// The old table and its column, read before the tables migrate.
+        package let table: String
+        package let column: String
+        /// Whether the column's values (the to-many's owners) go to `source`; the rows' keys
+        /// go to the other column.
+        package let ownerIsSource: Bool
+    }
+
+    /// The join tables of `schema` that are new (`joins` gives them no old table) but whose
+    /// pairs the old model held in a column.
+    ///
+    /// The old model's to-many of that name (its owner's old table had no column of the name,
+    /// so it was not a to-one; no old join table held it) kept its pairs as its inverse's
+    /// column in the destination's old table: the one column there pointing to the owner's old
+    /// table, or the one of several that the model no longer has. Otherwise, none.
+    package func joinFills(in schema: StoreSchema, tables: StoreSchema.RenameSources, joins: StoreSchema.RenameSources) -> [JoinFill] {
+        var fills: [JoinFill] = []
+        for join in schema.joinTables where joins.source(of: join.name) == nil {
+            for entity in schema.entities {
+                for property in entity.properties where property.joinTable === join {
+                    guard !fills.contains(where: { $0.join === join }), let oldName = name(of: entity),
+                          properties[oldName]?.contains(property.name) == true,
+                          let ownRoot = tables.source(of: entity.table.name), columns[ownRoot]?[property.name] == nil,
+                          let destination = property.destination, let otherRoot = tables.source(of: destination.table.name),
+                          let column = inverseColumn(in: otherRoot, pointingTo: ownRoot, now: destination.table) else { continue }
+                    fills.append(JoinFill(join: join, table: otherRoot, column: column, ownerIsSource: property.isJoinSource))
+                }
+            }
+        }
+        return fills
+    }
+
+    /// The column of the old table `table` that held the pairs of a to-many of the old table
+    /// `owner`: the one pointing to `owner`, or the one of several that `now` (the table's
+    /// table under the model) no longer has.
+    private func inverseColumn(in table: String, pointingTo owner: String, now: Table) -> String? {
+        let pointing = (columns[table] ?? [:]).filter { $0.value == owner }.map(\.key)
+        if pointing.count == 1 { return pointing[0] }
+        let gone = pointing.filter { name in !now.columns.contains { $0.name == name } }
+        return gone.count == 1 ? gone[0] : nil
+    }
+
+    /// A to-one column a migration fills from a join table of the old model: the to-one is the
+    /// new inverse of a to-many that kept its pairs in that table. A row that was in several
+    /// owners' to-manys takes the owner with the smallest key.
+    package struct ColumnFill {
+        package let table: Table
+        package let column: String
+        /// The old join table, and its columns holding the owners and the members (the rows).
+        package let join: String
+        package let owner: String
+        package let member: String
+
+        /// The statement, the same on every store.
+        package var sql: String {
+            "UPDATE \(table.quotedName) SET \(column.quotedIdentifier) = (SELECT min(\(owner)) FROM \(join.quotedIdentifier) WHERE \(member) = \(table.quotedName).\"Z_PK\") WHERE \(column.quotedIdentifier) IS NULL"
+        }
+    }
+
+    /// The new to-one columns of `schema` that are the inverse of a to-many whose pairs the old
+    /// model kept in a join table that no join table of the model takes over (`joins`).
+    package func columnFills(in schema: StoreSchema, tables: StoreSchema.RenameSources, joins: StoreSchema.RenameSources) -> [ColumnFill] {
+        var fills: [ColumnFill] = []
+        for entity in schema.entities {
+            for property in entity.properties where property.isToOne {
+                guard let inverse = property.inverse, inverse.isToMany, let owner = property.destination,
+                      !fills.contains(where: { $0.table === entity.table && $0.column == property.name }),
+                      let table = tables.source(of: entity.table.name), let oldColumns = columns[table],
+                      oldColumns[property.name] == nil, property.declared.originalName.map({ oldColumns[$0] == nil }) ?? true,
+                      let oldOwner = name(of: owner), properties[oldOwner]?.contains(inverse.name) == true,
+                      let ownRoot = tables.source(of: owner.table.name) else { continue }
+                let side = "\(ownRoot)_\(inverse.name)"
+                let candidates = [(name: "Z_" + side, wasSource: true)] + joinNames.sorted().compactMap { pairedName($0, side: side, otherRoot: table) }
+                guard let found = candidates.first(where: { joinNames.contains($0.name) && !joins.takes($0.name) }) else { continue }
+                fills.append(ColumnFill(table: entity.table, column: property.name, join: found.name,
+                                        owner: found.wasSource ? "source" : "target", member: found.wasSource ? "target" : "source"))
+            }
+        }
+        return fills
     }
 }
 

@@ -45,6 +45,15 @@ package struct StoreSchema: Sendable {
     /// The names of the entities this store holds.
     package var entityNames: Set<String> { Set(entities.map(\.name)) }
 
+    /// A to-many relationship whose pairs `join` holds, with its entity (the first entity
+    /// that has it, for one a sub-entity inherits).
+    package func side(of join: JoinTable) -> (entity: ResolvedEntity, property: Property)? {
+        for entity in entities {
+            for property in entity.properties where property.joinTable === join { return (entity, property) }
+        }
+        return nil
+    }
+
     /// Every index the part wants, by name, with the exact SQL that creates it. The SQL is the
     /// same on every store. SQLite keeps that text in `sqlite_master`, which is how its
     /// migration tells an index apart from a changed one.
@@ -90,11 +99,13 @@ package struct StoreSchema: Sendable {
         package private(set) var renameOrder: [String] = []
         private var renamedAway: Set<String> = []
         private let old: Set<String>
+        private let names: Set<String>
 
         /// The sources of `names`, in declaration order, among `old`; `originalName` gives each
         /// one's declared original name.
         package init(names: [String], old: Set<String>, originalName: (String) -> String?) {
             self.old = old
+            self.names = Set(names)
             // New names first; then, until nothing changes, old names whose own went away:
             // each round follows every chain one step further back.
             var candidates = names.filter { !old.contains($0) }
@@ -147,6 +158,11 @@ package struct StoreSchema: Sendable {
         /// The old name `name` takes its data from; `nil` for something new.
         package func source(of name: String) -> String? {
             renamed[name] ?? (old.contains(name) && !renamedAway.contains(name) ? name : nil)
+        }
+
+        /// Whether one of the names takes its data from the old one `oldName`.
+        package func takes(_ oldName: String) -> Bool {
+            renamedAway.contains(oldName) || (names.contains(oldName) && old.contains(oldName))
         }
     }
 
