@@ -221,12 +221,17 @@ extension PostgresStore {
         // Reported once the state lock is released (`onError` may read), and only once the
         // read succeeded: a failed one is made again, and would report them twice.
         var unreadable: [StoreError] = []
-        let next = try state.withLock { state in
-            try Self.readTransaction(connection) {
-                var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
-                try checkNotExpired(token, connection: connection)
-                return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance,
-                                                        unreadable: { unreadable.append($0) }, deliver)
+        let next = try Self.readingAgainOnLockTimeout {
+            unreadable = []
+            return try state.withLock { state in
+                try Self.readTransaction(connection, begin: Self.beginReadUnderStateLock) {
+                    var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.overlay), context: nil)
+                    try checkNotExpired(token, connection: connection)
+                    // Delivered only once every transaction is read: a read failing on a lock
+                    // timeout runs again.
+                    return try HistoryReading.deliverRemote(after: token, reader: &reader, queries: Self.historyQueries, instance: instance,
+                                                            unreadable: { unreadable.append($0) }, deliver)
+                }
             }
         }
         unreadable.forEach(reportError)
@@ -234,8 +239,8 @@ extension PostgresStore {
     }
 
     /// Runs `body` in one read-only transaction on `connection`, its snapshot taken at once.
-    private static func readTransaction<T>(_ connection: PostgresConnection, _ body: () throws -> T) throws -> T {
-        try connection.execute(beginRead)
+    private static func readTransaction<T>(_ connection: PostgresConnection, begin: String = beginRead, _ body: () throws -> T) throws -> T {
+        try connection.execute(begin)
         defer { if connection.isInTransaction && !connection.isBroken { try? connection.execute("COMMIT") } }
         return try body()
     }

@@ -70,6 +70,17 @@ package final class PostgresStore: QueuedStore {
     static let beginRead = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
     /// Starts a read whose snapshot its first statement takes (`withReadTransaction`).
     static let beginReadLater = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+    /// Starts a read whose statements run under the state lock (`withCommittedView`, the
+    /// history listener's delivery): they wait for a table's lock no longer than the writer's
+    /// do there (`lockWaitUnderStateLock`).
+    ///
+    /// A read waits for a table's lock only behind an `ACCESS EXCLUSIVE` one: another server's
+    /// migration (`ALTER TABLE`), queued behind this process's writer, whose transaction holds
+    /// its tables' locks until its `COMMIT` — which waits for the state lock the read holds. No
+    /// one would give way (PostgreSQL cannot see the state lock) until the migration's lock
+    /// timeout failed it. Instead the read fails with `55P03`, lets go of the state lock, and
+    /// runs again (`readingAgainOnLockTimeout`): the writer commits, the migration goes on.
+    static let beginReadUnderStateLock = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL lock_timeout = '50ms'; SELECT 1"
 
     /// Connects to the server, then creates `schema`'s tables in the database or checks that
     /// it holds them (`PostgresSchemaInstaller`).
@@ -285,12 +296,28 @@ package final class PostgresStore: QueuedStore {
     }
 
     package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
-        let (connection, result) = try withReadTransaction { state, connection in
-            var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.queued), context: nil)
-            return try body(&state, &reader)
+        try Self.readingAgainOnLockTimeout {
+            let (connection, result) = try withReadTransaction(begin: Self.beginReadUnderStateLock) { state, connection in
+                var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.queued), context: nil)
+                return try body(&state, &reader)
+            }
+            finishReading(connection)
+            return result
         }
-        finishReading(connection)
-        return result
+    }
+
+    /// Runs `read`, a read under the state lock begun with `beginReadUnderStateLock`, again
+    /// for as long as it fails waiting for a table's lock: what it did under the lock before
+    /// it failed was reading, and is done again. Between two attempts, with the lock let go
+    /// of, it pauses a millisecond, so that the writer's `COMMIT` waiting for the lock takes it.
+    static func readingAgainOnLockTimeout<T>(_ read: () throws -> T) throws -> T {
+        while true {
+            do {
+                return try read()
+            } catch let error as PostgresError where error.code == .lockNotAvailable {
+                usleep(1_000)
+            }
+        }
     }
 
     /// Begins a read transaction on a reader connection under the state lock and runs `body`
@@ -303,7 +330,7 @@ package final class PostgresStore: QueuedStore {
     /// `snapshotTime` says, for the state under the lock, when the snapshot is taken: now, or
     /// by the read's first statement, which takes `BEGIN` along in its own round trip (a read
     /// then costs one round trip fewer), or by its only statement, with no transaction at all.
-    private func withReadTransaction<T>(snapshotTime: (QueueState) -> SnapshotTime = { _ in .now },
+    private func withReadTransaction<T>(snapshotTime: (QueueState) -> SnapshotTime = { _ in .now }, begin: String = beginRead,
                                         _ body: (inout QueueState, PostgresConnection) throws -> T) throws -> (PostgresConnection, T) {
         var connection = try takeReader()
         var retried = false
@@ -317,7 +344,7 @@ package final class PostgresStore: QueuedStore {
                     case .byTheStatement where connection.isAlive():
                         break
                     default:
-                        try connection.execute(Self.beginRead)
+                        try connection.execute(begin)
                     }
                     began = true
                     return try body(&state, connection)

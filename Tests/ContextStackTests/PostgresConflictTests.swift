@@ -157,6 +157,65 @@ struct PostgresConflictTests {
         #expect(recorder.all.isEmpty, "\(recorder.all)")
     }
 
+    /// Docs/Postgres.md, "Migration": a read under the state lock — here a commit's check of a
+    /// unique value — that waits for a table behind another server's migration (its
+    /// `ACCESS EXCLUSIVE` lock, held here by a `LOCK TABLE`) lets go of the state lock while it
+    /// waits, so this process's other commits are still written: the writer's `COMMIT` takes the
+    /// state lock. Before, the check held it for as long as the migration held the table, and
+    /// with the migration queued behind the writer's own locks nothing moved until the
+    /// migration's lock timeout. The check then succeeds once the table is free.
+    @Test func aReadUnderTheStateLockWaitingBehindAMigrationLetsTheOtherCommitsBeWritten() async throws {
+        let store = try TestStore(.postgres)
+        let url = try #require(store.database?.url)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        // Keys are reserved by the writer: a first commit reserves them before anything waits.
+        let context = try ContextStack.Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Seed"
+            try update.commit()
+        }
+        let migration = try PostgresConnection(PostgresSettings(url: url))
+        try migration.execute("BEGIN")
+        try migration.execute("LOCK TABLE \"Person\" IN ACCESS EXCLUSIVE MODE")
+        let checked = Locked<Bool?>(nil)
+        Thread.detachNewThread {
+            let saved = (try? context.beginUpdateAndWait { update -> Bool in
+                let monk = try update.create(Person.self)
+                (monk.name, monk.email) = ("Monk", "monk@example.com")
+                try update.commit()
+                return true
+            }) ?? false
+            checked.withLock { $0 = saved }
+        }
+        #expect(try await waitForALockWaiter(url, blockedBy: migration.backendPID), "the unique check never waited for the table")
+
+        let other = try ContextStack.Context(stack: store.stack)
+        Thread.detachNewThread {
+            _ = try? other.beginUpdateAndWait { update in
+                try update.create(Pet.self).name = "Rex"
+                try update.commit()
+            }
+        }
+        // A guard against hanging (30 s), not a timing assertion: without the fix the pet is
+        // written only once the table is free.
+        let watcher = try PostgresConnection(PostgresSettings(url: url))
+        var written = false
+        for _ in 0..<3000 where !written {
+            written = try watcher.scalar("SELECT count(*) FROM \"Pet\" WHERE name = 'Rex'") == .integer(1)
+            if !written { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(written, "the pet's commit waited for the state lock the unique check held while it waited for the table")
+        #expect(checked.withLock { $0 } == nil, "the unique check finished while the table was locked")
+
+        try migration.execute("COMMIT")
+        while checked.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(checked.withLock { $0 } == true)
+        try await store.stack.flush()
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Monk")]])
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+    }
+
     /// A unique value another process saves after `commit()` checked it: the writer's insert
     /// waits on the unique index for the other transaction, then fails, and the whole commit
     /// fails with the `SaveError` the check would have thrown (its statements' errors arrive
