@@ -25,6 +25,9 @@ struct PostgresMigration {
     /// What the migration dropped that held or could hold data: tables, columns, the rows of
     /// entities the model no longer has (`ModelHistory.refusal`).
     private(set) var lost: [String] = []
+    /// Old columns whose values a join table took (`OldSchema.joinFills`), by old table: their
+    /// columns go, but not their data.
+    private var movedToJoins: [String: Set<String>] = [:]
 
     init(connection: PostgresConnection, schema: StoreSchema, oldDescription: String, dryRun: Bool = false) throws {
         self.connection = connection
@@ -42,15 +45,22 @@ struct PostgresMigration {
         let keptIndexes = try dropIndexes()
         // Renamed tables first, each once its name is free; then the others.
         let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter(existingTables.contains))
-        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter(existingTables.contains),
-                                              tables: sources, old: old)
-        // A to-many whose to-one inverse went away takes its pairs from the inverse's column,
-        // before the tables migrate without it.
-        let joinFills = old.joinFills(in: schema, tables: sources, joins: joins)
-        for fill in joinFills {
+        let oldJoins = old.joinNames.filter(existingTables.contains)
+        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: oldJoins, tables: sources, old: old)
+        // Join tables filled before the others are renamed: one whose to-one inverse went away
+        // takes its pairs from the inverse's column, before the tables migrate without it; one
+        // whose old table another takes copies it first.
+        var filled: [ObjectIdentifier] = []
+        for fill in old.joinFills(in: schema, tables: sources, joins: joins) {
             let (source, target) = fill.ownerIsSource ? (fill.column.quotedIdentifier, "\"Z_PK\"") : ("\"Z_PK\"", fill.column.quotedIdentifier)
             try execute(StoreSchema.postgresCreateJoinTable(fill.join))
             try execute("INSERT INTO \(fill.join.quotedName) (source, target) SELECT \(source), \(target) FROM \(fill.table.quotedIdentifier) WHERE \(fill.column.quotedIdentifier) IS NOT NULL")
+            movedToJoins[fill.table, default: []].insert(fill.column)
+            filled.append(ObjectIdentifier(fill.join))
+        }
+        for copy in old.joinCopies(in: schema, tables: sources, joins: joins, oldJoins: oldJoins) {
+            try copyPairs(into: copy.join, from: copy.from, swapped: copy.swapped)
+            filled.append(ObjectIdentifier(copy.join))
         }
         for table in sources.inRenameOrder(schema.tables, name: \.name) {
             if let source = try migrate(table, from: sources.source(of: table.name), tables: sources) { claimed.insert(source) }
@@ -59,26 +69,32 @@ struct PostgresMigration {
         for join in joins.inRenameOrder(schema.joinTables, name: \.name) {
             claimed.insert(join.name)
             guard let previous = joins.source(of: join.name) else {
-                if !joinFills.contains(where: { $0.join === join }) { try execute(StoreSchema.postgresCreateJoinTable(join)) }
+                if !filled.contains(ObjectIdentifier(join)) { try execute(StoreSchema.postgresCreateJoinTable(join)) }
                 continue
             }
             claimed.insert(previous)
             guard previous != join.name else { continue }
-            try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
             if old.previousName(of: join, in: schema, tables: sources)?.swapped == true {
-                // The renamed side now sorts on the other side of the name: it owns the
-                // other column, so the pairs turn around.
-                try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN source TO z_swapping")
-                try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN target TO source")
-                try execute("ALTER TABLE \(join.quotedName) RENAME COLUMN z_swapping TO target")
+                // The renamed side now sorts on the other side of the name: it owns the other
+                // column, so the pairs turn around — copied, as on SQLite, so that the primary
+                // key leads with `source` again (a to-many's faults look pairs up by it).
+                try copyPairs(into: join, from: previous, swapped: true)
+                try execute("DROP TABLE \(previous.quotedIdentifier)")
+            } else {
+                try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
             }
         }
-        // A new to-one inverse of a to-many takes its values from the to-many's old join table.
-        for fill in old.columnFills(in: schema, tables: sources, joins: joins) { try execute(fill.sql) }
+        // A new to-one inverse of a to-many takes its values from the to-many's old join table,
+        // which loses only the pairs of a row that was in several owners' to-manys.
+        var movedToColumns: Set<String> = []
+        for fill in old.columnFills(in: schema, tables: sources, joins: joins) {
+            try execute(fill.sql)
+            if try connection.scalar(fill.losesPairsSQL) == .integer(0) { movedToColumns.insert(fill.join) }
+        }
         // Tables of the old model that nothing claims belonged to removed entities or
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables.contains(name) {
-            lost.append("the table \(name)")
+            if !movedToColumns.contains(name) { lost.append("the table \(name)") }
             try execute("DROP TABLE \(name.quotedIdentifier)")
             try execute("DROP SEQUENCE IF EXISTS \(StoreSchema.sequenceName(ofTableNamed: name).quotedIdentifier)")
         }
@@ -91,6 +107,13 @@ struct PostgresMigration {
     private func execute(_ sql: String) throws {
         guard !dryRun else { return }
         try connection.execute(sql)
+    }
+
+    /// Creates `join` with the pairs of the old join table `previous`, turned around when
+    /// `swapped`.
+    private func copyPairs(into join: JoinTable, from previous: String, swapped: Bool) throws {
+        try execute(StoreSchema.postgresCreateJoinTable(join))
+        try execute("INSERT INTO \(join.quotedName) (source, target) SELECT \(swapped ? "target, source" : "source, target") FROM \(previous.quotedIdentifier)")
     }
 
     // MARK: - Tables
@@ -150,7 +173,7 @@ struct PostgresMigration {
             kept.insert(column.name)
         }
         for name in oldColumns.keys.sorted() where !kept.contains(name) {
-            lost.append("the column \(sourceName).\(name)")
+            if movedToJoins[sourceName]?.contains(name) != true { lost.append("the column \(sourceName).\(name)") }
             try execute("ALTER TABLE \(table.quotedName) DROP COLUMN \(name.quotedIdentifier)")
         }
 

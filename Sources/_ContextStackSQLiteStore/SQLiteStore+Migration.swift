@@ -34,6 +34,9 @@ struct Migration {
     /// What the migration dropped that held or could hold data: tables, columns, the rows of
     /// entities the model no longer has (`ModelHistory.refusal`).
     private(set) var lost: [String] = []
+    /// Old columns whose values a join table took (`OldSchema.joinFills`), by old table: their
+    /// columns go, but not their data.
+    private var movedToJoins: [String: Set<String>] = [:]
 
     init(db: Connection, schema: StoreSchema, oldDescription: String, dryRun: Bool = false) throws {
         self.db = db
@@ -56,15 +59,23 @@ struct Migration {
         var claimed: Set<String> = ["Z_METADATA", "Z_KEYS"]
         // Renamed tables first, each once its name is free; then the others.
         let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter { existingTables[$0] != nil })
-        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: old.joinNames.filter { existingTables[$0] != nil },
-                                              tables: sources, old: old)
-        // A to-many whose to-one inverse went away takes its pairs from the inverse's column,
-        // before the tables migrate without it.
-        let joinFills = old.joinFills(in: schema, tables: sources, joins: joins)
-        for fill in joinFills {
+        let oldJoins = old.joinNames.filter { existingTables[$0] != nil }
+        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: oldJoins, tables: sources, old: old)
+        // Join tables filled before the others are renamed: one whose to-one inverse went away
+        // takes its pairs from the inverse's column, before the tables migrate without it; one
+        // whose old table another takes copies it first.
+        var filled: [ObjectIdentifier] = []
+        for fill in old.joinFills(in: schema, tables: sources, joins: joins) {
             let (source, target) = fill.ownerIsSource ? (fill.column.quotedIdentifier, "\"Z_PK\"") : ("\"Z_PK\"", fill.column.quotedIdentifier)
             try execute(schema.createJoinTable(named: fill.join.quotedName))
             try execute("INSERT INTO \(fill.join.quotedName) (source, target) SELECT \(source), \(target) FROM \(fill.table.quotedIdentifier) WHERE \(fill.column.quotedIdentifier) IS NOT NULL")
+            movedToJoins[fill.table, default: []].insert(fill.column)
+            filled.append(ObjectIdentifier(fill.join))
+        }
+        for copy in old.joinCopies(in: schema, tables: sources, joins: joins, oldJoins: oldJoins) {
+            try execute(schema.createJoinTable(named: copy.join.quotedName))
+            try execute("INSERT INTO \(copy.join.quotedName) (source, target) SELECT \(copy.swapped ? "target, source" : "source, target") FROM \(copy.from.quotedIdentifier)")
+            filled.append(ObjectIdentifier(copy.join))
         }
         for table in sources.inRenameOrder(schema.tables, name: \.name) {
             let source = try migrate(table, from: sources.source(of: table.name), tables: sources)
@@ -74,7 +85,7 @@ struct Migration {
         for join in joins.inRenameOrder(schema.joinTables, name: \.name) {
             claimed.insert(join.name)
             guard let previous = joins.source(of: join.name) else {
-                if !joinFills.contains(where: { $0.join === join }) { try execute(schema.createJoinTable(named: join.quotedName)) }
+                if !filled.contains(ObjectIdentifier(join)) { try execute(schema.createJoinTable(named: join.quotedName)) }
                 continue
             }
             claimed.insert(previous)
@@ -89,12 +100,17 @@ struct Migration {
                 try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
             }
         }
-        // A new to-one inverse of a to-many takes its values from the to-many's old join table.
-        for fill in old.columnFills(in: schema, tables: sources, joins: joins) { try execute(fill.sql) }
+        // A new to-one inverse of a to-many takes its values from the to-many's old join table,
+        // which loses only the pairs of a row that was in several owners' to-manys.
+        var movedToColumns: Set<String> = []
+        for fill in old.columnFills(in: schema, tables: sources, joins: joins) {
+            try execute(fill.sql)
+            if try db.scalar(fill.losesPairsSQL) == .integer(0) { movedToColumns.insert(fill.join) }
+        }
         // Tables of the old model that nothing claims belonged to removed entities or
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables[name] != nil {
-            lost.append("the table \(name)")
+            if !movedToColumns.contains(name) { lost.append("the table \(name)") }
             try execute("DROP TABLE \(name.quotedIdentifier)")
             try execute("DELETE FROM Z_KEYS WHERE name = \(name.quotedLiteral)")
         }
@@ -173,7 +189,8 @@ struct Migration {
             identity = false
         }
 
-        lost += oldColumns.keys.sorted().filter { !carried.contains($0) }.map { "the column \(sourceName).\($0)" }
+        let moved = movedToJoins[sourceName] ?? []
+        lost += oldColumns.keys.sorted().filter { !carried.contains($0) && !moved.contains($0) }.map { "the column \(sourceName).\($0)" }
         if !filter.isEmpty, try db.scalar("SELECT EXISTS (SELECT 1 FROM \(sourceName.quotedIdentifier) WHERE NOT (\(filter.dropFirst(" WHERE ".count))))") == .integer(1) {
             lost.append("the rows of \(sourceName) whose entities the model no longer has")
         }

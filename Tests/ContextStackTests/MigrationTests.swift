@@ -269,6 +269,41 @@ import Testing
     @Relationship var songs: Set<SongV2>
 }
 
+// Version 4: the many-to-many of version 2 made two to-manys without inverse: each keeps the
+// pairs.
+
+@Entity(name: "Song") final class SongV4: ManagedObject {
+    var title: String = ""
+    @Relationship var genres: Set<GenreV4>
+}
+
+@Entity(name: "Genre") final class GenreV4: ManagedObject {
+    var name: String = ""
+    @Relationship var songs: Set<SongV4>
+}
+
+// A to-many without inverse whose destination is a new entity gains an inverse: the pairs were
+// with the old destination's rows, and do not go to the new one's.
+
+@Entity(name: "Keeper") final class KeeperV1: ManagedObject {
+    var name: String = ""
+    @Relationship var animals: Set<DogV1>
+}
+
+@Entity(name: "Dog") final class DogV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Keeper") final class KeeperV2: ManagedObject {
+    var name: String = ""
+    @Relationship(inverse: \WolfV2.keepers) var animals: Set<WolfV2>
+}
+
+@Entity(name: "Wolf") final class WolfV2: ManagedObject {
+    var name: String = ""
+    @Relationship var keepers: Set<KeeperV2>
+}
+
 // A to-many whose to-one inverse goes away (its pairs move to a join table), then comes back
 // (they move to the column again).
 
@@ -292,8 +327,7 @@ import Testing
 }
 
 @Entity(name: "Topic") final class TopicV3: ManagedObject {
-    var title: String = ""
-    var pinned: Bool = false
+    @Attribute(.indexed) var title: String = ""
     @Relationship(inverse: \ReplyV3.topic) var replies: Set<ReplyV3>
 }
 
@@ -392,11 +426,14 @@ func storeBytes(_ url: URL) -> [Data?] {
 }
 
 /// Songs, genres and playlists written with version 1 (to-manys without inverse), opened with
-/// version 2 (each with a to-many inverse) and then version 1 again: every pair stays, and going
-/// back, which drops nothing, is allowed. `open` opens the store with a model version;
+/// version 2 (each with a to-many inverse), version 1 again — which drops nothing, so going back
+/// is allowed — and 2 again; then version 4 keeps both sides of the many-to-many as to-manys
+/// without inverse, each with every pair. `open` opens the store with a model version;
 /// `MigrationTests` and `PostgresMigrationTests` run it on theirs.
 func migrateToManysGainingAndLosingInverses(_ open: ([ManagedObject.Type]) throws -> Context) throws {
-    try open([SongV1.self, GenreV1.self, PlaylistV1.self]).beginUpdateAndWait { update in
+    let version1: [ManagedObject.Type] = [SongV1.self, GenreV1.self, PlaylistV1.self]
+    let version2: [ManagedObject.Type] = [SongV2.self, GenreV2.self, PlaylistV2.self]
+    try open(version1).beginUpdateAndWait { update in
         let genres = try (0..<2).map { index in
             let genre = try update.create(GenreV1.self)
             genre.name = "g\(index)"
@@ -416,7 +453,7 @@ func migrateToManysGainingAndLosingInverses(_ open: ([ManagedObject.Type]) throw
         }
         try update.commit()
     }
-    try open([SongV2.self, GenreV2.self, PlaylistV2.self]).beginUpdateAndWait { update in
+    try open(version2).beginUpdateAndWait { update in
         let songs = try update.fetchAll(SongV2.self, orderBy: .ascending("title"))
         #expect(songs.map { $0.genres.map(\.name).sorted() } == [["g0", "g1"], ["g1"]])
         #expect(songs.map { $0.playlists.map(\.name).sorted() } == [["p0"], ["p0", "p1"]])
@@ -430,20 +467,59 @@ func migrateToManysGainingAndLosingInverses(_ open: ([ManagedObject.Type]) throw
         song.playlists = [playlists[1]]
         try update.commit()
     }
-    try open([SongV1.self, GenreV1.self, PlaylistV1.self]).beginUpdateAndWait { update in
+    try open(version1).beginUpdateAndWait { update in
         let songs = try update.fetchAll(SongV1.self, orderBy: .ascending("title"))
         #expect(songs.map { $0.genres.map(\.name).sorted() } == [["g0", "g1"], ["g1"], ["g0"]])
         let playlists = try update.fetchAll(PlaylistV1.self, orderBy: .ascending("name"))
         #expect(playlists.map { $0.songs.map(\.title).sorted() } == [["s0", "s1"], ["s1", "s2"]])
     }
+    try open(version2).beginUpdateAndWait { update in
+        let genres = try update.fetchAll(GenreV2.self, orderBy: .ascending("name"))
+        #expect(genres.map { $0.songs.map(\.title).sorted() } == [["s0", "s2"], ["s0", "s1"]])
+    }
+    try open([SongV4.self, GenreV4.self]).beginUpdateAndWait { update in
+        let songs = try update.fetchAll(SongV4.self, orderBy: .ascending("title"))
+        #expect(songs.map { $0.genres.map(\.name).sorted() } == [["g0", "g1"], ["g1"], ["g0"]])
+        let genres = try update.fetchAll(GenreV4.self, orderBy: .ascending("name"))
+        #expect(genres.map { $0.songs.map(\.title).sorted() } == [["s0", "s2"], ["s0", "s1"]])
+    }
+}
+
+/// Keepers of dogs written with version 1, opened with version 2, where the keepers' animals are
+/// wolves, a new entity, with an inverse: the first wolf takes the key the dog had, and none of its
+/// pairs.
+func migrateAToManyToANewEntity(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([KeeperV1.self, DogV1.self]).beginUpdateAndWait { update in
+        let keeper = try update.create(KeeperV1.self)
+        keeper.name = "Kim"
+        let dog = try update.create(DogV1.self)
+        dog.name = "Rex"
+        keeper.animals = [dog]
+        try update.commit()
+    }
+    let context = try open([KeeperV2.self, WolfV2.self])
+    try context.beginUpdateAndWait { update in
+        try update.create(WolfV2.self).name = "Akela"
+        try update.commit()
+    }
+    try context.beginUpdateAndWait { update in
+        let wolf = try #require(try update.fetch(WolfV2.self))
+        let keeper = try #require(try update.fetch(KeeperV2.self))
+        #expect(wolf.keepers.isEmpty && keeper.animals.isEmpty)
+    }
 }
 
 /// Topics and replies written with version 1 (a to-many with a to-one inverse), opened with
-/// version 2 (the inverse gone: the pairs move to a join table), where a reply joins two
-/// topics, then with version 3 (the inverse back): each reply names its topic again, the one
-/// of two with the smaller key.
+/// version 2 (the inverse gone: the pairs move to a join table), version 1 again (back to the
+/// column, nothing dropped, so going back is allowed) and 2 again. There a reply joins two
+/// topics: version 1 is then refused, as going back would drop one of its pairs; version 3
+/// (the inverse back, in a model the store never had) gives each reply its topic again, the
+/// one of two with the smaller key. Back from there to version 2, which drops nothing (the
+/// column's values go to the join table), is allowed.
 func migrateAToManyWhoseToOneInverseGoesAndComesBack(_ open: ([ManagedObject.Type]) throws -> Context) throws {
-    try open([TopicV1.self, ReplyV1.self]).beginUpdateAndWait { update in
+    let version1: [ManagedObject.Type] = [TopicV1.self, ReplyV1.self]
+    let version2: [ManagedObject.Type] = [TopicV2.self, ReplyV2.self]
+    try open(version1).beginUpdateAndWait { update in
         let topics = try (0..<2).map { index in
             let topic = try update.create(TopicV1.self)
             topic.title = "t\(index)"
@@ -456,17 +532,31 @@ func migrateAToManyWhoseToOneInverseGoesAndComesBack(_ open: ([ManagedObject.Typ
         }
         try update.commit()
     }
-    try open([TopicV2.self, ReplyV2.self]).beginUpdateAndWait { update in
+    try open(version2).beginUpdateAndWait { update in
+        let topics = try update.fetchAll(TopicV2.self, orderBy: .ascending("title"))
+        #expect(topics.map { $0.replies.map(\.text).sorted() } == [["r0", "r1"], ["r2"]])
+    }
+    try open(version1).beginUpdateAndWait { update in
+        let replies = try update.fetchAll(ReplyV1.self, orderBy: .ascending("text"))
+        #expect(replies.map { $0.topic?.title } == ["t0", "t0", "t1", nil])
+    }
+    try open(version2).beginUpdateAndWait { update in
         let topics = try update.fetchAll(TopicV2.self, orderBy: .ascending("title"))
         #expect(topics.map { $0.replies.map(\.text).sorted() } == [["r0", "r1"], ["r2"]])
         let loose = try #require(try update.fetch(ReplyV2.self, %"text" == "r3"))
         for topic in topics { topic.replies.insert(loose) }
         try update.commit()
     }
+    let refused = try #require(throws: StoreError.self) { try open(version1) }
+    #expect(refused.code == .newerModel && refused.message.contains("the table Z_Topic_replies"), "\(refused.message)")
     try open([TopicV3.self, ReplyV3.self]).beginUpdateAndWait { update in
         let replies = try update.fetchAll(ReplyV3.self, orderBy: .ascending("text"))
         #expect(replies.map { $0.topic?.title } == ["t0", "t0", "t1", "t0"])
         let topics = try update.fetchAll(TopicV3.self, orderBy: .ascending("title"))
+        #expect(topics.map { $0.replies.map(\.text).sorted() } == [["r0", "r1", "r3"], ["r2"]])
+    }
+    try open(version2).beginUpdateAndWait { update in
+        let topics = try update.fetchAll(TopicV2.self, orderBy: .ascending("title"))
         #expect(topics.map { $0.replies.map(\.text).sorted() } == [["r0", "r1", "r3"], ["r2"]])
     }
 }
@@ -793,7 +883,7 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         try migrateToManysGainingAndLosingInverses { types in try openStore(types, at: url) }
         let db = try Connection(path: url.path)
         #expect(try db.rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'Z\\_%\\_%' ESCAPE '\\' ORDER BY name").map { $0[0] }
-                == [.text("Z_Playlist_songs"), .text("Z_Song_genres")])
+                == [.text("Z_Genre_songs"), .text("Z_Song_genres")])
     }
 
     /// Docs/Stores.md, "Migration": a to-many whose to-one inverse goes away keeps its pairs in
@@ -802,7 +892,13 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         defer { cleanUp() }
         try migrateAToManyWhoseToOneInverseGoesAndComesBack { types in try openStore(types, at: url) }
         let db = try Connection(path: url.path)
-        #expect(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'Z_Topic_replies'") == .integer(0))
+        #expect(try db.scalar("SELECT count(*) FROM Z_Topic_replies") == .integer(4))
+    }
+
+    /// Docs/Stores.md, "Migration": a to-many whose destination is a new entity starts empty.
+    @Test func aToManyToANewEntityStartsEmpty() throws {
+        defer { cleanUp() }
+        try migrateAToManyToANewEntity { types in try openStore(types, at: url) }
     }
 
     /// Docs/Stores.md, "Migration": a to-one whose destination changes starts empty.

@@ -14,6 +14,9 @@ package struct OldSchema {
     /// Table name → its columns, each with the table its to-one relationship points to (`nil`
     /// for an attribute's).
     private var columns: [String: [String: String?]] = [:]
+    /// Whether the description names to-ones' destinations (`->Table`): any but the first
+    /// models' does, that has a to-one.
+    private var recordsDestinations = false
 
     package init(parsing description: String) {
         for line in description.split(separator: "\n") {
@@ -28,6 +31,7 @@ package struct OldSchema {
                 for column in words.dropFirst(2).last?.split(separator: ",") ?? [] where !column.hasPrefix("+") {
                     guard let name = column.split(separator: ":").first else { continue }
                     let destination = column.range(of: "->").map { String(column[$0.upperBound...]) }
+                    if destination != nil { recordsDestinations = true }
                     found[String(name)] = .some(destination)
                 }
                 columns[table] = found
@@ -60,20 +64,21 @@ package struct OldSchema {
     /// without inverse, its root's side owning `source`; both sides sorted and joined for a
     /// many-to-many, the side that sorts first owning `source`. A to-many that gained a to-many
     /// inverse takes the table it had alone, and one whose inverse went away takes the table it
-    /// shared with it: adding or removing an inverse keeps the pairs.
+    /// shared with it: adding or removing an inverse keeps the pairs. Pairs with an entity whose
+    /// table is new are new: its rows' keys start again.
     package func previousName(of join: JoinTable, in schema: StoreSchema, tables: StoreSchema.RenameSources) -> (name: String, swapped: Bool)? {
-        guard let (entity, property) = schema.side(of: join), let ownRoot = tables.source(of: entity.table.name) else { return nil }
+        guard let (entity, property) = schema.side(of: join), let ownRoot = tables.source(of: entity.table.name),
+              let destination = property.destination, let otherRoot = tables.source(of: destination.table.name) else { return nil }
         let ownSide = "\(ownRoot)_\(property.name)"
-        let otherRoot = property.destination.flatMap { tables.source(of: $0.table.name) }
         var candidates = [(name: "Z_" + ownSide, wasSource: true)]
-        if let inverse = property.inverse, let otherRoot {
+        if let inverse = property.inverse {
             let otherSide = "\(otherRoot)_\(inverse.name)"
             candidates = [("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), ownSide <= otherSide)]
             // The inverse is new: the pairs are those of the side that had a table of its own,
             // the side that owns `source` now first.
             let alone: [(name: String, wasSource: Bool)] = [("Z_" + ownSide, true), ("Z_" + otherSide, false)]
             candidates += property.isJoinSource ? alone : alone.reversed()
-        } else if let otherRoot {
+        } else {
             // The inverse went away: the pairs are in the table named for both sides.
             candidates += joinNames.sorted().compactMap { pairedName($0, side: ownSide, otherRoot: otherRoot) }
         }
@@ -84,8 +89,12 @@ package struct OldSchema {
     /// `name`, and whether `side` owned its `source` column, when `name` is the join table of a
     /// many-to-many between `side` and a to-many of the old table `otherRoot`.
     private func pairedName(_ name: String, side: String, otherRoot: String) -> (name: String, wasSource: Bool)? {
+        // A property of the old model's after the root's name: with underscores in names, a
+        // name can split more than one way.
         func isOtherSide(_ other: Substring) -> Bool {
-            other.hasPrefix(otherRoot + "_") && other.count > otherRoot.count + 1
+            guard other.hasPrefix(otherRoot + "_") else { return false }
+            let property = String(other.dropFirst(otherRoot.count + 1))
+            return !property.isEmpty && properties.values.contains { $0.contains(property) }
         }
         if name.hasPrefix("Z_\(side)_"), case let other = name.dropFirst("Z_\(side)_".count), isOtherSide(other), side <= other {
             return (name, true)
@@ -100,9 +109,26 @@ package struct OldSchema {
     /// relationship's destination changed (a renamed entity's table is the same one). Its old
     /// keys are of rows of that other table, so the column starts empty, as a new one.
     /// `source` is the old column it would take its values from, in the old table `oldTable`.
+    ///
+    /// Destinations are compared by table: one moved within a hierarchy (from a sub-entity to
+    /// its parent, or a sibling) keeps the keys. A description written before destinations were
+    /// recorded (the project's first hour) names none, and nothing counts as changed.
     package func destinationChanged(_ column: Table.Column, from source: String, in oldTable: String, tables: StoreSchema.RenameSources) -> Bool {
-        guard let destination = column.references, let old = columns[oldTable]?[source] else { return false }
+        guard recordsDestinations, let destination = column.references, let old = columns[oldTable]?[source] else { return false }
         return old != tables.source(of: destination)
+    }
+
+    /// The join tables of `schema` that are new (`joins` gives them no old table) but whose
+    /// pairs are in an old join table another one takes (`previousName`): both sides of a
+    /// many-to-many kept as to-manys without inverse each keep the pairs. Each is filled with a
+    /// copy, turned around when `swapped`, before the other takes the old table.
+    package func joinCopies(in schema: StoreSchema, tables: StoreSchema.RenameSources, joins: StoreSchema.RenameSources,
+                            oldJoins: Set<String>) -> [(join: JoinTable, from: String, swapped: Bool)] {
+        schema.joinTables.compactMap { join in
+            guard joins.source(of: join.name) == nil, let previous = previousName(of: join, in: schema, tables: tables),
+                  oldJoins.contains(previous.name), joins.takes(previous.name) else { return nil }
+            return (join, previous.name, previous.swapped)
+        }
     }
 
     /// A join table a migration fills from a to-one column of the old model: the column held
@@ -161,6 +187,12 @@ package struct OldSchema {
         package let join: String
         package let owner: String
         package let member: String
+
+        /// Whether a row was in several owners' to-manys (all but one of its pairs are lost),
+        /// the same on every store.
+        package var losesPairsSQL: String {
+            "SELECT EXISTS (SELECT 1 FROM \(join.quotedIdentifier) GROUP BY \(member) HAVING count(*) > 1)"
+        }
 
         /// The statement, the same on every store.
         package var sql: String {
