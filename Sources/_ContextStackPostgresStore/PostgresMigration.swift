@@ -153,6 +153,18 @@ struct PostgresMigration {
             }
             sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
         }
+        // Sub-entities sharing a column may take it from different old columns, entity by
+        // entity: their rows are given theirs once the columns are renamed and added.
+        let splits = oldColumns["Z_ENT"] == nil ? [] : StoreSchema.splitColumns(of: table, family: family, oldColumns: Set(oldColumns.keys),
+                                                                               old: old, tableWide: sources)
+        for split in splits {
+            guard let column = table.columns.first(where: { $0.name == split.column }) else { continue }
+            let wanted = StoreSchema.postgresDataType(of: column)
+            for case let source? in split.sources.map(\.source) where oldColumns[source].map({ $0 != wanted }) == true {
+                let owner = family.first { $0.property(named: column.name) != nil }?.name ?? table.name
+                throw StoreError(.cannotMigrate, "\(owner).\(column.name) changed type (stored as \(oldColumns[source]!), now \(wanted)): lightweight migration cannot convert it. Keep the old type, or add a new attribute and copy the values yourself. The database was left as it was.")
+            }
+        }
         var kept: Set<String> = ["Z_PK", "Z_ENT", "Z_VERSION"]
         for column in sources.inRenameOrder(table.columns, name: \.name) {
             let source = sources.source(of: column.name)
@@ -172,8 +184,20 @@ struct PostgresMigration {
             }
             kept.insert(column.name)
         }
+        // Where each old column is now: renamed, or still under its name until dropped below.
+        func now(_ old: String) -> String { sources.renamed.first { $0.value == old }?.key ?? old }
+        var assignments: [Int64: [String]] = [:]
+        for split in splits {
+            for (code, source) in split.sources {
+                assignments[code, default: []].append("\(split.column.quotedIdentifier) = \(source.map { now($0).quotedIdentifier } ?? "NULL")")
+            }
+        }
+        for (code, sets) in assignments.sorted(by: { $0.key < $1.key }) {
+            try execute("UPDATE \(table.quotedName) SET \(sets.joined(separator: ", ")) WHERE \"Z_ENT\" = \(code)")
+        }
+        let movedBySplit = Set(splits.flatMap { $0.sources.compactMap(\.source) })
         for name in oldColumns.keys.sorted() where !kept.contains(name) {
-            if movedToJoins[sourceName]?.contains(name) != true { lost.append("the column \(sourceName).\(name)") }
+            if movedToJoins[sourceName]?.contains(name) != true && !movedBySplit.contains(name) { lost.append("the column \(sourceName).\(name)") }
             try execute("ALTER TABLE \(table.quotedName) DROP COLUMN \(name.quotedIdentifier)")
         }
 

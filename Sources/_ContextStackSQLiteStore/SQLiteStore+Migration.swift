@@ -141,23 +141,37 @@ struct Migration {
         // A column a property renames goes to that property alone: a new attribute given its
         // old name starts empty (`StoreSchema.RenameSources`). So does a to-one whose
         // destination changed: its old keys are another table's.
-        var sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: Set(oldColumns.keys))
+        var available = Set(oldColumns.keys)
+        var sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: available)
         let repointed = table.columns.filter { column in
             sources.source(of: column.name).map { old.destinationChanged(column, from: $0, in: sourceName, tables: tables) } ?? false
         }
         if !repointed.isEmpty {
-            let kept = Set(oldColumns.keys).subtracting(repointed.compactMap { sources.source(of: $0.name) })
-            sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: kept)
+            available.subtract(repointed.compactMap { sources.source(of: $0.name) })
+            sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: available)
         }
+        // Sub-entities sharing a column may take it from different old columns, entity by entity.
+        let splits = oldColumns["Z_ENT"] == nil ? [:] : Dictionary(
+            StoreSchema.splitColumns(of: table, family: family, oldColumns: available, old: old, tableWide: sources).map { ($0.column, $0.sources) },
+            uniquingKeysWith: { first, _ in first })
         for column in table.columns {
             let source = sources.source(of: column.name)
-            if let source, let oldType = oldColumns[source], oldType.uppercased() != column.type.uppercased() {
+            let split = splits[column.name] ?? []
+            for source in [source] + split.map(\.source) {
+                guard let source, let oldType = oldColumns[source], oldType.uppercased() != column.type.uppercased() else { continue }
                 let owner = family.first { $0.property(named: column.name) != nil }?.name ?? table.name
                 throw StoreError(.cannotMigrate, "\(owner).\(column.name) changed type (stored as \(oldType), now \(column.type)): lightweight migration cannot convert it. Keep the old type, add a new attribute and copy the values yourself, or open the store with resetOnFailure: true to start empty.")
             }
             names.append(column.name.quotedIdentifier)
-            selections.append(source?.quotedIdentifier ?? "NULL")
-            if let source { carried.insert(source) }
+            let wide = source?.quotedIdentifier ?? "NULL"
+            if split.isEmpty {
+                selections.append(wide)
+            } else {
+                let cases = split.map { "WHEN \($0.oldCode) THEN \($0.source?.quotedIdentifier ?? "NULL")" }
+                selections.append("CASE \"Z_ENT\" \(cases.joined(separator: " ")) ELSE \(wide) END")
+                identity = false
+            }
+            for source in [source] + split.map(\.source) { if let source { carried.insert(source) } }
             if source != column.name { identity = false }
         }
         if Set(oldColumns.keys).subtracting(["Z_PK", "Z_ENT"]).count != table.columns.count { identity = false }

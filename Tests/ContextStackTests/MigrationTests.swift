@@ -304,6 +304,42 @@ import Testing
     @Relationship var keepers: Set<KeeperV2>
 }
 
+// Sub-entities that each declared `name`, stored in one column of their hierarchy's table; in
+// version 2 one renames it `title`, one `label`, and one keeps it: each entity's rows take
+// their own values.
+
+@Entity(name: "Animal") class AnimalV1: ManagedObject {
+    var legs: Int = 4
+}
+
+@Entity(name: "Hound") final class HoundV1: AnimalV1 {
+    var name: String = ""
+}
+
+@Entity(name: "Tabby") final class TabbyV1: AnimalV1 {
+    var name: String = ""
+}
+
+@Entity(name: "Parrot") final class ParrotV1: AnimalV1 {
+    var name: String = ""
+}
+
+@Entity(name: "Animal") class AnimalV2: ManagedObject {
+    var legs: Int = 4
+}
+
+@Entity(name: "Hound") final class HoundV2: AnimalV2 {
+    @Attribute(originalName: "name") var title: String = ""
+}
+
+@Entity(name: "Tabby") final class TabbyV2: AnimalV2 {
+    var name: String = ""
+}
+
+@Entity(name: "Parrot") final class ParrotV2: AnimalV2 {
+    @Attribute(originalName: "name") var label: String = ""
+}
+
 // A to-many whose to-one inverse goes away (its pairs move to a join table), then comes back
 // (they move to the column again).
 
@@ -558,6 +594,32 @@ func migrateAToManyWhoseToOneInverseGoesAndComesBack(_ open: ([ManagedObject.Typ
     try open(version2).beginUpdateAndWait { update in
         let topics = try update.fetchAll(TopicV2.self, orderBy: .ascending("title"))
         #expect(topics.map { $0.replies.map(\.text).sorted() } == [["r0", "r1", "r3"], ["r2"]])
+    }
+}
+
+/// Hounds, tabbies and parrots written with version 1, each with a `name` in their table's one
+/// column, opened with version 2, where the hounds' is renamed `title` and the parrots' `label`:
+/// each keeps its values, and a column holds values only for the entities that have it. `raw`
+/// reads the store's rows (`SELECT` with the table and its columns quoted as each store does).
+func migrateAnAttributeRenamedInSomeSubEntities(_ open: ([ManagedObject.Type]) throws -> Context,
+                                                 raw: (String) throws -> [[Value]]) throws {
+    try open([AnimalV1.self, HoundV1.self, TabbyV1.self, ParrotV1.self]).beginUpdateAndWait { update in
+        for index in 0..<2 {
+            try update.create(HoundV1.self).name = "hound \(index)"
+            try update.create(TabbyV1.self).name = "tabby \(index)"
+            try update.create(ParrotV1.self).name = "parrot \(index)"
+        }
+        try update.commit()
+    }
+    try open([AnimalV2.self, HoundV2.self, TabbyV2.self, ParrotV2.self]).beginUpdateAndWait { update in
+        let hounds = try update.fetchAll(HoundV2.self, orderBy: .ascending("title")).map(\.title)
+        let tabbies = try update.fetchAll(TabbyV2.self, orderBy: .ascending("name")).map(\.name)
+        let parrots = try update.fetchAll(ParrotV2.self, orderBy: .ascending("label")).map(\.label)
+        #expect(hounds == ["hound 0", "hound 1"] && tabbies == ["tabby 0", "tabby 1"] && parrots == ["parrot 0", "parrot 1"])
+    }
+    for (column, values) in [("title", ["hound 0", "hound 1"]), ("name", ["tabby 0", "tabby 1"]), ("label", ["parrot 0", "parrot 1"])] {
+        let stored = try raw("SELECT \"\(column)\" FROM \"Animal\" WHERE \"\(column)\" IS NOT NULL AND \"\(column)\" <> '' ORDER BY 1")
+        #expect(stored == values.map { [.text($0)] }, "\(column)")
     }
 }
 
@@ -893,6 +955,15 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         try migrateAToManyWhoseToOneInverseGoesAndComesBack { types in try openStore(types, at: url) }
         let db = try Connection(path: url.path)
         #expect(try db.scalar("SELECT count(*) FROM Z_Topic_replies") == .integer(4))
+    }
+
+    /// Docs/Stores.md, "Migration": an attribute renamed in some of the sub-entities that share
+    /// its column keeps every entity's values.
+    @Test func anAttributeRenamedInSomeSubEntitiesKeepsEveryEntitysValues() throws {
+        defer { cleanUp() }
+        try migrateAnAttributeRenamedInSomeSubEntities({ types in try openStore(types, at: url) }) { sql in
+            try Connection(path: url.path).rows(sql)
+        }
     }
 
     /// Docs/Stores.md, "Migration": a to-many whose destination is a new entity starts empty.

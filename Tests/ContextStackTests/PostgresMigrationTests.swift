@@ -388,6 +388,11 @@ struct PostgresMigrationTests {
         }
     }
 
+    @Test func anAttributeRenamedInSomeSubEntitiesKeepsEveryEntitysValues() throws {
+        defer { schema.drop() }
+        try migrateAnAttributeRenamedInSomeSubEntities({ try open($0) }) { sql in try connection().allRows(sql) }
+    }
+
     @Test func aToManyToANewEntityStartsEmpty() throws {
         defer { schema.drop() }
         try migrateAToManyToANewEntity { try open($0) }

@@ -53,6 +53,9 @@ package struct OldSchema {
         return nil
     }
 
+    /// The names of the properties the entity that became `entity` had; `nil` for a new one.
+    package func propertyNames(of entity: ResolvedEntity) -> Set<String>? { name(of: entity).flatMap { properties[$0] } }
+
     /// The old `Z_ENT` code of the entity that became `entity`.
     package func entityCode(of entity: ResolvedEntity) -> Int64? { name(of: entity).flatMap { entityCodes[$0] } }
 

@@ -166,6 +166,45 @@ package struct StoreSchema: Sendable {
         }
     }
 
+    /// A column of a table shared by sub-entities whose rows take their values from different
+    /// old columns, entity by entity: an attribute renamed in one sub-entity (`Dog.title`
+    /// from `name`) while a sibling keeps the name (`Cat.name`) that both stored in one column.
+    /// The table-wide `RenameSources` gives the old column to the rename alone; here each
+    /// entity's rows are given theirs.
+    package struct SplitColumn {
+        package let column: String
+        /// By the entity's code in the old table: the old column its rows' values come from,
+        /// `nil` for none (the entity does not have the property, or it is new to it).
+        package let sources: [(oldCode: Int64, source: String?)]
+    }
+
+    /// The split columns of `table` (whose entities are `family`), among the old table's
+    /// columns `oldColumns`, against the table-wide sources `tableWide`. Each entity's sources
+    /// follow `RenameSources`' rules among the properties that entity had (`old`); a column is
+    /// split when an entity that has it takes another old column than the table-wide one.
+    package static func splitColumns(of table: Table, family: [ResolvedEntity], oldColumns: Set<String>,
+                                     old: OldSchema, tableWide: RenameSources) -> [SplitColumn] {
+        guard table.hasEntityColumn else { return [] }
+        let entities = family.compactMap { entity -> (entity: ResolvedEntity, code: Int64, had: Set<String>, sources: RenameSources)? in
+            guard let code = old.entityCode(of: entity), let had = old.propertyNames(of: entity)?.intersection(oldColumns) else { return nil }
+            let names = entity.properties.filter(\.isStored).map(\.name)
+            return (entity, code, had, RenameSources(names: names, old: had) { entity.property(named: $0)?.declared.originalName })
+        }
+        return table.columns.compactMap { column in
+            let wide = tableWide.source(of: column.name)
+            var sources: [(oldCode: Int64, source: String?)] = []
+            for entity in entities {
+                let has = entity.entity.property(named: column.name) != nil
+                let source = has ? entity.sources.source(of: column.name) : nil
+                // An entity without the property whose rows hold nothing in the table-wide
+                // source (it never had that attribute) needs nothing done.
+                guard source != wide, has || wide.map(entity.had.contains) == true else { continue }
+                sources.append((entity.code, source))
+            }
+            return sources.isEmpty ? nil : SplitColumn(column: column.name, sources: sources)
+        }
+    }
+
     /// An index a part wants (`indexes`).
     package struct Index: Sendable {
         package let name: String
