@@ -1022,7 +1022,8 @@ import Testing
         let transactions = Locked(0)
         store.stack.trace { sql in
             if sql.hasPrefix("BEGIN ISOLATION LEVEL READ COMMITTED") { transactions.withLock { $0 += 1 } }
-            if sql.contains("lock_timeout") { bounded.withLock { $0.append(sql) } }
+            // The writer's bound; reads under the state lock carry one in their `BEGIN`.
+            if sql.hasPrefix("SET LOCAL lock_timeout") { bounded.withLock { $0.append(sql) } }
         }
         defer { store.stack.trace(nil) }
         try store.holdingTheWriter {
