@@ -340,6 +340,31 @@ import Testing
     @Attribute(originalName: "name") var label: String = ""
 }
 
+// A parent entity added over an entity that had a table of its own: the hierarchy's new table
+// is the old one, and its rows stay the child's.
+
+@Entity(name: "Car") final class CarV1: ManagedObject {
+    var model: String = ""
+}
+
+@Entity(name: "Garage") final class GarageV1: ManagedObject {
+    var name: String = ""
+    @Relationship var car: CarV1?
+}
+
+@Entity(name: "Vehicle") class VehicleV2: ManagedObject {
+    var wheels: Int = 4
+}
+
+@Entity(name: "Car") final class CarV2: VehicleV2 {
+    var model: String = ""
+}
+
+@Entity(name: "Garage") final class GarageV2: ManagedObject {
+    var name: String = ""
+    @Relationship var car: CarV2?
+}
+
 // A to-many whose to-one inverse goes away (its pairs move to a join table), then comes back
 // (they move to the column again).
 
@@ -621,6 +646,36 @@ func migrateAnAttributeRenamedInSomeSubEntities(_ open: ([ManagedObject.Type]) t
         let stored = try raw("SELECT \"\(column)\" FROM \"Animal\" WHERE \"\(column)\" IS NOT NULL AND \"\(column)\" <> '' ORDER BY 1")
         #expect(stored == values.map { [.text($0)] }, "\(column)")
     }
+}
+
+/// Cars, one in a garage, written with version 1, opened with version 2, where `Car` is a
+/// sub-entity of a new `Vehicle`: the cars stay, with their models and the parent's default,
+/// the garage still holds its car, and a new vehicle takes a key after theirs.
+func migrateAParentEntityAddedOverAnother(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([CarV1.self, GarageV1.self]).beginUpdateAndWait { update in
+        let cars = try (0..<2).map { index in
+            let car = try update.create(CarV1.self)
+            car.model = "model \(index)"
+            return car
+        }
+        let garage = try update.create(GarageV1.self)
+        garage.name = "home"
+        garage.car = cars[1]
+        try update.commit()
+    }
+    let context = try open([VehicleV2.self, CarV2.self, GarageV2.self])
+    try context.beginUpdateAndWait { update in
+        let cars = try update.fetchAll(CarV2.self, orderBy: .ascending("model"))
+        #expect(cars.map(\.model) == ["model 0", "model 1"] && cars.allSatisfy { $0.wheels == 4 })
+        let garage = try #require(try update.fetch(GarageV2.self))
+        #expect(garage.car?.model == "model 1")
+        try update.create(VehicleV2.self).wheels = 2
+        try update.commit()
+    }
+    let counts = try context.beginUpdateAndWait { update in
+        (try update.fetchCount(VehicleV2.self), try update.fetchCount(CarV2.self), try update.fetchCount(VehicleV2.self, %"wheels" == 2))
+    }
+    #expect(counts == (3, 2, 1))
 }
 
 /// A ticket written with version 1, opened with version 2: its holder, whose entity was
@@ -964,6 +1019,12 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         try migrateAnAttributeRenamedInSomeSubEntities({ types in try openStore(types, at: url) }) { sql in
             try Connection(path: url.path).rows(sql)
         }
+    }
+
+    /// Docs/Stores.md, "Migration": a parent entity added over one keeps its rows.
+    @Test func aParentEntityAddedOverAnotherKeepsItsRows() throws {
+        defer { cleanUp() }
+        try migrateAParentEntityAddedOverAnother { types in try openStore(types, at: url) }
     }
 
     /// Docs/Stores.md, "Migration": a to-many whose destination is a new entity starts empty.

@@ -393,6 +393,11 @@ struct PostgresMigrationTests {
         try migrateAnAttributeRenamedInSomeSubEntities({ try open($0) }) { sql in try connection().allRows(sql) }
     }
 
+    @Test func aParentEntityAddedOverAnotherKeepsItsRows() throws {
+        defer { schema.drop() }
+        try migrateAParentEntityAddedOverAnother { try open($0) }
+    }
+
     @Test func aToManyToANewEntityStartsEmpty() throws {
         defer { schema.drop() }
         try migrateAToManyToANewEntity { try open($0) }

@@ -131,10 +131,18 @@ package struct StoreSchema: Sendable {
         }
 
         /// The tables of `schema`'s entity hierarchies, among `oldTables` (the old model's that
-        /// the database has).
+        /// the database has). A hierarchy whose root is new and names no original, but holds
+        /// one entity that had a table of its own (a parent entity added over it), takes that
+        /// entity's table: its rows stay, as that entity's.
         package init(tablesOf schema: StoreSchema, oldTables: Set<String>) {
             self.init(names: schema.tables.map(\.name), old: oldTables) { name in
-                schema.entities.first { $0.table?.name == name && $0.superentity == nil }?.description_.originalName
+                let family = schema.entities.filter { $0.table?.name == name }
+                guard let root = family.first(where: { $0.superentity == nil }) else { return nil }
+                if let original = root.description_.originalName { return original }
+                let roots = family.compactMap { entity in
+                    [entity.name, entity.description_.originalName].lazy.compactMap { $0 }.first(where: oldTables.contains)
+                }
+                return roots.count == 1 && !oldTables.contains(root.name) ? roots[0] : nil
             }
         }
 
