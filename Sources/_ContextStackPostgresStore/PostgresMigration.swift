@@ -42,9 +42,11 @@ struct PostgresMigration {
     /// Runs the migration; the caller holds the transaction and the advisory lock.
     mutating func run() throws {
         var claimed: Set<String> = ["Z_METADATA"]
+        let oldTables = old.tableNames.filter(existingTables.contains)
+        try schema.checkNoTablesMerged(oldTables: oldTables)
         let keptIndexes = try dropIndexes()
         // Renamed tables first, each once its name is free; then the others.
-        let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter(existingTables.contains))
+        let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: oldTables)
         let oldJoins = old.joinNames.filter(existingTables.contains)
         let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: oldJoins, tables: sources, old: old)
         // Join tables filled before the others are renamed: one whose to-one inverse went away

@@ -58,7 +58,9 @@ struct Migration {
     mutating func run() throws {
         var claimed: Set<String> = ["Z_METADATA", "Z_KEYS"]
         // Renamed tables first, each once its name is free; then the others.
-        let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: old.tableNames.filter { existingTables[$0] != nil })
+        let oldTables = old.tableNames.filter { existingTables[$0] != nil }
+        try schema.checkNoTablesMerged(oldTables: oldTables)
+        let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: oldTables)
         let oldJoins = old.joinNames.filter { existingTables[$0] != nil }
         let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: oldJoins, tables: sources, old: old)
         // Join tables filled before the others are renamed: one whose to-one inverse went away

@@ -365,6 +365,22 @@ import Testing
     @Relationship var car: CarV2?
 }
 
+@Entity(name: "Truck") final class TruckV1: ManagedObject {
+    var load: Int = 0
+}
+
+@Entity(name: "Vehicle") class VehicleV3: ManagedObject {
+    var wheels: Int = 4
+}
+
+@Entity(name: "Car") final class CarV3: VehicleV3 {
+    var model: String = ""
+}
+
+@Entity(name: "Truck") final class TruckV3: VehicleV3 {
+    var load: Int = 0
+}
+
 // A to-many whose to-one inverse goes away (its pairs move to a join table), then comes back
 // (they move to the column again).
 
@@ -676,6 +692,22 @@ func migrateAParentEntityAddedOverAnother(_ open: ([ManagedObject.Type]) throws 
         (try update.fetchCount(VehicleV2.self), try update.fetchCount(CarV2.self), try update.fetchCount(VehicleV2.self, %"wheels" == 2))
     }
     #expect(counts == (3, 2, 1))
+}
+
+/// Cars and trucks, each with a table of its own, put under one new parent: refused, the store
+/// left as it was.
+func migrateTwoEntitiesPutUnderOneParent(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([CarV1.self, TruckV1.self]).beginUpdateAndWait { update in
+        try update.create(CarV1.self).model = "coupe"
+        try update.create(TruckV1.self).load = 9
+        try update.commit()
+    }
+    let refused = try #require(throws: StoreError.self) { try open([VehicleV3.self, CarV3.self, TruckV3.self]) }
+    #expect(refused.code == .cannotMigrate && refused.message.contains("Car, Truck each had a table of their own"), "\(refused.message)")
+    let kept = try open([CarV1.self, TruckV1.self]).beginUpdateAndWait { update in
+        (try update.fetch(CarV1.self)?.model, try update.fetch(TruckV1.self)?.load)
+    }
+    #expect(kept.0 == "coupe" && kept.1 == 9)
 }
 
 /// A ticket written with version 1, opened with version 2: its holder, whose entity was
@@ -1025,6 +1057,12 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
     @Test func aParentEntityAddedOverAnotherKeepsItsRows() throws {
         defer { cleanUp() }
         try migrateAParentEntityAddedOverAnother { types in try openStore(types, at: url) }
+    }
+
+    /// Docs/Stores.md, "Migration": two entities with tables of their own are not merged.
+    @Test func twoEntitiesPutUnderOneParentAreRefused() throws {
+        defer { cleanUp() }
+        try migrateTwoEntitiesPutUnderOneParent { types in try openStore(types, at: url) }
     }
 
     /// Docs/Stores.md, "Migration": a to-many whose destination is a new entity starts empty.

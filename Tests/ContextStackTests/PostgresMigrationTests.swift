@@ -398,6 +398,11 @@ struct PostgresMigrationTests {
         try migrateAParentEntityAddedOverAnother { try open($0) }
     }
 
+    @Test func twoEntitiesPutUnderOneParentAreRefused() throws {
+        defer { schema.drop() }
+        try migrateTwoEntitiesPutUnderOneParent { try open($0) }
+    }
+
     @Test func aToManyToANewEntityStartsEmpty() throws {
         defer { schema.drop() }
         try migrateAToManyToANewEntity { try open($0) }

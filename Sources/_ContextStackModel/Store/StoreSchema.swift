@@ -213,6 +213,22 @@ package struct StoreSchema: Sendable {
         }
     }
 
+    /// Throws when a hierarchy of the model holds several entities that had tables of their
+    /// own among `oldTables` (`Car` and `Truck` put under a new `Vehicle`): the rows of both
+    /// would have to share one table, where their keys collide, and dropping one table's rows
+    /// is not a migration to make silently.
+    package func checkNoTablesMerged(oldTables: Set<String>) throws {
+        for table in tables {
+            let family = entities.filter { $0.table === table }
+            let had = family.filter { entity in
+                [entity.name, entity.description_.originalName].contains { $0.map(oldTables.contains) == true }
+            }
+            guard had.count > 1 else { continue }
+            let names = had.map(\.name).joined(separator: ", ")
+            throw StoreError(.cannotMigrate, "\(names) each had a table of their own, and the model puts them in one hierarchy (\(table.name)): their rows cannot share one table, as their keys collide, so lightweight migration cannot infer it. Nothing was changed. Keep them apart, or copy the rows into the new entities yourself.")
+        }
+    }
+
     /// An index a part wants (`indexes`).
     package struct Index: Sendable {
         package let name: String
