@@ -221,7 +221,7 @@ extension PostgresStore {
         // Reported once the state lock is released (`onError` may read), and only once the
         // read succeeded: a failed one is made again, and would report them twice.
         var unreadable: [StoreError] = []
-        let next = try Self.readingAgainOnLockTimeout {
+        let next = try readingAgainOnLockTimeout {
             unreadable = []
             return try state.withLock { state in
                 try Self.readTransaction(connection, begin: Self.beginReadUnderStateLock) {

@@ -296,7 +296,7 @@ package final class PostgresStore: QueuedStore {
     }
 
     package func withCommittedView<T>(_ body: (inout QueueState, inout RowReader) throws -> T) throws -> T {
-        try Self.readingAgainOnLockTimeout {
+        try readingAgainOnLockTimeout {
             let (connection, result) = try withReadTransaction(begin: Self.beginReadUnderStateLock) { state, connection in
                 var reader = RowReader(session: ReadSession(graph: graph, connection: connection, overlay: state.queued), context: nil)
                 return try body(&state, &reader)
@@ -307,17 +307,38 @@ package final class PostgresStore: QueuedStore {
     }
 
     /// Runs `read`, a read under the state lock begun with `beginReadUnderStateLock`, again
-    /// for as long as it fails waiting for a table's lock: what it did under the lock before
-    /// it failed was reading, and is done again. Between two attempts, with the lock let go
-    /// of, it pauses a millisecond, so that the writer's `COMMIT` waiting for the lock takes it.
-    static func readingAgainOnLockTimeout<T>(_ read: () throws -> T) throws -> T {
+    /// when it fails waiting for a table's lock: what it did under the lock before it failed
+    /// was reading (its callers read everything before they change or tell anything), and is
+    /// done again. Between two attempts, with the lock let go of, it pauses — 1 ms, doubling
+    /// up to 50 ms — so that the writer's `COMMIT` and this process's other commits take the
+    /// lock meanwhile. It gives up, throwing the lock timeout, once it has waited as long as
+    /// one statement may (the statement timeout; never when that is 0): the wait it breaks
+    /// up is bounded as a single statement's was.
+    func readingAgainOnLockTimeout<T>(_ read: () throws -> T) throws -> T {
+        let start = DispatchTime.now().uptimeNanoseconds
+        var limit: UInt64?
+        var pause: UInt32 = 1_000
         while true {
             do {
                 return try read()
             } catch let error as PostgresError where error.code == .lockNotAvailable {
-                usleep(1_000)
+                if limit == nil { limit = serverStatementTimeout() * 1_000_000 }
+                if let limit, limit > 0, DispatchTime.now().uptimeNanoseconds - start >= limit { throw error }
+                usleep(pause)
+                pause = min(pause * 2, 50_000)
             }
         }
+    }
+
+    /// The statement timeout the server applies to this store's connections, in milliseconds
+    /// (0 for none): the settings' own, or the one the URL's options set instead. Asked of the
+    /// server, on a reader, only when a read first waits for a lock that long.
+    private func serverStatementTimeout() -> UInt64 {
+        let configured = UInt64(max(0, settings.statementTimeout))
+        guard let connection = try? takeReader() else { return configured }
+        defer { finishReading(connection) }
+        let value = try? connection.scalar("SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'")
+        return value?.int64Value.map { UInt64(max(0, $0)) } ?? configured
     }
 
     /// Begins a read transaction on a reader connection under the state lock and runs `body`

@@ -209,11 +209,37 @@ struct PostgresConflictTests {
         #expect(checked.withLock { $0 } == nil, "the unique check finished while the table was locked")
 
         try migration.execute("COMMIT")
-        while checked.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<3000 where checked.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
         #expect(checked.withLock { $0 } == true)
         try await store.stack.flush()
         #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Monk")]])
         #expect(recorder.all.isEmpty, "\(recorder.all)")
+    }
+
+    /// Docs/Postgres.md, "Migration": a read under the state lock that keeps failing on a
+    /// table's lock gives up once it has waited as long as one statement may (here the URL's
+    /// statement timeout, 1 s), with the lock timeout's error, rather than wait on.
+    @Test func aReadUnderTheStateLockGivesUpAtTheStatementTimeout() throws {
+        let schema = try TestSchema()
+        let url = schema.url.addingServerOption("-cstatement_timeout=1000")
+        let store = try TestStore(model: Model(fullModelTypes), schema: schema) { stack, _ in try stack.addPostgresStore(url: url) }
+        let context = try ContextStack.Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            try update.create(Pet.self).name = "Seed"
+            try update.commit()
+        }
+        let migration = try PostgresConnection(PostgresSettings(url: schema.url))
+        try migration.execute("BEGIN")
+        try migration.execute("LOCK TABLE \"Person\" IN ACCESS EXCLUSIVE MODE")
+        defer { try? migration.execute("COMMIT") }
+        let error = #expect(throws: PostgresError.self) {
+            try context.beginUpdateAndWait { update in
+                let monk = try update.create(Person.self)
+                (monk.name, monk.email) = ("Monk", "monk@example.com")
+                try update.commit()
+            }
+        }
+        #expect(error?.code == .lockNotAvailable, "\(String(describing: error))")
     }
 
     /// A unique value another process saves after `commit()` checked it: the writer's insert

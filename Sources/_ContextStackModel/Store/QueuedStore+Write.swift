@@ -290,14 +290,14 @@ extension QueuedStore {
         }
         do {
             try withCommittedView { state, committed in
+                // Everything is read before anything is told: a store may run this again when a
+                // read fails on a lock (PostgreSQL), and no receiver may hear a correction twice.
+                pinCorrections = PinnedCorrections()
                 // What the receivers see: commits queued behind that wait to be written are
                 // not theirs yet.
                 var reader = RowReader(session: ReadSession(graph: committed.session.graph, connection: committed.session.connection,
                                                             overlay: state.overlay), context: nil)
-                for item in announced {
-                    let undo = try Self.undo(item.changes, reader: &reader)
-                    if !undo.isEmpty { item.correct?(undo) }
-                }
+                let undone = try announced.map { item in (item, try Self.undo(item.changes, reader: &reader)) }
                 for id in pinned.keys.sorted() {
                     // The view as it is now (it may have been let go of meanwhile).
                     guard let view = state.pins[id] else { continue }
@@ -305,6 +305,7 @@ extension QueuedStore {
                                                                 overlay: state.overlay(forPin: id), pinned: view), context: nil)
                     try tell(view) { try Self.undo($0.changes, reader: &reader) }
                 }
+                for (item, undo) in undone where !undo.isEmpty { item.correct?(undo) }
             }
         } catch {
             pinCorrections = PinnedCorrections()
