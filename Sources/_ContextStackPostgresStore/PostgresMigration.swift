@@ -157,8 +157,16 @@ struct PostgresMigration {
         }
         // Sub-entities sharing a column may take it from different old columns, entity by
         // entity: their rows are given theirs once the columns are renamed and added.
-        let splits = oldColumns["Z_ENT"] == nil ? [] : StoreSchema.splitColumns(of: table, family: family, oldColumns: Set(oldColumns.keys),
-                                                                               old: old, tableWide: sources)
+        var splits: [StoreSchema.SplitColumn] = []
+        if oldColumns["Z_ENT"] != nil {
+            // Renamed by now, unless nothing is done.
+            let current = dryRun ? sourceName.quotedIdentifier : table.quotedName
+            let split = try StoreSchema.splitColumns(of: table, family: family, oldColumns: Set(oldColumns.keys), old: old, tableWide: sources) { code, column in
+                try connection.scalar("SELECT EXISTS (SELECT 1 FROM \(current) WHERE \"Z_ENT\" = \(code) AND \(column.quotedIdentifier) IS NOT NULL)") == .integer(1)
+            }
+            splits = split.splits
+            lost += split.lost
+        }
         for split in splits {
             guard let column = table.columns.first(where: { $0.name == split.column }) else { continue }
             let wanted = StoreSchema.postgresDataType(of: column)

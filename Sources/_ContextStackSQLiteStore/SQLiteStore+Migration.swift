@@ -153,9 +153,14 @@ struct Migration {
             sources = StoreSchema.RenameSources(columnsOf: table, in: family, oldColumns: available)
         }
         // Sub-entities sharing a column may take it from different old columns, entity by entity.
-        let splits = oldColumns["Z_ENT"] == nil ? [:] : Dictionary(
-            StoreSchema.splitColumns(of: table, family: family, oldColumns: available, old: old, tableWide: sources).map { ($0.column, $0.sources) },
-            uniquingKeysWith: { first, _ in first })
+        var splits: [String: [(oldCode: Int64, source: String?)]] = [:]
+        if oldColumns["Z_ENT"] != nil {
+            let split = try StoreSchema.splitColumns(of: table, family: family, oldColumns: available, old: old, tableWide: sources) { code, column in
+                try db.scalar("SELECT EXISTS (SELECT 1 FROM \(sourceName.quotedIdentifier) WHERE \"Z_ENT\" = \(code) AND \(column.quotedIdentifier) IS NOT NULL)") == .integer(1)
+            }
+            for column in split.splits { splits[column.column] = column.sources }
+            lost += split.lost
+        }
         for column in table.columns {
             let source = sources.source(of: column.name)
             let split = splits[column.name] ?? []

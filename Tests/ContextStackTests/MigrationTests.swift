@@ -324,6 +324,8 @@ import Testing
     var name: String = ""
 }
 
+@Entity(name: "Parrot") final class ParrotNamelessV1: AnimalV1 {}
+
 @Entity(name: "Animal") class AnimalV2: ManagedObject {
     var legs: Int = 4
 }
@@ -710,6 +712,31 @@ func migrateTwoEntitiesPutUnderOneParent(_ open: ([ManagedObject.Type]) throws -
     #expect(kept.0 == "coupe" && kept.1 == 9)
 }
 
+/// Parrots gain the `name` hounds and tabbies store in one column, and get names; the model
+/// before, without it, would empty the parrots' values while keeping the others': as an older
+/// model, it is refused, and nothing changes.
+func migrateBackOverASubEntitysValuesInASharedColumn(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    let nameless: [ManagedObject.Type] = [AnimalV1.self, HoundV1.self, TabbyV1.self, ParrotNamelessV1.self]
+    try open(nameless).beginUpdateAndWait { update in
+        try update.create(HoundV1.self).name = "Rex"
+        try update.create(TabbyV1.self).name = "Tom"
+        _ = try update.create(ParrotNamelessV1.self)
+        try update.commit()
+    }
+    try open([AnimalV1.self, HoundV1.self, TabbyV1.self, ParrotV1.self]).beginUpdateAndWait { update in
+        let parrot = try #require(try update.fetch(ParrotV1.self))
+        #expect(parrot.name == "")
+        parrot.name = "Polly"
+        try update.commit()
+    }
+    let refused = try #require(throws: StoreError.self) { try open(nameless) }
+    #expect(refused.code == .newerModel && refused.message.contains("the values of Parrot.name"), "\(refused.message)")
+    let names = try open([AnimalV1.self, HoundV1.self, TabbyV1.self, ParrotV1.self]).beginUpdateAndWait { update in
+        [try update.fetch(HoundV1.self)?.name, try update.fetch(TabbyV1.self)?.name, try update.fetch(ParrotV1.self)?.name]
+    }
+    #expect(names == ["Rex", "Tom", "Polly"])
+}
+
 /// A ticket written with version 1, opened with version 2: its holder, whose entity was
 /// renamed, stays; its desk, now a to-one to another entity, starts empty rather than naming
 /// the counter that takes the key the desk had; and takes that counter.
@@ -1051,6 +1078,13 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         try migrateAnAttributeRenamedInSomeSubEntities({ types in try openStore(types, at: url) }) { sql in
             try Connection(path: url.path).rows(sql)
         }
+    }
+
+    /// Docs/Stores.md, "An older model": emptying one sub-entity's values in a column its
+    /// siblings keep counts as dropping them.
+    @Test func anOlderModelDoesNotEmptyOneSubEntitysValuesInASharedColumn() throws {
+        defer { cleanUp() }
+        try migrateBackOverASubEntitysValuesInASharedColumn { types in try openStore(types, at: url) }
     }
 
     /// Docs/Stores.md, "Migration": a parent entity added over one keeps its rows.

@@ -403,6 +403,11 @@ struct PostgresMigrationTests {
         try migrateTwoEntitiesPutUnderOneParent { try open($0) }
     }
 
+    @Test func anOlderModelDoesNotEmptyOneSubEntitysValuesInASharedColumn() throws {
+        defer { schema.drop() }
+        try migrateBackOverASubEntitysValuesInASharedColumn { try open($0) }
+    }
+
     @Test func aToManyToANewEntityStartsEmpty() throws {
         defer { schema.drop() }
         try migrateAToManyToANewEntity { try open($0) }

@@ -187,30 +187,48 @@ package struct StoreSchema: Sendable {
     }
 
     /// The split columns of `table` (whose entities are `family`), among the old table's
-    /// columns `oldColumns`, against the table-wide sources `tableWide`. Each entity's sources
-    /// follow `RenameSources`' rules among the properties that entity had (`old`); a column is
-    /// split when an entity that has it takes another old column than the table-wide one.
-    package static func splitColumns(of table: Table, family: [ResolvedEntity], oldColumns: Set<String>,
-                                     old: OldSchema, tableWide: RenameSources) -> [SplitColumn] {
-        guard table.hasEntityColumn else { return [] }
+    /// columns `oldColumns`, against the table-wide sources `tableWide`, and what they lose.
+    /// Each entity's sources follow `RenameSources`' rules among the properties that entity had
+    /// (`old`); a column is split when an entity that has it takes another old column than the
+    /// table-wide one, or when an entity's rows hold values in the table-wide one that are not
+    /// theirs (it no longer has the property, or has it anew): those are emptied.
+    ///
+    /// `holdsValues(code, column)` says whether rows of the entity of that old code hold a
+    /// value in that old column; only rows that do need anything done. `lost` names the values
+    /// of an entity that an old column held and no column takes any more, while other
+    /// entities' values in it stay (`ModelHistory.refusal`; a column no one takes is the
+    /// store's to name).
+    package static func splitColumns(of table: Table, family: [ResolvedEntity], oldColumns: Set<String>, old: OldSchema,
+                                     tableWide: RenameSources, holdsValues: (Int64, String) throws -> Bool)
+    rethrows -> (splits: [SplitColumn], lost: [String]) {
+        guard table.hasEntityColumn else { return ([], []) }
         let entities = family.compactMap { entity -> (entity: ResolvedEntity, code: Int64, had: Set<String>, sources: RenameSources)? in
             guard let code = old.entityCode(of: entity), let had = old.propertyNames(of: entity)?.intersection(oldColumns) else { return nil }
             let names = entity.properties.filter(\.isStored).map(\.name)
             return (entity, code, had, RenameSources(names: names, old: had) { entity.property(named: $0)?.declared.originalName })
         }
-        return table.columns.compactMap { column in
+        var splits: [SplitColumn] = []
+        // Old column → the codes of the entities whose values in it a column takes.
+        var taken: [String: Set<Int64>] = [:]
+        for column in table.columns {
             let wide = tableWide.source(of: column.name)
             var sources: [(oldCode: Int64, source: String?)] = []
             for entity in entities {
-                let has = entity.entity.property(named: column.name) != nil
-                let source = has ? entity.sources.source(of: column.name) : nil
-                // An entity without the property whose rows hold nothing in the table-wide
-                // source (it never had that attribute) needs nothing done.
-                guard source != wide, has || wide.map(entity.had.contains) == true else { continue }
+                let source = entity.entity.property(named: column.name) == nil ? nil : entity.sources.source(of: column.name)
+                if let source { taken[source, default: []].insert(entity.code) }
+                guard source != wide else { continue }
+                if source == nil, let wide, try !holdsValues(entity.code, wide) { continue }
                 sources.append((entity.code, source))
             }
-            return sources.isEmpty ? nil : SplitColumn(column: column.name, sources: sources)
+            if !sources.isEmpty { splits.append(SplitColumn(column: column.name, sources: sources)) }
         }
+        var lost: [String] = []
+        for (column, codes) in taken.sorted(by: { $0.key < $1.key }) {
+            for entity in entities where entity.had.contains(column) && !codes.contains(entity.code) {
+                if try holdsValues(entity.code, column) { lost.append("the values of \(entity.entity.name).\(column)") }
+            }
+        }
+        return (splits, lost)
     }
 
     /// Throws when a hierarchy of the model holds several entities that had tables of their
