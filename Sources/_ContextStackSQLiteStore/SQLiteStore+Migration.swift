@@ -54,6 +54,13 @@ struct Migration {
         try db.execute(sql)
     }
 
+    /// Creates `join` with the pairs of the old join table `previous`, turned around when
+    /// `swapped`.
+    private func copyPairs(into join: JoinTable, from previous: String, swapped: Bool) throws {
+        try execute(schema.createJoinTable(named: join.quotedName))
+        try execute("INSERT INTO \(join.quotedName) (source, target) SELECT \(swapped ? "target, source" : "source, target") FROM \(previous.quotedIdentifier)")
+    }
+
     /// Runs the migration; the caller holds the write transaction.
     mutating func run() throws {
         var claimed: Set<String> = ["Z_METADATA", "Z_KEYS"]
@@ -75,8 +82,7 @@ struct Migration {
             filled.append(ObjectIdentifier(fill.join))
         }
         for copy in old.joinCopies(in: schema, tables: sources, joins: joins, oldJoins: oldJoins) {
-            try execute(schema.createJoinTable(named: copy.join.quotedName))
-            try execute("INSERT INTO \(copy.join.quotedName) (source, target) SELECT \(copy.swapped ? "target, source" : "source, target") FROM \(copy.from.quotedIdentifier)")
+            try copyPairs(into: copy.join, from: copy.from, swapped: copy.swapped)
             filled.append(ObjectIdentifier(copy.join))
         }
         for table in sources.inRenameOrder(schema.tables, name: \.name) {
@@ -95,8 +101,7 @@ struct Migration {
             if old.previousName(of: join, in: schema, tables: sources)?.swapped == true {
                 // The renamed side now sorts on the other side of the name: it owns the
                 // other column, so the pairs turn around.
-                try execute(schema.createJoinTable(named: join.quotedName))
-                try execute("INSERT INTO \(join.quotedName) (source, target) SELECT target, source FROM \(previous.quotedIdentifier)")
+                try copyPairs(into: join, from: previous, swapped: true)
                 try execute("DROP TABLE \(previous.quotedIdentifier)")
             } else {
                 try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
