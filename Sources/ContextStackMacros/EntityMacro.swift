@@ -39,6 +39,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
                 line += "(\"\(property.name)\", \(property.destination ?? "Never").self"
                 if let inverse = property.inverse { line += ", inverse: \"\(inverse)\"" }
                 if let rule = property.deleteRule { line += ", deleteRule: \(rule)" }
+                if let originalName = property.originalName { line += ", originalName: \(originalName)" }
                 lines.append(line + ")")
             }
         }
@@ -210,7 +211,8 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let kind: Kind
         var defaultExpression: String?
         var options: String?
-        /// The attribute's name in the previous model version, from `@Attribute(originalName:)`.
+        /// The property's name in the previous model version, from `@Attribute(originalName:)`
+        /// or `@Relationship(originalName:)`.
         var originalName: String?
         var destination: String?
         var inverse: String?
@@ -268,6 +270,8 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
                                 }
                             case "deleteRule":
                                 persisted.deleteRule = argument.expression.trimmedDescription
+                            case "originalName":
+                                persisted.originalName = argument.expression.trimmedDescription
                             default: break
                             }
                         }

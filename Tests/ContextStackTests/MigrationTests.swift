@@ -383,6 +383,41 @@ import Testing
     var load: Int = 0
 }
 
+// Relationships renamed with `originalName:`: a to-one, a to-many without inverse, and both
+// sides of a many-to-many.
+
+@Entity(name: "Writer") final class WriterV1: ManagedObject {
+    var name: String = ""
+    @Relationship var books: Set<TomeV1>
+}
+
+@Entity(name: "Tome") final class TomeV1: ManagedObject {
+    var title: String = ""
+    @Relationship var editor: WriterV1?
+    @Relationship(inverse: \ShelfRackV1.tomes) var shelves: Set<ShelfRackV1>
+}
+
+@Entity(name: "Rack") final class ShelfRackV1: ManagedObject {
+    var name: String = ""
+    @Relationship var tomes: Set<TomeV1>
+}
+
+@Entity(name: "Writer") final class WriterV2: ManagedObject {
+    var name: String = ""
+    @Relationship(originalName: "books") var works: Set<TomeV2>
+}
+
+@Entity(name: "Tome") final class TomeV2: ManagedObject {
+    var title: String = ""
+    @Relationship(originalName: "editor") var reviewer: WriterV2?
+    @Relationship(inverse: \ShelfRackV2.volumes, originalName: "shelves") var racks: Set<ShelfRackV2>
+}
+
+@Entity(name: "Rack") final class ShelfRackV2: ManagedObject {
+    var name: String = ""
+    @Relationship(originalName: "tomes") var volumes: Set<TomeV2>
+}
+
 // A to-many whose to-one inverse goes away (its pairs move to a join table), then comes back
 // (they move to the column again).
 
@@ -737,6 +772,34 @@ func migrateBackOverASubEntitysValuesInASharedColumn(_ open: ([ManagedObject.Typ
     #expect(names == ["Rex", "Tom", "Polly"])
 }
 
+/// A writer's books, a tome's editor and the tomes' racks written with version 1, opened with
+/// version 2, where each relationship is renamed with `originalName:`: every reference stays.
+func migrateRenamedRelationships(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([WriterV1.self, TomeV1.self, ShelfRackV1.self]).beginUpdateAndWait { update in
+        let writer = try update.create(WriterV1.self)
+        writer.name = "Ann"
+        let rack = try update.create(ShelfRackV1.self)
+        rack.name = "top"
+        for index in 0..<2 {
+            let tome = try update.create(TomeV1.self)
+            tome.title = "t\(index)"
+            tome.editor = writer
+            tome.shelves = [rack]
+            writer.books.insert(tome)
+        }
+        try update.commit()
+    }
+    try open([WriterV2.self, TomeV2.self, ShelfRackV2.self]).beginUpdateAndWait { update in
+        let writer = try #require(try update.fetch(WriterV2.self))
+        let tomes = try update.fetchAll(TomeV2.self, orderBy: .ascending("title"))
+        let rack = try #require(try update.fetch(ShelfRackV2.self))
+        #expect(writer.works.map(\.title).sorted() == ["t0", "t1"])
+        #expect(tomes.map { $0.reviewer?.name } == ["Ann", "Ann"])
+        #expect(tomes.map { $0.racks.map(\.name) } == [["top"], ["top"]])
+        #expect(rack.volumes.map(\.title).sorted() == ["t0", "t1"])
+    }
+}
+
 /// A ticket written with version 1, opened with version 2: its holder, whose entity was
 /// renamed, stays; its desk, now a to-one to another entity, starts empty rather than naming
 /// the counter that takes the key the desk had; and takes that counter.
@@ -1085,6 +1148,13 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
     @Test func anOlderModelDoesNotEmptyOneSubEntitysValuesInASharedColumn() throws {
         defer { cleanUp() }
         try migrateBackOverASubEntitysValuesInASharedColumn { types in try openStore(types, at: url) }
+    }
+
+    /// Docs/Stores.md, "Migration": relationships renamed with `originalName:` keep their
+    /// references.
+    @Test func relationshipsRenamedKeepTheirReferences() throws {
+        defer { cleanUp() }
+        try migrateRenamedRelationships { types in try openStore(types, at: url) }
     }
 
     /// Docs/Stores.md, "Migration": a parent entity added over one keeps its rows.

@@ -408,6 +408,11 @@ struct PostgresMigrationTests {
         try migrateBackOverASubEntitysValuesInASharedColumn { try open($0) }
     }
 
+    @Test func relationshipsRenamedKeepTheirReferences() throws {
+        defer { schema.drop() }
+        try migrateRenamedRelationships { try open($0) }
+    }
+
     @Test func aToManyToANewEntityStartsEmpty() throws {
         defer { schema.drop() }
         try migrateAToManyToANewEntity { try open($0) }

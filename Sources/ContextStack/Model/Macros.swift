@@ -57,8 +57,12 @@ public macro Transient() = #externalMacro(module: "ContextStackMacros", type: "M
 ///   - deleteRule: what deleting this object does to the related ones (`.nullify` by default).
 ///   - inverse: the relationship on the other side that points back (`\Person.friendOf`). One
 ///     side declaring it is enough; both sides are kept in sync in memory as soon as either is set.
+///   - originalName: the relationship's name in the previous model version, when it was renamed
+///     (`@Relationship(originalName: "owner") var keeper: Person?`): opening a store written by
+///     that version keeps its references (a to-one's column, a to-many's pairs) under the new
+///     name (Docs/Stores.md, "Migration").
 @attached(peer)
-public macro Relationship(deleteRule: DeleteRule = .nullify, inverse: AnyKeyPath? = nil) = #externalMacro(module: "ContextStackMacros", type: "MarkerMacro")
+public macro Relationship(deleteRule: DeleteRule = .nullify, inverse: AnyKeyPath? = nil, originalName: String? = nil) = #externalMacro(module: "ContextStackMacros", type: "MarkerMacro")
 
 /// How `@_PersistedProperty` stores a property. Used by the `@Entity` expansion only.
 public enum _PersistedPropertyKind {

@@ -35,7 +35,8 @@ public struct PropertyDescription: Sendable {
     /// The property's name, as written in Swift and as used in predicates.
     public let name: String
     let kind: Kind
-    /// The name in the previous model version (`@Attribute(originalName:)`), for migration.
+    /// The name in the previous model version (`@Attribute(originalName:)`,
+    /// `@Relationship(originalName:)`), for migration.
     public let originalName: String?
     /// For an attribute: a stored value as the attribute's Swift type reads it, stored again;
     /// `nil` when it does not fit (an accessor or snapshot then shows the default, or `nil`).
@@ -92,18 +93,22 @@ public struct PropertyDescription: Sendable {
 
     /// A relationship to one object of `destination` (or none).
     public static func toOne<T: ManagedObject>(
-        _ name: String, _ destination: T.Type, inverse: String? = nil, deleteRule: DeleteRule = .nullify
+        _ name: String, _ destination: T.Type, inverse: String? = nil, deleteRule: DeleteRule = .nullify,
+        originalName: String? = nil
     ) -> PropertyDescription {
         PropertyDescription(name: name, kind: .relationship(destination: { T.entityDescription }, isToMany: false,
-                                                            inverse: inverse, deleteRule: deleteRule))
+                                                            inverse: inverse, deleteRule: deleteRule),
+                            originalName: originalName)
     }
 
     /// A relationship to a set of objects of `destination`.
     public static func toMany<T: ManagedObject>(
-        _ name: String, _ destination: T.Type, inverse: String? = nil, deleteRule: DeleteRule = .nullify
+        _ name: String, _ destination: T.Type, inverse: String? = nil, deleteRule: DeleteRule = .nullify,
+        originalName: String? = nil
     ) -> PropertyDescription {
         PropertyDescription(name: name, kind: .relationship(destination: { T.entityDescription }, isToMany: true,
-                                                            inverse: inverse, deleteRule: deleteRule))
+                                                            inverse: inverse, deleteRule: deleteRule),
+                            originalName: originalName)
     }
 }
 

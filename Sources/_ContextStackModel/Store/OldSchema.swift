@@ -72,18 +72,25 @@ package struct OldSchema {
     package func previousName(of join: JoinTable, in schema: StoreSchema, tables: StoreSchema.RenameSources) -> (name: String, swapped: Bool)? {
         guard let (entity, property) = schema.side(of: join), let ownRoot = tables.source(of: entity.table.name),
               let destination = property.destination, let otherRoot = tables.source(of: destination.table.name) else { return nil }
-        let ownSide = "\(ownRoot)_\(property.name)"
-        var candidates = [(name: "Z_" + ownSide, wasSource: true)]
-        if let inverse = property.inverse {
-            let otherSide = "\(otherRoot)_\(inverse.name)"
-            candidates = [("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), ownSide <= otherSide)]
-            // The inverse is new: the pairs are those of the side that had a table of its own,
-            // the side that owns `source` now first.
-            let alone: [(name: String, wasSource: Bool)] = [("Z_" + ownSide, true), ("Z_" + otherSide, false)]
-            candidates += property.isJoinSource ? alone : alone.reversed()
-        } else {
-            // The inverse went away: the pairs are in the table named for both sides.
-            candidates += joinNames.sorted().compactMap { pairedName($0, side: ownSide, otherRoot: otherRoot) }
+        // Each side under its name, then under its `originalName` (a renamed relationship).
+        func names(_ property: Property) -> [String] {
+            [property.name] + [property.declared.originalName].compactMap { $0 }.filter { $0 != property.name }
+        }
+        var candidates: [(name: String, wasSource: Bool)] = []
+        for ownSide in names(property).map({ "\(ownRoot)_\($0)" }) {
+            guard let inverse = property.inverse else {
+                candidates.append(("Z_" + ownSide, true))
+                // The inverse went away: the pairs are in the table named for both sides.
+                candidates += joinNames.sorted().compactMap { pairedName($0, side: ownSide, otherRoot: otherRoot) }
+                continue
+            }
+            for otherSide in names(inverse).map({ "\(otherRoot)_\($0)" }) {
+                candidates.append(("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), ownSide <= otherSide))
+                // The inverse is new: the pairs are those of the side that had a table of its
+                // own, the side that owns `source` now first.
+                let alone: [(name: String, wasSource: Bool)] = [("Z_" + ownSide, true), ("Z_" + otherSide, false)]
+                candidates += property.isJoinSource ? alone : alone.reversed()
+            }
         }
         guard let found = candidates.first(where: { joinNames.contains($0.name) }) else { return nil }
         return (found.name, found.wasSource != property.isJoinSource)
