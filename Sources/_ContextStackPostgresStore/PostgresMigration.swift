@@ -54,9 +54,8 @@ struct PostgresMigration {
         // whose old table another takes copies it first.
         var filled: [ObjectIdentifier] = []
         for fill in old.joinFills(in: schema, tables: sources, joins: joins) {
-            let (source, target) = fill.ownerIsSource ? (fill.column.quotedIdentifier, "\"Z_PK\"") : ("\"Z_PK\"", fill.column.quotedIdentifier)
             try execute(StoreSchema.postgresCreateJoinTable(fill.join))
-            try execute("INSERT INTO \(fill.join.quotedName) (source, target) SELECT \(source), \(target) FROM \(fill.table.quotedIdentifier) WHERE \(fill.column.quotedIdentifier) IS NOT NULL")
+            try execute(fill.sql)
             movedToJoins[fill.table, default: []].insert(fill.column)
             filled.append(ObjectIdentifier(fill.join))
         }
@@ -76,7 +75,7 @@ struct PostgresMigration {
             }
             claimed.insert(previous)
             guard previous != join.name else { continue }
-            if old.previousName(of: join, in: schema, tables: sources)?.swapped == true {
+            if old.previousName(of: join, in: schema, tables: sources, excluding: join.name)?.swapped == true {
                 // The renamed side now sorts on the other side of the name: it owns the other
                 // column, so the pairs turn around — copied, as on SQLite, so that the primary
                 // key leads with `source` again (a to-many's faults look pairs up by it).

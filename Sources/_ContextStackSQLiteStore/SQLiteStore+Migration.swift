@@ -10,7 +10,8 @@ import _ContextStackSQLite
 /// - entities added (new tables) and removed (their tables dropped);
 /// - attributes and to-one relationships added (new columns, `NULL` or the attribute's
 ///   default) and removed (columns dropped);
-/// - renames, through `@Entity(originalName:)` and `@Attribute(originalName:)`;
+/// - renames, through `@Entity(originalName:)`, `@Attribute(originalName:)` and
+///   `@Relationship(originalName:)`;
 /// - optional ↔ non-optional (`NULL`s become the default), indexes and unique constraints
 ///   added or removed, join tables of new to-many relationships, sub-entities added or removed;
 /// - inverses added to or removed from a to-many (its pairs move between a join table and the
@@ -75,9 +76,8 @@ struct Migration {
         // whose old table another takes copies it first.
         var filled: [ObjectIdentifier] = []
         for fill in old.joinFills(in: schema, tables: sources, joins: joins) {
-            let (source, target) = fill.ownerIsSource ? (fill.column.quotedIdentifier, "\"Z_PK\"") : ("\"Z_PK\"", fill.column.quotedIdentifier)
             try execute(schema.createJoinTable(named: fill.join.quotedName))
-            try execute("INSERT INTO \(fill.join.quotedName) (source, target) SELECT \(source), \(target) FROM \(fill.table.quotedIdentifier) WHERE \(fill.column.quotedIdentifier) IS NOT NULL")
+            try execute(fill.sql)
             movedToJoins[fill.table, default: []].insert(fill.column)
             filled.append(ObjectIdentifier(fill.join))
         }
@@ -98,7 +98,7 @@ struct Migration {
             }
             claimed.insert(previous)
             guard previous != join.name else { continue }
-            if old.previousName(of: join, in: schema, tables: sources)?.swapped == true {
+            if old.previousName(of: join, in: schema, tables: sources, excluding: join.name)?.swapped == true {
                 // The renamed side now sorts on the other side of the name: it owns the
                 // other column, so the pairs turn around.
                 try copyPairs(into: join, from: previous, swapped: true)

@@ -418,6 +418,53 @@ import Testing
     @Relationship(originalName: "tomes") var volumes: Set<TomeV2>
 }
 
+// A chain of relationship renames: `tags` becomes `labels`, `topics` becomes `tags`.
+
+@Entity(name: "Post") final class PostV1: ManagedObject {
+    var title: String = ""
+    @Relationship var tags: Set<TagV1>
+    @Relationship var topics: Set<BadgeV1>
+}
+
+@Entity(name: "Tag") final class TagV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Badge") final class BadgeV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Post") final class PostV2: ManagedObject {
+    var title: String = ""
+    @Relationship(originalName: "tags") var labels: Set<TagV2>
+    @Relationship(originalName: "topics") var tags: Set<BadgeV2>
+}
+
+@Entity(name: "Tag") final class TagV2: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Badge") final class BadgeV2: ManagedObject {
+    var name: String = ""
+}
+
+// An entity renamed (`Session` from `Meeting`) beside a new hierarchy with a new sub-entity
+// given the old name: the rename takes the table.
+
+@Entity(name: "Meeting") final class MeetingV1: ManagedObject {
+    var title: String = ""
+}
+
+@Entity(name: "Session", originalName: "Meeting") final class SessionV2: ManagedObject {
+    var title: String = ""
+}
+
+@Entity(name: "Agenda") class AgendaV2: ManagedObject {
+    var note: String = ""
+}
+
+@Entity(name: "Meeting") final class MeetingInAgendaV2: AgendaV2 {}
+
 // A to-many whose to-one inverse goes away (its pairs move to a join table), then comes back
 // (they move to the column again).
 
@@ -800,6 +847,43 @@ func migrateRenamedRelationships(_ open: ([ManagedObject.Type]) throws -> Contex
     }
 }
 
+/// A post's tags and topics written with version 1, opened with version 2, where `tags` is
+/// renamed `labels` and `topics` renamed `tags`: each pair follows its relationship.
+func migrateAChainOfRelationshipRenames(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([PostV1.self, TagV1.self, BadgeV1.self]).beginUpdateAndWait { update in
+        let post = try update.create(PostV1.self)
+        post.title = "p"
+        let tag = try update.create(TagV1.self)
+        tag.name = "swift"
+        let badges = try (0..<2).map { index in
+            let badge = try update.create(BadgeV1.self)
+            badge.name = "b\(index)"
+            return badge
+        }
+        post.tags = [tag]
+        post.topics = [badges[1]]
+        try update.commit()
+    }
+    try open([PostV2.self, TagV2.self, BadgeV2.self]).beginUpdateAndWait { update in
+        let post = try #require(try update.fetch(PostV2.self))
+        #expect(post.labels.map(\.name) == ["swift"] && post.tags.map(\.name) == ["b1"])
+    }
+}
+
+/// Meetings written with version 1, opened with version 2, where `Session` is renamed from
+/// `Meeting` and a new `Agenda` has a new sub-entity called `Meeting`: the sessions have the
+/// meetings' rows, the new hierarchy starts empty.
+func migrateARenameBesideANewSubEntityOfTheOldName(_ open: ([ManagedObject.Type]) throws -> Context) throws {
+    try open([MeetingV1.self]).beginUpdateAndWait { update in
+        try update.create(MeetingV1.self).title = "standup"
+        try update.commit()
+    }
+    let (sessions, meetings) = try open([SessionV2.self, AgendaV2.self, MeetingInAgendaV2.self]).beginUpdateAndWait { update in
+        (try update.fetchAll(SessionV2.self).map(\.title), try update.fetchCount(AgendaV2.self))
+    }
+    #expect(sessions == ["standup"] && meetings == 0)
+}
+
 /// A ticket written with version 1, opened with version 2: its holder, whose entity was
 /// renamed, stays; its desk, now a to-one to another entity, starts empty rather than naming
 /// the counter that takes the key the desk had; and takes that counter.
@@ -1155,6 +1239,19 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
     @Test func relationshipsRenamedKeepTheirReferences() throws {
         defer { cleanUp() }
         try migrateRenamedRelationships { types in try openStore(types, at: url) }
+    }
+
+    /// Docs/Stores.md, "Migration": relationship renames chain as attribute renames do.
+    @Test func aChainOfRelationshipRenamesKeepsEachRelationshipsPairs() throws {
+        defer { cleanUp() }
+        try migrateAChainOfRelationshipRenames { types in try openStore(types, at: url) }
+    }
+
+    /// Docs/Stores.md, "Migration": a renamed entity takes its table, not a new sub-entity
+    /// given its old name.
+    @Test func aRenamedEntityKeepsItsTableBesideANewSubEntityOfItsOldName() throws {
+        defer { cleanUp() }
+        try migrateARenameBesideANewSubEntityOfTheOldName { types in try openStore(types, at: url) }
     }
 
     /// Docs/Stores.md, "Migration": a parent entity added over one keeps its rows.

@@ -413,6 +413,16 @@ struct PostgresMigrationTests {
         try migrateRenamedRelationships { try open($0) }
     }
 
+    @Test func aChainOfRelationshipRenamesKeepsEachRelationshipsPairs() throws {
+        defer { schema.drop() }
+        try migrateAChainOfRelationshipRenames { try open($0) }
+    }
+
+    @Test func aRenamedEntityKeepsItsTableBesideANewSubEntityOfItsOldName() throws {
+        defer { schema.drop() }
+        try migrateARenameBesideANewSubEntityOfTheOldName { try open($0) }
+    }
+
     @Test func aToManyToANewEntityStartsEmpty() throws {
         defer { schema.drop() }
         try migrateAToManyToANewEntity { try open($0) }

@@ -14,6 +14,8 @@ package struct OldSchema {
     /// Table name → its columns, each with the table its to-one relationship points to (`nil`
     /// for an attribute's).
     private var columns: [String: [String: String?]] = [:]
+    /// The tables with an entity column (`Z_ENT`): those of hierarchies with sub-entities.
+    private var entityTables: Set<String> = []
     /// Whether the description names to-ones' destinations (`->Table`): any but the first
     /// models' does, that has a to-one.
     private var recordsDestinations = false
@@ -27,6 +29,7 @@ package struct OldSchema {
                 // `table Name [+entity] name:TYPE[:indexed][->Destination],…`
                 let table = String(words[1])
                 tableNames.insert(table)
+                if words.count > 2 && words[2] == "+entity" { entityTables.insert(table) }
                 var found: [String: String?] = [:]
                 for column in words.dropFirst(2).last?.split(separator: ",") ?? [] where !column.hasPrefix("+") {
                     guard let name = column.split(separator: ":").first else { continue }
@@ -69,30 +72,39 @@ package struct OldSchema {
     /// inverse takes the table it had alone, and one whose inverse went away takes the table it
     /// shared with it: adding or removing an inverse keeps the pairs. Pairs with an entity whose
     /// table is new are new: its rows' keys start again.
-    package func previousName(of join: JoinTable, in schema: StoreSchema, tables: StoreSchema.RenameSources) -> (name: String, swapped: Bool)? {
+    /// `excluding` is a name not to take: the join table's own, when it went to another (a
+    /// to-many renamed away, and another given its name), so that a chain is followed through
+    /// the `originalName`s.
+    package func previousName(of join: JoinTable, in schema: StoreSchema, tables: StoreSchema.RenameSources,
+                              excluding: String? = nil) -> (name: String, swapped: Bool)? {
         guard let (entity, property) = schema.side(of: join), let ownRoot = tables.source(of: entity.table.name),
               let destination = property.destination, let otherRoot = tables.source(of: destination.table.name) else { return nil }
         // Each side under its name, then under its `originalName` (a renamed relationship).
-        func names(_ property: Property) -> [String] {
-            [property.name] + [property.declared.originalName].compactMap { $0 }.filter { $0 != property.name }
+        func sides(_ property: Property, root: String) -> [String] {
+            ([property.name] + [property.declared.originalName].compactMap { $0 }.filter { $0 != property.name }).map { "\(root)_\($0)" }
         }
+        let ownSides = sides(property, root: ownRoot)
         var candidates: [(name: String, wasSource: Bool)] = []
-        for ownSide in names(property).map({ "\(ownRoot)_\($0)" }) {
-            guard let inverse = property.inverse else {
-                candidates.append(("Z_" + ownSide, true))
-                // The inverse went away: the pairs are in the table named for both sides.
-                candidates += joinNames.sorted().compactMap { pairedName($0, side: ownSide, otherRoot: otherRoot) }
-                continue
+        if let inverse = property.inverse {
+            let otherSides = sides(inverse, root: otherRoot)
+            // The table of both sides, under any of their names; then, the inverse being new,
+            // the table of the side that had one of its own, the side that owns `source` now first.
+            for ownSide in ownSides {
+                for otherSide in otherSides {
+                    candidates.append(("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), ownSide <= otherSide))
+                }
             }
-            for otherSide in names(inverse).map({ "\(otherRoot)_\($0)" }) {
-                candidates.append(("Z_" + [ownSide, otherSide].sorted().joined(separator: "_"), ownSide <= otherSide))
-                // The inverse is new: the pairs are those of the side that had a table of its
-                // own, the side that owns `source` now first.
-                let alone: [(name: String, wasSource: Bool)] = [("Z_" + ownSide, true), ("Z_" + otherSide, false)]
-                candidates += property.isJoinSource ? alone : alone.reversed()
+            let own: [(name: String, wasSource: Bool)] = ownSides.map { ("Z_" + $0, true) }
+            let other: [(name: String, wasSource: Bool)] = otherSides.map { ("Z_" + $0, false) }
+            candidates += property.isJoinSource ? own + other : other + own
+        } else {
+            candidates = ownSides.map { ("Z_" + $0, true) }
+            // The inverse went away: the pairs are in the table named for both sides.
+            for ownSide in ownSides {
+                candidates += joinNames.sorted().compactMap { pairedName($0, side: ownSide, otherRoot: otherRoot) }
             }
         }
-        guard let found = candidates.first(where: { joinNames.contains($0.name) }) else { return nil }
+        guard let found = candidates.first(where: { joinNames.contains($0.name) && $0.name != excluding }) else { return nil }
         return (found.name, found.wasSource != property.isJoinSource)
     }
 
@@ -135,7 +147,9 @@ package struct OldSchema {
     package func joinCopies(in schema: StoreSchema, tables: StoreSchema.RenameSources, joins: StoreSchema.RenameSources,
                             oldJoins: Set<String>) -> [(join: JoinTable, from: String, swapped: Bool)] {
         schema.joinTables.compactMap { join in
-            guard joins.source(of: join.name) == nil, let previous = previousName(of: join, in: schema, tables: tables),
+            // Not a table of its own name, which another took: something new given an old
+            // name starts empty.
+            guard joins.source(of: join.name) == nil, let previous = previousName(of: join, in: schema, tables: tables, excluding: join.name),
                   oldJoins.contains(previous.name), joins.takes(previous.name) else { return nil }
             return (join, previous.name, previous.swapped)
         }
@@ -151,6 +165,15 @@ package struct OldSchema {
         /// Whether the column's values (the to-many's owners) go to `source`; the rows' keys
         /// go to the other column.
         package let ownerIsSource: Bool
+        /// The rows' condition besides a value in the column: in a table shared by several
+        /// entities, those of the destination's (siblings may share the column).
+        package let rows: String
+
+        /// The statement that fills the join table, the same on every store.
+        package var sql: String {
+            let (source, target) = ownerIsSource ? (column.quotedIdentifier, "\"Z_PK\"") : ("\"Z_PK\"", column.quotedIdentifier)
+            return "INSERT INTO \(join.quotedName) (source, target) SELECT \(source), \(target) FROM \(table.quotedIdentifier) WHERE \(column.quotedIdentifier) IS NOT NULL\(rows)"
+        }
     }
 
     /// The join tables of `schema` that are new (`joins` gives them no old table) but whose
@@ -170,7 +193,12 @@ package struct OldSchema {
                           let ownRoot = tables.source(of: entity.table.name), columns[ownRoot]?[property.name] == nil,
                           let destination = property.destination, let otherRoot = tables.source(of: destination.table.name),
                           let column = inverseColumn(in: otherRoot, pointingTo: ownRoot, now: destination.table) else { continue }
-                    fills.append(JoinFill(join: join, table: otherRoot, column: column, ownerIsSource: property.isJoinSource))
+                    var rows = ""
+                    if entityTables.contains(otherRoot) {
+                        let codes = destination.family.compactMap(entityCode(of:)).map(String.init)
+                        rows = " AND \"Z_ENT\" IN (\(codes.isEmpty ? "NULL" : codes.joined(separator: ", ")))"
+                    }
+                    fills.append(JoinFill(join: join, table: otherRoot, column: column, ownerIsSource: property.isJoinSource, rows: rows))
                 }
             }
         }

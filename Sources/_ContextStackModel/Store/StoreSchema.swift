@@ -131,18 +131,16 @@ package struct StoreSchema: Sendable {
         }
 
         /// The tables of `schema`'s entity hierarchies, among `oldTables` (the old model's that
-        /// the database has). A hierarchy whose root is new and names no original, but holds
-        /// one entity that had a table of its own (a parent entity added over it), takes that
-        /// entity's table: its rows stay, as that entity's.
+        /// the database has). A hierarchy takes the old table its entities had as their own
+        /// (`ownOldTable`): its root's, renamed or not, or — a parent entity added over one —
+        /// the one member's that had a table, whose rows stay as that member's.
         package init(tablesOf schema: StoreSchema, oldTables: Set<String>) {
+            let renamedFrom = schema.renamedFrom
             self.init(names: schema.tables.map(\.name), old: oldTables) { name in
-                let family = schema.entities.filter { $0.table?.name == name }
-                guard let root = family.first(where: { $0.superentity == nil }) else { return nil }
-                if let original = root.description_.originalName { return original }
-                let roots = family.compactMap { entity in
-                    [entity.name, entity.description_.originalName].lazy.compactMap { $0 }.first(where: oldTables.contains)
-                }
-                return roots.count == 1 && !oldTables.contains(root.name) ? roots[0] : nil
+                let owned = Set(schema.entities.filter { $0.table?.name == name }.compactMap {
+                    StoreSchema.ownOldTable(of: $0, oldTables: oldTables, renamedFrom: renamedFrom)
+                })
+                return owned.count == 1 ? owned.first : nil
             }
         }
 
@@ -152,7 +150,7 @@ package struct StoreSchema: Sendable {
         package init(joinsOf schema: StoreSchema, oldJoins: Set<String>, tables: RenameSources, old: OldSchema) {
             let joins = Dictionary(schema.joinTables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
             self.init(names: schema.joinTables.map(\.name), old: oldJoins) { name in
-                joins[name].flatMap { old.previousName(of: $0, in: schema, tables: tables)?.name }
+                joins[name].flatMap { old.previousName(of: $0, in: schema, tables: tables, excluding: name)?.name }
             }
         }
 
@@ -231,16 +229,27 @@ package struct StoreSchema: Sendable {
         return (splits, lost)
     }
 
+    /// The names entities of this part name as their `originalName` (renamed from).
+    var renamedFrom: Set<String> {
+        Set(entities.compactMap { entity in entity.description_.originalName.flatMap { $0 == entity.name ? nil : $0 } })
+    }
+
+    /// The old table `entity` had as its own (it was a hierarchy's root), among `oldTables`:
+    /// the one its `originalName` names, or the one of its name unless another entity is
+    /// renamed from that one (`renamedFrom`), which takes it; `nil` when it had none.
+    static func ownOldTable(of entity: ResolvedEntity, oldTables: Set<String>, renamedFrom: Set<String>) -> String? {
+        if let original = entity.description_.originalName, original != entity.name, oldTables.contains(original) { return original }
+        return oldTables.contains(entity.name) && !renamedFrom.contains(entity.name) ? entity.name : nil
+    }
+
     /// Throws when a hierarchy of the model holds several entities that had tables of their
-    /// own among `oldTables` (`Car` and `Truck` put under a new `Vehicle`): the rows of both
-    /// would have to share one table, where their keys collide, and dropping one table's rows
-    /// is not a migration to make silently.
+    /// own among `oldTables` (`Car` and `Truck` put under a new `Vehicle`, `ownOldTable`): the
+    /// rows of both would have to share one table, where their keys collide, and dropping one
+    /// table's rows is not a migration to make silently.
     package func checkNoTablesMerged(oldTables: Set<String>) throws {
+        let renamedFrom = self.renamedFrom
         for table in tables {
-            let family = entities.filter { $0.table === table }
-            let had = family.filter { entity in
-                [entity.name, entity.description_.originalName].contains { $0.map(oldTables.contains) == true }
-            }
+            let had = entities.filter { $0.table === table && Self.ownOldTable(of: $0, oldTables: oldTables, renamedFrom: renamedFrom) != nil }
             guard had.count > 1 else { continue }
             let names = had.map(\.name).joined(separator: ", ")
             throw StoreError(.cannotMigrate, "\(names) each had a table of their own, and the model puts them in one hierarchy (\(table.name)): their rows cannot share one table, as their keys collide, so lightweight migration cannot infer it. Nothing was changed. Keep them apart, or copy the rows into the new entities yourself.")
