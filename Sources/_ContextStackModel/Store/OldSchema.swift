@@ -98,14 +98,17 @@ package struct OldSchema {
             let other: [(name: String, wasSource: Bool)] = otherSides.map { ("Z_" + $0, false) }
             candidates += property.isJoinSource ? own + other : other + own
         } else {
-            candidates = ownSides.map { ("Z_" + $0, true) }
-            // The inverse went away: the pairs are in the table named for both sides.
-            for ownSide in ownSides {
-                candidates += joinNames.sorted().compactMap { pairedName($0, side: ownSide, otherRoot: otherRoot) }
-            }
+            candidates = ownSides.flatMap { oneSided($0, otherRoot: otherRoot) }
         }
         guard let found = candidates.first(where: { joinNames.contains($0.name) && $0.name != excluding }) else { return nil }
         return (found.name, found.wasSource != property.isJoinSource)
+    }
+
+    /// The names the pairs of the to-many `side` (`Root_property`), without inverse now, may
+    /// have had, with whether `side` owned `source`: its own table, then — its inverse, a
+    /// to-many of the old table `otherRoot`, went away — the table named for both sides.
+    private func oneSided(_ side: String, otherRoot: String) -> [(name: String, wasSource: Bool)] {
+        [("Z_" + side, true)] + joinNames.sorted().compactMap { pairedName($0, side: side, otherRoot: otherRoot) }
     }
 
     /// `name`, and whether `side` owned its `source` column, when `name` is the join table of a
@@ -185,21 +188,20 @@ package struct OldSchema {
     /// table, or the one of several that the model no longer has. Otherwise, none.
     package func joinFills(in schema: StoreSchema, tables: StoreSchema.RenameSources, joins: StoreSchema.RenameSources) -> [JoinFill] {
         var fills: [JoinFill] = []
-        for join in schema.joinTables where joins.source(of: join.name) == nil {
-            for entity in schema.entities {
-                for property in entity.properties where property.joinTable === join {
-                    guard !fills.contains(where: { $0.join === join }), let oldName = name(of: entity),
-                          properties[oldName]?.contains(property.name) == true,
-                          let ownRoot = tables.source(of: entity.table.name), columns[ownRoot]?[property.name] == nil,
-                          let destination = property.destination, let otherRoot = tables.source(of: destination.table.name),
-                          let column = inverseColumn(in: otherRoot, pointingTo: ownRoot, now: destination.table) else { continue }
-                    var rows = ""
-                    if entityTables.contains(otherRoot) {
-                        let codes = destination.family.compactMap(entityCode(of:)).map(String.init)
-                        rows = " AND \"Z_ENT\" IN (\(codes.isEmpty ? "NULL" : codes.joined(separator: ", ")))"
-                    }
-                    fills.append(JoinFill(join: join, table: otherRoot, column: column, ownerIsSource: property.isJoinSource, rows: rows))
+        // Either side of a new join table may be the to-many that had its pairs in a column.
+        for entity in schema.entities {
+            for property in entity.properties {
+                guard let join = property.joinTable, joins.source(of: join.name) == nil, !fills.contains(where: { $0.join === join }),
+                      let oldName = name(of: entity), properties[oldName]?.contains(property.name) == true,
+                      let ownRoot = tables.source(of: entity.table.name), columns[ownRoot]?[property.name] == nil,
+                      let destination = property.destination, let otherRoot = tables.source(of: destination.table.name),
+                      let column = inverseColumn(in: otherRoot, pointingTo: ownRoot, now: destination.table) else { continue }
+                var rows = ""
+                if entityTables.contains(otherRoot) {
+                    let codes = destination.family.compactMap(entityCode(of:)).map(String.init)
+                    rows = " AND \"Z_ENT\" IN (\(codes.isEmpty ? "NULL" : codes.joined(separator: ", ")))"
                 }
+                fills.append(JoinFill(join: join, table: otherRoot, column: column, ownerIsSource: property.isJoinSource, rows: rows))
             }
         }
         return fills
@@ -250,8 +252,7 @@ package struct OldSchema {
                       oldColumns[property.name] == nil, property.declared.originalName.map({ oldColumns[$0] == nil }) ?? true,
                       let oldOwner = name(of: owner), properties[oldOwner]?.contains(inverse.name) == true,
                       let ownRoot = tables.source(of: owner.table.name) else { continue }
-                let side = "\(ownRoot)_\(inverse.name)"
-                let candidates = [(name: "Z_" + side, wasSource: true)] + joinNames.sorted().compactMap { pairedName($0, side: side, otherRoot: table) }
+                let candidates = oneSided("\(ownRoot)_\(inverse.name)", otherRoot: table)
                 guard let found = candidates.first(where: { joinNames.contains($0.name) && !joins.takes($0.name) }) else { continue }
                 fills.append(ColumnFill(table: entity.table, column: property.name, join: found.name,
                                         owner: found.wasSource ? "source" : "target", member: found.wasSource ? "target" : "source"))

@@ -200,6 +200,14 @@ package struct StoreSchema: Sendable {
                                      tableWide: RenameSources, holdsValues: (Int64, String) throws -> Bool)
     rethrows -> (splits: [SplitColumn], lost: [String]) {
         guard table.hasEntityColumn else { return ([], []) }
+        // Each check reads the table: asked once per entity and column.
+        var known: [String: Bool] = [:]
+        func holds(_ code: Int64, _ column: String) throws -> Bool {
+            if let answer = known["\(code) \(column)"] { return answer }
+            let answer = try holdsValues(code, column)
+            known["\(code) \(column)"] = answer
+            return answer
+        }
         let entities = family.compactMap { entity -> (entity: ResolvedEntity, code: Int64, had: Set<String>, sources: RenameSources)? in
             guard let code = old.entityCode(of: entity), let had = old.propertyNames(of: entity)?.intersection(oldColumns) else { return nil }
             let names = entity.properties.filter(\.isStored).map(\.name)
@@ -215,7 +223,7 @@ package struct StoreSchema: Sendable {
                 let source = entity.entity.property(named: column.name) == nil ? nil : entity.sources.source(of: column.name)
                 if let source { taken[source, default: []].insert(entity.code) }
                 guard source != wide else { continue }
-                if source == nil, let wide, try !holdsValues(entity.code, wide) { continue }
+                if source == nil, let wide, try !holds(entity.code, wide) { continue }
                 sources.append((entity.code, source))
             }
             if !sources.isEmpty { splits.append(SplitColumn(column: column.name, sources: sources)) }
@@ -223,7 +231,7 @@ package struct StoreSchema: Sendable {
         var lost: [String] = []
         for (column, codes) in taken.sorted(by: { $0.key < $1.key }) {
             for entity in entities where entity.had.contains(column) && !codes.contains(entity.code) {
-                if try holdsValues(entity.code, column) { lost.append("the values of \(entity.entity.name).\(column)") }
+                if try holds(entity.code, column) { lost.append("the values of \(entity.entity.name).\(column)") }
             }
         }
         return (splits, lost)
