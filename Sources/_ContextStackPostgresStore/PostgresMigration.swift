@@ -47,48 +47,20 @@ struct PostgresMigration {
         let keptIndexes = try dropIndexes()
         // Renamed tables first, each once its name is free; then the others.
         let sources = StoreSchema.RenameSources(tablesOf: schema, oldTables: oldTables)
-        let oldJoins = old.joinNames.filter(existingTables.contains)
-        let joins = StoreSchema.RenameSources(joinsOf: schema, oldJoins: oldJoins, tables: sources, old: old)
-        // Join tables filled before the others are renamed: one whose to-one inverse went away
-        // takes its pairs from the inverse's column, before the tables migrate without it; one
-        // whose old table another takes copies it first.
-        var filled: [ObjectIdentifier] = []
-        for fill in old.joinFills(in: schema, tables: sources, joins: joins) {
-            try execute(StoreSchema.postgresCreateJoinTable(fill.join))
-            try execute(fill.sql)
-            movedToJoins[fill.table, default: []].insert(fill.column)
-            filled.append(ObjectIdentifier(fill.join))
-        }
-        for copy in old.joinCopies(in: schema, tables: sources, joins: joins, oldJoins: oldJoins) {
-            try copyPairs(into: copy.join, from: copy.from, swapped: copy.swapped)
-            filled.append(ObjectIdentifier(copy.join))
-        }
+        let joins = JoinMigration(schema: schema, old: old, tables: sources, oldJoins: old.joinNames.filter(existingTables.contains),
+                                  createJoin: StoreSchema.postgresCreateJoinTable)
+        for sql in joins.beforeTables { try execute(sql) }
+        movedToJoins = joins.movedToJoins
         for table in sources.inRenameOrder(schema.tables, name: \.name) {
             if let source = try migrate(table, from: sources.source(of: table.name), tables: sources) { claimed.insert(source) }
             claimed.insert(table.name)
         }
-        for join in joins.inRenameOrder(schema.joinTables, name: \.name) {
-            claimed.insert(join.name)
-            guard let previous = joins.source(of: join.name) else {
-                if !filled.contains(ObjectIdentifier(join)) { try execute(StoreSchema.postgresCreateJoinTable(join)) }
-                continue
-            }
-            claimed.insert(previous)
-            guard previous != join.name else { continue }
-            if old.previousName(of: join, in: schema, tables: sources, excluding: join.name)?.swapped == true {
-                // The renamed side now sorts on the other side of the name: it owns the other
-                // column, so the pairs turn around — copied, as on SQLite, so that the primary
-                // key leads with `source` again (a to-many's faults look pairs up by it).
-                try copyPairs(into: join, from: previous, swapped: true)
-                try execute("DROP TABLE \(previous.quotedIdentifier)")
-            } else {
-                try execute("ALTER TABLE \(previous.quotedIdentifier) RENAME TO \(join.quotedName)")
-            }
-        }
+        for sql in joins.afterTables { try execute(sql) }
+        claimed.formUnion(joins.claimed)
         // A new to-one inverse of a to-many takes its values from the to-many's old join table,
         // which loses only the pairs of a row that was in several owners' to-manys.
         var movedToColumns: Set<String> = []
-        for fill in old.columnFills(in: schema, tables: sources, joins: joins) {
+        for fill in joins.columnFills {
             try execute(fill.sql)
             if try connection.scalar(fill.losesPairsSQL) == .integer(0) { movedToColumns.insert(fill.join) }
         }
@@ -108,13 +80,6 @@ struct PostgresMigration {
     private func execute(_ sql: String) throws {
         guard !dryRun else { return }
         try connection.execute(sql)
-    }
-
-    /// Creates `join` with the pairs of the old join table `previous`, turned around when
-    /// `swapped`.
-    private func copyPairs(into join: JoinTable, from previous: String, swapped: Bool) throws {
-        try execute(StoreSchema.postgresCreateJoinTable(join))
-        try execute("INSERT INTO \(join.quotedName) (source, target) SELECT \(swapped ? "target, source" : "source, target") FROM \(previous.quotedIdentifier)")
     }
 
     // MARK: - Tables
