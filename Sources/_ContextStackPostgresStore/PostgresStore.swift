@@ -80,7 +80,7 @@ package final class PostgresStore: QueuedStore {
     /// one would give way (PostgreSQL cannot see the state lock) until the migration's lock
     /// timeout failed it. Instead the read fails with `55P03`, lets go of the state lock, and
     /// runs again (`readingAgainOnLockTimeout`): the writer commits, the migration goes on.
-    static let beginReadUnderStateLock = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL lock_timeout = '50ms'; SELECT 1"
+    static let beginReadUnderStateLock = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \(lockWaitUnderStateLock); SELECT 1"
 
     /// Connects to the server, then creates `schema`'s tables in the database or checks that
     /// it holds them (`PostgresSchemaInstaller`).
