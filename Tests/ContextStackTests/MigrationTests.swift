@@ -465,6 +465,42 @@ import Testing
 
 @Entity(name: "Meeting") final class MeetingInAgendaV2: AgendaV2 {}
 
+// Sub-entities whose to-ones of one name share a column: the hounds' is the inverse of the
+// keeper's `hounds`; in version 2 it goes, and the keeper's hounds move to a join table — the
+// hounds' values alone, not the tabbies' in the same column.
+
+@Entity(name: "Keeper") final class HandlerV1: ManagedObject {
+    var name: String = ""
+    @Relationship(inverse: \LeashedHoundV1.owner) var hounds: Set<LeashedHoundV1>
+}
+
+@Entity(name: "Pet") class LeashedPetV1: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Hound") final class LeashedHoundV1: LeashedPetV1 {
+    @Relationship var owner: HandlerV1?
+}
+
+@Entity(name: "Tabby") final class LeashedTabbyV1: LeashedPetV1 {
+    @Relationship var owner: HandlerV1?
+}
+
+@Entity(name: "Keeper") final class HandlerV2: ManagedObject {
+    var name: String = ""
+    @Relationship var hounds: Set<LeashedHoundV2>
+}
+
+@Entity(name: "Pet") class LeashedPetV2: ManagedObject {
+    var name: String = ""
+}
+
+@Entity(name: "Hound") final class LeashedHoundV2: LeashedPetV2 {}
+
+@Entity(name: "Tabby") final class LeashedTabbyV2: LeashedPetV2 {
+    @Relationship var owner: HandlerV2?
+}
+
 // A to-many whose to-one inverse goes away (its pairs move to a join table), then comes back
 // (they move to the column again).
 
@@ -884,6 +920,29 @@ func migrateARenameBesideANewSubEntityOfTheOldName(_ open: ([ManagedObject.Type]
     #expect(sessions == ["standup"] && meetings == 0)
 }
 
+/// A keeper with a hound and a tabby, each naming the keeper in their hierarchy's shared
+/// `owner` column, written with version 1; in version 2 the hounds' `owner` goes: the keeper's
+/// hounds are the hound alone, and the tabby keeps its owner.
+func migrateAToManyWhoseInverseSharedItsColumn(_ open: ([ManagedObject.Type]) throws -> Context,
+                                               raw: (String) throws -> [[Value]]) throws {
+    try open([HandlerV1.self, LeashedPetV1.self, LeashedHoundV1.self, LeashedTabbyV1.self]).beginUpdateAndWait { update in
+        let keeper = try update.create(HandlerV1.self)
+        keeper.name = "Kim"
+        let hound = try update.create(LeashedHoundV1.self)
+        hound.name = "Rex"
+        hound.owner = keeper
+        let tabby = try update.create(LeashedTabbyV1.self)
+        tabby.name = "Tom"
+        tabby.owner = keeper
+        try update.commit()
+    }
+    let (hounds, owner) = try open([HandlerV2.self, LeashedPetV2.self, LeashedHoundV2.self, LeashedTabbyV2.self]).beginUpdateAndWait { update in
+        (try #require(try update.fetch(HandlerV2.self)).hounds.map(\.name), try #require(try update.fetch(LeashedTabbyV2.self)).owner?.name)
+    }
+    #expect(hounds == ["Rex"] && owner == "Kim")
+    #expect(try raw("SELECT count(*) FROM \"Z_Keeper_hounds\"") == [[.integer(1)]], "the tabby's owner is not a pair")
+}
+
 /// A ticket written with version 1, opened with version 2: its holder, whose entity was
 /// renamed, stays; its desk, now a to-one to another entity, starts empty rather than naming
 /// the counter that takes the key the desk had; and takes that counter.
@@ -1252,6 +1311,15 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
     @Test func aRenamedEntityKeepsItsTableBesideANewSubEntityOfItsOldName() throws {
         defer { cleanUp() }
         try migrateARenameBesideANewSubEntityOfTheOldName { types in try openStore(types, at: url) }
+    }
+
+    /// Docs/Stores.md, "Inverses added and removed": a to-one inverse's column shared by
+    /// sub-entities gives the join table the destination's rows' pairs alone.
+    @Test func aToManyWhoseInverseSharedItsColumnTakesItsOwnPairsAlone() throws {
+        defer { cleanUp() }
+        try migrateAToManyWhoseInverseSharedItsColumn({ types in try openStore(types, at: url) }) { sql in
+            try Connection(path: url.path).rows(sql)
+        }
     }
 
     /// Docs/Stores.md, "Migration": a parent entity added over one keeps its rows.

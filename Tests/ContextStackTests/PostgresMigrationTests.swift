@@ -423,6 +423,11 @@ struct PostgresMigrationTests {
         try migrateARenameBesideANewSubEntityOfTheOldName { try open($0) }
     }
 
+    @Test func aToManyWhoseInverseSharedItsColumnTakesItsOwnPairsAlone() throws {
+        defer { schema.drop() }
+        try migrateAToManyWhoseInverseSharedItsColumn({ try open($0) }) { sql in try connection().allRows(sql) }
+    }
+
     @Test func aToManyToANewEntityStartsEmpty() throws {
         defer { schema.drop() }
         try migrateAToManyToANewEntity { try open($0) }
