@@ -62,12 +62,14 @@ enum Place {
 var arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "--store" { arguments.removeFirst() }
 let place: Place
+// On SQLite, the per-consumer stack's file (and the store, unless named) go here; it is left
+// for a look afterwards.
 let directory = FileManager.default.temporaryDirectory.appendingPathComponent("contextstack-demo-\(UUID().uuidString)")
-try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 if let argument = arguments.first, argument.hasPrefix("postgres://") || argument.hasPrefix("postgresql://"), let url = URL(string: argument) {
     place = .postgres(url)
     print("ContextStack demo — store in PostgreSQL")
 } else {
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     let url = arguments.first.map { URL(fileURLWithPath: $0) } ?? directory.appendingPathComponent("world.sqlite")
     place = .file(url)
     print("ContextStack demo — store at \(url.path)")

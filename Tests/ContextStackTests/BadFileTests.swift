@@ -235,6 +235,7 @@ import Testing
     /// new files.
     @Test(.enabled(if: FileManager.default.fileExists(atPath: "/proc/self")))
     func aDirectoryWhereNoFileCanBeCreatedThrows() throws {
+        defer { cleanUp() }
         let stack = try Stack(model: Model(Person.self, Pet.self))
         #expect {
             try stack.addDatabaseStore(at: URL(fileURLWithPath: "/proc/self/contextstack.sqlite"))

@@ -9,9 +9,14 @@ import Testing
         let demo = try stressWriter().deletingLastPathComponent().appendingPathComponent("demo")
         let process = try ChildProcess([demo.path] + arguments, errors: .output)
         let text = String(decoding: process.output?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
+        // The demo leaves its SQLite files for a look afterwards, in the directory it names.
+        if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(Self.storeAt) }) {
+            removeTemporaryDirectory(URL(fileURLWithPath: String(line.dropFirst(Self.storeAt.count))).deletingLastPathComponent())
+        }
         guard process.waitUntilExit() == 0 else { throw ChildProcessError(message: "demo failed: \(text)") }
         return text
     }
+    static let storeAt = "ContextStack demo — store at "
 
     @Test func theDemoRunsOnSQLite() throws {
         let output = try Self.run([])

@@ -1083,6 +1083,7 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
     /// A, B), A is older again (`ModelHistory.isOlder`). A store from before the history was
     /// kept knows only its current model.
     @Test func theOlderModelIsOneTheStoreHadOnlyBeforeItsCurrentOne() {
+        defer { cleanUp() }
         let rolledOut = ModelHistory(recorded: "A B", current: "B")
         #expect(rolledOut.isOlder("A") && !rolledOut.isOlder("B") && !rolledOut.isOlder("C"))
         #expect(!ModelHistory(recorded: "A B A", current: "A").isOlder("B"), "rolled back: the rollout may go on")
