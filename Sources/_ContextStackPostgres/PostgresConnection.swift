@@ -144,6 +144,8 @@ package final class PostgresConnection {
 
     /// The server process serving this connection (for `pg_terminate_backend`, and for logs).
     package var backendPID: Int32 { PQbackendPID(handle) }
+    /// The server's version as PostgreSQL numbers it: 150004 for 15.4.
+    package var serverVersion: Int { Int(PQserverVersion(handle)) }
     /// When that process started, as `pg_stat_activity.backend_start` reads as text, once a
     /// user of the connection read it (`readBackendStart`): with the process ID it names this
     /// session on its server after the connection is gone, where the ID alone may since have

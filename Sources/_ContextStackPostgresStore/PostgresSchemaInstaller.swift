@@ -61,17 +61,24 @@ package enum PostgresSchemaInstaller {
             throw StoreError(.cannotOpen, "PostgreSQL keeps identifiers of at most \(StoreSchema.postgresIdentifierLimit) bytes and would shorten \(tooLong.joined(separator: ", ")) without a word, so two names could become one: rename them (with originalName: on SQLite stores, to keep their data).")
         }
         let hasMetadata = try exists("Z_METADATA", on: connection)
+        if hasMetadata, try connection.scalar(Self.metadataColumns) != .integer(2) {
+            throw StoreError(.foreignDatabase, "The PostgreSQL database \(server) already has a table named Z_METADATA that ContextStack did not create: it was left untouched. Use a database (or schema, with ?options=-csearch_path=…) of its own for the store.")
+        }
         var stored: String?
         if hasMetadata {
             try connection.query("SELECT value FROM \"Z_METADATA\" WHERE key = ?", [.text(schema.postgresHashKey)]) { stored = $0.value(0).stringValue }
         }
         guard let stored else {
-            // This part is not in the database yet (another configuration's may be).
-            let ours = schema.tables.map(\.name) + schema.joinTables.map(\.name)
-            let present = try ours.filter { try exists($0, on: connection) }
+            // This part is not in the database yet (another configuration's may be). A table,
+            // view, sequence or index of a name it would create is someone else's; so is a
+            // history table in a database without ContextStack's metadata, since the two are
+            // made in one transaction.
+            var ours = schema.tables.flatMap { [$0.name, StoreSchema.sequenceName(of: $0)] } + schema.joinTables.map(\.name) + schema.indexes.map(\.name)
+            if !hasMetadata { ours += ["Z_HISTORY"] }
+            let present = try relations(named: ours, on: connection)
             if !present.isEmpty {
                 let owner = hasMetadata ? "that this part of the model did not create (another configuration's, or someone else's)" : "that ContextStack did not create"
-                throw StoreError(.foreignDatabase, "The PostgreSQL database \(server) already has tables named \(present.sorted().joined(separator: ", ")) \(owner): they were left untouched. Use a database (or schema, with ?options=-csearch_path=…) of its own for the store.")
+                throw StoreError(.foreignDatabase, "The PostgreSQL database \(server) already has tables (or views, sequences or indexes) named \(present.sorted().joined(separator: ", ")) \(owner): they were left untouched. Use a database (or schema, with ?options=-csearch_path=…) of its own for the store.")
             }
             // One round trip: the statements travel together, in the transaction.
             let statements = (hasMetadata ? [] : [StoreSchema.postgresMetadataTable]) + schema.postgresPartStatements + [schema.postgresMetadataStatement]
@@ -108,6 +115,20 @@ package enum PostgresSchemaInstaller {
         }
         try connection.run("UPDATE \"Z_METADATA\" SET value = ? WHERE key = ?", [.text(history.moved(to: schema.hash).text), .text(schema.postgresModelsKey)])
         return .migrated
+    }
+
+    /// How many of the columns ContextStack's `Z_METADATA` has the one in the connection's
+    /// current schema has (2 when it is ContextStack's).
+    static let metadataColumns = "SELECT count(*) FROM pg_attribute WHERE attrelid = '\"Z_METADATA\"'::regclass AND attname IN ('key', 'value') AND attnum > 0 AND NOT attisdropped"
+
+    /// Which of `names` a table, view, sequence or index of the connection's current schema has.
+    private static func relations(named names: [String], on connection: PostgresConnection) throws -> [String] {
+        guard !names.isEmpty else { return [] }
+        var present: [String] = []
+        let placeholders = Array(repeating: "?", count: names.count).joined(separator: ", ")
+        try connection.query("SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relname IN (\(placeholders))",
+                             names.map(Value.text)) { present.append($0.value(0).stringValue ?? "") }
+        return present
     }
 
     /// Whether a table of that name exists in the connection's current schema.

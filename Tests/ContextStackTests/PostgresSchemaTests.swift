@@ -191,6 +191,45 @@ struct PostgresSchemaInstallerTests {
         #expect(try connect().scalar("SELECT species FROM \"Pet\"") == .text("cat"))
     }
 
+    /// Not tables alone: a view, a sequence or an index of a name the store would create, a
+    /// history table in a database without ContextStack's metadata, and a `Z_METADATA` of
+    /// another program are someone else's too. Before, the store adopted such a `Z_HISTORY`
+    /// (and wrote its rows into it at every commit), and the others failed with the server's
+    /// "already exists" or "column does not exist" instead of `.foreignDatabase`.
+    @Test(arguments: ["a view", "a sequence", "an index", "a history table", "a metadata table"])
+    func otherRelationsOfTheStoresNamesAreNeverTouched(kind: String) throws {
+        let schema = try Self.schema(Person.self, Pet.self)
+        let index = try #require(schema.indexes.first?.name)
+        let statement = switch kind {
+        case "a view": "CREATE VIEW \"Person\" AS SELECT 1 AS one"
+        case "a sequence": "CREATE SEQUENCE \"Z_KEYS_Pet\""
+        case "an index": "CREATE TABLE other (x int); CREATE INDEX \(index.quotedIdentifier) ON other (x)"
+        case "a history table": "CREATE TABLE \"Z_HISTORY\" (id int)"
+        default: "CREATE TABLE \"Z_METADATA\" (name text, data text)"
+        }
+        try connect().execute(statement)
+        let relations = "SELECT string_agg(relname, ' ' ORDER BY relname) FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+        let before = try connect().scalar(relations)
+        let error = try #require(throws: StoreError.self) {
+            try PostgresSchemaInstaller.install(schema, on: connect(), autoMigrating: true)
+        }
+        #expect(error.code == .foreignDatabase, "\(error)")
+        #expect(try connect().scalar(relations) == before, "nothing was created beside it")
+    }
+
+    /// History needs PostgreSQL 13's `pg_current_xact_id()`: an older server is refused when the
+    /// store opens, naming the version, rather than at the first commit with "function does not
+    /// exist".
+    @Test func aServerOlderThan13IsRefusedNamingItsVersion() throws {
+        let error = try #require(throws: StoreError.self) {
+            try PostgresStore.checkServerVersion(120_016, server: "postgres://app@db/app")
+        }
+        #expect(error.code == .cannotOpen)
+        #expect(error.message.contains("version 12 (120016)") && error.message.contains("PostgreSQL 13 or later"))
+        try PostgresStore.checkServerVersion(130_000, server: "postgres://app@db/app")
+        try PostgresStore.checkServerVersion(try connect().serverVersion, server: "postgres://app@db/app")
+    }
+
     @Test func namesPostgreSQLWouldShortenAreRefusedBeforeAnythingIsCreated() throws {
         let error = try #require(throws: StoreError.self) {
             try PostgresSchemaInstaller.install(Self.schema(LongNamed.self), on: connect(), autoMigrating: true)
