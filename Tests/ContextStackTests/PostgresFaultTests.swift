@@ -167,6 +167,74 @@ struct PostgresFaultTests {
         #expect(try fresh.scalar("SELECT count(*) FROM \"Person\"") == .integer(43))
     }
 
+    /// Docs/Postgres.md, "Faults", through a stack: the server dies while four threads' commits
+    /// are being written (grouped, some of them). Each commit is a person and two pets that
+    /// name it: every commit is stored whole or not at all, every commit that returned is
+    /// stored, none twice, and once the server is back the same stack commits again.
+    @Test func commitsInFlightWhenTheServerDiesAreStoredWholeOrNotAtAll() async throws {
+        let server = try DedicatedPostgresServer()
+        let stack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+        stack.onError = { _ in }
+        try stack.addPostgresStore(url: server.url)
+        let context = try Context(stack: stack)
+        let saved = Locked<[String]>([])
+        let failed = Locked<[String]>([])
+        let stop = Locked(false)
+        @Sendable func commit(_ name: String) -> Bool {
+            do {
+                try context.beginUpdateAndWait { update in
+                    let person = try update.create(Person.self)
+                    person.name = name
+                    for suffix in ["a", "b"] {
+                        let pet = try update.create(Pet.self)
+                        pet.name = "\(name)-\(suffix)"
+                        pet.owner = person
+                    }
+                    try update.commit()
+                }
+                saved.withLock { $0.append(name) }
+                return true
+            } catch {
+                failed.withLock { $0.append(name) }
+                return false
+            }
+        }
+        await onThreads(5) { index in
+            if index == 4 {
+                // Once commits are flowing, the server dies under them; the committers go on
+                // until each has seen it fail.
+                while saved.withLock({ $0.count }) < 40 { usleep(1_000) }
+                try? server.cluster.crash()
+                while failed.withLock({ $0.count }) < 8 { usleep(1_000) }
+                stop.withLock { $0 = true }
+                return
+            }
+            var number = 0
+            while !stop.withLock({ $0 }) {
+                number += 1
+                _ = commit("t\(index)-\(number)")
+            }
+        }
+        try server.cluster.start()
+        for index in 0..<4 { #expect(commit("after-\(index)"), "the stack commits again once the server is back") }
+
+        let fresh = try PostgresConnection(PostgresSettings(url: server.url))
+        var people: [String: Int] = [:]
+        try fresh.query("SELECT name, \"Z_PK\" FROM \"Person\"") { people[$0.value(0).stringValue ?? "?", default: 0] += 1 }
+        var pets: [String: [String]] = [:]
+        try fresh.query("SELECT p.name, o.name FROM \"Pet\" p LEFT JOIN \"Person\" o ON o.\"Z_PK\" = p.owner") {
+            pets[$0.value(1).stringValue ?? "(none)", default: []].append($0.value(0).stringValue ?? "?")
+        }
+        #expect(pets["(none)"] == nil, "a pet stored without its person: \(pets["(none)"] ?? [])")
+        #expect(people.values.allSatisfy { $0 == 1 }, "a commit stored twice: \(people.filter { $0.value > 1 })")
+        for (name, _) in people {
+            #expect(pets[name]?.sorted() == ["\(name)-a", "\(name)-b"], "\(name) is stored with \(pets[name] ?? [])")
+        }
+        let lost = saved.withLock { $0 }.filter { people[$0] == nil }
+        #expect(lost.isEmpty, "commits that returned and are not stored: \(lost)")
+        #expect(failed.withLock { $0.count } >= 8)
+    }
+
     /// The history listener loses its connection when the server restarts, reconnects by
     /// itself, and delivers what another stack committed after the restart (Docs/History.md).
     @Test @MainActor func theHistoryListenerCatchesUpAfterARestart() async throws {

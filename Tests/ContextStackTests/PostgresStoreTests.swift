@@ -35,6 +35,37 @@ struct PostgresStoreTests {
         #expect(!traced.contains { $0.contains("not-a-secret-to-print") })
     }
 
+    /// Several hosts, for failover (Docs/Postgres.md, "Connection settings"): Foundation's
+    /// `URL(string:)` gives `nil` for `h1:5432,h2:5433` in the host part, so the hosts and their
+    /// ports go in parameters, and libpq tries them in order — here a port nothing listens on,
+    /// then the server.
+    @Test func aURLWithSeveralHostsInItsParametersTriesThemInOrder() throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        #expect(URL(string: "postgres://app@db1:5432,db2:5433/app") == nil)
+        let given = try #require(URLComponents(url: schema.url, resolvingAgainstBaseURL: false))
+        var parts = URLComponents()
+        parts.scheme = "postgres"
+        parts.host = ""
+        parts.path = given.path
+        parts.queryItems = (given.queryItems ?? []) + [
+            URLQueryItem(name: "host", value: "127.0.0.1,\(given.host ?? "127.0.0.1")"),
+            URLQueryItem(name: "port", value: "1,\(given.port ?? 5432)"),
+            URLQueryItem(name: "user", value: given.user),
+            URLQueryItem(name: "target_session_attrs", value: "read-write"),
+        ]
+        let url = try #require(parts.url)
+        let stack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+        try stack.addPostgresStore(url: url)
+        let context = try Context(stack: stack)
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        let count = try context.beginUpdateAndWait { try $0.fetchCount(Person.self) }
+        #expect(count == 1)
+    }
+
     /// Docs/Postgres.md, "Why libpq", and the README: under `.objectTrump`, the default, a save
     /// is one round trip (its statements go out with `BEGIN` and `COMMIT` in one pipeline),
     /// and a read by ID before it one more (on the idle writer connection), as raw libpq's
