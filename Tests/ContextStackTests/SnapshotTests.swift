@@ -251,6 +251,49 @@ import Testing
         }
     }
 
+    /// Docs/Servers.md, "Writing from snapshots": a delete saved after `apply(_:expecting:)`
+    /// found the objects, and before the commit is written, fails the commit — with
+    /// `MergeConflictError` (`"<deleted>"`) when it deleted a row the commit changes (the
+    /// object itself, or a member a to-many moves), with `relatesToDeletedObject` when it
+    /// deleted the object a to-one names — and the delete stands.
+    @Test(arguments: Setup.all) @MainActor
+    func aDeleteSavedAfterApplyFailsTheCommit(setup: Setup) async throws {
+        for deleted in ["the object", "a member it moves", "the object a to-one names"] {
+            let harness = try TopologyHarness(setup)
+            let ids = try await harness.write(Self.makePeople)
+            let context = try Context(stack: harness.stack)
+            let original = try #require(try await context.snapshot(Person.self, id: ids.bob))
+            var edited = original
+            let gone: ObjectID
+            switch deleted {
+            case "the object": edited.age = 21; gone = ids.bob
+            case "a member it moves": edited.pets = [ids.tom]; gone = ids.tom
+            default: edited.friend = ids.cy; gone = ids.cy
+            }
+            let slow = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
+            try slow.performAndWait { update in try update.apply(edited, expecting: original) }
+            try await harness.transaction { update in
+                if gone.entityName == "Pet" {
+                    try update.delete(try #require(try update.fetch(Pet.self, id: gone)))
+                } else {
+                    try update.delete(try #require(try update.fetch(Person.self, id: gone)))
+                }
+            }
+            let error = await #expect(throws: (any Error).self, "\(deleted)") {
+                try slow.performAndWait { update in try update.commit() }
+                try await harness.stack.flush()
+            }
+            if deleted == "the object a to-one names" {
+                #expect((error as? SaveError)?.code == .relatesToDeletedObject, "\(deleted): \(String(describing: error))")
+            } else {
+                #expect((error as? MergeConflictError)?.conflicts.map(\.key) == ["<deleted>"], "\(deleted): \(String(describing: error))")
+            }
+            try? await harness.stack.flush()
+            #expect(try await context.snapshot(Person.self, id: ids.bob)?.age == (deleted == "the object" ? nil : 20), "\(deleted)")
+            #expect(try await context.count(Pet.self, %"name" == "Tom") == (deleted == "a member it moves" ? 0 : 1), "\(deleted)")
+        }
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func applyNamingAMissingObjectChangesNothing(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

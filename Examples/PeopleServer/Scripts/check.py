@@ -265,9 +265,14 @@ def check_api(base):
     expect("POST a pet", status, 201)
     status, pets = call("GET", f"{base}/people/{bob_key}/pets")
     expect("GET the pets", (status, [p["name"] for p in pets or []]), (200, ["api-Rex"]))
+    _, before = call("GET", base + "/stats")
     status, _ = call("DELETE", f"{base}/people/{bob_key}")
     expect("DELETE Bob", status, 204)
+    # Bob's pet went with him (the load is over: nothing else writes now).
+    _, after = call("GET", base + "/stats")
+    expect("people and pets after the delete", (after["people"], after["pets"]), (before["people"] - 1, before["pets"] - 1))
     for what, method, path, body in (("GET Bob after the delete", "GET", f"/people/{bob_key}", None),
+                                     ("PATCH Bob after the delete", "PATCH", f"/people/{bob_key}", {"expected": bob, "edited": dict(bob, age=41)}),
                                      ("DELETE Bob again", "DELETE", f"/people/{bob_key}", None),
                                      ("POST a pet to Bob after the delete", "POST", f"/people/{bob_key}/pets", {"name": "x", "species": "cat"}),
                                      ("GET the pets of Bob after the delete", "GET", f"/people/{bob_key}/pets", None)):
