@@ -315,6 +315,25 @@ import Testing
         #expect(try world.fetchCount(Pet.self) == 0)
     }
 
+    /// Docs/Servers.md, "Writes": a body that commits and then throws keeps that commit; only
+    /// what it changed after the commit is rolled back, and the caller gets the body's error.
+    @Test(arguments: Setup.all) @MainActor
+    func aTransactionThatCommitsAndThenThrowsKeepsItsCommit(setup: Setup) async throws {
+        struct Boom: Error {}
+        let harness = try TopologyHarness(setup)
+        await #expect(throws: Boom.self) {
+            try await harness.transaction { update in
+                try update.create(Pet.self).name = "Kept"
+                try update.commit()
+                try update.create(Pet.self).name = "Ghost"
+                throw Boom()
+            }
+        }
+        try await harness.stack.flush()
+        try await harness.settle()
+        #expect(try harness.world.fetchAll(Pet.self).map(\.name) == ["Kept"])
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func aThrowingUpdateBlockRollsBackAndAndWaitRethrows(setup: Setup) async throws {
         struct Boom: Error {}

@@ -32,6 +32,31 @@ import Testing
         #expect(try world.fetchCount(Person.self) == 1)
     }
 
+    /// Docs/Concurrency.md, "Errors in the background": a database error thrown by `commit()`
+    /// of a commit that waits to be written (a stack without a root) leaves the update's
+    /// changes pending, every one of them: fixed, the same update commits them again.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aCommitTheDatabaseRefusedStaysPendingAndCommitsAgain(kind: StoreKind) throws {
+        let store = try TestStore(kind, rootContext: .none)
+        let context = try Context(stack: store.stack)
+        try store.refuseWrites(ofName: "refused")
+        try context.beginUpdateAndWait { update in
+            let person = try update.create(Person.self)
+            person.name = "refused"
+            let rex = try update.create(Pet.self)
+            rex.name = "Rex"
+            rex.owner = person
+            let error = #expect(throws: (any Error).self) { try update.commit() }
+            #expect(error.map(isRefusal) == true, "\(String(describing: error))")
+            person.name = "accepted"
+            try update.commit()
+        }
+        let stored = try context.beginUpdateAndWait { update in
+            try update.fetchAll(Pet.self).map { [$0.name, $0.owner?.name ?? "-"] }
+        }
+        #expect(stored == [["Rex", "accepted"]])
+    }
+
     /// Every commit a `transaction` makes is its caller's (no one else hears of its failure),
     /// so none may be lost: when the body throws after committing, the body's error is thrown
     /// and the save failure goes to `onError`; when the body committed twice and both fail,
