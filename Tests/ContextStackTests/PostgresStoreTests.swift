@@ -143,6 +143,48 @@ struct PostgresStoreTests {
         #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("a")]])
     }
 
+    /// Docs/Postgres.md: saving a string that holds U+0000 fails the commit whole with
+    /// `PostgresError` 22021 — also inside a group commit, where the other commits are stored.
+    /// The value is refused as the commit's statements are queued, after some of them went
+    /// out: the NUL is in the person of one commit and in the pet of another, so that in one
+    /// of them a row of the commit is already sent when it fails.
+    @Test @MainActor func aCommitWithU0000FailsWholeAndTheRestOfItsGroupIsStored() async throws {
+        let store = try TestStore(.postgres)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let world = try MainContext(stack: store.stack)
+        func commit(person: String, pet: String) throws {
+            try world.beginUpdateAndWait { update in
+                let owner = try update.create(Person.self)
+                owner.name = person
+                let rex = try update.create(Pet.self)
+                rex.name = pet
+                rex.owner = owner
+                try update.commit()
+            }
+        }
+        try commit(person: "seed", pet: "seed's")
+        try await store.stack.flush()
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        try store.holdingTheWriter {
+            try commit(person: "before", pet: "before's")
+            try commit(person: "bad\u{0}person", pet: "bad person's")
+            try commit(person: "middle", pet: "middle's")
+            try commit(person: "bad pet's owner", pet: "bad\u{0}pet")
+            try commit(person: "after", pet: "after's")
+        }
+        let error = await #expect(throws: PostgresError.self) { try await store.stack.flush() }
+        #expect(error?.code == .characterNotInRepertoire, "\(String(describing: error))")
+        try? await store.stack.flush()
+        #expect(statements.withLock { $0 }.contains { $0.hasPrefix("SAVEPOINT") }, "written as a group")
+        #expect(try store.writtenRows("SELECT o.name, p.name FROM \"Person\" o FULL JOIN \"Pet\" p ON p.owner = o.\"Z_PK\" ORDER BY o.name")
+                == [["after", "after's"], ["before", "before's"], ["middle", "middle's"], ["seed", "seed's"]].map { $0.map(Value.text) })
+        #expect(recorder.all.count == 2)
+        await mainQueueTurn()
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["after", "before", "middle", "seed"])
+    }
+
     /// Adding a store is one transaction, the history table with the model's tables: when the
     /// history table cannot be made (here a type of its name is in the way), nothing of the
     /// store stays. (It was made in a second transaction, after the model's tables were in.)
