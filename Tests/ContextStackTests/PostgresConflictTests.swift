@@ -19,6 +19,43 @@ struct PostgresConflictTests {
         _ = try await Self.lateConflict(store, url: try #require(store.database?.url), policy: policy)
     }
 
+    /// The late conflict on a stack without a root, under `.error` (Docs/Postgres.md): the
+    /// commit waits to be written, so the conflict the writer finds with the row locked is
+    /// thrown by `commit()` itself, and nothing of the commit is stored.
+    @Test func aLateConflictUnderErrorIsThrownByCommitOnAStackWithoutARoot() async throws {
+        let store = try TestStore(.postgres, rootContext: .none)
+        let url = try #require(store.database?.url)
+        let context = try Context(stack: store.stack, mergePolicy: .error)
+        let monk = try context.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.age, monk.location) = ("Monk", 60, "Kyoto")
+            try update.commit()
+            return monk.objectID
+        }
+        let otherProcess = try PostgresConnection(PostgresSettings(url: url))
+        try otherProcess.execute("BEGIN")
+        try otherProcess.run("UPDATE \"Person\" SET age = 99, location = 'Nara' WHERE \"Z_PK\" = ?", [.integer(monk.primaryKey)])
+        let outcome = Locked<Result<Void, any Error>?>(nil)
+        let committer = Thread {
+            let result = Result {
+                try context.beginUpdateAndWait { update in
+                    try update.fetch(Person.self, id: monk).map { $0.age = 61 }
+                    try update.commit()
+                }
+            }
+            outcome.withLock { $0 = result }
+        }
+        committer.start()
+        #expect(try await commitOnceAWriterWaits(otherProcess, url: url), "the writer never waited for the other process's row")
+        while outcome.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        let thrown: (any Error)? = outcome.withLock { result in
+            if case .failure(let error)? = result { return error }
+            return nil
+        }
+        #expect(thrown is MergeConflictError, "\(String(describing: thrown))")
+        #expect(try store.writtenRows("SELECT age, location FROM \"Person\"") == [[.integer(99), .text("Nara")]])
+    }
+
     /// The late conflict above with the sessions defaulting to REPEATABLE READ (a database's or
     /// a role's `default_transaction_isolation`, here the URL's `options`): it is resolved under
     /// the merge policy all the same, and nothing reaches `onError`. (Were the writer's
