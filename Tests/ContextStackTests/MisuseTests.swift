@@ -32,6 +32,23 @@ import Testing
         expectTrapMessage(result, contains: "whose objects are read-only", "try update.use(object)")
     }
 
+    /// Docs/Errors.md, "Misuse": `apply(_:expecting:)` with the snapshots of two different
+    /// objects traps on that line, saying which snapshot to pass.
+    @Test func applyExpectingASnapshotOfAnotherObjectTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let store = try TestStore(.memory)
+            let context = try Context(stack: store.stack)
+            try context.beginUpdateAndWait { update in
+                for name in ["Ann", "Bob"] { try update.create(Person.self).name = name }
+                try update.commit()
+            }
+            let people = try await context.snapshots(Person.self, orderBy: .ascending("name"))
+            try context.beginUpdateAndWait { update in try update.apply(people[0], expecting: people[1]) }
+            _ = store
+        }
+        expectTrapMessage(result, contains: "the expected snapshot must be of the same object", "pass the snapshot the client read before editing it")
+    }
+
     /// `stack.onError` runs on the writer, in the middle of its turn: waiting there for writes
     /// would wait for the writer itself, for ever. It traps on that line, naming what to do
     /// instead.
