@@ -545,6 +545,19 @@ import Testing
         let eve = try #require(engineers.first)
         #expect(try await world.snapshot(Manager.self, id: eve.id) == nil)
         #expect(try world.fetch(Engineer.self)?.snapshot == eve)
+
+        // Docs/Servers.md, "Reading": `.noSubEntities` applies; the options that shape objects
+        // change nothing for snapshots (every property is read, the team included).
+        try world.beginUpdateAndWait { update in
+            try update.create(Staff.self).name = "Sam"
+            try update.commit()
+        }
+        #expect(try await world.snapshots(Staff.self, options: .noSubEntities).map(\.name) == ["Sam"])
+        let all = try await world.snapshots(Staff.self, orderBy: .ascending("name"))
+        #expect(all.map(\.name) == ["Eve", "Max", "Sam"])
+        for options in [FetchOptions.batch(1), .prefetch(["team"]), .propertiesOnly(["name"])] {
+            #expect(try await world.snapshots(Staff.self, orderBy: .ascending("name"), options: options) == all, "\(options)")
+        }
     }
 
     /// A store of `kind` with Ann written, and Bob committed to the root while a thread of its
