@@ -120,6 +120,67 @@ import Testing
         #expect(sample?.double == 2)
     }
 
+    /// Docs/Concurrency.md, "After the commit": B's objects keep the values B had, also the
+    /// one `.storeTrump` dropped for the stored value.
+    @Test @MainActor func storeTrumpLeavesTheCommittingObjectWithItsOwnValue() throws {
+        let (store, world, id, b, held) = try Self.aReader(.storeTrump).parts
+        defer { withExtendedLifetime(store) {} }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Sample.self, id: id)).int = 1
+            try update.commit()
+        }
+        try b.performAndWait { update in
+            let sample = try #require(held)
+            sample.int = 2
+            sample.double = 2
+            try update.commit()
+            #expect(sample.int == 2 && sample.double == 2, "B's object keeps B's values")
+        }
+        let stored = try #require(try world.fetch(Sample.self, id: id))
+        #expect(stored.int == 1 && stored.double == 2)
+    }
+
+    /// Docs/Concurrency.md, "Merge policies": under `.error`, deleting an object changed in the
+    /// store since, and adding or removing many-to-many members of one, are not compared.
+    @Test(arguments: StoreKind.available) @MainActor
+    func underErrorDeletesAndManyToManyPairsDoNotConflict(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack, mergePolicy: .error)
+        let (article, sample) = try world.beginUpdateAndWait { update in
+            let article = try update.create(Article.self)
+            article.title = "first"
+            let old = try update.create(Tag.self)
+            old.name = "old"
+            article.tags = [old]
+            let sample = try update.create(Sample.self)
+            try update.commit()
+            return (article.objectID, sample.objectID)
+        }
+        let b = world.beginUpdateContext()
+        let (heldArticle, heldSample) = try b.performAndWait { update in
+            (try update.fetch(Article.self, id: article), try update.fetch(Sample.self, id: sample))
+        }
+        // Another update changes both objects' attributes.
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Article.self, id: article)).title = "second"
+            try #require(try update.fetch(Sample.self, id: sample)).int = 1
+            try update.commit()
+        }
+        try b.performAndWait { update in
+            let held = try #require(heldArticle)
+            let new = try update.create(Tag.self)
+            new.name = "new"
+            held.tags = [new]
+            try update.delete(try #require(heldSample))
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let stored = try #require(try world.fetch(Article.self, id: article))
+        #expect(stored.title == "second")
+        #expect(stored.tags.map(\.name) == ["new"])
+        #expect(try world.fetch(Sample.self, id: sample) == nil)
+    }
+
     @Test @MainActor func overwriteSavesTheWholeObjectAsWeHaveIt() throws {
         let (sample, error) = try race(.overwrite)
         #expect(error == nil)
