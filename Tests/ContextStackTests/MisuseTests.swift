@@ -250,6 +250,22 @@ import Testing
         expectTrapMessage(result, contains: "would wait for itself forever", "use perform { }")
     }
 
+    /// The same from inside a `perform` block (Docs/Concurrency.md, "Waiting"): the block runs
+    /// on the context's queue, which `performAndWait` would wait for.
+    @Test func performAndWaitFromInsideItsOwnPerformTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let store = try TestStore(.memory)
+            let context = try Context(stack: store.stack).beginUpdateContext()
+            context.perform { _ in
+                try context.performAndWait { _ in }
+            }
+            // The trap comes on the context's queue; without it, the process ends well.
+            Thread.sleep(forTimeInterval: 10)
+            _ = store
+        }
+        expectTrapMessage(result, contains: "would wait for itself forever", "use perform { }")
+    }
+
     // The traps Docs/Errors.md and GettingStarted.md list besides those above.
 
     @Test func fetchingBeforeAStoreIsAddedTraps() async {
