@@ -683,14 +683,26 @@ import Testing
         #expect(result.withLock { $0 } == ["Ann", "Bob", "Cy"])
     }
 
-    @Test func aCancelledTaskReadsNothing() async throws {
-        let store = try TestStore(.memory)
+    /// Every async read of Docs/Servers.md, "Async reads": `snapshots`, `snapshot(_:id:)`,
+    /// `count`, `aggregate` and `aggregateValue`, on every store.
+    @Test(arguments: StoreKind.available) func aCancelledTaskReadsNothing(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
         let context = try Context(stack: store.stack)
-        let task = Task {
-            withUnsafeCurrentTask { $0?.cancel() }
-            return try await context.snapshots(Person.self)
+        let ann = try context.beginUpdateAndWait(Self.makePeople).ann
+        let reads: [(String, @Sendable () async throws -> Void)] = [
+            ("snapshots", { _ = try await context.snapshots(Person.self) }),
+            ("snapshot", { _ = try await context.snapshot(Person.self, id: ann) }),
+            ("count", { _ = try await context.count(Person.self) }),
+            ("aggregate", { _ = try await context.aggregate(Person.self, .select("location") | .count("age"), groupBy: %"location") }),
+            ("aggregateValue", { _ = try await context.aggregateValue(Person.self, .average("age")) }),
+        ]
+        for (name, read) in reads {
+            let task = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                try await read()
+            }
+            await #expect(throws: CancellationError.self, "\(name)") { try await task.value }
         }
-        await #expect(throws: CancellationError.self) { try await task.value }
     }
 
     /// Docs/Servers.md, "Async reads", Where they run: on the library's own read threads, at
