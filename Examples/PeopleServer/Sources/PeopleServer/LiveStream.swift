@@ -18,15 +18,14 @@ struct LiveStream: Sendable {
         let deleted: [String]
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<APIContext>) {
         router.get("live") { _, _ -> Response in
             // Subscribed before the response starts, so no commit after the request is missed.
             let commits = stack.allCommits
             return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-cache"],
                             body: ResponseBody { writer in
                                 try await writer.write(ByteBuffer(string: ": connected\n\n"))
-                                let encoder = JSONEncoder()
-                                encoder.outputFormatting = .withoutEscapingSlashes
+                                let encoder = APIContext.encoder()
                                 for await commit in commits {
                                     let event = Event(remote: commit.isRemote, author: commit.author,
                                                       inserted: commit.inserted.map(\.description),

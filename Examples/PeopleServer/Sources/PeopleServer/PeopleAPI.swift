@@ -12,7 +12,7 @@ extension Pet.Snapshot: ResponseEncodable {}
 struct PeopleAPI: Sendable {
     let context: Context
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<APIContext>) {
         router.get("people", use: list)
         router.post("people", use: create)
         router.get("people/:id", use: get)
@@ -32,7 +32,7 @@ struct PeopleAPI: Sendable {
     }
 
     /// `GET /people?minAge=18&maxAge=65&city=Kyoto&name=An&limit=50&offset=0`, ordered by name.
-    @Sendable func list(_ request: Request, _ http: BasicRequestContext) async throws -> Page {
+    @Sendable func list(_ request: Request, _ http: APIContext) async throws -> Page {
         let query = request.uri.queryParameters
         var filters: [Condition] = []
         if let minAge = query.get("minAge", as: Int.self) { filters.append(%"age" >= minAge) }
@@ -49,14 +49,14 @@ struct PeopleAPI: Sendable {
     }
 
     /// `GET /people/12`.
-    @Sendable func get(_ request: Request, _ http: BasicRequestContext) async throws -> Person.Snapshot {
+    @Sendable func get(_ request: Request, _ http: APIContext) async throws -> Person.Snapshot {
         let id = try personID(http)
         guard let person = try await context.snapshot(Person.self, id: id) else { throw HTTPError(.notFound, message: "No person \(id).") }
         return person
     }
 
     /// `GET /people/12/pets`.
-    @Sendable func pets(_ request: Request, _ http: BasicRequestContext) async throws -> [Pet.Snapshot] {
+    @Sendable func pets(_ request: Request, _ http: APIContext) async throws -> [Pet.Snapshot] {
         let id = try personID(http)
         guard let owner = try await context.snapshot(Person.self, id: id) else { throw HTTPError(.notFound, message: "No person \(id).") }
         return try await context.snapshots(Pet.self, %"owner" == owner.id, orderBy: .ascending("name"))
@@ -69,7 +69,7 @@ struct PeopleAPI: Sendable {
     }
 
     /// `GET /stats`: counts and an aggregate, read off the main actor.
-    @Sendable func stats(_ request: Request, _ http: BasicRequestContext) async throws -> Stats {
+    @Sendable func stats(_ request: Request, _ http: APIContext) async throws -> Stats {
         async let people = context.count(Person.self)
         async let pets = context.count(Pet.self)
         async let average = context.aggregateValue(Person.self, .average("age"))
@@ -87,7 +87,7 @@ struct PeopleAPI: Sendable {
 
     /// `POST /people` `{"name": "Ann", "age": 30, "city": "Kyoto", "email": "ann@example.org"}`:
     /// 201 with the stored person; 409 when the email is taken.
-    @Sendable func create(_ request: Request, _ http: BasicRequestContext) async throws -> EditedResponse<Person.Snapshot> {
+    @Sendable func create(_ request: Request, _ http: APIContext) async throws -> EditedResponse<Person.Snapshot> {
         let input = try await request.decode(as: NewPerson.self, context: http)
         guard !input.name.isEmpty, input.age >= 0 else { throw HTTPError(.badRequest, message: "A person needs a name and an age of 0 or more.") }
         do {
@@ -116,7 +116,7 @@ struct PeopleAPI: Sendable {
     /// stored person, 409 with the conflicts and the current person on a lost update, 409 when
     /// the new email is someone else's, 422 when `edited` names pets that do not exist, 404
     /// when the person is gone, 400 without a name or with a negative age.
-    @Sendable func patch(_ request: Request, _ http: BasicRequestContext) async throws -> Response {
+    @Sendable func patch(_ request: Request, _ http: APIContext) async throws -> Response {
         let id = try personID(http)
         let edit = try await request.decode(as: Edit.self, context: http)
         guard edit.expected.id == id, edit.edited.id == id else {
@@ -167,7 +167,7 @@ struct PeopleAPI: Sendable {
     }
 
     /// `DELETE /people/12`: 204, or 404 when there is no such person. Their pets go with them.
-    @Sendable func delete(_ request: Request, _ http: BasicRequestContext) async throws -> HTTPResponse.Status {
+    @Sendable func delete(_ request: Request, _ http: APIContext) async throws -> HTTPResponse.Status {
         let id = try personID(http)
         let deleted = try await context.transaction { update in
             guard let person = try update.fetch(Person.self, id: id) else { return false }
@@ -185,7 +185,7 @@ struct PeopleAPI: Sendable {
 
     /// `POST /people/12/pets` `{"name": "Rex", "species": "dog"}`: 201 with the pet, 404 when
     /// the person is gone (also when a `DELETE` of them is saved first).
-    @Sendable func addPet(_ request: Request, _ http: BasicRequestContext) async throws -> EditedResponse<Pet.Snapshot> {
+    @Sendable func addPet(_ request: Request, _ http: APIContext) async throws -> EditedResponse<Pet.Snapshot> {
         let id = try personID(http)
         let input = try await request.decode(as: NewPet.self, context: http)
         let pet: Pet.Snapshot?
@@ -208,16 +208,14 @@ struct PeopleAPI: Sendable {
     // MARK: Helpers
 
     /// The person a path's `:id` names: `/people/12` is `Person/12`.
-    private func personID(_ http: BasicRequestContext) throws -> ObjectID {
+    private func personID(_ http: APIContext) throws -> ObjectID {
         let key = try http.parameters.require("id", as: Int64.self)
         guard let id = ObjectID("Person/\(key)") else { throw HTTPError(.notFound) }
         return id
     }
 
     private func json(_ value: some Encodable, status: HTTPResponse.Status) throws -> Response {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .withoutEscapingSlashes
-        let data = try encoder.encode(value)
+        let data = try APIContext.encoder().encode(value)
         return Response(status: status, headers: [.contentType: "application/json; charset=utf-8"],
                         body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
     }

@@ -23,7 +23,7 @@ stack.onError = { error in FileHandle.standardError.write(Data("PeopleServer: a 
 // processes and machines").
 _ = stack.allCommits
 
-let router = Router()
+let router = Router(context: APIContext.self)
 router.middlewares.add(LogRequestsMiddleware(.debug))
 router.middlewares.add(ReportErrorsMiddleware())
 PeopleAPI(context: context).register(on: router)
