@@ -50,6 +50,57 @@ import Testing
         #expect(try store.scalar("SELECT name FROM main.\"Pet\"") == .text("Rex II"))
     }
 
+    /// Docs/Errors.md, "Failed reads inside property accessors", the other accessors: a to-many
+    /// getter whose read fails returns an empty set, and values loaded late (a fault of a
+    /// `.batch` fetch) read as the defaults; each error goes to `onError`, and the update's
+    /// `commit()` throws it every time until the update is rolled back — here by its block
+    /// throwing — after which the same update context commits again.
+    @Test func aFailedToManyOrFaultReadStopsEveryCommitUntilTheBlockThrows() throws {
+        struct GiveUp: Error {}
+        for accessor in ["to-many", "fault"] {
+            let store = try TestStore(.memory)
+            let errors = ErrorRecorder()
+            store.stack.onError = errors.record
+            let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+            try context.beginUpdateAndWait { update in
+                let ann = try update.create(Person.self)
+                (ann.name, ann.age) = ("Ann", 30)
+                let rex = try update.create(Pet.self)
+                (rex.name, rex.owner) = ("Rex", ann)
+                try update.commit()
+            }
+            let updater = context.beginUpdateContext()
+            do {
+                try updater.performAndWait { update in
+                    if accessor == "to-many" {
+                        let ann = try #require(try update.fetch(Person.self))
+                        try Self.breakReads(of: "Pet", in: store)
+                        #expect(ann.pets.isEmpty, "the read failed")
+                        ann.age = 31
+                    } else {
+                        let ann = try #require(try update.fetchAll(Person.self, options: .batch(1)).first)
+                        try Self.breakReads(of: "Person", in: store)
+                        #expect(ann.name == "" && ann.age == 0, "the values could not be loaded: \(ann.name) \(ann.age)")
+                        ann.age = 31
+                    }
+                    #expect(throws: SQLiteError.self) { try update.commit() }
+                    #expect(throws: SQLiteError.self, "and again") { try update.commit() }
+                    throw GiveUp()
+                }
+                Issue.record("\(accessor): the block's error was not rethrown")
+            } catch is GiveUp {}
+            // (Each access of an unloaded fault tries the read again, and reports its failure.)
+            #expect(!errors.all.isEmpty && errors.all.allSatisfy { $0 is SQLiteError }, "\(accessor): \(errors.all)")
+            try store.stack.sqliteStore.writer.withLock { try $0.connection.execute("DROP VIEW temp.\"\(accessor == "to-many" ? "Pet" : "Person")\"") }
+            try updater.performAndWait { update in
+                try #require(try update.fetch(Pet.self)).name = "Rex II"
+                try update.commit()
+            }
+            #expect(try store.scalar("SELECT name FROM main.\"Pet\"") == .text("Rex II"), "\(accessor)")
+            #expect(try store.scalar("SELECT age FROM main.\"Person\"") == .integer(30), "\(accessor): the change after the failed read was not saved")
+        }
+    }
+
     /// A `delete` whose rules cannot read what they need (here the shipment a to-one
     /// `.cascade` takes) throws, and leaves the object marked deleted with its rules applied in
     /// part: the update's commits throw that error until it is rolled back, so the half-applied
