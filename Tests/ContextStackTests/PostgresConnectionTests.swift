@@ -247,6 +247,9 @@ struct PostgresConnectionTests {
         let set = Dictionary(settings.keywordsAndValues(environment: environment), uniquingKeysWith: { $1 })
         #expect(set["connect_timeout"] == nil && set["application_name"] == nil, "left to libpq, which reads the environment")
         #expect(set["options"] == "-c statement_timeout=60000 -c search_path=tenant -c work_mem=8MB -c extra_float_digits=3 -c bytea_output=hex -c standard_conforming_strings=on")
+        #expect(set["client_encoding"] == "UTF8", "PGCLIENTENCODING does not change it")
+        let pairs = settings.keywordsAndValues(environment: environment).map(\.0)
+        #expect(pairs.firstIndex(of: "client_encoding")! > pairs.firstIndex(of: "dbname")!, "after the URL, so no URL changes it")
     }
 
     /// Doubles come back exact whatever the server's `extra_float_digits` (a database default
@@ -547,7 +550,7 @@ struct PostgresConnectionTests {
     /// read to the end: `PostgresStoreTests.sessionsTheServerEndsAreReplacedWithoutAnError`).
     /// A cancelled statement, a deadlock or a constraint leave the session usable.
     @Test func codesOfASessionThatIsGoneAreConnectionFailures() {
-        for code in ["08000", "08001", "08006", "57P01", "57P02", "57P03"] {
+        for code in ["08000", "08001", "08006", "57P01", "57P02", "57P03", "57P04", "57P05", "25P03"] {
             #expect(PostgresError.Code(rawValue: code).isConnectionFailure, "\(code)")
         }
         for code in ["57014", "40P01", "40001", "23505", "55P03", "XX000"] {

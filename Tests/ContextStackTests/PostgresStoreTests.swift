@@ -401,6 +401,10 @@ struct PostgresStoreTests {
             try world.beginUpdateAndWait { update in _ = try update.batchUpdate(Person.self, folded, set: ["age": .integer(1)]) }
         }
         #expect(batch.code == .unsupported)
+        let delete = try #require(throws: QueryError.self) {
+            try world.beginUpdateAndWait { update in _ = try update.batchDelete(Person.self, folded) }
+        }
+        #expect(delete.code == .unsupported)
         // Fetches and counts run them, in memory.
         try world.beginUpdateAndWait { update in
             try update.create(Person.self).name = "MONK"
