@@ -69,6 +69,36 @@ import Testing
         expectTrapMessage(result, contains: "inside stack.onError", "Task { try await stack.flush() }")
     }
 
+    /// The other waits for writes inside `onError` that Docs/Concurrency.md names: a commit to
+    /// `.persistentStore`, which waits to be written, and a batch operation trap the same way.
+    @Test(arguments: ["a commit to the persistent store", "a batch operation"])
+    func otherWaitsForWritesInsideOnErrorTrap(wait: String) async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [wait = wait as String] in
+            try await MainActor.run {
+                let (store, world) = try MisuseTests.world()
+                try store.refuseWrites(ofName: "refused")
+                let stack = store.stack
+                stack.onError = { _ in
+                    let context = try? Context(stack: stack, updateTarget: .persistentStore)
+                    try? context?.beginUpdateAndWait { update in
+                        if wait == "a batch operation" {
+                            _ = try update.batchDelete(Pet.self)
+                        } else {
+                            try update.create(Pet.self).name = "from onError"
+                            try update.commit()
+                        }
+                    }
+                }
+                try world.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = "refused"
+                    try update.commit()
+                }
+            }
+            try await Task.sleep(for: .seconds(30))    // the writer traps meanwhile
+        }
+        expectTrapMessage(result, contains: "inside stack.onError")
+    }
+
     @Test func relatingObjectsOfTwoContextsTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try await MainActor.run {
