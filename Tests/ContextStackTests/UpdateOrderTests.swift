@@ -91,6 +91,23 @@ import Testing
         #expect(maximum.withLock { $0 } == 1)
     }
 
+    /// Docs/Concurrency.md, "Serial": a long-lived context takes the turn for each block and
+    /// gives it back between them, so another update runs between two of its blocks (holding
+    /// it, the update in between would wait for ever).
+    @Test @MainActor func aLongLivedContextGivesTheTurnBackBetweenItsBlocks() throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, updateOrder: .serial)
+        let lived = world.beginUpdateContext()
+        func add(_ name: String, in update: Update) throws {
+            try update.create(Pet.self).name = name
+            try update.commit()
+        }
+        try lived.performAndWait { try add("first", in: $0) }
+        try world.beginUpdateAndWait { try add("between", in: $0) }
+        try lived.performAndWait { try add("second", in: $0) }
+        #expect(try world.fetchAll(Pet.self, orderBy: .ascending("name")).map(\.name) == ["between", "first", "second"])
+    }
+
     @Test @MainActor func aLeakedUpdateDoesNotWedgeTheLine() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack, updateOrder: .serial)
