@@ -37,13 +37,7 @@ struct PostgresFaultTests {
             try update.create(Person.self).name = "seed"
             try update.commit()
         }
-        // Commits wait for a standby named "nobody" in the sessions that ask for it: the stack's.
-        try admin.execute("ALTER SYSTEM SET synchronous_commit = 'local'")
-        try admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
-        _ = try admin.scalar("SELECT pg_reload_conf()")
-        for _ in 0..<600 where try PostgresConnection(PostgresSettings(url: server.url)).scalar("SHOW synchronous_standby_names") != .text("nobody") {
-            usleep(10_000)
-        }
+        try Self.awaitANeverStandby(server, admin: admin)
 
         /// Commits a person named `name`, ends the writer's session once it waits for
         /// `waitEvent`, and returns what the commit reported.
@@ -58,11 +52,7 @@ struct PostgresFaultTests {
                 }
                 outcome.withLock { $0 = result }
             }
-            let session = "FROM pg_stat_activity WHERE wait_event = '\(waitEvent)'"
-            for _ in 0..<6_000 where try admin.scalar("SELECT count(*) \(session)") != .integer(1) { usleep(10_000) }
-            let activity = try admin.allRows("SELECT wait_event, state, query FROM pg_stat_activity")
-            try #require(try admin.scalar("SELECT count(*) \(session)") == .integer(1), "the commit never waited for \(waitEvent): \(activity)")
-            _ = try admin.scalar("SELECT pg_terminate_backend(pid, 10000) \(session)")
+            try Self.endTheSession(waitingFor: waitEvent, admin: admin)
             for _ in 0..<6_000 where outcome.withLock({ $0 }) == nil { usleep(10_000) }
             let result: Result<Void, any Error>? = outcome.withLock { $0 }
             if case .failure(let error) = try #require(result, "the commit never returned") { return error }
@@ -74,6 +64,57 @@ struct PostgresFaultTests {
         let saved = try commitEndingItsSession("saved", whileItWaitsFor: "SyncRep")
         #expect(saved == nil, "\(String(describing: saved))")
         #expect(try admin.allRows("SELECT name FROM \"Person\" ORDER BY \"Z_PK\"") == [[.text("seed")], [.text("saved")]])
+    }
+
+    /// From now on, commits of sessions that ask for it (`synchronous_commit=on`, the stack's)
+    /// wait at `COMMIT` for a standby named "nobody", which never answers: their transactions
+    /// are committed on the server, and their sessions wait.
+    static func awaitANeverStandby(_ server: DedicatedPostgresServer, admin: PostgresConnection) throws {
+        try admin.execute("ALTER SYSTEM SET synchronous_commit = 'local'")
+        try admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        _ = try admin.scalar("SELECT pg_reload_conf()")
+        for _ in 0..<600 where try PostgresConnection(PostgresSettings(url: server.url)).scalar("SHOW synchronous_standby_names") != .text("nobody") {
+            usleep(10_000)
+        }
+    }
+
+    /// Ends, as an operator's `pg_terminate_backend` would, the one session that waits for
+    /// `waitEvent`, once it does.
+    static func endTheSession(waitingFor waitEvent: String, admin: PostgresConnection) throws {
+        let session = "FROM pg_stat_activity WHERE wait_event = '\(waitEvent)'"
+        for _ in 0..<6_000 where try admin.scalar("SELECT count(*) \(session)") != .integer(1) { usleep(10_000) }
+        let activity = try admin.allRows("SELECT wait_event, state, query FROM pg_stat_activity")
+        try #require(try admin.scalar("SELECT count(*) \(session)") == .integer(1), "the commit never waited for \(waitEvent): \(activity)")
+        _ = try admin.scalar("SELECT pg_terminate_backend(pid, 10000) \(session)")
+    }
+
+    /// The same under a root (Docs/Postgres.md, "Faults"): a commit the root's writer finds
+    /// saved after its session was ended at `COMMIT` reports as saved — `flush()` does not
+    /// throw, nothing reaches `onError`, and the main context keeps the object.
+    @Test @MainActor func underARootACommitFoundSavedAfterItsSessionEndedStaysShown() async throws {
+        let server = try DedicatedPostgresServer()
+        let admin = try PostgresConnection(PostgresSettings(url: server.url))
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        let recorder = ErrorRecorder()
+        stack.onError = { recorder.record($0) }
+        try stack.addPostgresStore(url: server.url.addingServerOption("-csynchronous_commit=on"))
+        let world = try MainContext(stack: stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "seed"
+            try update.commit()
+        }
+        try await stack.flush()
+        try Self.awaitANeverStandby(server, admin: admin)
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "saved"
+            try update.commit()
+        }
+        try Self.endTheSession(waitingFor: "SyncRep", admin: admin)
+        try await stack.flush()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        await mainQueueTurn()
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["saved", "seed"])
+        #expect(try admin.allRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("saved")], [.text("seed")]])
     }
 
     @Test func aServerCrashKeepsCommittedSavesAndDropsTheOneInFlight() throws {
