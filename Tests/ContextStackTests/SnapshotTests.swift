@@ -708,8 +708,9 @@ import Testing
     /// Docs/Servers.md, "Async reads", Where they run: on the library's own read threads, at
     /// most twice the cores (and at least four) for the process, never on the cooperative
     /// pool. Many concurrent reads, each statement noting the thread it runs on.
-    @Test func asyncReadsRunOnTheLibrarysReadThreads() async throws {
-        let store = try TestStore(.file)
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func asyncReadsRunOnTheLibrarysReadThreads(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
         let context = try Context(stack: store.stack)
         _ = try context.beginUpdateAndWait(Self.makePeople)
         try store.stack.flushAndWait()
