@@ -13,6 +13,8 @@ let package = Package(
         // The library, from this checkout.
         .package(name: "ContextStack", path: "../.."),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
+        // Hummingbird's own dependency: its graceful shutdown ends the live streams.
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.0.0"),
     ],
     targets: [
         .executableTarget(
@@ -21,6 +23,7 @@ let package = Package(
                 .product(name: "ContextStack", package: "ContextStack"),
                 .product(name: "ContextStackPostgres", package: "ContextStack"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

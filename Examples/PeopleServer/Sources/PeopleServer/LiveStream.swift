@@ -1,12 +1,13 @@
 import ContextStack
 import Foundation
 import Hummingbird
+import ServiceLifecycle
 
 /// `GET /live`: every commit to the store as a server-sent event — this server's own and,
 /// through the store's history, those of every other server on the same store:
 ///
 ///     event: commit
-///     data: {"remote":true,"author":"A","inserted":["Person/7"],"updated":[],"deleted":[]}
+///     data: {"author":"A","deleted":[],"inserted":["Person/7"],"remote":true,"updated":[]}
 struct LiveStream: Sendable {
     let stack: Stack
 
@@ -26,7 +27,9 @@ struct LiveStream: Sendable {
                             body: ResponseBody { writer in
                                 try await writer.write(ByteBuffer(string: ": connected\n\n"))
                                 let encoder = APIContext.encoder()
-                                for await commit in commits {
+                                // Ends when the server shuts down gracefully (SIGTERM): an open
+                                // stream would otherwise keep it from stopping.
+                                for await commit in commits.cancelOnGracefulShutdown() {
                                     let event = Event(remote: commit.isRemote, author: commit.author,
                                                       inserted: commit.inserted.map(\.description),
                                                       updated: commit.updated.map(\.description),
