@@ -37,8 +37,9 @@ extension Stack {
     ///     other processes and machines make (Docs/History.md). On by default; a database
     ///     whose history another stack turned on tracks it whatever this says.
     /// - Throws: `StoreError` (`.modelMismatch`, `.cannotMigrate`, `.foreignDatabase`,
-    ///   `.alreadyAdded`, `.unknownConfiguration`); `PostgresError` when the server cannot be
-    ///   reached or refuses (see Docs/Postgres.md).
+    ///   `.alreadyAdded`, `.unknownConfiguration`, and `.cannotOpen` for a server older than
+    ///   PostgreSQL 13 or a name PostgreSQL would shorten); `PostgresError` when the server
+    ///   cannot be reached or refuses (see Docs/Postgres.md).
     public func addPostgresStore(url: URL, configuration: String? = nil, autoMigrating: Bool = true, tracksHistory: Bool = true) throws {
         let settings = PostgresSettings(url: url)
         try settings.validate()

@@ -18,6 +18,10 @@ package struct PostgresSettings: Sendable {
     package var statementTimeout: Int
     /// The name the server shows for these connections in `pg_stat_activity`.
     package var applicationName: String
+    /// The oldest server a store opens on, as PostgreSQL numbers versions: 13, whose
+    /// `pg_current_xact_id()` and `pg_current_snapshot()` history needs (Docs/Postgres.md).
+    /// (Higher in a test, to see an older server refused.)
+    package var oldestServerVersion = 130_000
 
     package init(url: URL, connectTimeout: Int = 10, statementTimeout: Int = 60_000, applicationName: String = "ContextStack") {
         self.url = url

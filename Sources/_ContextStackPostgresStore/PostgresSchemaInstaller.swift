@@ -8,8 +8,9 @@ import _ContextStackPostgres
 /// Everything happens in one transaction (PostgreSQL's DDL is transactional) under a
 /// transaction-scoped advisory lock, so the first server to arrive creates the tables and the
 /// others wait for it and then find them. A database is never dropped or changed behind the
-/// user's back: a database written by another model, or holding tables of the same names that
-/// ContextStack did not create, is left exactly as it was and a `StoreError` says what to do.
+/// user's back: a database written by another model, or holding tables (or views, sequences,
+/// indexes) of the names the store would create that ContextStack did not create, is left
+/// exactly as it was and a `StoreError` says what to do.
 package enum PostgresSchemaInstaller {
     /// Takes the advisory lock of a ContextStack schema change: "CSTK" and the hashed name of
     /// the schema the tables go in, so that stores in different schemas of one database (one
@@ -31,9 +32,10 @@ package enum PostgresSchemaInstaller {
     /// when anything throws, nothing of it stays.
     /// - Throws: `StoreError` with `.modelMismatch` (another model wrote the database and
     ///   `autoMigrating` is false), `.cannotMigrate` (what changed cannot be inferred; see
-    ///   `PostgresMigration`), `.foreignDatabase` (tables of these names exist
-    ///   that ContextStack did not create), or `.cannotOpen` (a name longer than PostgreSQL
-    ///   keeps); `PostgresError` when the server fails.
+    ///   `PostgresMigration`), `.foreignDatabase` (tables, views, sequences or indexes of the
+    ///   names the store would create exist that ContextStack did not create, or a
+    ///   `Z_METADATA` that is not ContextStack's), or `.cannotOpen` (a name longer than
+    ///   PostgreSQL keeps); `PostgresError` when the server fails.
     package static func install(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool,
                                 alongside: (PostgresConnection) throws -> Void = { _ in }) throws -> Outcome {
         precondition(!connection.isInTransaction, "Install the schema on a connection outside any transaction: it runs in one of its own.")
@@ -74,7 +76,7 @@ package enum PostgresSchemaInstaller {
             // history table in a database without ContextStack's metadata, since the two are
             // made in one transaction.
             var ours = schema.tables.flatMap { [$0.name, StoreSchema.sequenceName(of: $0)] } + schema.joinTables.map(\.name) + schema.indexes.map(\.name)
-            if !hasMetadata { ours += ["Z_HISTORY"] }
+            if !hasMetadata { ours += ["Z_METADATA", "Z_HISTORY"] }
             let present = try relations(named: ours, on: connection)
             if !present.isEmpty {
                 let owner = hasMetadata ? "that this part of the model did not create (another configuration's, or someone else's)" : "that ContextStack did not create"
@@ -119,14 +121,16 @@ package enum PostgresSchemaInstaller {
 
     /// How many of the columns ContextStack's `Z_METADATA` has the one in the connection's
     /// current schema has (2 when it is ContextStack's).
-    static let metadataColumns = "SELECT count(*) FROM pg_attribute WHERE attrelid = '\"Z_METADATA\"'::regclass AND attname IN ('key', 'value') AND attnum > 0 AND NOT attisdropped"
+    private static let metadataColumns = "SELECT count(*) FROM pg_attribute WHERE attrelid = '\"Z_METADATA\"'::regclass AND attname IN ('key', 'value') AND attnum > 0 AND NOT attisdropped"
 
     /// Which of `names` a table, view, sequence or index of the connection's current schema has.
     private static func relations(named names: [String], on connection: PostgresConnection) throws -> [String] {
         guard !names.isEmpty else { return [] }
         var present: [String] = []
         let placeholders = Array(repeating: "?", count: names.count).joined(separator: ", ")
-        try connection.query("SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relname IN (\(placeholders))",
+        // The schema by name: `current_schema()::regnamespace` would read it as an identifier
+        // (`Tenant` as `tenant`, `tenant-1` not at all).
+        try connection.query("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname IN (\(placeholders))",
                              names.map(Value.text)) { present.append($0.value(0).stringValue ?? "") }
         return present
     }

@@ -95,7 +95,7 @@ package final class PostgresStore: QueuedStore {
         self.writesInBackground = writesInBackground
         self.reportError = reportError
         let connection = try Self.connect(settings, tracer: tracer)
-        try Self.checkServerVersion(connection.serverVersion, server: settings.redactedURL)
+        try Self.checkServerVersion(connection.serverVersion, oldest: settings.oldestServerVersion, server: settings.redactedURL)
         var tracks = false
         _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: autoMigrating) { connection in
             tracks = try Self.prepareHistory(connection, enable: tracksHistory)
@@ -121,15 +121,12 @@ package final class PostgresStore: QueuedStore {
         }
     }
 
-    /// The oldest PostgreSQL the store runs on: 13, whose `pg_current_xact_id()` and
-    /// `pg_current_snapshot()` history needs (Docs/Postgres.md).
-    static let oldestServerVersion = 130_000
-
-    /// Throws `.cannotOpen` for a server older than `oldestServerVersion`, before anything is
-    /// created in its database.
-    static func checkServerVersion(_ version: Int, server: String) throws {
-        guard version < oldestServerVersion else { return }
-        throw StoreError(.cannotOpen, "The PostgreSQL server at \(server) is version \(version / 10_000) (\(version)): ContextStack needs PostgreSQL 13 or later. Nothing was changed in its database.")
+    /// Refuses a server older than `oldest` (`PostgresSettings.oldestServerVersion`), before
+    /// anything is created in its database.
+    /// - Throws: `StoreError` `.cannotOpen`, naming the server's version.
+    static func checkServerVersion(_ version: Int, oldest: Int, server: String) throws {
+        guard version < oldest else { return }
+        throw StoreError(.cannotOpen, "The PostgreSQL server at \(server) is version \(version / 10_000) (\(version)): ContextStack needs PostgreSQL \(oldest / 10_000) or later. Nothing was changed in its database.")
     }
 
     private static func connect(_ settings: PostgresSettings, tracer: StatementTracer) throws -> PostgresConnection {

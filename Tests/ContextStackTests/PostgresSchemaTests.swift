@@ -196,7 +196,7 @@ struct PostgresSchemaInstallerTests {
     /// another program are someone else's too. Before, the store adopted such a `Z_HISTORY`
     /// (and wrote its rows into it at every commit), and the others failed with the server's
     /// "already exists" or "column does not exist" instead of `.foreignDatabase`.
-    @Test(arguments: ["a view", "a sequence", "an index", "a history table", "a metadata table"])
+    @Test(arguments: ["a view", "a sequence", "an index", "a history table", "a metadata table", "a metadata view"])
     func otherRelationsOfTheStoresNamesAreNeverTouched(kind: String) throws {
         let schema = try Self.schema(Person.self, Pet.self)
         let index = try #require(schema.indexes.first?.name)
@@ -205,6 +205,7 @@ struct PostgresSchemaInstallerTests {
         case "a sequence": "CREATE SEQUENCE \"Z_KEYS_Pet\""
         case "an index": "CREATE TABLE other (x int); CREATE INDEX \(index.quotedIdentifier) ON other (x)"
         case "a history table": "CREATE TABLE \"Z_HISTORY\" (id int)"
+        case "a metadata view": "CREATE VIEW \"Z_METADATA\" AS SELECT 1 AS one"
         default: "CREATE TABLE \"Z_METADATA\" (name text, data text)"
         }
         try connect().execute(statement)
@@ -222,12 +223,43 @@ struct PostgresSchemaInstallerTests {
     /// exist".
     @Test func aServerOlderThan13IsRefusedNamingItsVersion() throws {
         let error = try #require(throws: StoreError.self) {
-            try PostgresStore.checkServerVersion(120_016, server: "postgres://app@db/app")
+            try PostgresStore.checkServerVersion(120_016, oldest: PostgresSettings(url: database.url).oldestServerVersion, server: "postgres://app@db/app")
         }
         #expect(error.code == .cannotOpen)
         #expect(error.message.contains("version 12 (120016)") && error.message.contains("PostgreSQL 13 or later"))
-        try PostgresStore.checkServerVersion(130_000, server: "postgres://app@db/app")
-        try PostgresStore.checkServerVersion(try connect().serverVersion, server: "postgres://app@db/app")
+        // Opening a store checks first: asked for a version newer than this server's, it is
+        // refused, and nothing is created; asked for this server's, it opens.
+        var settings = PostgresSettings(url: database.url)
+        let version = try connect().serverVersion
+        let graph = try Model(Person.self, Pet.self).graph
+        func open() throws {
+            _ = try PostgresStore(graph: graph, schema: StoreSchema(graph: graph, configuration: nil), settings: settings,
+                                  autoMigrating: true, writesInBackground: true, reportError: { _ in })
+        }
+        settings.oldestServerVersion = version + 1
+        let refused = try #require(throws: StoreError.self) { try open() }
+        #expect(refused.code == .cannotOpen, "\(refused)")
+        #expect(try tableNames().isEmpty)
+        settings.oldestServerVersion = version
+        try open()
+        #expect(try tableNames().contains("Person"))
+    }
+
+    /// A schema whose name is not a plain lowercase identifier (`Tenant-1`): the check for
+    /// relations of the store's names looks in it by name. (Read as an identifier, `Tenant`
+    /// was `tenant`, and `tenant-1` a syntax error.)
+    @Test func aSchemaWithAnUnusualNameIsCheckedByName() throws {
+        let admin = try connect()
+        try admin.execute("CREATE SCHEMA \"Tenant-1\"")
+        let connection = try connect()
+        try connection.execute("SET search_path = \"Tenant-1\"")
+        #expect(try PostgresSchemaInstaller.install(Self.schema(Person.self, Pet.self), on: connection, autoMigrating: true) == .created)
+        try admin.execute("CREATE SCHEMA \"Tenant-2\"; CREATE VIEW \"Tenant-2\".\"Pet\" AS SELECT 1 AS one")
+        try connection.execute("SET search_path = \"Tenant-2\"")
+        let error = try #require(throws: StoreError.self) {
+            try PostgresSchemaInstaller.install(Self.schema(Person.self, Pet.self), on: connection, autoMigrating: true)
+        }
+        #expect(error.code == .foreignDatabase, "\(error)")
     }
 
     @Test func namesPostgreSQLWouldShortenAreRefusedBeforeAnythingIsCreated() throws {
