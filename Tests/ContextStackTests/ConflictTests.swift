@@ -158,11 +158,17 @@ import Testing
         }
         let b = world.beginUpdateContext()
         let (heldArticle, heldSample) = try b.performAndWait { update in
-            (try update.fetch(Article.self, id: article), try update.fetch(Sample.self, id: sample))
+            let held = try update.fetch(Article.self, id: article)
+            #expect(held?.tags.map(\.name) == ["old"], "B reads the tags before the other update")
+            return (held, try update.fetch(Sample.self, id: sample))
         }
-        // Another update changes both objects' attributes.
+        // Another update changes both objects' attributes, and the article's tags.
         try world.beginUpdateAndWait { update in
-            try #require(try update.fetch(Article.self, id: article)).title = "second"
+            let stored = try #require(try update.fetch(Article.self, id: article))
+            stored.title = "second"
+            let theirs = try update.create(Tag.self)
+            theirs.name = "theirs"
+            stored.tags.insert(theirs)
             try #require(try update.fetch(Sample.self, id: sample)).int = 1
             try update.commit()
         }
@@ -177,7 +183,8 @@ import Testing
         try store.stack.flushAndWait()
         let stored = try #require(try world.fetch(Article.self, id: article))
         #expect(stored.title == "second")
-        #expect(stored.tags.map(\.name) == ["new"])
+        // B's pairs (old removed, new added) and theirs (theirs added) are all kept.
+        #expect(stored.tags.map(\.name).sorted() == ["new", "theirs"])
         #expect(try world.fetch(Sample.self, id: sample) == nil)
     }
 

@@ -9,11 +9,13 @@ import Testing
         let demo = try stressWriter().deletingLastPathComponent().appendingPathComponent("demo")
         let process = try ChildProcess([demo.path] + arguments, errors: .output)
         let text = String(decoding: process.output?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
-        // The demo leaves its SQLite files for a look afterwards, in the directory it names.
+        let status = process.waitUntilExit()
+        // The demo leaves its SQLite files for a look afterwards, in the directory it made.
         if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(Self.storeAt) }) {
-            removeTemporaryDirectory(URL(fileURLWithPath: String(line.dropFirst(Self.storeAt.count))).deletingLastPathComponent())
+            let directory = URL(fileURLWithPath: String(line.dropFirst(Self.storeAt.count))).deletingLastPathComponent()
+            if directory.lastPathComponent.hasPrefix("contextstack-demo-") { removeTemporaryDirectory(directory) }
         }
-        guard process.waitUntilExit() == 0 else { throw ChildProcessError(message: "demo failed: \(text)") }
+        guard status == 0 else { throw ChildProcessError(message: "demo failed: \(text)") }
         return text
     }
     static let storeAt = "ContextStack demo — store at "

@@ -249,7 +249,9 @@ struct PostgresConnectionTests {
         #expect(set["options"] == "-c statement_timeout=60000 -c search_path=tenant -c work_mem=8MB -c extra_float_digits=3 -c bytea_output=hex -c standard_conforming_strings=on")
         #expect(set["client_encoding"] == "UTF8", "PGCLIENTENCODING does not change it")
         let pairs = settings.keywordsAndValues(environment: environment).map(\.0)
-        #expect(pairs.firstIndex(of: "client_encoding")! > pairs.firstIndex(of: "dbname")!, "after the URL, so no URL changes it")
+        let encoding = try #require(pairs.firstIndex(of: "client_encoding"))
+        let url = try #require(pairs.firstIndex(of: "dbname"))
+        #expect(encoding > url, "after the URL, so no URL changes it")
     }
 
     /// Doubles come back exact whatever the server's `extra_float_digits` (a database default

@@ -209,7 +209,7 @@ struct PostgresFaultTests {
     }
 
     /// Docs/Postgres.md, "Faults", through a stack: the server dies while four threads' commits
-    /// are being written (grouped, some of them). Each commit is a person and two pets that
+    /// are being written. Each commit is a person and two pets that
     /// name it: every commit is stored whole or not at all, every commit that returned is
     /// stored, none twice, and once the server is back the same stack commits again.
     @Test func commitsInFlightWhenTheServerDiesAreStoredWholeOrNotAtAll() async throws {
@@ -243,11 +243,21 @@ struct PostgresFaultTests {
         await onThreads(5) { index in
             if index == 4 {
                 // Once commits are flowing, the server dies under them; the committers go on
-                // until each has seen it fail.
-                while saved.withLock({ $0.count }) < 40 { usleep(1_000) }
-                try? server.cluster.crash()
-                while failed.withLock({ $0.count }) < 8 { usleep(1_000) }
-                stop.withLock { $0 = true }
+                // until eight commits have failed. (Each wait gives up after a minute, so that
+                // a failure ends the test instead of hanging it.)
+                defer { stop.withLock { $0 = true } }
+                for _ in 0..<60_000 where saved.withLock({ $0.count }) < 40 { usleep(1_000) }
+                guard saved.withLock({ $0.count }) >= 40 else {
+                    Issue.record("commits never flowed")
+                    return
+                }
+                do {
+                    try server.cluster.crash()
+                } catch {
+                    Issue.record("the server could not be stopped: \(error)")
+                    return
+                }
+                for _ in 0..<60_000 where failed.withLock({ $0.count }) < 8 { usleep(1_000) }
                 return
             }
             var number = 0

@@ -93,17 +93,22 @@ import Testing
 
     /// Docs/Concurrency.md, "Serial": a long-lived context takes the turn for each block and
     /// gives it back between them, so another update runs between two of its blocks (holding
-    /// it, the update in between would wait for ever).
+    /// it, the update in between would wait for ever: the test gives up after a minute).
     @Test @MainActor func aLongLivedContextGivesTheTurnBackBetweenItsBlocks() throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack, updateOrder: .serial)
         let lived = world.beginUpdateContext()
-        func add(_ name: String, in update: Update) throws {
+        @Sendable nonisolated func add(_ name: String, in update: Update) throws {
             try update.create(Pet.self).name = name
             try update.commit()
         }
         try lived.performAndWait { try add("first", in: $0) }
-        try world.beginUpdateAndWait { try add("between", in: $0) }
+        let between = DispatchSemaphore(value: 0)
+        world.beginUpdate { update in
+            try add("between", in: update)
+            between.signal()
+        }
+        try #require(between.wait(timeout: .now() + 60) == .success, "the update in between never ran")
         try lived.performAndWait { try add("second", in: $0) }
         #expect(try world.fetchAll(Pet.self, orderBy: .ascending("name")).map(\.name) == ["between", "first", "second"])
     }
