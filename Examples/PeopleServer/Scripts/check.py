@@ -224,7 +224,8 @@ def check_store(binary, store, label, work, requests):
             process.send_signal(signal.SIGTERM)
         for name, process in (("A", a), ("B", b)):
             try:
-                process.wait(timeout=30)
+                if process.wait(timeout=30) != 0:
+                    problems.append(f"server {name} exited with {process.returncode} on SIGTERM, not after a graceful shutdown")
             except subprocess.TimeoutExpired:
                 problems.append(f"server {name} did not stop within 30 s of SIGTERM while a live stream was open")
         if problems:
