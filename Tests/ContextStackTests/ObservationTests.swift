@@ -130,6 +130,33 @@ import Testing
         _ = store
     }
 
+    /// Docs/Observation.md's worked example and "When results change": on the line after
+    /// `beginUpdateAndWait` the objects show the commit and the live results do not yet; they
+    /// follow it on a later turn of the main queue. An object's observer and a commit observer
+    /// of a merging main context find the object showing the commit when they run.
+    @Test @MainActor func liveResultsFollowACommitOnALaterTurnWhileObjectsShowItAtOnce() async throws {
+        let (store, world) = try Self.world()
+        let results = try FetchedResults(context: world, Person.self, %"age" > 10,
+                                         orderBy: .ascending("location") | .ascending("name"), sectionBy: %"location")
+        var changes = results.changes.makeAsyncIterator()
+        let knight = try #require(results.sections.flatMap(\.objects).first { $0.name == "Knight" })
+        var seenByObserver: [String?] = []
+        var seenByCommitObserver: [String?] = []
+        let watch = world.observe(knight) { _ in seenByObserver.append(knight.location) }
+        let commits = world.observeCommit { _ in seenByCommitObserver.append(knight.location) }
+        try world.beginUpdateAndWait { update in
+            try update.use(knight).location = "Oslo"
+            try update.commit()
+        }
+        #expect(knight.location == "Oslo")
+        #expect(results.sections.map(\.name) == [nil, "Oslo", "Rome"], "not yet")
+        _ = try #require(await changes.next())
+        #expect(results.sections.map(\.name) == [nil, "Oslo"])
+        await mainQueueTurn()
+        #expect(seenByObserver == ["Oslo"] && seenByCommitObserver == ["Oslo"], "\(seenByObserver) \(seenByCommitObserver)")
+        withExtendedLifetime((store, watch, commits)) {}
+    }
+
     /// `onChange` may reset the context: the batch that reset makes waits until the one being
     /// handed over has reached `onChange` and the streams, so `onChange` is not entered again
     /// while it runs and the streams get the batches in the order they happened.
