@@ -32,6 +32,16 @@ import Testing
         return Reader(store: store, world: world, id: id, b: b, held: held)
     }
 
+    /// `aReader`, after another update set the sample's `int` to 1: B's object still holds 0.
+    @MainActor static func aReaderOfAnOlderValue(_ policy: MergePolicy) throws -> Reader {
+        let reader = try aReader(policy)
+        try reader.world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Sample.self, id: reader.id)).int = 1
+            try update.commit()
+        }
+        return reader
+    }
+
     /// Returns the sample as stored after: A sets int = 1 (and string = "A" when `alsoString`),
     /// committed first; B, which read the object before A committed, sets int = 2 and
     /// double = 2 and commits second under `policy`.
@@ -123,12 +133,8 @@ import Testing
     /// Docs/Concurrency.md, "After the commit": B's objects keep the values B had, also the
     /// one `.storeTrump` dropped for the stored value.
     @Test @MainActor func storeTrumpLeavesTheCommittingObjectWithItsOwnValue() throws {
-        let (store, world, id, b, held) = try Self.aReader(.storeTrump).parts
+        let (store, world, id, b, held) = try Self.aReaderOfAnOlderValue(.storeTrump).parts
         defer { withExtendedLifetime(store) {} }
-        try world.beginUpdateAndWait { update in
-            try #require(try update.fetch(Sample.self, id: id)).int = 1
-            try update.commit()
-        }
         try b.performAndWait { update in
             let sample = try #require(held)
             sample.int = 2
@@ -261,12 +267,8 @@ import Testing
     }
 
     @Test @MainActor func aConflictLeavesTheChangesPendingAndOurObjectsKeepOurValues() throws {
-        let (store, world, id, b, held) = try Self.aReader(.error).parts
+        let (store, world, id, b, held) = try Self.aReaderOfAnOlderValue(.error).parts
         defer { withExtendedLifetime(store) {} }
-        try world.beginUpdateAndWait { update in
-            try #require(try update.fetch(Sample.self, id: id)).int = 1
-            try update.commit()
-        }
         try b.performAndWait { update in
             let sample = try #require(held)
             sample.int = 2
