@@ -69,6 +69,9 @@ package final class PostgresConnection {
     /// timeout (the server enforces it) find. Whoever turns the statement timeout off for a
     /// while (a migration) sets it to `nil` for that while.
     @exclusivity(unchecked) package var answerLimit: Int?
+    /// The session's statement timeout in milliseconds (0 for none), known when it connected:
+    /// the settings' own, or the one the URL's options or `PGOPTIONS` set instead.
+    package private(set) var statementTimeout: Int
 
     /// Connects, or throws naming the server without its password.
     /// - Throws: `PostgresError` with a class 08 code when the server cannot be reached.
@@ -98,11 +101,11 @@ package final class PostgresConnection {
         self.settings = settings
         // The URL or `PGOPTIONS` may set a statement timeout of their own, which wins: then the
         // server says which one the session has.
-        var timeout = settings.statementTimeout
+        statementTimeout = settings.statementTimeout
         if settings.mayOverrideStatementTimeout(options: pairs.last { $0.0 == "options" }?.1 ?? "") {
-            timeout = try readStatementTimeout()
+            statementTimeout = try readStatementTimeout()
         }
-        answerLimit = timeout > 0 ? timeout + settings.hungServerMargin : nil
+        answerLimit = statementTimeout > 0 ? statementTimeout + settings.hungServerMargin : nil
     }
 
     /// The session's statement timeout in milliseconds, as the server has it. Its answer is

@@ -35,6 +35,10 @@ package final class PostgresStore: QueuedStore {
     package let writesInBackground: Bool
     package let reportError: @Sendable (any Error) -> Void
     package let settings: PostgresSettings
+    /// The sessions' statement timeout in milliseconds (0 for none), as the first connection
+    /// found it (`PostgresConnection.statementTimeout`): how long a read under the state lock
+    /// goes on reading again (`readingAgainOnLockTimeout`).
+    private let statementTimeout: Int
     let tracer: StatementTracer
 
     /// The writer's connection; `nil` until the first write after it broke. Not private: tests
@@ -96,6 +100,7 @@ package final class PostgresStore: QueuedStore {
         self.reportError = reportError
         let connection = try Self.connect(settings, tracer: tracer)
         try Self.checkServerVersion(connection.serverVersion, oldest: settings.oldestServerVersion, server: settings.redactedURL)
+        statementTimeout = connection.statementTimeout
         var tracks = false
         _ = try PostgresSchemaInstaller.install(schema, on: connection, autoMigrating: autoMigrating) { connection in
             tracks = try Self.prepareHistory(connection, enable: tracksHistory)
@@ -325,29 +330,17 @@ package final class PostgresStore: QueuedStore {
     /// up is bounded as a single statement's was.
     func readingAgainOnLockTimeout<T>(_ read: () throws -> T) throws -> T {
         let start = DispatchTime.now().uptimeNanoseconds
-        var limit: UInt64?
+        let limit = UInt64(max(0, statementTimeout)) * 1_000_000
         var pause: UInt32 = 1_000
         while true {
             do {
                 return try read()
             } catch let error as PostgresError where error.code == .lockNotAvailable {
-                if limit == nil { limit = serverStatementTimeout() * 1_000_000 }
-                if let limit, limit > 0, DispatchTime.now().uptimeNanoseconds - start >= limit { throw error }
+                if limit > 0, DispatchTime.now().uptimeNanoseconds - start >= limit { throw error }
                 usleep(pause)
                 pause = min(pause * 2, 50_000)
             }
         }
-    }
-
-    /// The statement timeout the server applies to this store's connections, in milliseconds
-    /// (0 for none): the settings' own, or the one the URL's options set instead. Asked of the
-    /// server, on a reader, only when a read first waits for a lock that long.
-    private func serverStatementTimeout() -> UInt64 {
-        let configured = UInt64(max(0, settings.statementTimeout))
-        guard let connection = try? takeReader() else { return configured }
-        defer { finishReading(connection) }
-        let value = try? connection.scalar("SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'")
-        return value?.int64Value.map { UInt64(max(0, $0)) } ?? configured
     }
 
     /// Begins a read transaction on a reader connection under the state lock and runs `body`
