@@ -47,7 +47,8 @@ struct PostgresConflictTests {
         }
         committer.start()
         #expect(try await commitOnceAWriterWaits(otherProcess, url: url), "the writer never waited for the other process's row")
-        while outcome.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        for _ in 0..<12_000 where outcome.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(outcome.withLock { $0 != nil }, "the commit never returned")
         let thrown: (any Error)? = outcome.withLock { result in
             if case .failure(let error)? = result { return error }
             return nil

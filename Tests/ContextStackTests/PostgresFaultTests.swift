@@ -211,7 +211,8 @@ struct PostgresFaultTests {
     /// Docs/Postgres.md, "Faults", through a stack: the server dies while four threads' commits
     /// are being written. Each commit is a person and two pets that
     /// name it: every commit is stored whole or not at all, every commit that returned is
-    /// stored, none twice, and once the server is back the same stack commits again.
+    /// stored, none twice, and once the server is back the same stack commits again. (Whether
+    /// a commit was being written at the very moment of the crash varies from run to run.)
     @Test func commitsInFlightWhenTheServerDiesAreStoredWholeOrNotAtAll() async throws {
         let server = try DedicatedPostgresServer()
         let stack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
@@ -271,7 +272,7 @@ struct PostgresFaultTests {
 
         let fresh = try PostgresConnection(PostgresSettings(url: server.url))
         var people: [String: Int] = [:]
-        try fresh.query("SELECT name, \"Z_PK\" FROM \"Person\"") { people[$0.value(0).stringValue ?? "?", default: 0] += 1 }
+        try fresh.query("SELECT name FROM \"Person\"") { people[$0.value(0).stringValue ?? "?", default: 0] += 1 }
         var pets: [String: [String]] = [:]
         try fresh.query("SELECT p.name, o.name FROM \"Pet\" p LEFT JOIN \"Person\" o ON o.\"Z_PK\" = p.owner") {
             pets[$0.value(1).stringValue ?? "(none)", default: []].append($0.value(0).stringValue ?? "?")

@@ -206,8 +206,10 @@ struct PostgresSchemaInstallerTests {
         case "an index": "CREATE TABLE other (x int); CREATE INDEX \(index.quotedIdentifier) ON other (x)"
         case "a history table": "CREATE TABLE \"Z_HISTORY\" (id int)"
         case "a metadata view": "CREATE VIEW \"Z_METADATA\" AS SELECT 1 AS one"
-        default: "CREATE TABLE \"Z_METADATA\" (name text, data text)"
+        case "a metadata table": "CREATE TABLE \"Z_METADATA\" (name text, data text)"
+        default: ""
         }
+        try #require(!statement.isEmpty, "no statement for \(kind)")
         try connect().execute(statement)
         let relations = "SELECT string_agg(relname, ' ' ORDER BY relname) FROM pg_class WHERE relnamespace = 'public'::regnamespace"
         let before = try connect().scalar(relations)

@@ -264,9 +264,10 @@ import Testing
             let context = try Context(stack: harness.stack)
             let original = try #require(try await context.snapshot(Person.self, id: ids.bob))
             var edited = original
+            edited.age = 21     // stored only if the commit were, in part
             let gone: ObjectID
             switch deleted {
-            case "the object": edited.age = 21; gone = ids.bob
+            case "the object": gone = ids.bob
             case "a member it moves": edited.pets = [ids.tom]; gone = ids.tom
             default: edited.friend = ids.cy; gone = ids.cy
             }
