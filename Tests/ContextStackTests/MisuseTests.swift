@@ -290,7 +290,7 @@ import Testing
                 try context.performAndWait { _ in }
             }
             // The trap comes on the context's queue; without it, the process ends well.
-            Thread.sleep(forTimeInterval: 10)
+            try await Task.sleep(for: .seconds(10))
             _ = store
         }
         expectTrapMessage(result, contains: "would wait for itself forever", "use perform { }")

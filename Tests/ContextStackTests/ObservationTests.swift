@@ -104,6 +104,104 @@ import Testing
         _ = store
     }
 
+    /// Observation.md's list of section names: each attribute type's stored value as text,
+    /// `nil` for NULL, on every store; and `sectionBy:` on a `Decimal` throws `.unsupported`.
+    @Test(arguments: StoreKind.available) @MainActor func aSectionIsNamedByItsStoredValueAsText(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let sample = try update.create(Sample.self)
+            sample.flag = true
+            sample.int = 42
+            sample.int16 = -7
+            sample.double = 3
+            sample.float = 0.1
+            sample.string = "Oslo"
+            sample.date = Date(timeIntervalSince1970: 1_704_067_200)
+            sample.data = Data([1, 2, 3, 250])
+            sample.uuid = UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!
+            sample.url = URL(string: "https://example.org/a")!
+            sample.mood = .grumpy
+            sample.level = .high
+            try update.commit()
+        }
+        let uuidBytes = Data([0xE6, 0x21, 0xE1, 0xF8, 0xC3, 0x6C, 0x49, 0x5A, 0x93, 0xFC, 0x0C, 0x24, 0x7A, 0x3E, 0x6E, 0x5F])
+        let expected: [(key: String, name: String?)] = [
+            ("flag", "1"), ("int", "42"), ("int16", "-7"), ("double", "3.0"), ("float", "0.10000000149011612"),
+            ("string", "Oslo"), ("date", "1704067200.0"), ("data", Data([1, 2, 3, 250]).base64EncodedString()),
+            ("uuid", uuidBytes.base64EncodedString()), ("url", "https://example.org/a"), ("mood", "grumpy"), ("level", "2"),
+            ("optionalString", nil), ("optionalDate", nil),
+        ]
+        for (key, name) in expected {
+            let results = try FetchedResults(context: world, Sample.self, sectionBy: Key(key))
+            #expect(results.sections.map(\.name) == [name], "\(key)")
+        }
+        do {
+            _ = try FetchedResults(context: world, Sample.self, sectionBy: %"decimal")
+            Issue.record("sectionBy: a Decimal was accepted")
+        } catch let error as QueryError {
+            #expect(error.code == .unsupported)
+            #expect(error.message.contains("decimals are stored as text, whose order is not numeric"))
+        }
+        _ = store
+    }
+
+    /// Observation.md, "When results change": in a merging context the results take a commit
+    /// before every commit observer runs for it — the stack's, the committing context's and
+    /// the main context's — so each of them already sees the results reflect the commit.
+    @Test(arguments: Setup.merging) @MainActor func commitObserversFindTheResultsShowingTheirCommit(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let results = try FetchedResults(context: harness.world, Person.self, %"age" > 30, orderBy: .ascending("name"))
+        var seen: [String: [String]] = [:]
+        let observers = [
+            harness.stack.observeCommit { _ in seen["stack"] = results.objects.map(\.name) },
+            harness.observeCommit { _ in seen["source"] = results.objects.map(\.name) },
+            harness.world.observeCommit { _ in seen["main"] = results.objects.map(\.name) },
+        ]
+        var commits = harness.stack.allCommits.makeAsyncIterator()
+        try harness.update { update in
+            try #require(try update.fetch(Person.self, %"name" == "Farmer")).age = 31
+            try update.commit()
+        }
+        _ = try #require(await commits.next())
+        await mainQueueTurn()
+        let expected = ["Farmer", "Monk", "Warrior"]
+        #expect(seen == ["stack": expected, "source": expected, "main": expected])
+        withExtendedLifetime(observers) {}
+    }
+
+    /// Observation.md: live results take `.tweak` as a fetch does (here it changes the
+    /// condition, the order and the window), and accept `.batch`, `.prefetch`,
+    /// `.propertiesOnly` and `.noPropertyValues`, which change nothing: every object is
+    /// whole, and the results follow commits as without them.
+    @Test(arguments: Setup.merging) @MainActor func liveResultsTakeATweakAndIgnoreTheLoadingOptions(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let world = harness.world
+        let tweaked = try FetchedResults(context: world, Person.self, %"age" > 100, orderBy: .ascending("name"),
+                                         options: .tweak { request in
+                                             request.condition = %"age" > 10
+                                             request.orderBy = .descending("age")
+                                             request.limit = 2
+                                         })
+        #expect(tweaked.objects.map(\.name) == ["Monk", "Warrior"])
+        let loading = try FetchedResults(context: world, Person.self, %"age" > 30, orderBy: .ascending("name"),
+                                         options: .batch(1) | .prefetch(["pets"]) | .propertiesOnly(["name"]) | .noPropertyValues)
+        #expect(loading.objects.map(\.name) == ["Monk", "Warrior"])
+        #expect(loading.objects.allSatisfy { !$0.isFault })
+        #expect(loading.objects.map(\.age) == [63, 35])
+        var tweakedChanges = tweaked.changes.makeAsyncIterator()
+        var loadingChanges = loading.changes.makeAsyncIterator()
+        try harness.update { update in
+            try #require(try update.fetch(Person.self, %"name" == "Farmer")).age = 40
+            try update.commit()
+        }
+        _ = try #require(await tweakedChanges.next())
+        _ = try #require(await loadingChanges.next())
+        #expect(tweaked.objects.map(\.name) == ["Monk", "Farmer"])
+        #expect(loading.objects.map(\.name) == ["Farmer", "Monk", "Warrior"])
+        #expect(loading.objects.map(\.age) == [40, 63, 35])
+    }
+
     @Test(arguments: Setup.merging) @MainActor func aCommitArrivesAsOneBatchOnTheChangesStream(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)
@@ -513,6 +611,31 @@ import Testing
         #expect(store.stack.commits.liveObserverCount == before)
     }
 
+    /// Observation.md: a fetch stream also ends when its consumer's task is cancelled while it
+    /// waits for the next element, and the observation behind it goes away.
+    @Test(.timeLimit(.minutes(1)), arguments: Setup.merging) @MainActor
+    func aFetchStreamEndsWhenItsTaskIsCancelled(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let world = harness.world
+        let before = harness.stack.commits.liveObserverCount
+        let (first, firstArrived) = AsyncStream.makeStream(of: Void.self)
+        let consumer = Task { @MainActor in
+            var elements = 0
+            for await _ in world.fetchAllStream(Person.self, %"age" > 30) {
+                elements += 1
+                firstArrived.yield()
+            }
+            return elements
+        }
+        var arrivals = first.makeAsyncIterator()
+        _ = await arrivals.next()
+        #expect(harness.stack.commits.liveObserverCount == before + 1)
+        consumer.cancel()
+        #expect(await consumer.value == 1)
+        await mainQueueTurn()
+        #expect(harness.stack.commits.liveObserverCount == before)
+    }
+
     /// A per-consumer context resets at every commit of its updater, letting every object go:
     /// a fetch stream yields the same rows as new objects then, even when nothing it shows
     /// changed, so that the consumer never holds objects of before the reset (reading one
@@ -556,6 +679,34 @@ import Testing
         done.wait()    // both commits' deliveries wait for the main queue, behind this test
         let after = try #require(await adults.next())
         #expect(after.map(\.name) == ["Monk", "Warrior"])
+    }
+
+    /// Observation.md: after a reset, a stream yields again only when its result holds an
+    /// object: an empty result holds none the reset could let go, so a per-consumer context's
+    /// reset for an unrelated commit yields nothing, and the next element is the one a commit
+    /// that matches brings.
+    @Test(.timeLimit(.minutes(1)), arguments: Setup.all.filter { $0.topology == .perConsumer }) @MainActor
+    func anEmptyStreamIsNotYieldedAgainAfterAReset(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let world = harness.world
+        let (arrivals, arrived) = AsyncStream.makeStream(of: [String].self)
+        let consumer = Task { @MainActor in
+            for await old in world.fetchAllStream(Person.self, %"age" > 100) { arrived.yield(old.map(\.name)) }
+        }
+        var elements = arrivals.makeAsyncIterator()
+        #expect(await elements.next() == [])
+        try harness.update { update in
+            try update.create(Pet.self).name = "unrelated"
+            try update.commit()
+        }
+        for _ in 0..<5 { await mainQueueTurn() }
+        try harness.update { update in
+            let old = try update.create(Person.self)
+            (old.name, old.age) = ("Old", 120)
+            try update.commit()
+        }
+        #expect(await elements.next() == ["Old"])
+        consumer.cancel()
     }
 
     @Test(arguments: Setup.merging) @MainActor func fetchStreamFollowsTheFirstObject(setup: Setup) async throws {
