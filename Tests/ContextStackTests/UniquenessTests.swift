@@ -28,6 +28,28 @@ import Testing
     var number: String?
 }
 
+/// A constraint with a to-one key, and a single number key (Writing.md, "Declaring
+/// constraints").
+@Entity(unique: [["owner", "name"], ["code"]]) final class Insignia: ManagedObject {
+    var name: String = ""
+    var code: Double?
+    @Relationship var owner: Person?
+}
+
+/// A compound constraint of a sub-entity with an inherited key; `Lens` shares the `model`
+/// column but not the constraint.
+@Entity class Instrument: ManagedObject {
+    var maker: String = ""
+}
+
+@Entity(unique: [["maker", "model"]]) final class Camera: Instrument {
+    var model: String?
+}
+
+@Entity final class Lens: Instrument {
+    var model: String?
+}
+
 @Entity(unique: [["missing"]]) final class UnknownKeyEntity: ManagedObject {
     var name: String = ""
 }
@@ -225,6 +247,57 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         #expect(error?.values == [.text("Ada"), .text("Lovelace")])
         #expect(error?.message.contains("Member.(first, last)") == true)
         #expect(try world.fetchCount(Member.self) == 3)
+    }
+
+    /// Writing.md, "Declaring constraints": a key may be a to-one relationship or an inherited
+    /// attribute; a compound key with a `nil` in it never conflicts; numbers compare by value,
+    /// so a batch's `1` is an object's `1.0`.
+    @Test(arguments: Setup.all) @MainActor
+    func keysMayBeToOnesOrInheritedAndACompoundWithANilNeverConflicts(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup, types: fullModelTypes + [Insignia.self, Instrument.self, Camera.self, Lens.self])
+        let world = harness.world
+        let (ann, bob) = try await harness.write { update in
+            let ann = try update.create(Person.self)
+            let bob = try update.create(Person.self)
+            for (owner, name) in [(ann, "gold"), (bob, "gold"), (ann, "silver"), (nil, "gold"), (nil, "gold")] as [(Person?, String)] {
+                let badge = try update.create(Insignia.self)
+                (badge.owner, badge.name) = (owner, name)
+            }
+            try update.create(Insignia.self).code = 1.0
+            for (maker, model) in [("Leica", "M6"), ("Leica", nil), ("Leica", nil), ("Nikon", "M6")] as [(String, String?)] {
+                let camera = try update.create(Camera.self)
+                (camera.maker, camera.model) = (maker, model)
+            }
+            let lens = try update.create(Lens.self)
+            (lens.maker, lens.model) = ("Leica", "M6")
+            try update.commit()
+            return (ann.objectID, bob.objectID)
+        }
+        _ = bob
+        let badge = await #expect(throws: SaveError.self) {
+            try await harness.write { update in
+                let badge = try update.create(Insignia.self)
+                (badge.owner, badge.name) = (try update.fetch(Person.self, id: ann), "gold")
+                try update.commit()
+            }
+        }
+        #expect(badge?.code == .uniquenessViolated && badge?.keys == ["owner", "name"])
+        let camera = await #expect(throws: SaveError.self) {
+            try await harness.write { update in
+                let camera = try update.create(Camera.self)
+                (camera.maker, camera.model) = ("Leica", "M6")
+                try update.commit()
+            }
+        }
+        #expect(camera?.code == .uniquenessViolated && camera?.entityName == "Camera" && camera?.keys == ["maker", "model"])
+        let number = #expect(throws: SaveError.self) {
+            try harness.update { update in try update.batchInsert(Insignia.self, [["name": "one", "code": .integer(1)]]) }
+        }
+        #expect(number?.code == .uniquenessViolated)
+        try await harness.stack.flush()
+        #expect(try world.fetchCount(Insignia.self) == 6)
+        #expect(try world.fetchCount(Camera.self) == 4)
+        #expect(try world.fetchCount(Instrument.self) == 5)
     }
 
     @Test @MainActor func subEntityConstraintsCoverTheirOwnFamily() async throws {
