@@ -143,10 +143,17 @@ import Testing
         #expect(commit.changedKeys(of: knightID) == ["friend"])
 
         // Many-to-many: the join rows go, and the other side is told.
+        let articleID = try #require(try harness.world.fetch(Article.self)).objectID
         _ = try harness.update { update in try update.batchDelete(Tag.self) }
         #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Z_Article_tags_Tag_articles\"") == .integer(0))
         try await harness.settle()
+        await mainQueueTurn()
         #expect(try harness.world.fetch(Article.self)?.tags.isEmpty == true)
+        // Writing.md, "Who is told": the surviving article is updated under the relationship's name.
+        let tags = try #require(commits.withLock { $0 }.last)
+        #expect(tags.deleted(Tag.self).count == 1)
+        #expect(tags.updated == [articleID])
+        #expect(tags.changedKeys(of: articleID) == ["tags"])
         token.cancel()
     }
 
@@ -252,6 +259,33 @@ import Testing
         #expect(try store.writtenRows("SELECT label, shipment FROM \"Parcel\"") == [[.text("b"), .null]])
     }
 
+    /// Writing.md, "Serial updates": under `.serial` a batch runs inside the update that holds
+    /// the turn — it does not wait for a turn of its own — and an update begun meanwhile starts
+    /// only after that update ends.
+    @Test(.timeLimit(.minutes(1)), arguments: Setup.all) @MainActor func aBatchRunsInsideTheSerialUpdateThatHoldsTheTurn(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup, order: .serial)
+        try Self.seed(harness)
+        let (events, event) = AsyncStream.makeStream(of: String.self)
+        let holding = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        harness.beginUpdate { update in
+            holding.signal()
+            release.wait()
+            event.yield("batch of \(try update.batchUpdate(Person.self, set: ["age": 50]))")
+        }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async { holding.wait(); done.resume() }
+        }
+        harness.beginUpdate { update in
+            event.yield("then")
+        }
+        release.signal()
+        var seen = events.makeAsyncIterator()
+        let first = await seen.next()
+        let second = await seen.next()
+        #expect([first, second] == ["batch of 3", "then"])
+    }
+
     @Test @MainActor func theUpdateItselfStaysCoherent() async throws {
         let harness = try TopologyHarness(.threeTier)
         try Self.seed(harness)
@@ -265,9 +299,12 @@ import Testing
             #expect(farmer.age == 40 && farmer.location == "Hsinchu")
             // Its own change wins for the key it changed; the rest comes from the batch.
             #expect(knight.age == 19 && knight.location == "Hsinchu")
-            // It acts on committed rows, not on the update's uncommitted name.
+            // It acts on committed rows, not on the update's uncommitted name; the deleted
+            // object's uncommitted change is dropped (Writing.md, "The update itself").
+            monk.age = 99
             #expect(try update.batchDelete(Person.self, %"name" == "Monk") == 1)
             #expect(monk.isDeleted)
+            #expect(!monk.hasChanges)
             #expect(try update.fetch(Person.self, %"name" == "Monk") == nil)
             try update.commit()
         }
@@ -422,6 +459,9 @@ import Testing
             ("fraction into Int", { try $0.batchInsert(Person.self, [["age": 1.5]]) }, .typeMismatch),
             ("relationship", { try $0.batchUpdate(Person.self, set: ["friend": 1]) }, .unsupported),
             ("NaN into Int", { try $0.batchUpdate(Person.self, set: ["age": .double(.nan)]) }, .typeMismatch),
+            ("Int16 out of range", { try $0.batchInsert(Sample.self, [["int16": 40_000]]) }, .typeMismatch),
+            ("Int16 below its range", { try $0.batchInsert(Sample.self, [["int16": -32_769]]) }, .typeMismatch),
+            ("NaN into a non-optional Double", { try $0.batchInsert(Sample.self, [["double": .double(.nan)]]) }, .typeMismatch),
             ("bad predicate", { try $0.batchDelete(Person.self, %"nope" == 1) }, .unknownKey),
         ]
         for (label, body, code) in cases {
@@ -430,6 +470,9 @@ import Testing
         }
         #expect(try harness.world.fetchCount(Person.self) == 3)
         #expect(try harness.world.fetchCount(Person.self, %"age" == 0) == 0)
+        #expect(try harness.world.fetchCount(Sample.self) == 0)
+        // The ends of an `Int16`'s range are in it.
+        #expect(try harness.update { try $0.batchInsert(Sample.self, [["int16": 32_767], ["int16": -32_768]]) } == 2)
     }
 
     /// Writing.md: a batch stores each value as an object of the entity stores it, so that a
