@@ -39,31 +39,52 @@ struct PostgresFaultTests {
         }
         try Self.awaitANeverStandby(server, admin: admin)
 
-        /// Commits a person named `name`, ends the writer's session once it waits for
-        /// `waitEvent`, and returns what the commit reported.
-        func commitEndingItsSession(_ name: String, whileItWaitsFor waitEvent: String) throws -> (any Error)? {
-            let outcome = Locked<Result<Void, any Error>?>(nil)
-            DispatchQueue.global().async {
-                let result = Result<Void, any Error> {
-                    try context.beginUpdateAndWait { update in
-                        try update.create(Person.self).name = name
-                        try update.commit()
-                    }
-                }
-                outcome.withLock { $0 = result }
-            }
-            try Self.endTheSession(waitingFor: waitEvent, admin: admin)
-            for _ in 0..<6_000 where outcome.withLock({ $0 }) == nil { usleep(10_000) }
-            let result: Result<Void, any Error>? = outcome.withLock { $0 }
-            if case .failure(let error) = try #require(result, "the commit never returned") { return error }
-            return nil
-        }
-
-        let rolledBack = try commitEndingItsSession("rolled back", whileItWaitsFor: "PgSleep")
+        let rolledBack = try Self.commitEndingItsSession("rolled back", on: context, whileItWaitsFor: "PgSleep", admin: admin)
         #expect((rolledBack as? PostgresError)?.code.isConnectionFailure == true, "\(String(describing: rolledBack))")
-        let saved = try commitEndingItsSession("saved", whileItWaitsFor: "SyncRep")
+        let saved = try Self.commitEndingItsSession("saved", on: context, whileItWaitsFor: "SyncRep", admin: admin)
         #expect(saved == nil, "\(String(describing: saved))")
         #expect(try admin.allRows("SELECT name FROM \"Person\" ORDER BY \"Z_PK\"") == [[.text("seed")], [.text("saved")]])
+    }
+
+    /// Commits a person named `name` from `context`, ends the writer's session once it waits
+    /// for `waitEvent`, and returns what the commit reported.
+    static func commitEndingItsSession(_ name: String, on context: ContextStack.Context, whileItWaitsFor waitEvent: String,
+                                       admin: PostgresConnection) throws -> (any Error)? {
+        let outcome = Locked<Result<Void, any Error>?>(nil)
+        DispatchQueue.global().async {
+            let result = Result<Void, any Error> {
+                try context.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = name
+                    try update.commit()
+                }
+            }
+            outcome.withLock { $0 = result }
+        }
+        try endTheSession(waitingFor: waitEvent, admin: admin)
+        for _ in 0..<6_000 where outcome.withLock({ $0 }) == nil { usleep(10_000) }
+        let result: Result<Void, any Error>? = outcome.withLock { $0 }
+        if case .failure(let error) = try #require(result, "the commit never returned") { return error }
+        return nil
+    }
+
+    /// Docs/Postgres.md, "Faults": without history (`tracksHistory: false` on a database
+    /// without a history table) whether such a commit was saved stays open — the commit reports
+    /// the connection failure though the server saved it.
+    @Test func withoutHistoryACommitSavedAsItsSessionEndedReportsTheFailure() throws {
+        let server = try DedicatedPostgresServer()
+        let admin = try PostgresConnection(PostgresSettings(url: server.url))
+        let stack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+        try stack.addPostgresStore(url: server.url.addingServerOption("-csynchronous_commit=on"), tracksHistory: false)
+        let context = try Context(stack: stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "seed"
+            try update.commit()
+        }
+        try Self.awaitANeverStandby(server, admin: admin)
+        let saved = try Self.commitEndingItsSession("saved", on: context, whileItWaitsFor: "SyncRep", admin: admin)
+        #expect((saved as? PostgresError)?.code.isConnectionFailure == true, "\(String(describing: saved))")
+        #expect(try admin.allRows("SELECT name FROM \"Person\" ORDER BY \"Z_PK\"") == [[.text("seed")], [.text("saved")]])
+        #expect(try admin.scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'Z_HISTORY'") == .integer(0))
     }
 
     /// From now on, commits of sessions that ask for it (`synchronous_commit=on`, the stack's)

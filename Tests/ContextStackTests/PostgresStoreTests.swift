@@ -183,6 +183,36 @@ struct PostgresStoreTests {
         #expect(try world.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["after", "before", "middle", "seed"])
     }
 
+    /// History.md, "Turning it on": once a database has the history table, a stack that adds
+    /// the store with `tracksHistory: false` writes history too; one that added it before
+    /// history was turned on does not notice, and writes none.
+    @Test func aStackWithoutHistoryWritesItOnceTheDatabaseHasIt() throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        func stack(tracksHistory: Bool) throws -> Stack {
+            let stack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+            try stack.addPostgresStore(url: schema.url, tracksHistory: tracksHistory)
+            return stack
+        }
+        func commitPerson(_ name: String, on stack: Stack) throws -> ObjectID {
+            try Context(stack: stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+                let person = try update.create(Person.self)
+                person.name = name
+                try update.commit()
+                return person.objectID
+            }
+        }
+        let before = try stack(tracksHistory: false)
+        let tracking = try stack(tracksHistory: true)
+        let after = try stack(tracksHistory: false)
+        _ = try commitPerson("before", on: before)
+        let recorded = try commitPerson("after", on: after)
+        #expect(try tracking.history(after: nil).map { $0.changes.map(\.objectID) } == [[recorded]])
+        #expect(try after.history(after: nil).count == 1)
+        let notTracked = #expect(throws: HistoryError.self) { try before.history(after: nil) }
+        #expect(notTracked?.code == .notTracked)
+    }
+
     /// Adding a store is one transaction, the history table with the model's tables: when the
     /// history table cannot be made (here a type of its name is in the way), nothing of the
     /// store stays. (It was made in a second transaction, after the model's tables were in.)
