@@ -186,7 +186,7 @@ struct PostgresStoreTests {
     /// History.md, "Turning it on": once a database has the history table, a stack that adds
     /// the store with `tracksHistory: false` writes history too; one that added it before
     /// history was turned on does not notice, and writes none.
-    @Test func aStackWithoutHistoryWritesItOnceTheDatabaseHasIt() throws {
+    @Test func aStackWithoutHistoryWritesItOnceTheDatabaseHasIt() async throws {
         let schema = try TestSchema()
         defer { schema.drop() }
         func stack(tracksHistory: Bool) throws -> Stack {
@@ -207,6 +207,7 @@ struct PostgresStoreTests {
         let after = try stack(tracksHistory: false)
         _ = try commitPerson("before", on: before)
         let recorded = try commitPerson("after", on: after)
+        try await settleHistory(schema.url)
         #expect(try tracking.history(after: nil).map { $0.changes.map(\.objectID) } == [[recorded]])
         #expect(try after.history(after: nil).count == 1)
         let notTracked = #expect(throws: HistoryError.self) { try before.history(after: nil) }
