@@ -63,7 +63,7 @@ package enum PostgresSchemaInstaller {
             throw StoreError(.cannotOpen, "PostgreSQL keeps identifiers of at most \(StoreSchema.postgresIdentifierLimit) bytes and would shorten \(tooLong.joined(separator: ", ")) without a word, so two names could become one: rename them (with originalName: on SQLite stores, to keep their data).")
         }
         let hasMetadata = try exists("Z_METADATA", on: connection)
-        if hasMetadata, try connection.scalar(Self.metadataColumns) != .integer(2) {
+        if hasMetadata, try !metadataIsContextStacks(on: connection) {
             throw StoreError(.foreignDatabase, "The PostgreSQL database \(server) already has a table named Z_METADATA that ContextStack did not create: it was left untouched. Use a database (or schema, with ?options=-csearch_path=…) of its own for the store.")
         }
         var stored: String?
@@ -119,9 +119,25 @@ package enum PostgresSchemaInstaller {
         return .migrated
     }
 
-    /// How many of the columns ContextStack's `Z_METADATA` has the one in the connection's
-    /// current schema has (2 when it is ContextStack's).
-    private static let metadataColumns = "SELECT count(*) FROM pg_attribute WHERE attrelid = '\"Z_METADATA\"'::regclass AND attname IN ('key', 'value') AND attnum > 0 AND NOT attisdropped"
+    /// Whether the `Z_METADATA` table in the connection's current schema is ContextStack's: it
+    /// has text columns `key` and `value`, and its keys are those ContextStack writes, a part's
+    /// hash among them — the hash goes in with the table, in one transaction. Another
+    /// program's key-value table of that name is left alone.
+    private static func metadataIsContextStacks(on connection: PostgresConnection) throws -> Bool {
+        try connection.scalar(Self.metadataColumns) == .integer(2) && connection.scalar(Self.metadataKeys) == .integer(1)
+    }
+
+    /// How many of the text columns ContextStack's `Z_METADATA` has the one in the
+    /// connection's current schema has (2 when it is ContextStack's).
+    private static let metadataColumns = "SELECT count(*) FROM pg_attribute WHERE attrelid = '\"Z_METADATA\"'::regclass AND attname IN ('key', 'value') AND atttypid = 'text'::regtype AND attnum > 0 AND NOT attisdropped"
+
+    /// 1 when every key of `Z_METADATA` is one ContextStack writes (`hash`, `schema` and
+    /// `models`, each alone or for a configuration, `format` and `historyPurged`) and a hash is among
+    /// them; 0 otherwise.
+    private static let metadataKeys = """
+        SELECT CASE WHEN count(*) FILTER (WHERE key ~ '^(hash|schema|models)(:.*)?$' OR key IN ('format', 'historyPurged')) = count(*)
+                     AND count(*) FILTER (WHERE key ~ '^hash(:.*)?$') > 0 THEN 1 ELSE 0 END FROM "Z_METADATA"
+        """
 
     /// Which of `names` a table, view, sequence or index of the connection's current schema has.
     private static func relations(named names: [String], on connection: PostgresConnection) throws -> [String] {

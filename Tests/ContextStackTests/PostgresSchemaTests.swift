@@ -195,8 +195,11 @@ struct PostgresSchemaInstallerTests {
     /// history table in a database without ContextStack's metadata, and a `Z_METADATA` of
     /// another program are someone else's too. Before, the store adopted such a `Z_HISTORY`
     /// (and wrote its rows into it at every commit), and the others failed with the server's
-    /// "already exists" or "column does not exist" instead of `.foreignDatabase`.
-    @Test(arguments: ["a view", "a sequence", "an index", "a history table", "a metadata table", "a metadata view"])
+    /// "already exists" or "column does not exist" instead of `.foreignDatabase`. A key-value
+    /// table named `Z_METADATA` is someone else's unless its keys are ContextStack's, a hash
+    /// among them (it was adopted, and the store's rows written into it).
+    @Test(arguments: ["a view", "a sequence", "an index", "a history table", "a metadata table", "a metadata view",
+                      "a key-value metadata table", "an empty key-value metadata table", "a metadata table with integer keys"])
     func otherRelationsOfTheStoresNamesAreNeverTouched(kind: String) throws {
         let schema = try Self.schema(Person.self, Pet.self)
         let index = try #require(schema.indexes.first?.name)
@@ -207,6 +210,9 @@ struct PostgresSchemaInstallerTests {
         case "a history table": "CREATE TABLE \"Z_HISTORY\" (id int)"
         case "a metadata view": "CREATE VIEW \"Z_METADATA\" AS SELECT 1 AS one"
         case "a metadata table": "CREATE TABLE \"Z_METADATA\" (name text, data text)"
+        case "a key-value metadata table": "CREATE TABLE \"Z_METADATA\" (key text PRIMARY KEY, value text); INSERT INTO \"Z_METADATA\" VALUES ('theme', 'dark'), ('hash', 'x')"
+        case "an empty key-value metadata table": "CREATE TABLE \"Z_METADATA\" (key text PRIMARY KEY, value text)"
+        case "a metadata table with integer keys": "CREATE TABLE \"Z_METADATA\" (key int, value text); INSERT INTO \"Z_METADATA\" VALUES (1, 'one')"
         default: ""
         }
         try #require(!statement.isEmpty, "no statement for \(kind)")
