@@ -202,7 +202,7 @@ struct HistoryEncodingTests {
     /// first commit, inside its savepoint, the ring went with it when that commit failed and
     /// was rolled back.
     @Test(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"), .timeLimit(.minutes(1)))
-    func aGroupCommitRingsAfterItsSavepoints() throws {
+    func aGroupCommitRingsAfterItsSavepoints() async throws {
         let store = try TestStore(.postgres)
         try store.refuseWrites(ofName: "refused")
         try ContextStack.Context(stack: store.stack).beginUpdateAndWait { update in
@@ -236,6 +236,16 @@ struct HistoryEncodingTests {
         #expect(ring > lastSavepoint, "\(written)")
         #expect(written.contains { $0.hasPrefix("ROLLBACK TO") }, "the refused commit was rolled back alone: \(written)")
         #expect(try store.writtenRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Ada")], [.text("Grace")], [.text("first")]])
+        // Docs/History.md: the group's transaction rings once; its commits' tokens share the
+        // transaction's ID and follow commit order; the refused commit left no history.
+        #expect(written.filter { $0.contains("pg_notify") }.count == 1, "\(written)")
+        let url = try #require(store.database?.url)
+        try await settleHistory(url)
+        let history = try store.stack.history(after: nil)
+        #expect(history.count == 3, "first, Ada and Grace")
+        let group = history.dropFirst()
+        #expect(Set(group.map(\.token.position)).count == 1)
+        #expect(group.map(\.token.sequence) == group.map(\.token.sequence).sorted() && Set(group.map(\.token.sequence)).count == 2)
     }
 
     /// The ring owed to the commits of a burst goes out alone, after their transactions: two

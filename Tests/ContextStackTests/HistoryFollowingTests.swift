@@ -96,6 +96,37 @@ import Testing
         #expect(corrupt.first?.message.contains("was not delivered to this stack") == true)
     }
 
+    /// Docs/History.md, "Tokens" (PostgreSQL): a transaction is listed by `history(after:)`, and
+    /// counts for `lastHistoryToken()`, only once every older one has ended. Here an older
+    /// transaction writes its history row and stays open while a newer one commits: neither is
+    /// listed, and no token passes the older one; once it commits, both are, older first —
+    /// so resuming from a token never skips a transaction that committed late.
+    @Test(.enabled(if: PostgresServer.isAvailable)) func aTransactionIsListedOnlyOnceEveryOlderOneEnded() async throws {
+        let store = try TestStore(.postgres, tracksHistory: true)
+        let url = try #require(store.database?.url)
+        try commitAPerson(in: store.stack, named: "First")
+        try await settleHistory(url)
+        let first = try #require(try store.stack.lastHistoryToken())
+        let person = try #require(store.stack.graph.entity(named: "Person"))
+        let blob = HistoryEncoding.encode([HistoryChange(kind: .insert, objectID: ObjectID(rootEntity: person.rootDescription, primaryKey: 1_000_000),
+                                                         entityName: "Person", changedKeys: [])])
+        let older = try PostgresConnection(PostgresSettings(url: url))
+        try older.execute("BEGIN")
+        let olderID = try #require(try older.scalar("SELECT pg_current_xact_id()::text::bigint").int64Value)
+        try older.run("INSERT INTO \"Z_HISTORY\" VALUES (pg_current_xact_id()::text::bigint, 1, 0, NULL, 0, 'elsewhere', ?)", [.blob(blob)])
+        try commitAPerson(in: store.stack, named: "Newer")
+        #expect(try store.stack.history(after: first).isEmpty, "the newer transaction waits for the older")
+        #expect(try store.stack.lastHistoryToken() == first)
+        try older.execute("COMMIT")
+        try await settleHistory(url)
+        let listed = try store.stack.history(after: first)
+        #expect(listed.count == 2)
+        #expect(listed.first?.token.position == olderID)
+        #expect(listed.first?.changes.map(\.objectID.primaryKey) == [1_000_000])
+        #expect(try store.stack.lastHistoryToken() == listed.last?.token)
+        #expect(listed.last.map { $0.token.position > olderID } == true)
+    }
+
     /// Docs/History.md, "Purging": a stack's own watcher whose position was purged before it
     /// read says so with `.expired` through `onError`, once, and goes on from the last deleted
     /// transaction: every transaction the purge kept reaches it, also those committed before
