@@ -50,6 +50,47 @@ import Testing
         #expect(window.map { $0["name"] } == [.text("b"), .text("c")])
     }
 
+    /// Docs/Queries.md, "Which keys", on every store: `.count` of a to-one counts the objects
+    /// that have one; `Date`s and `Bool`s average as numbers (seconds since 1970, 1 and 0); a
+    /// to-one elsewhere, or a text where a number is needed, throws `.typeMismatch`; a
+    /// `Decimal` in any aggregate but `.count`, or a to-many, throws `.unsupported`; and
+    /// `queryValue` of a plain key over no rows is `.null`.
+    @Test(arguments: StoreKind.available) @MainActor func whichKeysEachAggregateTakes(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        #expect(try world.queryValue(Person.self, .select("name")) == .null)
+        try world.beginUpdateAndWait { update in
+            let ann = try update.create(Person.self)
+            let bob = try update.create(Person.self)
+            let cy = try update.create(Person.self)
+            (ann.name, bob.name, cy.name) = ("Ann", "Bob", "Cy")
+            (ann.friend, cy.friend) = (bob, ann)
+            for (seconds, flag) in [(0.0, true), (100.0, false), (200.0, true), (300.0, true)] {
+                let sample = try update.create(Sample.self)
+                (sample.date, sample.flag, sample.decimal) = (Date(timeIntervalSince1970: seconds), flag, Decimal(seconds))
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        #expect(try world.queryValue(Person.self, .count("friend")) == .integer(2))
+        #expect(try world.queryValue(Sample.self, .average("date")).doubleValue == 150)
+        #expect(try world.queryValue(Sample.self, .average("flag")).doubleValue == 0.75)
+        #expect(try world.queryValue(Sample.self, .count("decimal")) == .integer(4))
+        let refused: [(String, Select, QueryError.Code)] = [
+            ("max of a to-one", .max("friend"), .typeMismatch), ("average of a to-one", .average("friend"), .typeMismatch),
+            ("average of a text", .average("name"), .typeMismatch), ("sum of a to-many", .sum("pets"), .unsupported),
+            ("count of a to-many", .count("pets"), .unsupported),
+        ]
+        for (label, select, code) in refused {
+            let error = #expect(throws: QueryError.self, "\(label)") { try world.queryValue(Person.self, select) }
+            #expect(error?.code == code, "\(label): \(String(describing: error))")
+        }
+        for (label, select) in [("sum", Select.sum("decimal")), ("min", .min("decimal")), ("median", .median("decimal"))] {
+            let error = #expect(throws: QueryError.self, "\(label)") { try world.queryValue(Sample.self, select) }
+            #expect(error?.code == .unsupported, "\(label) of a Decimal: \(String(describing: error))")
+        }
+    }
+
     @Test @MainActor func theSQLIsOneStatement() throws {
         let model = try Model(Person.self, Pet.self)
         let person = try #require(model.graph.entity(named: "Person"))

@@ -111,6 +111,48 @@ import Testing
         #expect(following.isEmpty, "\(following)")
     }
 
+    /// Docs/Queries.md, "Fetch options": options joined with `|` take the right side's value
+    /// where both set one, and `.prefetch` lists add up.
+    @Test(arguments: Setup.all) @MainActor
+    func joinedOptionsTakeTheRightSideAndPrefetchListsAddUp(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .limit(5) | .limit(2)).map(\.age) == [0, 1])
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .offset(3) | .limit(1) | .offset(1)).map(\.age) == [1])
+        let counter = StatementCounter(store.stack)
+        var people: [Person] = []
+        let fetch = try counter.during {
+            people = try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .prefetch(["friend"]) | .prefetch(["pets"]))
+        }
+        #expect(fetch.count == 3, "the fetch, the pets' memberships, the pets' rows: \(fetch)")
+        let following = counter.during {
+            for person in people { _ = (person.friend?.name, person.pets.count) }
+        }
+        #expect(following.isEmpty, "\(following)")
+    }
+
+    /// Docs/Queries.md: `fetch(_:id:)` gives `nil` for an ID of another entity — another
+    /// table's, or a sibling sub-entity's in the same table — rather than an object of the
+    /// wrong type.
+    @Test(arguments: StoreKind.available) @MainActor func fetchByIDOfAnotherEntityIsNil(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let (person, manager) = try world.beginUpdateAndWait { update in
+            let person = try update.create(Person.self)
+            let manager = try update.create(Manager.self)
+            try update.commit()
+            return (person.objectID, manager.objectID)
+        }
+        try store.stack.flushAndWait()
+        world.reset()
+        #expect(try world.fetch(Pet.self, id: person) == nil)
+        #expect(try world.fetch(Engineer.self, id: manager) == nil)
+        #expect(try world.fetch(Staff.self, id: manager)?.objectID == manager, "a sub-entity's object is its parent's too")
+        let inAnUpdate = try world.beginUpdateAndWait { update in
+            (try update.fetch(Pet.self, id: person), try update.fetch(Engineer.self, id: manager))
+        }
+        #expect(inAnUpdate.0 == nil && inAnUpdate.1 == nil)
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func nestedPrefetchAndPrefetchWithBatches(setup: Setup) async throws {
         let (store, world) = try await Self.populated(setup)
