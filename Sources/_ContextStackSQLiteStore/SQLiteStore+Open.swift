@@ -178,10 +178,15 @@ extension SQLiteStore {
     /// the store: erasing it for that (`resetOnFailure` answers `.cannotMigrate` so) would
     /// trade good data for an empty file. Those are `.cannotOpen` (`.permissionDenied` for a
     /// file that may not be written), and the next open, once the cause is gone, migrates.
-    /// Damage stays `.corrupt`. Every other failure comes from what the file holds (rows the
-    /// new model cannot take, a view someone added that names a dropped table) and fails
-    /// again at every open: `.cannotMigrate`, as before.
+    /// Damage stays `.corrupt`. A view or trigger someone else added, which names a table the
+    /// migration rebuilds (SQLite then refuses the rebuild's rename), is not the model either,
+    /// and `resetOnFailure` would erase it with everything else in the file: `.cannotOpen`,
+    /// naming it. Every other failure comes from what the file holds (rows the new model
+    /// cannot take) and fails again at every open: `.cannotMigrate`, as before.
     private static func migrationFailure(_ error: SQLiteError, path: String) -> StoreError {
+        if error.code.primary == .error, error.message.contains("error in view ") || error.message.contains("error in trigger ") {
+            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: a view or trigger that ContextStack did not create names a table the migration rebuilds (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; drop or change that view or trigger, then open the store again.", underlying: error)
+        }
         switch error.code.primary {
         case .full, .ioError, .noMemory, .busy, .locked, .interrupt, .cantOpen:
             return StoreError(.cannotOpen, "Migrating the store at \(path) failed for a reason that is not the model (a full disk, an I/O error, too little memory, a lock another connection held too long: see underlying). The file is unchanged and is not reset, even with resetOnFailure; remove the cause and open it again.", underlying: error)

@@ -450,6 +450,14 @@ import Testing
         let writer = try Context(stack: other, updateTarget: .persistentStore, author: "worker")
         let remote = store.stack.allCommits.filter(\.isRemote)
         var commits = remote.makeAsyncIterator()
+        // The main context's own observer and stream see only its own updates' commits.
+        let ownSeen = Locked<[Commit]>([])
+        let ownObserver = world.observeCommit { commit in ownSeen.withLock { $0.append(commit) } }
+        let ownCommits = world.commits    // subscribed here, before the first commit
+        let ownStream = Task { @MainActor in
+            for await commit in ownCommits { ownSeen.withLock { $0.append(commit) } }
+        }
+        defer { ownStream.cancel() }
 
         let ada = try world.beginUpdateAndWait { update in
             let ada = try update.create(Person.self)
@@ -509,6 +517,43 @@ import Testing
         }
         let third = try #require(await commits.next())
         #expect(!third.inserted.contains(own) && third.inserted.count == 1)
+        await mainQueueTurn()
+        let seenByOwn = ownSeen.withLock { $0 }
+        #expect(seenByOwn.allSatisfy { !$0.isRemote }, "\(seenByOwn)")
+        #expect(seenByOwn.count == 4, "Ada's and Own's commits, each through the observer and the stream: \(seenByOwn)")
+        withExtendedLifetime(ownObserver) {}
+    }
+
+    /// Docs/History.md, "Remote commits": nothing is pushed into a main context that does not
+    /// merge — the object it holds keeps its values — but its pinned view covers this
+    /// process's commits only, so a read of a row another process changed sees what is stored.
+    @Test(arguments: kinds) @MainActor
+    func aMainContextThatDoesNotMergeReadsWhatAnotherProcessStored(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let world = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let ada = try world.beginUpdateAndWait { update in
+            let ada = try update.create(Person.self)
+            (ada.name, ada.age) = ("Ada", 36)
+            try update.commit()
+            return ada.objectID
+        }
+        try await store.stack.flush()
+        world.reset()
+        let held = try #require(try world.fetch(Person.self, id: ada))
+        #expect(held.age == 36)
+        var remote = store.stack.allCommits.filter(\.isRemote).makeAsyncIterator()
+        let other = try store.reopen()
+        try Context(stack: other, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: ada)).age = 37
+            try update.commit()
+        }
+        let commit = try #require(await remote.next())
+        #expect(commit.updated == [ada])
+        #expect(held.age == 36, "nothing was pushed into the context")
+        #expect(try world.queryValue(Person.self, .select("age"), %"name" == "Ada") == .integer(37))
+        #expect(try world.fetchCount(Person.self, %"age" == 37) == 1)
+        world.reset()
+        #expect(try world.fetch(Person.self, id: ada)?.age == 37)
     }
 
     /// A remote commit fires object observations and fetch streams, as a local one does.

@@ -62,6 +62,12 @@ import Testing
     var label: String?
 }
 
+/// `GadgetV1` without its `label`, and without its constraints.
+@Entity(name: "Gadget") final class GadgetUnlabelled: ManagedObject {
+    var serial: String = ""
+    var size: Int = 0
+}
+
 /// Two renames chained in one version: `label` becomes `caption`, and `serial` takes the
 /// name `label` (declared first: renamed in place, it must wait for `label` to go).
 @Entity(name: "Gadget") final class GadgetRelabelled: ManagedObject {
@@ -1093,6 +1099,29 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         #expect(rolledOut.moved(to: "C").text == "A B C" && rolledOut.moved(to: "B").text == "A B")
         let long = (0..<70).reduce(ModelHistory(recorded: nil, current: "h0")) { $0.moved(to: "h\($1)") }
         #expect(long.hashes.count == 64 && long.hashes.last == "h69")
+    }
+
+    /// A view someone else added to the store's file, naming a table the migration rebuilds,
+    /// makes SQLite refuse the rebuild's rename. That is not the model's doing: the open throws
+    /// `.cannotOpen` naming the view and leaves the file as it was, even with
+    /// `resetOnFailure: true` — which used to erase it, the other program's tables and views
+    /// with it (Docs/Stores.md, "When opening fails"). Once the views are gone, the store
+    /// migrates, and the other program's table is still there.
+    @Test func aViewSomeoneAddedThatBlocksAMigrationIsNeverResetAway() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let db = try Connection(path: url.path)
+        try db.execute("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('theirs'); CREATE VIEW serials AS SELECT serial FROM Gadget; CREATE VIEW labels AS SELECT label FROM Gadget")
+        let before = try Data(contentsOf: url)
+        let error = #expect(throws: StoreError.self) { _ = try openStore([GadgetUnlabelled.self], at: url, resetOnFailure: true) }
+        #expect(error?.code == .cannotOpen, "\(String(describing: error))")
+        #expect(error?.message.contains("view or trigger") == true && error?.message.contains("error in view") == true, "\(String(describing: error))")
+        #expect(try Data(contentsOf: url) == before)
+        #expect(try db.scalar("SELECT text FROM notes") == .text("theirs"))
+        try db.execute("DROP VIEW labels; DROP VIEW serials")
+        let context = try openStore([GadgetUnlabelled.self], at: url, resetOnFailure: true)
+        #expect(try context.beginUpdateAndWait { try $0.fetch(GadgetUnlabelled.self)?.serial } == "S1")
+        #expect(try db.scalar("SELECT text FROM notes") == .text("theirs"))
     }
 
     /// Returning to an earlier model is allowed when its migration drops nothing: here it only
