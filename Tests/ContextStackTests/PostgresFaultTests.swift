@@ -22,22 +22,13 @@ struct PostgresFaultTests {
     ///   saved, and `commit()` returns as for any saved commit. Before, it reported the
     ///   connection failure: a caller retrying it saved it twice.
     @Test func aCommitWhoseSessionEndsAtCommitReportsWhetherTheServerSavedIt() throws {
-        let server = try DedicatedPostgresServer()
-        let admin = try PostgresConnection(PostgresSettings(url: server.url))
-        let stack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
-        try stack.addPostgresStore(url: server.url.addingServerOption("-csynchronous_commit=on"))
-        let context = try Context(stack: stack, updateTarget: .persistentStore)
+        let (server, admin, context) = try Self.contextWaitingForANeverStandby(tracksHistory: true)
         try admin.execute("""
             CREATE FUNCTION "linger"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(300); RETURN NULL; END $$;
             CREATE CONSTRAINT TRIGGER "linger" AFTER INSERT ON "Person" DEFERRABLE INITIALLY DEFERRED
             FOR EACH ROW WHEN (NEW.name = 'rolled back') EXECUTE FUNCTION "linger"()
             """)
-        // Reserves keys (a block of them) before reserving them would wait for the standby.
-        try context.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "seed"
-            try update.commit()
-        }
-        try Self.awaitANeverStandby(server, admin: admin)
+        defer { withExtendedLifetime(server) {} }
 
         let rolledBack = try Self.commitEndingItsSession("rolled back", on: context, whileItWaitsFor: "PgSleep", admin: admin)
         #expect((rolledBack as? PostgresError)?.code.isConnectionFailure == true, "\(String(describing: rolledBack))")
@@ -71,20 +62,30 @@ struct PostgresFaultTests {
     /// without a history table) whether such a commit was saved stays open — the commit reports
     /// the connection failure though the server saved it.
     @Test func withoutHistoryACommitSavedAsItsSessionEndedReportsTheFailure() throws {
+        let (server, admin, context) = try Self.contextWaitingForANeverStandby(tracksHistory: false)
+        defer { withExtendedLifetime(server) {} }
+        let saved = try Self.commitEndingItsSession("saved", on: context, whileItWaitsFor: "SyncRep", admin: admin)
+        #expect((saved as? PostgresError)?.code.isConnectionFailure == true, "\(String(describing: saved))")
+        #expect(try admin.allRows("SELECT name FROM \"Person\" ORDER BY \"Z_PK\"") == [[.text("seed")], [.text("saved")]])
+        #expect(try admin.scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'Z_HISTORY'") == .integer(0))
+    }
+
+    /// A context committing to `.persistentStore` on a server of its own, with a person named
+    /// "seed" committed — which reserves a block of keys before reserving would wait — and
+    /// from then on every commit waiting at `COMMIT` for a standby that never answers
+    /// (`awaitANeverStandby`).
+    static func contextWaitingForANeverStandby(tracksHistory: Bool) throws -> (DedicatedPostgresServer, PostgresConnection, ContextStack.Context) {
         let server = try DedicatedPostgresServer()
         let admin = try PostgresConnection(PostgresSettings(url: server.url))
         let stack = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
-        try stack.addPostgresStore(url: server.url.addingServerOption("-csynchronous_commit=on"), tracksHistory: false)
+        try stack.addPostgresStore(url: server.url.addingServerOption("-csynchronous_commit=on"), tracksHistory: tracksHistory)
         let context = try Context(stack: stack, updateTarget: .persistentStore)
         try context.beginUpdateAndWait { update in
             try update.create(Person.self).name = "seed"
             try update.commit()
         }
-        try Self.awaitANeverStandby(server, admin: admin)
-        let saved = try Self.commitEndingItsSession("saved", on: context, whileItWaitsFor: "SyncRep", admin: admin)
-        #expect((saved as? PostgresError)?.code.isConnectionFailure == true, "\(String(describing: saved))")
-        #expect(try admin.allRows("SELECT name FROM \"Person\" ORDER BY \"Z_PK\"") == [[.text("seed")], [.text("saved")]])
-        #expect(try admin.scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'Z_HISTORY'") == .integer(0))
+        try awaitANeverStandby(server, admin: admin)
+        return (server, admin, context)
     }
 
     /// From now on, commits of sessions that ask for it (`synchronous_commit=on`, the stack's)
