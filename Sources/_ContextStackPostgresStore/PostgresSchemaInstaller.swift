@@ -120,9 +120,11 @@ package enum PostgresSchemaInstaller {
     }
 
     /// Whether the `Z_METADATA` table in the connection's current schema is ContextStack's: it
-    /// has text columns `key` and `value`, and its keys are those ContextStack writes, a part's
-    /// hash among them — the hash goes in with the table, in one transaction. Another
-    /// program's key-value table of that name is left alone.
+    /// has text columns `key` and `value`, and the rows every ContextStack store has written
+    /// since the first, with the table, in one transaction — `format` and a part's hash. Keys
+    /// it does not know are let be: a later version may add some, and an earlier one must
+    /// still open the database (to refuse a newer model, or migrate). Another program's
+    /// key-value table of that name is left alone.
     private static func metadataIsContextStacks(on connection: PostgresConnection) throws -> Bool {
         try connection.scalar(Self.metadataColumns) == .integer(2) && connection.scalar(Self.metadataKeys) == .integer(1)
     }
@@ -131,12 +133,12 @@ package enum PostgresSchemaInstaller {
     /// connection's current schema has (2 when it is ContextStack's).
     private static let metadataColumns = "SELECT count(*) FROM pg_attribute WHERE attrelid = '\"Z_METADATA\"'::regclass AND attname IN ('key', 'value') AND atttypid = 'text'::regtype AND attnum > 0 AND NOT attisdropped"
 
-    /// 1 when every key of `Z_METADATA` is one ContextStack writes (`hash`, `schema` and
-    /// `models`, each alone or for a configuration, `format` and `historyPurged`) and a hash is among
-    /// them; 0 otherwise.
+    /// 1 when `Z_METADATA` has a `format` row and a hash (`hash`, or `hash:` and a
+    /// configuration's name); 0 otherwise. (`COLLATE "C"`: another program's column may have a
+    /// collation `~` refuses.)
     private static let metadataKeys = """
-        SELECT CASE WHEN count(*) FILTER (WHERE key ~ '^(hash|schema|models)(:.*)?$' OR key IN ('format', 'historyPurged')) = count(*)
-                     AND count(*) FILTER (WHERE key ~ '^hash(:.*)?$') > 0 THEN 1 ELSE 0 END FROM "Z_METADATA"
+        SELECT CASE WHEN count(*) FILTER (WHERE key COLLATE "C" = 'format') > 0
+                     AND count(*) FILTER (WHERE key COLLATE "C" ~ '^hash(:.*)?$') > 0 THEN 1 ELSE 0 END FROM "Z_METADATA"
         """
 
     /// Which of `names` a table, view, sequence or index of the connection's current schema has.

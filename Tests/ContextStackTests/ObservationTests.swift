@@ -147,8 +147,9 @@ import Testing
     }
 
     /// Observation.md, "When results change": in a merging context the results take a commit
-    /// before every commit observer runs for it — the stack's, the committing context's and
-    /// the main context's — so each of them already sees the results reflect the commit.
+    /// before every commit observer runs for it — the stack's and the main context's (which,
+    /// in these topologies, is the committing context) — so each of them already sees the
+    /// results reflect the commit.
     @Test(arguments: Setup.merging) @MainActor func commitObserversFindTheResultsShowingTheirCommit(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let results = try FetchedResults(context: harness.world, Person.self, %"age" > 30, orderBy: .ascending("name"))

@@ -196,8 +196,8 @@ struct PostgresSchemaInstallerTests {
     /// another program are someone else's too. Before, the store adopted such a `Z_HISTORY`
     /// (and wrote its rows into it at every commit), and the others failed with the server's
     /// "already exists" or "column does not exist" instead of `.foreignDatabase`. A key-value
-    /// table named `Z_METADATA` is someone else's unless its keys are ContextStack's, a hash
-    /// among them (it was adopted, and the store's rows written into it).
+    /// table named `Z_METADATA` is someone else's unless it has ContextStack's `format` and a
+    /// hash (it was adopted, and the store's rows written into it).
     @Test(arguments: ["a view", "a sequence", "an index", "a history table", "a metadata table", "a metadata view",
                       "a key-value metadata table", "an empty key-value metadata table", "a metadata table with integer keys"])
     func otherRelationsOfTheStoresNamesAreNeverTouched(kind: String) throws {
@@ -224,6 +224,15 @@ struct PostgresSchemaInstallerTests {
         }
         #expect(error.code == .foreignDatabase, "\(error)")
         #expect(try connect().scalar(relations) == before, "nothing was created beside it")
+    }
+
+    /// A `Z_METADATA` with keys this version does not write — a later version's — is still
+    /// ContextStack's: the store opens as it was.
+    @Test func metadataKeysOfALaterVersionDoNotMakeTheDatabaseForeign() throws {
+        let schema = try Self.schema(Person.self, Pet.self)
+        #expect(try PostgresSchemaInstaller.install(schema, on: connect(), autoMigrating: true) == .created)
+        try connect().execute("INSERT INTO \"Z_METADATA\" (key, value) VALUES ('laterVersion', 'x')")
+        #expect(try PostgresSchemaInstaller.install(schema, on: connect(), autoMigrating: true) == .unchanged)
     }
 
     /// History needs PostgreSQL 13's `pg_current_xact_id()`: an older server is refused when the
