@@ -145,4 +145,29 @@ struct TextOperatorSQLTests {
         #expect(prefixed == 0)
         #expect(contained == 0)
     }
+
+    /// The same on PostgreSQL fails in the database (Docs/Queries.md, "Errors"): a string
+    /// operator on a grouped number, or on an aggregate's number, throws `PostgresError`.
+    @Test(.enabled(if: PostgresServer.isAvailable)) func havingWithAStringOperatorOnANumberFailsOnPostgreSQL() throws {
+        let store = try TestStore(.postgres)
+        let world = try ContextStack.Context(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for age in [3, 31, 12] {
+                let person = try update.create(Person.self)
+                (person.name, person.age) = ("P\(age)", age)
+            }
+            try update.commit()
+        }
+        let grouped = #expect(throws: PostgresError.self) {
+            try world.beginUpdateAndWait { update in
+                _ = try update.query(Person.self, .select("age"), groupBy: %"age", having: (%"age").beginsWith("3"))
+            }
+        }
+        let aggregated = #expect(throws: PostgresError.self) {
+            try world.beginUpdateAndWait { update in
+                _ = try update.query(Person.self, .select("age") | .sum("age", alias: "total"), groupBy: %"age", having: (%"total").contains("1"))
+            }
+        }
+        #expect(grouped != nil && aggregated != nil)
+    }
 }
