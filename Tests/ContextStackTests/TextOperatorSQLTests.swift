@@ -130,13 +130,7 @@ struct TextOperatorSQLTests {
     func havingKeepsTheEvaluatorsAnswerOnNumbers(kind: StoreKind) throws {
         let store = try TestStore(kind)
         let world = try ContextStack.Context(stack: store.stack)
-        try world.beginUpdateAndWait { update in
-            for age in [3, 31, 12] {
-                let person = try update.create(Person.self)
-                (person.name, person.age) = ("P\(age)", age)
-            }
-            try update.commit()
-        }
+        try Self.commitPeopleAged3And31And12(world)
         let (prefixed, contained) = try world.beginUpdateAndWait { update in
             (try update.query(Person.self, .select("age"), groupBy: %"age", having: (%"age").beginsWith("3")).count,
              try update.query(Person.self, .select("age") | .sum("age", alias: "total"), groupBy: %"age",
@@ -146,11 +140,8 @@ struct TextOperatorSQLTests {
         #expect(contained == 0)
     }
 
-    /// The same on PostgreSQL fails in the database (Docs/Queries.md, "Errors"): a string
-    /// operator on a grouped number, or on an aggregate's number, throws `PostgresError`.
-    @Test(.enabled(if: PostgresServer.isAvailable)) func havingWithAStringOperatorOnANumberFailsOnPostgreSQL() throws {
-        let store = try TestStore(.postgres)
-        let world = try ContextStack.Context(stack: store.stack)
+    /// Three people, aged 3, 31 and 12: numbers whose text begins with "3" or holds "1".
+    static func commitPeopleAged3And31And12(_ world: ContextStack.Context) throws {
         try world.beginUpdateAndWait { update in
             for age in [3, 31, 12] {
                 let person = try update.create(Person.self)
@@ -158,6 +149,14 @@ struct TextOperatorSQLTests {
             }
             try update.commit()
         }
+    }
+
+    /// The same on PostgreSQL fails in the database (Docs/Queries.md, "Errors"): a string
+    /// operator on a grouped number, or on an aggregate's number, throws `PostgresError`.
+    @Test(.enabled(if: PostgresServer.isAvailable)) func havingWithAStringOperatorOnANumberFailsOnPostgreSQL() throws {
+        let store = try TestStore(.postgres)
+        let world = try ContextStack.Context(stack: store.stack)
+        try Self.commitPeopleAged3And31And12(world)
         let grouped = #expect(throws: PostgresError.self) {
             try world.beginUpdateAndWait { update in
                 _ = try update.query(Person.self, .select("age"), groupBy: %"age", having: (%"age").beginsWith("3"))
