@@ -185,7 +185,7 @@ extension SQLiteStore {
     /// cannot take) and fails again at every open: `.cannotMigrate`, as before.
     private static func migrationFailure(_ error: SQLiteError, path: String) -> StoreError {
         if error.code.primary == .error, error.message.contains("error in view ") || error.message.contains("error in trigger ") {
-            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: a view or trigger that ContextStack did not create names a table the migration rebuilds (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; drop or change that view or trigger, then open the store again.", underlying: error)
+            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: a view or trigger that ContextStack did not create names a table the migration rebuilds, or one that is missing (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; drop or change that view or trigger, then open the store again.", underlying: error)
         }
         switch error.code.primary {
         case .full, .ioError, .noMemory, .busy, .locked, .interrupt, .cantOpen:
