@@ -33,6 +33,16 @@ import Testing
 @Suite(.timeLimit(.minutes(5))) struct HistoryTests {
     static let kinds = StoreKind.available.filter { $0 != .memory }
 
+    /// Commits Ada, aged 36, from `world`; returns her ID.
+    @MainActor static func commitAda(from world: MainContext) throws -> ObjectID {
+        try world.beginUpdateAndWait { update in
+            let ada = try update.create(Person.self)
+            (ada.name, ada.age) = ("Ada", 36)
+            try update.commit()
+            return ada.objectID
+        }
+    }
+
     /// An object whose only change is a many-to-many pair is named by its own entity, a
     /// sub-entity's included, in the commit and in the history (Docs/History.md): its `ObjectID`
     /// names only the root, and the commit used to name it so (`Commit.updated(Guest.self)`
@@ -421,12 +431,7 @@ import Testing
         let writer = try Context(stack: other, updateTarget: .persistentStore)
         let remote = store.stack.allCommits.filter(\.isRemote)
         var commits = remote.makeAsyncIterator()
-        let ada = try world.beginUpdateAndWait { update in
-            let ada = try update.create(Person.self)
-            (ada.name, ada.age) = ("Ada", 36)
-            try update.commit()
-            return ada.objectID
-        }
+        let ada = try Self.commitAda(from: world)
         try await store.stack.flush()
         await mainQueueTurn()
         let held = try #require(try world.fetch(Person.self, id: ada))
@@ -459,13 +464,7 @@ import Testing
         }
         defer { ownStream.cancel() }
 
-        let ada = try world.beginUpdateAndWait { update in
-            let ada = try update.create(Person.self)
-            ada.name = "Ada"
-            ada.age = 36
-            try update.commit()
-            return ada.objectID
-        }
+        let ada = try Self.commitAda(from: world)
         try await store.stack.flush()
         let held = try #require(try world.fetch(Person.self, id: ada))
         // A second main context, with no results reading it: only the remote commit it is
@@ -531,12 +530,7 @@ import Testing
     func aMainContextThatDoesNotMergeReadsWhatAnotherProcessStored(kind: StoreKind) async throws {
         let store = try TestStore(kind, tracksHistory: true)
         let world = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
-        let ada = try world.beginUpdateAndWait { update in
-            let ada = try update.create(Person.self)
-            (ada.name, ada.age) = ("Ada", 36)
-            try update.commit()
-            return ada.objectID
-        }
+        let ada = try Self.commitAda(from: world)
         try await store.stack.flush()
         world.reset()
         let held = try #require(try world.fetch(Person.self, id: ada))
