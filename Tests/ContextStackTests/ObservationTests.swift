@@ -156,7 +156,6 @@ import Testing
         var seen: [String: [String]] = [:]
         let observers = [
             harness.stack.observeCommit { _ in seen["stack"] = results.objects.map(\.name) },
-            harness.observeCommit { _ in seen["source"] = results.objects.map(\.name) },
             harness.world.observeCommit { _ in seen["main"] = results.objects.map(\.name) },
         ]
         var commits = harness.stack.allCommits.makeAsyncIterator()
@@ -167,7 +166,7 @@ import Testing
         _ = try #require(await commits.next())
         await mainQueueTurn()
         let expected = ["Farmer", "Monk", "Warrior"]
-        #expect(seen == ["stack": expected, "source": expected, "main": expected])
+        #expect(seen == ["stack": expected, "main": expected])
         withExtendedLifetime(observers) {}
     }
 
