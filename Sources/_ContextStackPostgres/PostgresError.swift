@@ -53,6 +53,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let characterNotInRepertoire = Code(rawValue: "22021")
         public static let undefinedTable = Code(rawValue: "42P01")
         public static let undefinedColumn = Code(rawValue: "42703")
+        /// An object (a view, say) depends on what a statement would drop.
+        public static let dependentObjectsStillExist = Code(rawValue: "2BP01")
         public static let queryCanceled = Code(rawValue: "57014")
         /// A lock waited for longer than `lock_timeout` allows.
         public static let lockNotAvailable = Code(rawValue: "55P03")

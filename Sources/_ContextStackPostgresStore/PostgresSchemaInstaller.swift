@@ -110,10 +110,17 @@ package enum PostgresSchemaInstaller {
         connection.answerLimit = nil
         defer { connection.answerLimit = answerLimit }
         // Refused, `install` rolls back whatever the migration did.
-        try history.migrate(to: schema.hash, store: "The PostgreSQL database \(server)") { dryRun in
-            var migration = try PostgresMigration(connection: connection, schema: schema, oldDescription: description, dryRun: dryRun)
-            try migration.run()
-            return migration.lost
+        do {
+            try history.migrate(to: schema.hash, store: "The PostgreSQL database \(server)") { dryRun in
+                var migration = try PostgresMigration(connection: connection, schema: schema, oldDescription: description, dryRun: dryRun)
+                try migration.run()
+                return migration.lost
+            }
+        } catch let error as PostgresError where error.code == .dependentObjectsStillExist {
+            // Someone else's view (or another object PostgreSQL tracks) uses what the
+            // migration drops: not the model's doing, as on SQLite. The detail names the
+            // objects, never data.
+            throw StoreError(.cannotOpen, "Migrating the PostgreSQL database \(server) failed: an object ContextStack did not create uses a column or table the migration removes or renames (\(error.message)\(error.detail.map { "; \($0)" } ?? "")). The database was left as it was; drop or change that object, then open the store again.", underlying: error)
         }
         try connection.run("UPDATE \"Z_METADATA\" SET value = ? WHERE key = ?", [.text(history.moved(to: schema.hash).text), .text(schema.postgresModelsKey)])
         return .migrated

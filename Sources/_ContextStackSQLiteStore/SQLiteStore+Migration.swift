@@ -57,6 +57,22 @@ struct Migration {
 
     /// Runs the migration; the caller holds the write transaction.
     mutating func run() throws {
+        // Views and triggers another program added go out while tables are rebuilt and come
+        // back after, as in SQLite's procedure for schema changes ALTER TABLE cannot make: a
+        // view naming a table being rebuilt makes SQLite refuse the rebuild's rename, and a
+        // trigger on it goes with the old table. Ones SQLite already finds wrong stay as they
+        // are (the rebuild then fails as it always did: `SQLiteStore.migrationFailure`).
+        let others = dryRun ? [] : try Self.viewsAndTriggers(in: db)
+        let restoresOthers = try !others.isEmpty && Self.allResolve(others, in: db)
+        if restoresOthers {
+            for object in others.reversed() { try execute("DROP \(object.isView ? "VIEW" : "TRIGGER") IF EXISTS \(object.name.quotedIdentifier)") }
+        }
+        try migrateTables()
+        if restoresOthers { try restore(others) }
+    }
+
+    /// Migrates every table, index and default, and records the model.
+    private mutating func migrateTables() throws {
         var claimed: Set<String> = ["Z_METADATA", "Z_KEYS"]
         // Renamed tables first, each once its name is free; then the others.
         let oldTables = old.tableNames.filter { existingTables[$0] != nil }
@@ -91,6 +107,90 @@ struct Migration {
         try reconcileIndexes()
         try fillDefaults()
         try execute(schema.metadataStatement())
+    }
+
+    // MARK: - Other programs' views and triggers
+
+    /// A view or trigger in the file. ContextStack makes none: they are another program's.
+    private struct SchemaObject {
+        let isView: Bool
+        let name: String
+        /// The table (or view) a trigger is on; a view's own name.
+        let table: String
+        let sql: String
+    }
+
+    /// The views and triggers in the file, in the order they were made.
+    private static func viewsAndTriggers(in db: Connection) throws(SQLiteError) -> [SchemaObject] {
+        try db.rows("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE type IN ('view', 'trigger') AND sql IS NOT NULL ORDER BY rowid").compactMap { row in
+            guard let type = row[0].stringValue, let name = row[1].stringValue, let table = row[2].stringValue, let sql = row[3].stringValue else { return nil }
+            return SchemaObject(isView: type == "view", name: name, table: table, sql: sql)
+        }
+    }
+
+    /// Whether every view and trigger in the file finds the tables and columns it names.
+    /// - Throws: any other failure.
+    private static func allResolve(_ objects: [SchemaObject], in db: Connection) throws(SQLiteError) -> Bool {
+        do {
+            for object in objects { try check(object, in: db) }
+            return true
+        } catch where error.code.primary == .error && error.message.hasPrefix("error in ") {
+            return false
+        }
+    }
+
+    /// Makes the views and triggers taken out for the migration again — views first, as a
+    /// trigger may be on one — and checks each. One that names a column or table the
+    /// migration removed or renamed fails the migration, naming it; the caller's rollback then
+    /// leaves the file, and it, as they were.
+    private func restore(_ objects: [SchemaObject]) throws(SQLiteError) {
+        let views = objects.filter(\.isView)
+        for view in views { try Self.make(view, in: db) }
+        for trigger in objects where !trigger.isView {
+            try Self.make(trigger, in: db)
+            try Self.check(trigger, in: db)
+        }
+        for view in views { try Self.check(view, in: db) }
+    }
+
+    private static func make(_ object: SchemaObject, in db: Connection) throws(SQLiteError) {
+        do {
+            try db.execute(object.sql)
+        } catch {
+            throw failure(error, in: object)
+        }
+    }
+
+    /// Prepares what reads a view, or what fires a trigger (an insert, an update of every
+    /// column and a delete on its table or view): SQLite compiles views and triggers into the
+    /// statements that use them, and fails there on a table or column that is not in the file.
+    /// - Throws: SQLite's error as "error in view …" or "error in trigger …", naming the object.
+    private static func check(_ object: SchemaObject, in db: Connection) throws(SQLiteError) {
+        let table = object.table.quotedIdentifier
+        var statements = ["SELECT * FROM \(table)"]
+        if !object.isView {
+            let columns = try db.rows("SELECT name FROM pragma_table_info(?)", [.text(object.table)]).compactMap { $0[0].stringValue?.quotedIdentifier }
+            statements = ["INSERT INTO \(table) DEFAULT VALUES", "DELETE FROM \(table)"]
+            if !columns.isEmpty { statements.append("UPDATE \(table) SET \(columns.map { "\($0) = \($0)" }.joined(separator: ", "))") }
+        }
+        // Of a view, only the statements its INSTEAD OF triggers take can be prepared.
+        let notTaken = "cannot modify \(object.table) because it is a view"
+        for sql in statements {
+            do {
+                // Prepared, never run: nothing changes.
+                _ = try Statement(connection: db, sql: sql)
+            } catch where error.message == notTaken {
+                continue
+            } catch {
+                throw failure(error, in: object)
+            }
+        }
+    }
+
+    /// SQLite's error for `object`, worded as SQLite words a view's or trigger's error when
+    /// it refuses a table's rename (`SQLiteStore.migrationFailure` reads it).
+    private static func failure(_ error: SQLiteError, in object: SchemaObject) -> SQLiteError {
+        SQLiteError(code: error.code, message: "error in \(object.isView ? "view" : "trigger") \(object.name): \(error.message)", sql: error.sql)
     }
 
     // MARK: - Tables

@@ -178,14 +178,14 @@ extension SQLiteStore {
     /// the store: erasing it for that (`resetOnFailure` answers `.cannotMigrate` so) would
     /// trade good data for an empty file. Those are `.cannotOpen` (`.permissionDenied` for a
     /// file that may not be written), and the next open, once the cause is gone, migrates.
-    /// Damage stays `.corrupt`. A view or trigger someone else added, which names a table the
-    /// migration rebuilds (SQLite then refuses the rebuild's rename), is not the model either,
-    /// and `resetOnFailure` would erase it with everything else in the file: `.cannotOpen`,
-    /// naming it. Every other failure comes from what the file holds (rows the new model
+    /// Damage stays `.corrupt`. A view or trigger someone else added that names a table or
+    /// column the migration removes or renames (`Migration.restore`), or one SQLite found wrong
+    /// before (it refuses the rebuild's rename), is not the model either, and `resetOnFailure`
+    /// would erase it with everything else in the file: `.cannotOpen`, naming it. Every other failure comes from what the file holds (rows the new model
     /// cannot take) and fails again at every open: `.cannotMigrate`, as before.
     private static func migrationFailure(_ error: SQLiteError, path: String) -> StoreError {
         if error.code.primary == .error, error.message.contains("error in view ") || error.message.contains("error in trigger ") {
-            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: a view or trigger that ContextStack did not create names a table the migration rebuilds, or one that is missing (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; drop or change that view or trigger, then open the store again.", underlying: error)
+            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: a view or trigger that ContextStack did not create names a table or column that the migrated store would not have (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; drop or change that view or trigger, then open the store again.", underlying: error)
         }
         switch error.code.primary {
         case .full, .ioError, .noMemory, .busy, .locked, .interrupt, .cantOpen:

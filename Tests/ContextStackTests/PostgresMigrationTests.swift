@@ -149,6 +149,38 @@ struct PostgresMigrationTests {
         #expect(again == ["Gadget_pkey", "dba_label", "dba_size_serial", "Z_Gadget_size", "Z_Gadget_unique_serial"], "\(again)")
     }
 
+    /// Views and triggers someone else added outlive a migration that keeps what they name,
+    /// as on SQLite (Docs/Postgres.md, "Migration"); a view of a column the migration removes
+    /// stops it with `.cannotOpen`, naming the view, and so does a trigger `UPDATE OF` it; the
+    /// database, the view or trigger with it, is left as it was.
+    @Test func viewsAndTriggersSomeoneAddedOutliveAMigrationThatKeepsWhatTheyName() throws {
+        defer { schema.drop() }
+        try write([GadgetV1.self]) { update in try update.create(GadgetV1.self).serial = "S1" }
+        try connection().execute("""
+            CREATE TABLE notes (text text); INSERT INTO notes VALUES ('theirs');
+            CREATE VIEW serials AS SELECT serial FROM "Gadget";
+            CREATE FUNCTION note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO notes VALUES (NEW.serial); RETURN NEW; END $$;
+            CREATE TRIGGER noted AFTER UPDATE OF serial ON "Gadget" FOR EACH ROW EXECUTE FUNCTION note();
+            CREATE VIEW labels AS SELECT label FROM "Gadget"
+            """)
+        let before = try contents()
+        let error = #expect(throws: StoreError.self) { _ = try open([GadgetUnlabelled.self]) }
+        #expect(error?.code == .cannotOpen && error?.message.contains("view labels depends on column label") == true, "\(String(describing: error))")
+        #expect(try contents() == before)
+        try connection().execute("DROP VIEW labels; CREATE TRIGGER labelled AFTER UPDATE OF label ON \"Gadget\" FOR EACH ROW EXECUTE FUNCTION note()")
+        let triggered = #expect(throws: StoreError.self) { _ = try open([GadgetUnlabelled.self]) }
+        #expect(triggered?.code == .cannotOpen && triggered?.message.contains("trigger labelled on table \"Gadget\" depends on column label") == true, "\(String(describing: triggered))")
+        try connection().execute("DROP TRIGGER labelled ON \"Gadget\"")
+        let context = try open([GadgetUnlabelled.self])
+        try context.beginUpdateAndWait { update in
+            let gadget = try #require(try update.fetch(GadgetUnlabelled.self))
+            gadget.serial = "S2"
+            try update.commit()
+        }
+        #expect(try connection().scalar("SELECT serial FROM serials") == .text("S2"))
+        #expect(try connection().allRows("SELECT text FROM notes ORDER BY text") == [[.text("S2")], [.text("theirs")]])
+    }
+
     /// A migration keeps the indexes the new model still wants as they are: adding an
     /// attribute does not rebuild them (each `DROP INDEX` would hold its table's exclusive lock
     /// until the migration commits). Indexes it no longer wants go, and come back when wanted.
