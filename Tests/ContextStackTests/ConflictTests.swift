@@ -323,6 +323,42 @@ import Testing
         #expect(try world.fetch(Sample.self)?.int == 5)
     }
 
+    /// Docs/Concurrency.md, "Merge policies": the check compares with what is stored and with
+    /// the commits the root has accepted but not written yet. A's commit waits in the writer's
+    /// queue; B, which read the monk before it, conflicts with A's age although no row holds
+    /// it yet, and once the queue resumes A's age is what is written.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func theCheckSeesCommitsTheRootHasNotWrittenYet(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let world = try MainContext(stack: store.stack, mergePolicy: .error)
+        let id = try world.beginUpdateAndWait(Fixtures.monkAgedOne)
+        try await store.stack.flush()
+        let b = world.beginUpdateContext()
+        let held = try b.performAndWait { update in try update.fetch(Person.self, id: id) }
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).age = 2
+            try update.commit()
+        }
+        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(1)]], "A's commit waits in the queue")
+        let conflict = #expect(throws: MergeConflictError.self) {
+            try b.performAndWait { update in
+                try #require(held).age = 3
+                try update.commit()
+            }
+        }
+        #expect(conflict?.conflicts.contains { $0.key == "age" && $0.snapshot == .integer(1) && $0.stored == .integer(2) && $0.ours == .integer(3) } == true,
+                "\(String(describing: conflict))")
+        queued.writeQueue.resume()
+        suspended = false
+        try await store.stack.flush()
+        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(2)]])
+    }
+
     /// Another process changes the monk after this process's `commit()` checked him and before
     /// its writer writes the commit (handed to the root, it waits in the queue). The writer
     /// applies the policy again to the row as stored then, as on PostgreSQL: `.error` fails

@@ -363,6 +363,35 @@ import Testing
         #expect(recorder.all.first is Boom)
     }
 
+    /// Docs/Concurrency.md, "Errors in the background": an error that leaves a block of a
+    /// long-lived context rolls back every uncommitted change of the context, those earlier
+    /// blocks left pending too, so a later commit saves none of them; from a `perform` block,
+    /// the error also reaches `stack.onError`.
+    @Test(arguments: Setup.all) @MainActor
+    func anErrorLeavingALongLivedContextsBlockRollsBackWhatEarlierBlocksLeft(setup: Setup) async throws {
+        struct Boom: Error {}
+        let harness = try TopologyHarness(setup)
+        let recorder = ErrorRecorder()
+        harness.stack.onError = { recorder.record($0) }
+        let context = harness.updater?.beginUpdateContext() ?? harness.world.beginUpdateContext()
+        try context.performAndWait { update in try update.create(Pet.self).name = "Ghost" }
+        #expect(throws: Boom.self) { try context.performAndWait { _ in throw Boom() } }
+        try context.performAndWait { update in
+            try update.create(Pet.self).name = "Kept"
+            try update.commit()
+        }
+        try context.performAndWait { update in try update.create(Pet.self).name = "Ghost too" }
+        context.perform { _ in throw Boom() }
+        try context.performAndWait { update in
+            try update.create(Pet.self).name = "Kept too"
+            try update.commit()
+        }
+        try await harness.stack.flush()
+        try await harness.settle()
+        #expect(try harness.world.fetchAll(Pet.self, orderBy: .ascending("name")).map(\.name) == ["Kept", "Kept too"])
+        #expect(recorder.all.count == 1 && recorder.all.first is Boom, "\(recorder.all)")
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func nothingIsSavedWithoutCommit(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)

@@ -356,6 +356,14 @@ import Testing
         #expect(throws: DecodingError.self) {
             try JSONDecoder().decode(Pet.Snapshot.self, from: Data(#"{"id": "Pet/7", "name": "Rex", "age": 3, "owner": "7"}"#.utf8))
         }
+        // Docs/Servers.md, "Writes from values": a body that leaves out a non-optional
+        // attribute does not decode, nor does a to-many naming another entity's object.
+        #expect(throws: DecodingError.self) {
+            try JSONDecoder().decode(Person.Snapshot.self, from: Data(#"{"id": "Person/3", "name": "Ann"}"#.utf8))
+        }
+        #expect(throws: DecodingError.self) {
+            try JSONDecoder().decode(Person.Snapshot.self, from: Data(#"{"id": "Person/3", "name": "Ann", "age": 30, "pets": ["Person/1"]}"#.utf8))
+        }
     }
 
     /// A snapshot read on a main context that does not merge shows the latest state, not the
@@ -861,10 +869,14 @@ import Testing
     var id: Int = 0
 }
 
+@Entity final class Photo: ManagedObject {
+    var snapshot: String = ""
+}
+
 @Suite struct SnapshotNamingTests {
     @Test func anEntityWithAnIDPropertyHasNoSnapshot() {
-        let types: [ManagedObject.Type] = [Ticket.self, Person.self, Engineer.self]
-        #expect(types.map { $0 is any SnapshotProviding.Type } == [false, true, true])
+        let types: [ManagedObject.Type] = [Ticket.self, Photo.self, Person.self, Engineer.self]
+        #expect(types.map { $0 is any SnapshotProviding.Type } == [false, false, true, true])
         // A sub-entity shares its root's.
         #expect(Engineer.Snapshot.self == Staff.Snapshot.self)
     }

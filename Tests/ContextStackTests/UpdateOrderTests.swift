@@ -35,6 +35,30 @@ import Testing
         #expect(log.withLock { $0 } == ["other", "other done", "A", "B"])
     }
 
+    /// Docs/Concurrency.md, "Update order": `.serial` orders `transaction` as it orders
+    /// `beginUpdate`. A transaction started while another update holds the turn runs once
+    /// that update is done: given time to run meanwhile, it does not.
+    @Test @MainActor func aSerialContextsTransactionWaitsForTheTurn() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, updateOrder: .serial)
+        let log = Locked<[String]>([])
+        let release = DispatchSemaphore(value: 0)
+        let holding = DispatchSemaphore(value: 0)
+        world.beginUpdate { _ in
+            log.withLock { $0.append("other") }
+            holding.signal()
+            release.wait()
+            log.withLock { $0.append("other done") }
+        }
+        holding.wait()
+        let transaction = Task { try await world.transaction { _ in log.withLock { $0.append("T") } } }
+        for _ in 0..<50 where log.withLock({ !$0.contains("T") }) { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(log.withLock { $0 } == ["other"])
+        release.signal()
+        try await transaction.value
+        #expect(log.withLock { $0 } == ["other", "other done", "T"])
+    }
+
     /// Two update blocks of one context meet inside: only possible if they run concurrently.
     @Test @MainActor func defaultOrderRunsUpdatesConcurrently() async throws {
         let store = try TestStore(.memory)
