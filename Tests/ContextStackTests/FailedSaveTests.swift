@@ -1034,6 +1034,51 @@ import Testing
         #expect(batches == [Grouping.sameGroup: 1, .laterGroup: 2, .alone: 3][grouping])
     }
 
+    /// Docs/Concurrency.md, "Errors in the background": a commit that adds a many-to-many pair
+    /// with an object whose insert failed fails with it (`.dependsOnFailedCommit`, naming the
+    /// object), and neither its article nor the pair is written.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aManyToManyPairWithAFailedInsertFailsWithIt(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        try store.refuseWrites(ofName: "refused", in: "Tag")
+        let context = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        // Blocks of keys reserved beforehand: reserving one takes the writer on SQLite.
+        try context.beginUpdateAndWait { update in
+            try update.create(Article.self).title = "first"
+            try update.create(Tag.self).name = "first"
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        let refused = try context.beginUpdateAndWait { update in
+            let tag = try update.create(Tag.self)
+            tag.name = "refused"
+            try update.commit()
+            return tag.objectID
+        }
+        try context.beginUpdateAndWait { update in
+            let article = try update.create(Article.self)
+            article.title = "tagged"
+            article.tags = [try #require(try update.fetch(Tag.self, id: refused))]
+            try update.commit()
+        }
+        queued.writeQueue.resume()
+        suspended = false
+        #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
+        let errors = recorder.all
+        #expect(errors.count == 2 && errors.contains(where: TestStore.isRefusal), "\(errors)")
+        let dependents = errors.compactMap { $0 as? SaveError }.filter { $0.code == .dependsOnFailedCommit }
+        #expect(dependents.count == 1 && dependents.first?.objects == [refused], "\(errors)")
+        #expect(try store.writtenRows("SELECT title FROM \"Article\" ORDER BY title") == [[.text("first")]])
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Z_Article_tags_Tag_articles\"") == .integer(0))
+    }
+
     /// On PostgreSQL a commit written alone waits for other transactions' locks at most 50 ms
     /// (then it is written again patiently, outside the state lock); a group must not, or a
     /// commit of it waiting for another process's insert on a unique index would fail alone

@@ -87,6 +87,44 @@ import Testing
         #expect(try direct.fetchCount(Person.self) == 1)
     }
 
+    /// "Two-tier, without merge": a main context whose updates commit to the root and that does
+    /// not merge shows not even its own commits until it resets, though they are written.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aMainContextThatCommitsToTheRootWithoutMergingSeesItsCommitsAfterAReset(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        #expect(try quiet.fetchCount(Person.self) == 0)
+        _ = try create("Ann", in: quiet)
+        try await store.stack.flush()
+        await mainQueueTurn()
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(1))
+        #expect(try quiet.fetchCount(Person.self) == 0)
+        quiet.reset()
+        #expect(try quiet.fetchCount(Person.self) == 1)
+    }
+
+    /// "Three-tier": a main context merges only its own updates' commits. Another main
+    /// context's commit, through the same root, leaves the object it holds as it was, even
+    /// after a read; a fetch that returns the object shows the commit, and refreshes it.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aThreeTierMainContextDoesNotMergeAnotherContextsCommitsButItsFetchesSeeThem(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let a = try MainContext(stack: store.stack)
+        let b = try MainContext(stack: store.stack)
+        let id = try create("Ann", in: a)
+        let held = try #require(try a.fetch(Person.self, id: id))
+        try b.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).age = 30
+            try update.commit()
+        }
+        try await store.stack.flush()
+        _ = try a.fetchCount(Pet.self)
+        await mainQueueTurn()
+        #expect(held.age == 0)
+        #expect(try a.fetch(Person.self, %"name" == "Ann")?.age == 30)
+        #expect(held.age == 30)
+    }
+
     /// "Delivery": observers run in the order they were added, a context's and the stack's
     /// alike; a stream buffers every commit from the moment it was made, iterated or not.
     @Test @MainActor func observersRunInTheOrderTheyWereAddedAndStreamsBuffer() async throws {

@@ -49,7 +49,10 @@ def call(method, url, body=None):
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as error:
-        return error.code, None
+        try:
+            return error.code, json.loads(error.read() or b"null")
+        except ValueError:
+            return error.code, None
 
 
 def wait_until(what, predicate, seconds=60):
@@ -248,8 +251,10 @@ def check_store(binary, store, label, work, requests):
 
 def check_api(base):
     """The API table's answers beyond the load's mix (Docs/Servers.md, "The example server"):
-    a PATCH to a taken email, a PATCH naming a pet that does not exist, pets of a person,
-    deletes and what is gone after them. Returns the problems found."""
+    a page of people and its total, a PATCH from a stale read (409 with the conflict and the
+    current person), a PATCH to a taken email, a PATCH naming a pet that does not exist,
+    negative ages, pets of a person, deletes and what is gone after them. Returns the problems
+    found."""
     problems = []
 
     def expect(what, got, wanted):
@@ -264,7 +269,28 @@ def check_api(base):
         return problems
     status, _ = call("POST", base + "/people", {"name": "api-Ann2", "age": 1, "email": "api-ann@example.org"})
     expect("POST with a taken email", status, 409)
+    status, _ = call("POST", base + "/people", {"name": "api-Cid", "age": -1})
+    expect("POST with a negative age", status, 400)
+
+    def page(query):
+        status, body = call("GET", base + "/people?" + query)
+        body = body or {}
+        return status, [person["name"] for person in body.get("items", [])], body.get("total")
+    # By name, then age; the total counts every match, not the page.
+    expect("GET /people, the second page of one", page("name=api-&limit=1&offset=1"), (200, ["api-Bob"], 2))
+    expect("GET /people older than 34", page("name=api-&minAge=35"), (200, ["api-Bob"], 1))
+    # A second PATCH from the same read is a lost update: 409 with what the client read, what is
+    # stored, and the person as stored.
+    ann_key = ann["id"].split("/")[1]
+    status, stored = call("PATCH", f"{base}/people/{ann_key}", {"expected": ann, "edited": dict(ann, age=31)})
+    expect("PATCH Ann's age", (status, (stored or {}).get("age")), (200, 31))
+    status, report = call("PATCH", f"{base}/people/{ann_key}", {"expected": ann, "edited": dict(ann, age=32)})
+    report = report or {}
+    expect("PATCH from a stale read", (status, report.get("conflicts"), (report.get("current") or {}).get("age")),
+           (409, [{"key": "age", "expected": "30", "stored": "31"}], 31))
     bob_key = bob["id"].split("/")[1]
+    status, _ = call("PATCH", f"{base}/people/{bob_key}", {"expected": bob, "edited": dict(bob, age=-1)})
+    expect("PATCH to a negative age", status, 400)
     status, _ = call("PATCH", f"{base}/people/{bob_key}", {"expected": bob, "edited": dict(bob, email="api-ann@example.org")})
     expect("PATCH to a taken email", status, 409)
     status, _ = call("PATCH", f"{base}/people/{bob_key}", {"expected": bob, "edited": dict(bob, pets=["Pet/999999"])})
