@@ -363,8 +363,9 @@ import Testing
     /// its writer writes the commit (handed to the root, it waits in the queue). The writer
     /// applies the policy again to the row as stored then, as on PostgreSQL: `.error` fails
     /// the commit, `.storeTrump` keeps the other process's age and saves this commit's name,
-    /// and the main context that was shown the commit is told what was kept.
-    @Test(arguments: StoreKind.available.filter { $0 != .memory }, [MergePolicy.error, .storeTrump]) @MainActor
+    /// `.rollback` drops this commit's changes to the monk, `.overwrite` saves them all, and
+    /// the main context that was shown the commit is told what was kept.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }, [MergePolicy.error, .storeTrump, .rollback, .overwrite]) @MainActor
     func anotherProcessChangeBetweenTheCheckAndTheWriteMeetsThePolicy(kind: StoreKind, policy: MergePolicy) async throws {
         let store = try TestStore(kind)
         let queued = try #require(store.stack.store as? any QueuedStore)
@@ -396,10 +397,15 @@ import Testing
         } else {
             try await store.stack.flush()
             #expect(recorder.all.isEmpty)
-            #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text("Abbot"), .integer(40)]])
+            let kept: (name: String, age: Int) = switch policy {
+            case .rollback: ("", 40)
+            case .overwrite: ("Abbot", 2)
+            default: ("Abbot", 40)
+            }
+            #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text(kept.name), .integer(Int64(kept.age))]])
             await mainQueueTurn()
             let monk = try #require(try world.fetch(Person.self, id: id))
-            #expect([monk.name, String(monk.age)] == ["Abbot", "40"], "the main context hears the age kept")
+            #expect([monk.name, String(monk.age)] == [kept.name, String(kept.age)], "the main context hears what was kept")
         }
     }
 }
