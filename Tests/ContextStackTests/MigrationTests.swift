@@ -164,6 +164,16 @@ import Testing
     var label: String = "plain"
 }
 
+// `Int` and `Bool` share SQLite's INTEGER: a switch between them is no change of the stored type.
+
+@Entity(name: "Lamp") final class LampV1: ManagedObject {
+    var power: Int = 0
+}
+
+@Entity(name: "Lamp") final class LampV2: ManagedObject {
+    var power: Bool = false
+}
+
 // A to-one relationship turned into a to-many.
 
 @Entity(name: "Rack") final class RackV1: ManagedObject {
@@ -1137,6 +1147,45 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         }
         #expect(try db.scalar("SELECT serial FROM serials") == .text("S2"))
         #expect(try db.rows("SELECT text FROM notes ORDER BY rowid") == [[.text("theirs")], [.text("S2")]])
+    }
+
+    /// Docs/Stores.md, "Migration": a migration rewrites only the tables that changed (an
+    /// unchanged entity's table keeps its pages and its SQL) and drops only tables the old
+    /// model described: a removed entity's, with its join table, and never someone else's.
+    @Test func aMigrationRewritesOnlyTheTablesThatChangedAndDropsOnlyItsOwn() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self, Bin.self, CrateV1.self], at: url) { update in
+            try update.create(GadgetV1.self).serial = "S1"
+            let bin = try update.create(Bin.self)
+            bin.label = "B1"
+            let crate = try update.create(CrateV1.self)
+            crate.label = "C1"
+            crate.bins = [bin]
+        }
+        let db = try Connection(path: url.path)
+        try db.execute("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('theirs')")
+        let tables = "SELECT name, rootpage, sql FROM sqlite_master WHERE name IN ('Bin', 'Gadget') ORDER BY name"
+        let before = try db.rows(tables)
+        let context = try openStore([GadgetUnlabelled.self, Bin.self], at: url)
+        let after = try db.rows(tables)
+        #expect(after.first == before.first, "Bin's table is untouched")
+        #expect(after.last?[1] != before.last?[1], "Gadget's table was rebuilt")
+        #expect(try db.rows("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                == ["Bin", "Gadget", "Z_KEYS", "Z_METADATA", "notes"].map { [.text($0)] })
+        #expect(try db.scalar("SELECT text FROM notes") == .text("theirs"))
+        #expect(try context.beginUpdateAndWait { try $0.fetch(Bin.self)?.label } == "B1")
+    }
+
+    /// Docs/Stores.md, "What cannot be inferred": types stored in the same SQLite column type
+    /// are no change of the stored type. An `Int` made a `Bool` migrates, and reads every
+    /// non-zero value as `true`.
+    @Test func anIntMadeABoolKeepsItsColumnAndReadsNonZeroAsTrue() throws {
+        defer { cleanUp() }
+        try writeStore([LampV1.self], at: url) { update in
+            for power in [0, 1, 2] { try update.create(LampV1.self).power = power }
+        }
+        let context = try openStore([LampV2.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetchAll(LampV2.self).map(\.power) }.sorted { !$0 && $1 } == [false, true, true])
     }
 
     /// A trigger whose body names a column the migration removes fails it as a view does,

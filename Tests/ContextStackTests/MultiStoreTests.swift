@@ -287,6 +287,9 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect {
             try stack.addDatabaseStore(at: url, configuration: "InMemory")
         } throws: { ($0 as? StoreError)?.code == .alreadyAdded }
+        #expect {
+            try stack.addDatabaseStore(at: url, configuration: "Database", autoMigrating: false)
+        } throws: { ($0 as? StoreError)?.code == .alreadyAdded }
     }
 
     @Test func configurationsMayNotOverlapOnOneStack() throws {

@@ -77,6 +77,18 @@ import Testing
         #expect(try runChild() == ["add: permissionDenied"])
     }
 
+    /// A writable store in a directory the process may not write is refused too (SQLite must
+    /// create its `-wal` and `-shm` there), and left as it was.
+    @Test func aStoreInAReadOnlyDirectoryIsRefused() throws {
+        defer { cleanUp() }
+        try writeStore(permissions: 0o644)
+        try prepare(directory.path, permissions: 0o555)
+        let before = FileManager.default.contents(atPath: url.path)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [url.lastPathComponent])
+        #expect(try runChild() == ["add: permissionDenied"])
+        #expect(FileManager.default.contents(atPath: url.path) == before)
+    }
+
     /// A store needs `-wal` and `-shm` beside its file: a read-only directory is refused, and
     /// no file is created in it.
     @Test func aReadOnlyDirectoryIsRefused() throws {
