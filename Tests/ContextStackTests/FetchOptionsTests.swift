@@ -15,6 +15,43 @@ import Testing
         return (harness.store, harness.world)
     }
 
+    /// Docs/Queries.md, "Order": a fetch sorts by a to-one relationship itself, by the related
+    /// object's primary key, NULLs first ascending, pending rows by the same rules; by a
+    /// to-many it refuses with `.unsupported`, by a name or a typed key path that is no
+    /// persisted property with `.unknownKey`. A query's unknown name lists its aliases.
+    @Test(arguments: Setup.all) @MainActor
+    func aFetchSortsByAToOneByItsKeyAndRefusesAToMany(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        try await harness.write { update in
+            let people = try ["Ann", "Bob", "Cid"].map { name in
+                let person = try update.create(Person.self)
+                person.name = name
+                return person
+            }
+            people[0].friend = people[2]
+            people[2].friend = people[0]
+            try update.commit()
+        }
+        let world = harness.world
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("friend")).map(\.name) == ["Bob", "Cid", "Ann"])
+        #expect(try world.fetchAll(Person.self, orderBy: .descending("friend")).map(\.name) == ["Ann", "Cid", "Bob"])
+        try harness.update { update in
+            try update.create(Person.self).name = "Dan"
+            #expect(try update.fetchAll(Person.self, orderBy: .ascending("friend")).map(\.name) == ["Bob", "Dan", "Cid", "Ann"])
+        }
+        func code(_ fetch: () throws -> Void) -> QueryError.Code? {
+            do { try fetch() } catch { return (error as? QueryError)?.code }
+            return nil
+        }
+        #expect(code { _ = try world.fetchAll(Person.self, orderBy: .ascending("pets")) } == .unsupported)
+        #expect(code { _ = try world.fetchAll(Person.self, orderBy: .ascending("nope")) } == .unknownKey)
+        #expect(code { _ = try world.fetchAll(Person.self, orderBy: .ascending(\Person.scratch)) } == .unknownKey)
+        let error = #expect(throws: QueryError.self) {
+            _ = try world.query(Person.self, .average("age", alias: "avgAge") | .count("name", alias: "n"), groupBy: %"location", having: %"nope" > 1)
+        }
+        #expect(error?.code == .unknownKey && error?.message.contains("avgAge, n") == true, "\(String(describing: error))")
+    }
+
     /// Docs/Queries.md, "Options": a negative `.limit` or `.offset` counts as 0, in fetches and
     /// in queries, on every store (PostgreSQL refuses a negative `LIMIT`).
     @Test(arguments: Setup.all) @MainActor
