@@ -87,6 +87,9 @@ import Testing
         let importerCommits = Locked<[Commit]>([])
         let observation = importer.observeCommit { commit in importerCommits.withLock { $0.append(commit) } }
         defer { observation.cancel() }
+        var appCommits: [Commit] = []
+        let appObservation = world.observeCommit { appCommits.append($0) }
+        defer { appObservation.cancel() }
         try importer.beginUpdateAndWait { update in
             try #require(try update.fetch(Person.self, id: monk)).age = 40
             try update.commit()
@@ -152,11 +155,16 @@ import Testing
             + pets.map { HistoryChange(kind: .delete, objectID: $0, entityName: "Pet", changedKeys: []) }))
         #expect(history[8].changes.map(\.kind) == [.insert] && history[8].changes.map(\.entityName) == ["Tag"])
         #expect(importerCommits.withLock { $0.last?.author } == "importer", "a batch insert's Commit names its author too")
-        // A commit delivered once written carries its token — on SQLite, where the writer
-        // numbers transactions itself.
+        // Docs/History.md, "Tokens": a commit delivered once written (`.persistentStore`, batch
+        // operations) carries its token on SQLite, where the writer numbers transactions
+        // itself; one delivered before the root writes it has none, nor has any on PostgreSQL.
+        let importerTokens = importerCommits.withLock { $0.map(\.token) }
         if kind != .postgres {
-            #expect(importerCommits.withLock { $0.first?.token } == history[1].token)
+            #expect(importerTokens == [1, 4, 7, 8].map { history[$0].token })
+        } else {
+            #expect(importerTokens == [nil, nil, nil, nil])
         }
+        #expect(appCommits.count == 4 && appCommits.allSatisfy { $0.token == nil }, "\(appCommits.map(\.token))")
         #expect(history.allSatisfy { abs($0.date.timeIntervalSinceNow) < 3600 })
     }
 
