@@ -455,6 +455,43 @@ import Testing
     /// Another stack on the file (as another process would) inserts, updates and deletes:
     /// this stack's three-tier main context, its results and its observers follow, and each
     /// remote commit says what the history says.
+    /// Docs/History.md, "Remote commits": a merging main context takes a remote commit's values
+    /// with this process's queued, unwritten commits on top, so it shows what the store holds
+    /// once they are written: the other stack's age, and this stack's name, which its queued
+    /// commit writes over the other's.
+    @Test(arguments: kinds) @MainActor
+    func aRemoteCommitIsShownWithThisProcesssQueuedCommitsOnTop(kind: StoreKind) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let world = try MainContext(stack: store.stack)
+        let ada = try Self.commitAda(from: world)
+        try await store.stack.flush()
+        let held = try #require(try world.fetch(Person.self, id: ada))
+        let writer = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
+        var commits = store.stack.allCommits.filter(\.isRemote).makeAsyncIterator()
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        try world.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: ada)).name = "Ada L."
+            try update.commit()
+        }
+        try writer.beginUpdateAndWait { update in
+            let remote = try #require(try update.fetch(Person.self, id: ada))
+            (remote.name, remote.age) = ("Augusta", 37)
+            try update.commit()
+        }
+        let remote = try #require(await commits.next())
+        #expect(remote.updated == [ada])
+        #expect([held.name, String(held.age)] == ["Ada L.", "37"], "the queued name on top of the remote age")
+        queued.writeQueue.resume()
+        suspended = false
+        try await store.stack.flush()
+        #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text("Ada L."), .integer(37)]])
+        #expect([held.name, String(held.age)] == ["Ada L.", "37"])
+    }
+
     @Test(arguments: kinds) @MainActor
     func otherStacksCommitsReachContextsResultsAndObservers(kind: StoreKind) async throws {
         let store = try TestStore(kind, tracksHistory: true)
