@@ -8,6 +8,43 @@ import Foundation
 import Testing
 
 @Suite struct AggregateTests {
+    /// Docs/Queries.md, "What a query sees": a query in an update does not see the update's
+    /// pending changes, where `fetchCount` does; a main context that does not merge queries the
+    /// store as it is now, where its `fetchCount` reads its pinned view, until `reset()`.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aQueryReadsTheStoreNotPendingChangesNorAPinnedView(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        #expect(try quiet.fetchCount(Person.self) == 0)
+        try await store.stack.flush()
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ann"
+            #expect(try update.fetchCount(Person.self) == 1)
+            #expect(try update.queryValue(Person.self, .count("name")) == .integer(0))
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(try quiet.fetchCount(Person.self) == 0)
+        #expect(try quiet.queryValue(Person.self, .count("name")) == .integer(1))
+        quiet.reset()
+        #expect(try quiet.fetchCount(Person.self) == 1)
+    }
+
+    /// Docs/Queries.md, "Aggregates": SQLite's `total` adds in doubles, PostgreSQL adds whole
+    /// numbers exactly and rounds once: past 2⁵³ the two may differ in the last bits.
+    @Test(arguments: StoreKind.available) @MainActor
+    func aSumPastTwoToTheFiftyThirdIsRoundedAsEachDatabaseAdds(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for age in [1 << 53, 1, 1] { try update.create(Person.self).age = age }
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(try world.queryValue(Person.self, .sum("age")) == .double(kind == .postgres ? 9007199254740994 : 9007199254740992))
+    }
+
     @Test(arguments: Setup.all) @MainActor
     func aggregatesGroupingHavingAndOrder(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)
