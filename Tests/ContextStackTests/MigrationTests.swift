@@ -1149,6 +1149,24 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         #expect(try db.rows("SELECT text FROM notes ORDER BY rowid") == [[.text("theirs")], [.text("S2")]])
     }
 
+    /// Docs/Errors.md: an open whose migration cannot take the file's lock (another
+    /// connection holds a write transaction past the busy timeout) is `.cannotOpen`, with
+    /// SQLite's busy error underneath, and is never reset, even with `resetOnFailure`; once the
+    /// lock is gone, the next open migrates with every row.
+    @Test(.timeLimit(.minutes(1))) func aLockHeldPastTheBusyTimeoutIsCannotOpenAndNeverResets() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let holder = try Connection(path: url.path)
+        try holder.execute("BEGIN IMMEDIATE")
+        let before = storeBytes(url)
+        let error = #expect(throws: StoreError.self) { _ = try openStore([GadgetV2.self], at: url, resetOnFailure: true) }
+        #expect(error?.code == .cannotOpen && (error?.underlying as? SQLiteError)?.code.primary == .busy, "\(String(describing: error))")
+        #expect(storeBytes(url) == before)
+        try holder.execute("ROLLBACK")
+        let context = try openStore([GadgetV2.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetch(GadgetV2.self)?.serial } == "S1")
+    }
+
     /// Docs/Stores.md, "Migration": a migration rewrites only the tables that changed (an
     /// unchanged entity's table keeps its pages and its SQL) and drops only tables the old
     /// model described: a removed entity's, with its join table, and never someone else's.
