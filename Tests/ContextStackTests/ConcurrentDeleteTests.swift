@@ -282,18 +282,20 @@ import Testing
 
 extension ConcurrentDeleteTests {
     /// The rules across a many-to-many relationship: a shelf's books are `.deny`, a crate's
-    /// cans `.cascade`, a poster's walls `.nullify`. Another commit put a new member in while
+    /// cans `.cascade`, a poster's walls `.nullify`, an album's songs `.noAction` (a pair is
+    /// removed whatever the rule: Docs/Writing.md). Another commit put a new member in while
     /// this context deleted the owner, having read its members (empty).
-    @Test(arguments: StoreKind.available, [DeleteRule.deny, .cascade, .nullify])
+    @Test(arguments: StoreKind.available, [DeleteRule.deny, .cascade, .nullify, .noAction])
     func aDeleteAppliesItsRuleToPairsAddedMeanwhile(kind: StoreKind, rule: DeleteRule) throws {
-        let store = try TestStore(kind, types: [Shelf.self, Book.self, Crate.self, Can.self, Poster.self, Wall.self])
+        let store = try TestStore(kind, types: [Shelf.self, Book.self, Crate.self, Can.self, Poster.self, Wall.self, Album.self, Song.self])
         let mine = try Context(stack: store.stack, updateTarget: .persistentStore)
-        let other = kind == .memory ? store.stack : try store.reopen(types: [Shelf.self, Book.self, Crate.self, Can.self, Poster.self, Wall.self])
+        let other = kind == .memory ? store.stack : try store.reopen(types: [Shelf.self, Book.self, Crate.self, Can.self, Poster.self, Wall.self, Album.self, Song.self])
         let theirs = try Context(stack: other, updateTarget: .persistentStore)
         try mine.beginUpdateAndWait { update in
             try update.create(Shelf.self).name = "owner"
             try update.create(Crate.self).name = "owner"
             try update.create(Poster.self).name = "owner"
+            try update.create(Album.self).title = "owner"
             try update.commit()
         }
         var thrown: (any Error)?
@@ -309,6 +311,10 @@ extension ConcurrentDeleteTests {
                     let crate = try #require(try update.fetch(Crate.self, %"name" == "owner"))
                     #expect(crate.cans.isEmpty)
                     owner = crate
+                case .noAction:
+                    let album = try #require(try update.fetch(Album.self, %"title" == "owner"))
+                    #expect(album.songs.isEmpty)
+                    owner = album
                 default:
                     let poster = try #require(try update.fetch(Poster.self, %"name" == "owner"))
                     #expect(poster.walls.isEmpty)
@@ -320,6 +326,8 @@ extension ConcurrentDeleteTests {
                         try update.create(Book.self).shelves = [try #require(try update.fetch(Shelf.self, %"name" == "owner"))]
                     case .cascade:
                         try update.create(Can.self).crates = [try #require(try update.fetch(Crate.self, %"name" == "owner"))]
+                    case .noAction:
+                        try update.create(Song.self).albums = [try #require(try update.fetch(Album.self, %"title" == "owner"))]
                     default:
                         try update.create(Wall.self).posters = [try #require(try update.fetch(Poster.self, %"name" == "owner"))]
                     }
@@ -331,7 +339,7 @@ extension ConcurrentDeleteTests {
         } catch {
             thrown = error
         }
-        let pairs = try ["Z_Book_shelves_Shelf_books", "Z_Can_crates_Crate_cans", "Z_Poster_walls_Wall_posters"].map {
+        let pairs = try ["Z_Book_shelves_Shelf_books", "Z_Can_crates_Crate_cans", "Z_Poster_walls_Wall_posters", "Z_Album_songs_Song_albums"].map {
             try store.writtenScalar("SELECT count(*) FROM \"\($0)\"")
         }
         switch rule {
@@ -343,6 +351,11 @@ extension ConcurrentDeleteTests {
             #expect(thrown == nil)
             #expect(try store.writtenScalar("SELECT count(*) FROM \"Can\"") == .integer(0), "the new can went with its crate")
             #expect(pairs[1] == .integer(0))
+        case .noAction:
+            #expect(thrown == nil)
+            #expect(try store.writtenScalar("SELECT count(*) FROM \"Song\"") == .integer(1), "the song stays")
+            #expect(try store.writtenScalar("SELECT count(*) FROM \"Album\"") == .integer(0))
+            #expect(pairs[3] == .integer(0), "without the album")
         default:
             #expect(thrown == nil)
             #expect(try store.writtenScalar("SELECT count(*) FROM \"Wall\"") == .integer(1), "the wall stays")
