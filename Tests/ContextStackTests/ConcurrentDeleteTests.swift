@@ -365,6 +365,38 @@ extension ConcurrentDeleteTests {
 }
 
 extension ConcurrentDeleteTests {
+    /// Docs/Writing.md, "Deletes and references made meanwhile": a to-one declared without an
+    /// inverse has no rule on the other side. Deleting the pet leaves `Vault.keeper` pointing
+    /// at its row; reading it gives `nil`, and a later commit that changes the vault's label is
+    /// saved.
+    @Test(arguments: Setup.all) @MainActor
+    func aToOneWithoutAnInverseToADeletedObjectReadsNil(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        let recorder = ErrorRecorder()
+        harness.stack.onError = { recorder.record($0) }
+        let (vault, pet) = try await harness.write { update in
+            let pet = try update.create(Pet.self)
+            pet.name = "Rex"
+            let vault = try update.create(Vault.self)
+            (vault.label, vault.keeper) = ("gold", pet)
+            try update.commit()
+            return (vault.objectID, pet.objectID)
+        }
+        try await harness.write { update in
+            try update.delete(#require(try update.fetch(Pet.self, id: pet)))
+            try update.commit()
+        }
+        #expect(try harness.store.writtenScalar("SELECT count(*) FROM \"Vault\" WHERE keeper IS NOT NULL") == .integer(1))
+        try await harness.write { update in
+            let stored = try #require(try update.fetch(Vault.self, id: vault))
+            #expect(stored.keeper == nil)
+            stored.label = "silver"
+            try update.commit()
+        }
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        #expect(try harness.store.writtenRows("SELECT label FROM \"Vault\"") == [[.text("silver")]])
+    }
+
     /// `.noAction` leaves a reference dangling on purpose: the writer's look at a delete does
     /// not clear it, and a later commit that changes the referrer's other values is saved — a
     /// reference the context started from is not one the commit makes.
