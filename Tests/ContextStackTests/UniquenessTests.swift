@@ -67,6 +67,55 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
 @Suite(.timeLimit(.minutes(5))) struct UniquenessTests {
     // MARK: The model and the schema
 
+    /// Docs/Writing.md, "Uniqueness": a unique value is checked against every commit handed
+    /// over, also one that waits to be written (a `.persistentStore` commit whose caller is
+    /// blocked behind the writer): another context's commit of the same email fails at its
+    /// `commit()`, and the waiting one is saved.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aUniqueValueIsCheckedAgainstACommitWaitingToBeWritten(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        let direct = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        let other = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        // Blocks of keys reserved beforehand: reserving one takes the writer on SQLite.
+        for context in [direct, other] {
+            try context.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "first"
+                try update.commit()
+            }
+        }
+        try store.stack.flushAndWait()
+        let firstDone = DispatchSemaphore(value: 0)
+        try store.holdingTheWriter {
+            let before = store.commitsHandedOver
+            Thread.detachNewThread {
+                do {
+                    try direct.beginUpdateAndWait { update in
+                        try update.create(Person.self).email = "x@example.org"
+                        try update.commit()
+                    }
+                } catch {
+                    recorder.record(error)
+                }
+                firstDone.signal()
+            }
+            for _ in 0..<60_000 where store.commitsHandedOver == before { usleep(1_000) }
+            try #require(store.commitsHandedOver > before)
+            let error = #expect(throws: SaveError.self) {
+                try other.beginUpdateAndWait { update in
+                    try update.create(Person.self).email = "x@example.org"
+                    try update.commit()
+                }
+            }
+            #expect(error?.code == .uniquenessViolated, "\(String(describing: error))")
+        }
+        firstDone.wait()
+        try store.stack.flushAndWait()
+        #expect(recorder.all.isEmpty, "\(recorder.all)")
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Person\" WHERE email = 'x@example.org'") == .integer(1))
+    }
+
     @Test func uniqueKeysMustNameStoredProperties() throws {
         for (type, fragment) in [(UnknownKeyEntity.self as ManagedObject.Type, "'missing'"), (TwiceKeyEntity.self, "twice"),
                                  (ToManyKeyEntity.self, "to-many")] {
