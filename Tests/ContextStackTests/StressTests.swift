@@ -158,6 +158,41 @@ import Testing
 @Suite(.timeLimit(.minutes(5))) struct GroupCommitTests {
     /// Commits that reach the writer while it is busy share one transaction; one that fails
     /// (a write SQLite refuses) fails alone, and observers hear of every commit.
+    /// Docs/Servers.md, "Setting up a stack in a server": the `transaction`s of concurrent
+    /// requests on one `.persistentStore` context are written together, in one database
+    /// transaction (the first may be taken alone, before the others queue), and each returns
+    /// once its commit is written.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory })
+    func aServerContextsConcurrentTransactionsShareADatabaseTransaction(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let context = try Context(stack: store.stack, updateTarget: .persistentStore)
+        // Also reserves a block of keys, which the commits below would need the writer for.
+        try await context.transaction { update in try update.create(Person.self).name = "seed" }
+        let transactionsBefore = queued.state.withLock { $0.transactionCount }
+        let handedOverBefore = store.commitsHandedOver
+        let holding = Locked(false)
+        let release = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? store.holdingTheWriter {
+                holding.withLock { $0 = true }
+                release.wait()
+            }
+        }
+        while !holding.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(1)) }
+        let requests = (0..<5).map { index in
+            Task.detached {
+                try await context.transaction { update in try update.create(Person.self).name = "p\(index)" }
+            }
+        }
+        while store.commitsHandedOver - handedOverBefore < 5 { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(1), "none is written while the writer is held")
+        release.signal()
+        for request in requests { try await request.value }
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Person\"") == .integer(6), "each returned once written")
+        #expect(queued.state.withLock { $0.transactionCount } - transactionsBefore <= 2)
+    }
+
     @Test @MainActor func commitsQueuedTogetherShareATransactionAndFailAlone() async throws {
         let store = try TestStore(.file)
         let recorder = ErrorRecorder()
