@@ -674,6 +674,23 @@ import Testing
         for count in counts { #expect(try await count.value == .integer(2)) }
     }
 
+    /// Docs/Servers.md, "Async reads", Cancellation: an aggregate that waits for the commits on
+    /// their way to the store checks cancellation again after that wait, so a task cancelled
+    /// while it waited gets `CancellationError`, not the aggregate.
+    @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
+    func anAggregateCancelledWhileItWaitsForTheWriterThrowsCancellationError(kind: StoreKind) async throws {
+        let (store, _, release) = try await annWrittenAndBobQueued(kind)
+        let reader = try Context(stack: store.stack)
+        let aggregate = Task { try await reader.aggregateValue(Person.self, .count("name")) }
+        // Until the aggregate waits for the writer; a bound, not a measure.
+        for _ in 0..<2000 where store.writerWaiters < 1 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(store.writerWaiters >= 1)
+        aggregate.cancel()
+        release.signal()
+        await #expect(throws: CancellationError.self) { try await aggregate.value }
+        #expect(try await reader.aggregateValue(Person.self, .count("name")) == .integer(2))
+    }
+
     /// The async reads never need the main actor: they finish while it is blocked.
     @Test @MainActor func asyncReadsRunOffTheMainActor() throws {
         let store = try TestStore(.file)
