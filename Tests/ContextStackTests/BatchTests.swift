@@ -426,6 +426,58 @@ import Testing
         #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'x@example.com'") == [["A"]])
     }
 
+    /// The same for a batch delete, which frees a value: a commit that sets the email the
+    /// queued batch deletes waits for the batch and is saved, where checked without it, it
+    /// would meet the stored row and fail with `.uniquenessViolated`.
+    @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
+    func aCommitTakesAUniqueValueTheBatchDeleteQueuedBeforeItFrees(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let context = try ContextStack.Context(stack: store.stack)
+        let (a, b) = try context.beginUpdateAndWait { update in
+            let a = try update.create(Person.self)
+            (a.name, a.email) = ("A", "x@example.com")
+            let b = try update.create(Person.self)
+            b.name = "B"
+            try update.commit()
+            return (a.objectID, b.objectID)
+        }
+        try await store.stack.flush()
+        let release = try store.holdTheWriterFromOutside(locking: a)
+        let deleted = Locked<Result<Int, any Error>?>(nil)
+        Thread.detachNewThread {
+            let result = Result {
+                try context.beginUpdateAndWait { update in
+                    try update.batchDelete(Person.self, %"email" == "x@example.com")
+                }
+            }
+            deleted.withLock { $0 = result }
+        }
+        for _ in 0..<2000 where !store.hasUnwrittenBatch { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(store.hasUnwrittenBatch, "the batch is queued behind the held writer: \(String(describing: deleted.withLock { $0 }))")
+        let waitingBefore = store.writerWaiters
+        let outcome = Locked<Result<Void, any Error>?>(nil)
+        let committer = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        Thread.detachNewThread {
+            let result = Result {
+                try committer.beginUpdateAndWait { update in
+                    try #require(try update.fetch(Person.self, id: b)).email = "x@example.com"
+                    try update.commit()
+                }
+            }
+            outcome.withLock { $0 = result }
+        }
+        // Until the commit waits for the writer, or returned; a bound, not a measure.
+        for _ in 0..<2000 where outcome.withLock({ $0 == nil }) && store.writerWaiters <= waitingBefore { try await Task.sleep(for: .milliseconds(5)) }
+        try release()
+        for _ in 0..<6000 where outcome.withLock({ $0 == nil }) || deleted.withLock({ $0 == nil }) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(try deleted.withLock { $0 }?.get() == 1)
+        #expect(throws: Never.self) { try #require(outcome.withLock { $0 }).get() }
+        try await store.stack.flush()
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'x@example.com'") == [["B"]])
+    }
+
     /// Only references the update set are refused: a stored reference a `.noAction` rule
     /// leaves pointing at what the batch deleted goes out unchanged with an object the update
     /// changed otherwise, as it would without the batch.
