@@ -103,6 +103,29 @@ import Testing
         #expect(try quiet.fetchCount(Person.self) == 1)
     }
 
+    /// "Two-tier, without merge": a main context made before the stack had a store pins its
+    /// view at its first read, and shows what was committed before that read, not after.
+    @Test @MainActor func aMainContextMadeBeforeTheStorePinsItsViewAtItsFirstRead() async throws {
+        let (directory, url) = try makeStoreLocation()
+        defer { removeTemporaryDirectory(directory) }
+        let stack = try Stack(model: Model(fullModelTypes))
+        let quiet = try MainContext(stack: stack, updateTarget: .rootContext(autoMerge: false))
+        try stack.addDatabaseStore(at: url)
+        let writer = try Context(stack: stack, updateTarget: .persistentStore)
+        func commit(_ name: String) throws {
+            try writer.beginUpdateAndWait { update in
+                try update.create(Person.self).name = name
+                try update.commit()
+            }
+        }
+        try commit("Ann")
+        #expect(try quiet.fetchAll(Person.self).map(\.name) == ["Ann"])
+        try commit("Bob")
+        #expect(try quiet.fetchAll(Person.self).map(\.name) == ["Ann"])
+        quiet.reset()
+        #expect(try quiet.fetchAll(Person.self, orderBy: .ascending("name")).map(\.name) == ["Ann", "Bob"])
+    }
+
     /// "Three-tier": a main context merges only its own updates' commits. Another main
     /// context's commit, through the same root, leaves the object it holds as it was, even
     /// after a read; a fetch that returns the object shows the commit, and refreshes it.

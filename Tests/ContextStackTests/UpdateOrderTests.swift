@@ -83,6 +83,33 @@ import Testing
         #expect(met.withLock { $0 } == 2)
     }
 
+    /// Docs/Concurrency.md, "Update order": updates started from different contexts are never
+    /// ordered against each other, even when both contexts are `.serial`: an update of each
+    /// meets the other inside.
+    @Test @MainActor func twoSerialContextsUpdatesAreNotOrderedAgainstEachOther() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack, updateOrder: .serial)
+        let other = try Context(stack: store.stack, updateOrder: .serial)
+        let first = DispatchSemaphore(value: 0)
+        let second = DispatchSemaphore(value: 0)
+        let met = Locked(0)
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let finished = Locked(0)
+            @Sendable func finish() { if finished.withLock({ $0 += 1; return $0 }) == 2 { done.resume() } }
+            world.beginUpdate { _ in
+                first.signal()
+                if second.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
+                finish()
+            }
+            other.beginUpdate { _ in
+                second.signal()
+                if first.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
+                finish()
+            }
+        }
+        #expect(met.withLock { $0 } == 2)
+    }
+
     @Test @MainActor func serialOrderRunsOneUpdateAtATimeIncludingItsContinuations() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack, updateOrder: .serial)
