@@ -59,16 +59,17 @@ struct Migration {
     mutating func run() throws {
         // Views and triggers another program added go out while tables are rebuilt and come
         // back after, as in SQLite's procedure for schema changes ALTER TABLE cannot make: a
-        // view naming a table being rebuilt makes SQLite refuse the rebuild's rename, and a
-        // trigger on it goes with the old table. Ones SQLite already finds wrong stay as they
-        // are (the rebuild then fails as it always did: `SQLiteStore.migrationFailure`).
+        // view naming a table being rebuilt makes SQLite refuse the rebuild's rename, a trigger
+        // on it would go with the old table, and a trigger on another table would fire at the
+        // migration's own writes. Each is made again from its SQL after; one that found every
+        // table and column it names before is checked again, and one SQLite already found
+        // wrong is made again as it was.
         let others = dryRun ? [] : try Self.viewsAndTriggers(in: db)
-        let restoresOthers = try !others.isEmpty && Self.allResolve(others, in: db)
-        if restoresOthers {
-            for object in others.reversed() { try execute("DROP \(object.isView ? "VIEW" : "TRIGGER") IF EXISTS \(object.name.quotedIdentifier)") }
-        }
+        var resolved: Set<Int> = []
+        for (index, object) in others.enumerated() where try Self.resolves(object, in: db) { resolved.insert(index) }
+        for object in others.reversed() { try execute("DROP \(object.isView ? "VIEW" : "TRIGGER") IF EXISTS \(object.name.quotedIdentifier)") }
         try migrateTables()
-        if restoresOthers { try restore(others) }
+        try restore(others, checking: resolved)
     }
 
     /// Migrates every table, index and default, and records the model.
@@ -128,29 +129,36 @@ struct Migration {
         }
     }
 
-    /// Whether every view and trigger in the file finds the tables and columns it names.
-    /// - Throws: any other failure.
-    private static func allResolve(_ objects: [SchemaObject], in db: Connection) throws(SQLiteError) -> Bool {
+    /// Whether `object` finds every table and column it names.
+    /// - Throws: any other failure of the check (a busy file, an I/O error).
+    private static func resolves(_ object: SchemaObject, in db: Connection) throws(SQLiteError) -> Bool {
         do {
-            for object in objects { try check(object, in: db) }
+            try check(object, in: db)
             return true
-        } catch where error.code.primary == .error && error.message.hasPrefix("error in ") {
+        } catch where error.code.primary == .error {
             return false
         }
     }
 
-    /// Makes the views and triggers taken out for the migration again — views first, as a
-    /// trigger may be on one — and checks each. One that names a column or table the
-    /// migration removed or renamed fails the migration, naming it; the caller's rollback then
-    /// leaves the file, and it, as they were.
-    private func restore(_ objects: [SchemaObject]) throws(SQLiteError) {
-        let views = objects.filter(\.isView)
-        for view in views { try Self.make(view, in: db) }
-        for trigger in objects where !trigger.isView {
-            try Self.make(trigger, in: db)
-            try Self.check(trigger, in: db)
+    /// Makes the views and triggers taken out for the migration again and checks those that
+    /// were `resolved` before it. One that now names a column or table the migration removed
+    /// or renamed fails the migration, naming it; the caller's rollback then leaves the file,
+    /// and it, as they were.
+    ///
+    /// Views come first, all of them before any check (a view may read another, a trigger
+    /// may be on one); then each trigger that was right, checked as soon as it is made, so
+    /// that a failure names it; then those that were wrong, unchecked, so that none of them
+    /// is compiled into another's check.
+    private func restore(_ objects: [SchemaObject], checking resolved: Set<Int>) throws(SQLiteError) {
+        let views = objects.indices.filter { objects[$0].isView }
+        let triggers = objects.indices.filter { !objects[$0].isView }
+        for index in views { try Self.make(objects[index], in: db) }
+        for index in views where resolved.contains(index) { try Self.check(objects[index], in: db) }
+        for index in triggers where resolved.contains(index) {
+            try Self.make(objects[index], in: db)
+            try Self.check(objects[index], in: db)
         }
-        for view in views { try Self.check(view, in: db) }
+        for index in triggers where !resolved.contains(index) { try Self.make(objects[index], in: db) }
     }
 
     private static func make(_ object: SchemaObject, in db: Connection) throws(SQLiteError) {
@@ -167,24 +175,31 @@ struct Migration {
     /// - Throws: SQLite's error as "error in view …" or "error in trigger …", naming the object.
     private static func check(_ object: SchemaObject, in db: Connection) throws(SQLiteError) {
         let table = object.table.quotedIdentifier
-        var statements = ["SELECT * FROM \(table)"]
-        if !object.isView {
-            let columns = try db.rows("SELECT name FROM pragma_table_info(?)", [.text(object.table)]).compactMap { $0[0].stringValue?.quotedIdentifier }
-            statements = ["INSERT INTO \(table) DEFAULT VALUES", "DELETE FROM \(table)"]
-            if !columns.isEmpty { statements.append("UPDATE \(table) SET \(columns.map { "\($0) = \($0)" }.joined(separator: ", "))") }
-        }
-        // Of a view, only the statements its INSTEAD OF triggers take can be prepared.
-        let notTaken = "cannot modify \(object.table) because it is a view"
-        for sql in statements {
-            do {
-                // Prepared, never run: nothing changes.
-                _ = try Statement(connection: db, sql: sql)
-            } catch where error.message == notTaken {
-                continue
-            } catch {
-                throw failure(error, in: object)
+        do {
+            var statements = ["SELECT * FROM \(table)"]
+            if !object.isView {
+                let columns = try db.rows("SELECT name FROM pragma_table_info(?)", [.text(object.table)]).compactMap { $0[0].stringValue?.quotedIdentifier }
+                statements = ["INSERT INTO \(table) DEFAULT VALUES", "DELETE FROM \(table)"]
+                if !columns.isEmpty { statements.append("UPDATE \(table) SET \(columns.map { "\($0) = \($0)" }.joined(separator: ", "))") }
             }
+            for sql in statements {
+                do {
+                    // Prepared, never run: nothing changes.
+                    _ = try Statement(connection: db, sql: sql)
+                } catch where isNotTaken(error, by: object) {
+                    continue
+                }
+            }
+        } catch {
+            throw failure(error, in: object)
         }
+    }
+
+    /// Whether `error` says that the view a trigger is on takes no such statement: of a view,
+    /// only the statements its `INSTEAD OF` triggers take can be prepared. SQLite names the
+    /// view as it was declared, the trigger as its `ON` clause spells it.
+    private static func isNotTaken(_ error: SQLiteError, by object: SchemaObject) -> Bool {
+        error.message.caseInsensitiveCompare("cannot modify \(object.table) because it is a view") == .orderedSame
     }
 
     /// SQLite's error for `object`, worded as SQLite words a view's or trigger's error when

@@ -179,13 +179,13 @@ extension SQLiteStore {
     /// trade good data for an empty file. Those are `.cannotOpen` (`.permissionDenied` for a
     /// file that may not be written), and the next open, once the cause is gone, migrates.
     /// Damage stays `.corrupt`. A view or trigger someone else added that names a table or
-    /// column the migration removes or renames (`Migration.restore`), or one SQLite found wrong
-    /// before (it refuses the rebuild's rename), is not the model either, and `resetOnFailure`
-    /// would erase it with everything else in the file: `.cannotOpen`, naming it. Every other failure comes from what the file holds (rows the new model
+    /// column the migration removes or renames (`Migration.restore`) is not the model either,
+    /// and `resetOnFailure` would erase it with everything else in the file: `.cannotOpen`,
+    /// naming it. Every other failure comes from what the file holds (rows the new model
     /// cannot take) and fails again at every open: `.cannotMigrate`, as before.
     private static func migrationFailure(_ error: SQLiteError, path: String) -> StoreError {
         if error.code.primary == .error, error.message.contains("error in view ") || error.message.contains("error in trigger ") {
-            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: a view or trigger that ContextStack did not create names a table or column that the migrated store would not have (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; drop or change that view or trigger, then open the store again.", underlying: error)
+            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: a view or trigger that ContextStack did not create does not fit the migrated store: it names a table or column the migration removes or renames, or its name is now a table's (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; drop or change that view or trigger, then open the store again.", underlying: error)
         }
         switch error.code.primary {
         case .full, .ioError, .noMemory, .busy, .locked, .interrupt, .cantOpen:
