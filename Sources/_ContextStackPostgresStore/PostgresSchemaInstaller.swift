@@ -35,7 +35,8 @@ package enum PostgresSchemaInstaller {
     ///   `PostgresMigration`), `.foreignDatabase` (tables, views, sequences or indexes of the
     ///   names the store would create exist that ContextStack did not create, or a
     ///   `Z_METADATA` that is not ContextStack's), or `.cannotOpen` (a name longer than
-    ///   PostgreSQL keeps); `PostgresError` when the server fails.
+    ///   PostgreSQL keeps; an object ContextStack did not create that depends on what the
+    ///   migration drops, 2BP01); `PostgresError` when the server fails.
     package static func install(_ schema: StoreSchema, on connection: PostgresConnection, autoMigrating: Bool,
                                 alongside: (PostgresConnection) throws -> Void = { _ in }) throws -> Outcome {
         precondition(!connection.isInTransaction, "Install the schema on a connection outside any transaction: it runs in one of its own.")
@@ -118,9 +119,9 @@ package enum PostgresSchemaInstaller {
             }
         } catch let error as PostgresError where error.code == .dependentObjectsStillExist {
             // Someone else's view (or another object PostgreSQL tracks) uses what the
-            // migration drops: not the model's doing, as on SQLite. The detail names the
-            // objects, never data.
-            throw StoreError(.cannotOpen, "Migrating the PostgreSQL database \(server) failed: an object ContextStack did not create uses a column or table the migration removes or renames (\(error.message)\(error.detail.map { "; \($0)" } ?? "")). The database was left as it was; drop or change that object, then open the store again.", underlying: error)
+            // migration drops (a rename takes it along): not the model's doing, as on SQLite.
+            // The detail names the objects, never data.
+            throw StoreError(.cannotOpen, "Migrating the PostgreSQL database \(server) failed: an object ContextStack did not create uses a column or table the migration drops (\(error.message)\(error.detail.map { "; \($0)" } ?? "")). The database was left as it was; drop or change that object, then open the store again.", underlying: error)
         }
         try connection.run("UPDATE \"Z_METADATA\" SET value = ? WHERE key = ?", [.text(history.moved(to: schema.hash).text), .text(schema.postgresModelsKey)])
         return .migrated

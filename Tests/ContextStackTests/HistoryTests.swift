@@ -452,9 +452,6 @@ import Testing
         #expect(held.age == 37, "the object the main context holds took the new value")
     }
 
-    /// Another stack on the file (as another process would) inserts, updates and deletes:
-    /// this stack's three-tier main context, its results and its observers follow, and each
-    /// remote commit says what the history says.
     /// Docs/History.md, "Remote commits": a merging main context takes a remote commit's values
     /// with this process's queued, unwritten commits on top, so it shows what the store holds
     /// once they are written: the other stack's age, and this stack's name, which its queued
@@ -492,6 +489,9 @@ import Testing
         #expect([held.name, String(held.age)] == ["Ada L.", "37"])
     }
 
+    /// Another stack on the file (as another process would) inserts, updates and deletes:
+    /// this stack's three-tier main context, its results and its observers follow, and each
+    /// remote commit says what the history says.
     @Test(arguments: kinds) @MainActor
     func otherStacksCommitsReachContextsResultsAndObservers(kind: StoreKind) async throws {
         let store = try TestStore(kind, tracksHistory: true)

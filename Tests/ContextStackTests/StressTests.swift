@@ -156,8 +156,6 @@ import Testing
 }
 
 @Suite(.timeLimit(.minutes(5))) struct GroupCommitTests {
-    /// Commits that reach the writer while it is busy share one transaction; one that fails
-    /// (a write SQLite refuses) fails alone, and observers hear of every commit.
     /// Docs/Servers.md, "Setting up a stack in a server": the `transaction`s of concurrent
     /// requests on one `.persistentStore` context are written together, in one database
     /// transaction (the first may be taken alone, before the others queue), and each returns
@@ -193,6 +191,8 @@ import Testing
         #expect(queued.state.withLock { $0.transactionCount } - transactionsBefore <= 2)
     }
 
+    /// Commits that reach the writer while it is busy share one transaction; one that fails
+    /// (a write SQLite refuses) fails alone, and observers hear of every commit.
     @Test @MainActor func commitsQueuedTogetherShareATransactionAndFailAlone() async throws {
         let store = try TestStore(.file)
         let recorder = ErrorRecorder()
