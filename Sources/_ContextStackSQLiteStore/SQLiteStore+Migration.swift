@@ -63,12 +63,14 @@ struct Migration {
         // on it would go with the old table, and a trigger on another table would fire at the
         // migration's own writes. Each is made again from its SQL after; one that found every
         // table and column it names before is checked again, and one SQLite already found
-        // wrong is made again as it was.
+        // wrong is made again as it was. Another program's indexes on a rebuilt table, which
+        // go with the old table, are made again too.
         let others = dryRun ? [] : try Self.viewsAndTriggers(in: db)
-        var resolved: Set<Int> = []
-        for (index, object) in others.enumerated() where try Self.resolves(object, in: db) { resolved.insert(index) }
+        let indexes = dryRun ? [] : try Self.othersIndexes(in: db)
         for object in others.reversed() { try execute("DROP \(object.isView ? "VIEW" : "TRIGGER") IF EXISTS \(object.name.quotedIdentifier)") }
+        let resolved = try checkAlone(others)
         try migrateTables()
+        try remake(indexes)
         try restore(others, checking: resolved)
     }
 
@@ -129,6 +131,50 @@ struct Migration {
         }
     }
 
+    /// Another program's indexes: those with SQL (not a constraint's) that ContextStack did not
+    /// name (its own are `Z_…`).
+    private static func othersIndexes(in db: Connection) throws(SQLiteError) -> [SchemaObject] {
+        try db.rows("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND substr(name, 1, 2) <> 'Z_' ORDER BY rowid").compactMap { row in
+            guard let name = row[0].stringValue, let table = row[1].stringValue, let sql = row[2].stringValue else { return nil }
+            return SchemaObject(isView: false, name: name, table: table, sql: sql)
+        }
+    }
+
+    /// Makes again the indexes in `indexes` that went with a rebuilt (or dropped) table.
+    /// - Throws: SQLite's error as "error in index …", naming it.
+    private func remake(_ indexes: [SchemaObject]) throws(SQLiteError) {
+        for index in indexes where try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?", [.text(index.name)]) == .integer(0) {
+            do {
+                try db.execute(index.sql)
+            } catch {
+                throw SQLiteError(code: error.code, message: "error in index \(index.name): \(error.message)", sql: error.sql)
+            }
+        }
+    }
+
+    /// Which of the views and triggers (taken out of the file) find every table and column
+    /// they name, each checked alone: the views, made together (one may read another), then
+    /// each trigger made alone over them, checked, and taken out again. Alone, a trigger's
+    /// check compiles no other trigger, so one that is wrong does not make the others beside
+    /// it look wrong, and the order they were made in does not matter. Nothing of it stays.
+    /// - Returns: the indexes, in `objects`, of those that resolve.
+    /// - Throws: any other failure of the checks (a busy file, an I/O error).
+    private func checkAlone(_ objects: [SchemaObject]) throws(SQLiteError) -> Set<Int> {
+        var resolved: Set<Int> = []
+        let views = objects.indices.filter { objects[$0].isView }
+        for index in views { try Self.make(objects[index], in: db) }
+        for index in views where try Self.resolves(objects[index], in: db) { resolved.insert(index) }
+        for index in objects.indices where !objects[index].isView {
+            // Made over views that are there now: one on a table the migration drops is made
+            // again after, and fails there.
+            do { try Self.make(objects[index], in: db) } catch where error.code.primary == .error { continue }
+            if try Self.resolves(objects[index], in: db) { resolved.insert(index) }
+            try db.execute("DROP TRIGGER \(objects[index].name.quotedIdentifier)")
+        }
+        for index in views.reversed() { try db.execute("DROP VIEW IF EXISTS \(objects[index].name.quotedIdentifier)") }
+        return resolved
+    }
+
     /// Whether `object` finds every table and column it names.
     /// - Throws: any other failure of the check (a busy file, an I/O error).
     private static func resolves(_ object: SchemaObject, in db: Connection) throws(SQLiteError) -> Bool {
@@ -141,14 +187,10 @@ struct Migration {
     }
 
     /// Makes the views and triggers taken out for the migration again and checks those that
-    /// were `resolved` before it. One that now names a column or table the migration removed
-    /// or renamed fails the migration, naming it; the caller's rollback then leaves the file,
-    /// and it, as they were.
-    ///
-    /// Views come first, all of them before any check (a view may read another, a trigger
-    /// may be on one); then each trigger that was right, checked as soon as it is made, so
-    /// that a failure names it; then those that were wrong, unchecked, so that none of them
-    /// is compiled into another's check.
+    /// were `resolved` before it, as `checkAlone` did. One that now names a column or table
+    /// the migration removed or renamed fails the migration, naming it; the caller's rollback
+    /// then leaves the file, and it, as they were. Then every trigger is made, in the order
+    /// they were made.
     private func restore(_ objects: [SchemaObject], checking resolved: Set<Int>) throws(SQLiteError) {
         let views = objects.indices.filter { objects[$0].isView }
         let triggers = objects.indices.filter { !objects[$0].isView }
@@ -157,8 +199,9 @@ struct Migration {
         for index in triggers where resolved.contains(index) {
             try Self.make(objects[index], in: db)
             try Self.check(objects[index], in: db)
+            try db.execute("DROP TRIGGER \(objects[index].name.quotedIdentifier)")
         }
-        for index in triggers where !resolved.contains(index) { try Self.make(objects[index], in: db) }
+        for index in triggers { try Self.make(objects[index], in: db) }
     }
 
     private static func make(_ object: SchemaObject, in db: Connection) throws(SQLiteError) {
@@ -186,7 +229,7 @@ struct Migration {
                 do {
                     // Prepared, never run: nothing changes.
                     _ = try Statement(connection: db, sql: sql)
-                } catch where isNotTaken(error, by: object) {
+                } catch where isNotTaken(error) {
                     continue
                 }
             }
@@ -195,11 +238,12 @@ struct Migration {
         }
     }
 
-    /// Whether `error` says that the view a trigger is on takes no such statement: of a view,
-    /// only the statements its `INSTEAD OF` triggers take can be prepared. SQLite names the
-    /// view as it was declared, the trigger as its `ON` clause spells it.
-    private static func isNotTaken(_ error: SQLiteError, by object: SchemaObject) -> Bool {
-        error.message.caseInsensitiveCompare("cannot modify \(object.table) because it is a view") == .orderedSame
+    /// Whether `error` says that a view takes no such statement: of a view, only the
+    /// statements its `INSTEAD OF` triggers take can be prepared — the view a trigger is on,
+    /// or one its body writes to, whose own trigger a check made alone does not have. SQLite
+    /// then stops compiling that statement: what it did not reach is not checked.
+    private static func isNotTaken(_ error: SQLiteError) -> Bool {
+        error.message.hasPrefix("cannot modify ") && error.message.hasSuffix(" because it is a view")
     }
 
     /// SQLite's error for `object`, worded as SQLite words a view's or trigger's error when
