@@ -373,51 +373,11 @@ import Testing
     @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
     func aCommitIsCheckedForUniquenessAfterTheBatchQueuedBeforeIt(kind: StoreKind) async throws {
         let store = try TestStore(kind)
-        let context = try ContextStack.Context(stack: store.stack)
-        let (a, b) = try context.beginUpdateAndWait { update in
-            let a = try update.create(Person.self)
-            a.name = "A"
-            let b = try update.create(Person.self)
-            b.name = "B"
-            try update.commit()
-            return (a.objectID, b.objectID)
+        let (batch, commit) = try await Self.commitBehindABatch(on: store, emailOfA: nil) { update in
+            try update.batchUpdate(Person.self, %"name" == "A", set: ["email": "x@example.com"])
         }
-        try await store.stack.flush()
-        let release = try store.holdTheWriterFromOutside(locking: a)
-        // On threads of their own: both wait for the held writer, which must not hold threads
-        // of the cooperative pool.
-        let matched = Locked<Result<Int, any Error>?>(nil)
-        Thread.detachNewThread {
-            let result = Result {
-                try context.beginUpdateAndWait { update in
-                    try update.batchUpdate(Person.self, %"name" == "A", set: ["email": "x@example.com"])
-                }
-            }
-            matched.withLock { $0 = result }
-        }
-        for _ in 0..<2000 where !store.hasUnwrittenBatch { try await Task.sleep(for: .milliseconds(5)) }
-        try #require(store.hasUnwrittenBatch, "the batch is queued behind the held writer: \(String(describing: matched.withLock { $0 }))")
-        let waitingBefore = store.writerWaiters    // the batch's caller writes it: it does not wait
-        let outcome = Locked<Result<Void, any Error>?>(nil)
-        // Not behind the batch's update, and a commit that does not wait to be written.
-        let committer = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
-        Thread.detachNewThread {
-            let result = Result {
-                try committer.beginUpdateAndWait { update in
-                    try #require(try update.fetch(Person.self, id: b)).email = "x@example.com"
-                    try update.commit()
-                }
-            }
-            outcome.withLock { $0 = result }
-        }
-        // Until the commit waits for the writer, or returned; a bound, not a measure.
-        for _ in 0..<2000 where outcome.withLock({ $0 == nil }) && store.writerWaiters <= waitingBefore { try await Task.sleep(for: .milliseconds(5)) }
-        try release()
-        for _ in 0..<6000 where outcome.withLock({ $0 == nil }) || matched.withLock({ $0 == nil }) {
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        #expect(try matched.withLock { $0 }?.get() == 1)
-        guard case .failure(let failure) = try #require(outcome.withLock { $0 }) else {
+        #expect(try batch.get() == 1)
+        guard case .failure(let failure) = commit else {
             Issue.record("commit() returned: the commit was checked without the batch")
             return
         }
@@ -432,10 +392,26 @@ import Testing
     @Test(.timeLimit(.minutes(1)), arguments: StoreKind.available.filter { $0 != .memory })
     func aCommitTakesAUniqueValueTheBatchDeleteQueuedBeforeItFrees(kind: StoreKind) async throws {
         let store = try TestStore(kind)
+        let (batch, commit) = try await Self.commitBehindABatch(on: store, emailOfA: "x@example.com") { update in
+            try update.batchDelete(Person.self, %"email" == "x@example.com")
+        }
+        #expect(try batch.get() == 1)
+        #expect(throws: Never.self) { try commit.get() }
+        try await store.stack.flush()
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'x@example.com'") == [["B"]])
+    }
+
+    /// Stores people A (with `emailOfA`) and B, queues `batch` behind a writer held from
+    /// outside (by a lock on A's row), then commits B's email `x@example.com` from a context
+    /// that does not wait to be written, and lets the writer go once that commit waits for it,
+    /// or returned. Returns what the batch and the commit gave. Both run on threads of their
+    /// own: both wait for the held writer, which must not hold threads of the cooperative pool.
+    static func commitBehindABatch(on store: TestStore, emailOfA: String?,
+                                   _ batch: @escaping @Sendable (Update) throws -> Int) async throws -> (batch: Result<Int, any Error>, commit: Result<Void, any Error>) {
         let context = try ContextStack.Context(stack: store.stack)
         let (a, b) = try context.beginUpdateAndWait { update in
             let a = try update.create(Person.self)
-            (a.name, a.email) = ("A", "x@example.com")
+            (a.name, a.email) = ("A", emailOfA)
             let b = try update.create(Person.self)
             b.name = "B"
             try update.commit()
@@ -443,19 +419,16 @@ import Testing
         }
         try await store.stack.flush()
         let release = try store.holdTheWriterFromOutside(locking: a)
-        let deleted = Locked<Result<Int, any Error>?>(nil)
+        let batched = Locked<Result<Int, any Error>?>(nil)
         Thread.detachNewThread {
-            let result = Result {
-                try context.beginUpdateAndWait { update in
-                    try update.batchDelete(Person.self, %"email" == "x@example.com")
-                }
-            }
-            deleted.withLock { $0 = result }
+            let result = Result { try context.beginUpdateAndWait(batch) }
+            batched.withLock { $0 = result }
         }
         for _ in 0..<2000 where !store.hasUnwrittenBatch { try await Task.sleep(for: .milliseconds(5)) }
-        try #require(store.hasUnwrittenBatch, "the batch is queued behind the held writer: \(String(describing: deleted.withLock { $0 }))")
-        let waitingBefore = store.writerWaiters
-        let outcome = Locked<Result<Void, any Error>?>(nil)
+        try #require(store.hasUnwrittenBatch, "the batch is queued behind the held writer: \(String(describing: batched.withLock { $0 }))")
+        let waitingBefore = store.writerWaiters    // the batch's caller writes it: it does not wait
+        let committed = Locked<Result<Void, any Error>?>(nil)
+        // Not behind the batch's update, and a commit that does not wait to be written.
         let committer = try ContextStack.Context(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
         Thread.detachNewThread {
             let result = Result {
@@ -464,18 +437,15 @@ import Testing
                     try update.commit()
                 }
             }
-            outcome.withLock { $0 = result }
+            committed.withLock { $0 = result }
         }
         // Until the commit waits for the writer, or returned; a bound, not a measure.
-        for _ in 0..<2000 where outcome.withLock({ $0 == nil }) && store.writerWaiters <= waitingBefore { try await Task.sleep(for: .milliseconds(5)) }
+        for _ in 0..<2000 where committed.withLock({ $0 == nil }) && store.writerWaiters <= waitingBefore { try await Task.sleep(for: .milliseconds(5)) }
         try release()
-        for _ in 0..<6000 where outcome.withLock({ $0 == nil }) || deleted.withLock({ $0 == nil }) {
+        for _ in 0..<6000 where committed.withLock({ $0 == nil }) || batched.withLock({ $0 == nil }) {
             try await Task.sleep(for: .milliseconds(5))
         }
-        #expect(try deleted.withLock { $0 }?.get() == 1)
-        #expect(throws: Never.self) { try #require(outcome.withLock { $0 }).get() }
-        try await store.stack.flush()
-        #expect(try store.writtenRows("SELECT name FROM \"Person\" WHERE email = 'x@example.com'") == [["B"]])
+        return (try #require(batched.withLock { $0 }), try #require(committed.withLock { $0 }))
     }
 
     /// Only references the update set are refused: a stored reference a `.noAction` rule

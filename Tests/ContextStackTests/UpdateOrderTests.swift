@@ -14,15 +14,7 @@ import Testing
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack, updateOrder: .serial)
         let log = Locked<[String]>([])
-        let release = DispatchSemaphore(value: 0)
-        let holding = DispatchSemaphore(value: 0)
-        world.beginUpdate { _ in
-            log.withLock { $0.append("other") }
-            holding.signal()
-            release.wait()
-            log.withLock { $0.append("other done") }
-        }
-        holding.wait()
+        let release = Self.anUpdateHoldingTheTurn(of: world, log: log)
         let context = world.beginUpdateContext()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             context.perform { _ in log.withLock { $0.append("A") } }
@@ -42,6 +34,18 @@ import Testing
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack, updateOrder: .serial)
         let log = Locked<[String]>([])
+        let release = Self.anUpdateHoldingTheTurn(of: world, log: log)
+        let transaction = Task { try await world.transaction { _ in log.withLock { $0.append("T") } } }
+        for _ in 0..<50 where log.withLock({ !$0.contains("T") }) { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(log.withLock { $0 } == ["other"])
+        release.signal()
+        try await transaction.value
+        #expect(log.withLock { $0 } == ["other", "other done", "T"])
+    }
+
+    /// Starts an update on `world` that logs "other", holds the turn until the returned
+    /// semaphore is signalled, then logs "other done"; returns once the update holds the turn.
+    @MainActor static func anUpdateHoldingTheTurn(of world: MainContext, log: Locked<[String]>) -> DispatchSemaphore {
         let release = DispatchSemaphore(value: 0)
         let holding = DispatchSemaphore(value: 0)
         world.beginUpdate { _ in
@@ -51,36 +55,14 @@ import Testing
             log.withLock { $0.append("other done") }
         }
         holding.wait()
-        let transaction = Task { try await world.transaction { _ in log.withLock { $0.append("T") } } }
-        for _ in 0..<50 where log.withLock({ !$0.contains("T") }) { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(log.withLock { $0 } == ["other"])
-        release.signal()
-        try await transaction.value
-        #expect(log.withLock { $0 } == ["other", "other done", "T"])
+        return release
     }
 
     /// Two update blocks of one context meet inside: only possible if they run concurrently.
     @Test @MainActor func defaultOrderRunsUpdatesConcurrently() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
-        let first = DispatchSemaphore(value: 0)
-        let second = DispatchSemaphore(value: 0)
-        let met = Locked(0)
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            let finished = Locked(0)
-            @Sendable func finish() { if finished.withLock({ $0 += 1; return $0 }) == 2 { done.resume() } }
-            world.beginUpdate { _ in
-                first.signal()
-                if second.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
-                finish()
-            }
-            world.beginUpdate { _ in
-                second.signal()
-                if first.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
-                finish()
-            }
-        }
-        #expect(met.withLock { $0 } == 2)
+        #expect(await Self.updatesThatMeet(world.beginUpdate, world.beginUpdate) == 2)
     }
 
     /// Docs/Concurrency.md, "Update order": updates started from different contexts are never
@@ -90,24 +72,31 @@ import Testing
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack, updateOrder: .serial)
         let other = try Context(stack: store.stack, updateOrder: .serial)
-        let first = DispatchSemaphore(value: 0)
-        let second = DispatchSemaphore(value: 0)
+        #expect(await Self.updatesThatMeet(world.beginUpdate, other.beginUpdate) == 2)
+    }
+
+    /// Starts an update with each of `first` and `second`, each of which waits inside for the
+    /// other to start; returns how many met the other (2 when they ran concurrently; the
+    /// timeout only keeps a failure from hanging the run).
+    @MainActor static func updatesThatMeet(_ first: (@escaping @Sendable (Update) throws -> Void) -> Void,
+                                           _ second: (@escaping @Sendable (Update) throws -> Void) -> Void) async -> Int {
+        let started = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
         let met = Locked(0)
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             let finished = Locked(0)
             @Sendable func finish() { if finished.withLock({ $0 += 1; return $0 }) == 2 { done.resume() } }
-            world.beginUpdate { _ in
-                first.signal()
-                if second.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
+            first { _ in
+                started.0.signal()
+                if started.1.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
                 finish()
             }
-            other.beginUpdate { _ in
-                second.signal()
-                if first.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
+            second { _ in
+                started.1.signal()
+                if started.0.wait(timeout: .now() + 30) == .success { met.withLock { $0 += 1 } }
                 finish()
             }
         }
-        #expect(met.withLock { $0 } == 2)
+        return met.withLock { $0 }
     }
 
     @Test @MainActor func serialOrderRunsOneUpdateAtATimeIncludingItsContinuations() async throws {
