@@ -265,6 +265,16 @@ struct Migration {
             return nil
         }
         let oldColumns = try columns(of: sourceName)
+        // A column another program added to the table is not the model's: a rebuild (which
+        // the extra column alone makes this one) would drop it with its values. Refused,
+        // unless the new model declares it: then its values are carried as any attribute's.
+        if let described = old.columnNames(ofTable: sourceName) {
+            let declared = Set(table.columns.map(\.name))
+            let added = oldColumns.keys.filter { !described.contains($0) && !declared.contains($0) && !$0.hasPrefix("Z_") }.sorted()
+            if !added.isEmpty {
+                throw StoreError(.cannotOpen, "The table \(sourceName) has columns no model of this store described (\(added.joined(separator: ", "))): another program added them, and migrating the table would drop them with their values. The file is unchanged and is not reset, even with resetOnFailure. Declare them as attributes of \(table.name)'s entity (their values are kept), or move their values elsewhere and drop them, then open the store again.")
+            }
+        }
 
         // Where each new column's values come from.
         var selections = ["\"Z_PK\""]

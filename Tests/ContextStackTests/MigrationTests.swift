@@ -164,6 +164,13 @@ import Testing
     var label: String = "plain"
 }
 
+/// `GadgetUnlabelled` with the column another program added, declared.
+@Entity(name: "Gadget") final class GadgetWithTheirNotes: ManagedObject {
+    var serial: String = ""
+    var size: Int = 0
+    var notes: String?
+}
+
 // `Int` and `Bool` share SQLite's INTEGER: a switch between them is no change of the stored type.
 
 @Entity(name: "Lamp") final class LampV1: ManagedObject {
@@ -1294,6 +1301,24 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
             try update.commit()
         }
         #expect(try db.rows("SELECT text FROM log") == [[.text("S2")]])
+    }
+
+    /// A column another program added to a store's table is not the model's to drop: a
+    /// migration that would rebuild the table (any, since the extra column makes it differ)
+    /// is refused with `.cannotOpen`, and the file, the column with its values, is left as it
+    /// was, even with `resetOnFailure: true`. Declared as an attribute, it migrates with its
+    /// values.
+    @Test func aColumnAnotherProgramAddedIsNeverDroppedByAMigration() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let db = try Connection(path: url.path)
+        try db.execute("ALTER TABLE Gadget ADD COLUMN notes TEXT; UPDATE Gadget SET notes = 'theirs'")
+        let error = #expect(throws: StoreError.self) { _ = try openStore([GadgetUnlabelled.self], at: url, resetOnFailure: true) }
+        #expect(error?.code == .cannotOpen && error?.message.contains("(notes)") == true, "\(String(describing: error))")
+        #expect(try db.rows("SELECT serial, label, notes FROM Gadget") == [[.text("S1"), .text("plain"), .text("theirs")]])
+        let context = try openStore([GadgetWithTheirNotes.self], at: url, resetOnFailure: true)
+        #expect(try context.beginUpdateAndWait { try $0.fetch(GadgetWithTheirNotes.self)?.notes } == "theirs")
+        #expect(try db.scalar("SELECT count(*) FROM pragma_table_info('Gadget') WHERE name = 'label'") == .integer(0))
     }
 
     /// A new entity whose table name another program's table already has is not the model's

@@ -49,6 +49,9 @@ package struct OldSchema {
         }
     }
 
+    /// The columns the old model gave the table `name`, or `nil` when it had no such table.
+    package func columnNames(ofTable name: String) -> Set<String>? { columns[name].map { Set($0.keys) } }
+
     /// The name `entity` had in the old model: its own, or its `originalName`.
     package func name(of entity: ResolvedEntity) -> String? {
         if entityCodes[entity.name] != nil { return entity.name }
