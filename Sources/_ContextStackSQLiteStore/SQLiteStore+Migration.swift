@@ -168,6 +168,7 @@ struct Migration {
             // Made over views that are there now: one on a table the migration drops is made
             // again after, and fails there.
             do { try Self.make(objects[index], in: db) } catch where error.code.primary == .error { continue }
+            // One that fires at nothing (`UPDATE OF` a column nobody has) is let be as well.
             if try Self.resolves(objects[index], in: db) { resolved.insert(index) }
             try db.execute("DROP TRIGGER \(objects[index].name.quotedIdentifier)")
         }
@@ -175,12 +176,11 @@ struct Migration {
         return resolved
     }
 
-    /// Whether `object` finds every table and column it names.
+    /// Whether `object` finds every table and column it names, and, for a trigger, fires.
     /// - Throws: any other failure of the check (a busy file, an I/O error).
     private static func resolves(_ object: SchemaObject, in db: Connection) throws(SQLiteError) -> Bool {
         do {
-            try check(object, in: db)
-            return true
+            return try check(object, in: db)
         } catch where error.code.primary == .error {
             return false
         }
@@ -198,7 +198,9 @@ struct Migration {
         for index in views where resolved.contains(index) { try Self.check(objects[index], in: db) }
         for index in triggers where resolved.contains(index) {
             try Self.make(objects[index], in: db)
-            try Self.check(objects[index], in: db)
+            guard try Self.check(objects[index], in: db) else {
+                throw Self.failure(SQLiteError(code: .error, message: "it no longer fires: the migration removes every column its UPDATE OF names"), in: objects[index])
+            }
             try db.execute("DROP TRIGGER \(objects[index].name.quotedIdentifier)")
         }
         for index in triggers { try Self.make(objects[index], in: db) }
@@ -215,24 +217,32 @@ struct Migration {
     /// Prepares what reads a view, or what fires a trigger (an insert, an update of every
     /// column and a delete on its table or view): SQLite compiles views and triggers into the
     /// statements that use them, and fails there on a table or column that is not in the file.
+    /// - Returns: for a trigger, whether one of those statements fires it (compiles it as a
+    ///   sub-program: the trigger made alone is the only one); a trigger `UPDATE OF` columns
+    ///   that are all gone fires at none. For a view, `true`.
     /// - Throws: SQLite's error as "error in view …" or "error in trigger …", naming the object.
-    private static func check(_ object: SchemaObject, in db: Connection) throws(SQLiteError) {
+    @discardableResult
+    private static func check(_ object: SchemaObject, in db: Connection) throws(SQLiteError) -> Bool {
         let table = object.table.quotedIdentifier
         do {
-            var statements = ["SELECT * FROM \(table)"]
-            if !object.isView {
-                let columns = try db.rows("SELECT name FROM pragma_table_info(?)", [.text(object.table)]).compactMap { $0[0].stringValue?.quotedIdentifier }
-                statements = ["INSERT INTO \(table) DEFAULT VALUES", "DELETE FROM \(table)"]
-                if !columns.isEmpty { statements.append("UPDATE \(table) SET \(columns.map { "\($0) = \($0)" }.joined(separator: ", "))") }
+            guard !object.isView else {
+                _ = try Statement(connection: db, sql: "SELECT * FROM \(table)")
+                return true
             }
+            let columns = try db.rows("SELECT name FROM pragma_table_info(?)", [.text(object.table)]).compactMap { $0[0].stringValue?.quotedIdentifier }
+            var statements = ["INSERT INTO \(table) DEFAULT VALUES", "DELETE FROM \(table)"]
+            if !columns.isEmpty { statements.append("UPDATE \(table) SET \(columns.map { "\($0) = \($0)" }.joined(separator: ", "))") }
+            var fires = false
             for sql in statements {
                 do {
-                    // Prepared, never run: nothing changes.
-                    _ = try Statement(connection: db, sql: sql)
+                    // The program is listed, never run: nothing changes.
+                    let listing = try Statement(connection: db, sql: "EXPLAIN " + sql)
+                    while !fires, try listing.step() { fires = listing.text(1) == "Program" }
                 } catch where isNotTaken(error) {
                     continue
                 }
             }
+            return fires
         } catch {
             throw failure(error, in: object)
         }

@@ -1232,6 +1232,8 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         ("CREATE TRIGGER labelled BEFORE DELETE ON notes BEGIN INSERT INTO Gadget (label) VALUES ('noted'); END", "trigger labelled"),
         ("CREATE VIEW noted AS SELECT text FROM notes; CREATE TRIGGER labelled INSTEAD OF UPDATE ON Noted BEGIN UPDATE Gadget SET serial = new.text WHERE label = 'plain'; END", "trigger labelled"),
         ("CREATE VIEW labels AS SELECT label FROM Gadget; CREATE TRIGGER labelled INSTEAD OF INSERT ON labels BEGIN SELECT 1; END", "view labels"),
+        // Limited to updates of a column the migration removes: it would never fire again.
+        ("CREATE TRIGGER labelled AFTER UPDATE OF label ON Gadget BEGIN INSERT INTO notes VALUES (new.serial); END", "trigger labelled"),
         // Beside a trigger already wrong on the same table, checked alone.
         ("CREATE TRIGGER misfiled AFTER DELETE ON Gadget BEGIN UPDATE notes SET missing = 1; END; CREATE TRIGGER labelled AFTER UPDATE ON Gadget BEGIN INSERT INTO notes VALUES (new.label); END", "trigger labelled"),
     ])
