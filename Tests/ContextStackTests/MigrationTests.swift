@@ -1323,6 +1323,19 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         #expect(try db.scalar("SELECT count(*) FROM pragma_table_info('Gadget') WHERE name = 'label'") == .integer(0))
     }
 
+    /// Another program's index on a column the migration removes stops it as a view would:
+    /// `.cannotOpen` naming the index, the file, the index with it, as it was.
+    @Test func anIndexOnAColumnTheMigrationRemovesStopsIt() throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let db = try Connection(path: url.path)
+        try db.execute("CREATE INDEX byLabel ON Gadget (label)")
+        let error = #expect(throws: StoreError.self) { _ = try openStore([GadgetUnlabelled.self], at: url, resetOnFailure: true) }
+        #expect(error?.code == .cannotOpen && error?.message.contains("error in index byLabel") == true, "\(String(describing: error))")
+        #expect(try db.scalar("SELECT sql FROM sqlite_master WHERE name = 'byLabel'") == .text("CREATE INDEX byLabel ON Gadget (label)"))
+        #expect(try db.rows("SELECT serial, label FROM Gadget") == [[.text("S1"), .text("plain")]])
+    }
+
     /// A new entity whose table name another program's table already has is not the model's
     /// doing: `.cannotOpen`, and the file, the other table with its rows, is left as it was,
     /// even with `resetOnFailure: true` (the migration's `CREATE TABLE` failed as
