@@ -535,9 +535,9 @@ extension ConcurrentDeleteTests {
         let queued = try #require(store.stack.store as? any QueuedStore)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
+        // Its own updates' commits are what a three-tier main context is shown (and merges).
         let world = try MainContext(stack: store.stack)
-        let context = try Context(stack: store.stack, updateTarget: .rootContext(autoMerge: true))
-        try context.beginUpdateAndWait { update in
+        try world.beginUpdateAndWait { update in
             try update.create(Person.self).name = "Monk"
             try update.create(Pet.self).name = "Rex"
             try update.commit()
@@ -548,16 +548,16 @@ extension ConcurrentDeleteTests {
         queued.writeQueue.suspend()
         var suspended = true
         defer { if suspended { queued.writeQueue.resume() } }
-        try context.beginUpdateAndWait { update in
+        try world.beginUpdateAndWait { update in
             let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
-            try context.beginUpdateAndWait { update in
+            try world.beginUpdateAndWait { update in
                 try update.delete(#require(try update.fetch(Person.self, %"name" == "Monk")))
                 try update.commit()
             }
             try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = monk
             try update.commit()
         }
-        try context.beginUpdateAndWait { update in
+        try world.beginUpdateAndWait { update in
             try update.create(Person.self).name = "Ada"
             try update.commit()
         }
@@ -570,6 +570,65 @@ extension ConcurrentDeleteTests {
         #expect(try store.writtenRows("SELECT owner FROM \"Pet\"") == [[.null]])
         #expect(rex.owner == nil, "the main context has the failed commit undone")
         #expect(try world.fetchAll(Person.self).map(\.name) == ["Ada"])
+    }
+}
+
+extension ConcurrentDeleteTests {
+    /// The same in the background (Docs/Writing.md, "A cascade does not delete an object moved
+    /// away meanwhile"): a commit to the root whose cascade would take a pet another commit
+    /// gave the knight meanwhile fails alone at the writer — `stack.onError` and `flush()` get
+    /// the `MergeConflictError`, and the main context that was shown it has it undone, the
+    /// monk back with the pet still his — while the rest of the group is stored.
+    @Test(arguments: StoreKind.available) @MainActor
+    func inTheBackgroundACascadeOverAMovedPetFailsAloneAndIsUndone(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        // Its own updates' commits are what a three-tier main context is shown (and merges).
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            monk.name = "Monk"
+            try update.create(Person.self).name = "Knight"
+            for name in ["Fido", "Rex"] {
+                let pet = try update.create(Pet.self)
+                (pet.name, pet.owner) = (name, monk)
+            }
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
+        #expect(monk.pets.map(\.name).sorted() == ["Fido", "Rex"])
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        try world.beginUpdateAndWait { update in
+            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.pets.count == 2)
+            try world.beginUpdateAndWait { update in
+                try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = try update.fetch(Person.self, %"name" == "Knight")
+                try update.commit()
+            }
+            try update.delete(monk)
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        queued.writeQueue.resume()
+        suspended = false
+        await #expect(throws: MergeConflictError.self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(recorder.all.count == 1 && recorder.all.first is MergeConflictError, "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Ada")], [.text("Knight")], [.text("Monk")]])
+        #expect(try store.writtenRows("""
+            SELECT "Pet".name, "Person".name FROM "Pet" JOIN "Person" ON "Person"."Z_PK" = "Pet".owner ORDER BY "Pet".name
+            """) == [[.text("Fido"), .text("Monk")], [.text("Rex"), .text("Knight")]])
+        #expect(!monk.isDeleted, "the main context has the failed commit undone")
+        #expect(monk.pets.map(\.name) == ["Fido"])
     }
 }
 
@@ -918,15 +977,16 @@ extension ConcurrentDeleteTests {
     @Test(arguments: StoreKind.available, [MergePolicy.objectTrump, .error])
     func aCascadeDoesNotDeleteAPetGivenToAnotherOwnerMeanwhile(kind: StoreKind, policy: MergePolicy) throws {
         let fixture = try Fixture(kind, mergePolicy: policy)
-        let rex = try fixture.commitMine { update -> ObjectID in
+        let (rex, monk, knight) = try fixture.commitMine { update -> (ObjectID, ObjectID, ObjectID) in
             let monk = try update.create(Person.self)
             monk.name = "Monk"
-            try update.create(Person.self).name = "Knight"
+            let knight = try update.create(Person.self)
+            knight.name = "Knight"
             let rex = try update.create(Pet.self)
             (rex.name, rex.owner) = ("Rex", monk)
             let fido = try update.create(Pet.self)
             (fido.name, fido.owner) = ("Fido", monk)
-            return rex.objectID
+            return (rex.objectID, monk.objectID, knight.objectID)
         }
         let conflict = try fixture.conflictOfMine { update in
             let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
@@ -939,7 +999,10 @@ extension ConcurrentDeleteTests {
         }
         let error = try #require(conflict, "the knight's pet was deleted")
         #expect(error.objectIDs == [rex])
-        #expect(error.conflicts.first?.key == "owner")
+        // Rex's side of the relationship: the deleted monk's key read, the knight's stored.
+        #expect(error.conflicts.map(\.key) == ["owner"])
+        #expect(error.conflicts.first?.snapshot == .integer(monk.primaryKey) && error.conflicts.first?.stored == .integer(knight.primaryKey),
+                "\(error)")
         #expect(error.description.contains("cascade"), "\(error)")
         #expect(try fixture.stored("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Knight")], [.text("Monk")]],
                 "nothing of the commit is saved")
@@ -1270,3 +1333,4 @@ extension ConcurrentDeleteTests {
 @Entity final class Wall: ManagedObject {
     @Relationship var posters: Set<Poster>
 }
+
