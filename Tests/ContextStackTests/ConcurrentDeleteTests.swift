@@ -633,6 +633,58 @@ extension ConcurrentDeleteTests {
 }
 
 extension ConcurrentDeleteTests {
+    /// `.deny` found by the writer in the background (Docs/Writing.md, Errors.md): the update
+    /// read the vault's coins (none), another commit put a coin in meanwhile, and the vault's
+    /// delete, committed to the root, fails alone with `.deleteDenied` at `stack.onError` and
+    /// `flush()`; the main context that was shown it has the vault back, the coin in it, and
+    /// the rest of the group is stored.
+    @Test(arguments: StoreKind.available) @MainActor
+    func inTheBackgroundADeniedDeleteFailsAloneAndIsUndone(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let queued = try #require(store.stack.store as? any QueuedStore)
+        let recorder = ErrorRecorder()
+        store.stack.onError = { recorder.record($0) }
+        // Its own updates' commits are what a three-tier main context is shown (and merges).
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            try update.create(Vault.self).label = "gold"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let vault = try #require(try world.fetch(Vault.self))
+        #expect(vault.coins.isEmpty)
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        var suspended = true
+        defer { if suspended { queued.writeQueue.resume() } }
+        try world.beginUpdateAndWait { update in
+            let vault = try #require(try update.fetch(Vault.self))
+            #expect(vault.coins.isEmpty)
+            try world.beginUpdateAndWait { update in
+                try update.create(Coin.self).vault = try update.fetch(Vault.self)
+                try update.commit()
+            }
+            try update.delete(vault)
+            try update.commit()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        queued.writeQueue.resume()
+        suspended = false
+        await #expect(throws: SaveError.self) { try await store.stack.flush() }
+        await mainQueueTurn()
+        #expect(recorder.all.map { ($0 as? SaveError)?.code } == [.deleteDenied], "\(recorder.all)")
+        #expect(try store.writtenRows("SELECT label FROM \"Vault\"") == [[.text("gold")]])
+        #expect(try store.writtenScalar("SELECT count(*) FROM \"Coin\" WHERE vault IS NOT NULL") == .integer(1))
+        #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Ada")]])
+        #expect(!vault.isDeleted, "the main context has the failed commit undone")
+        #expect(vault.coins.count == 1)
+    }
+}
+
+extension ConcurrentDeleteTests {
     /// A one-to-one keeps a column on both sides: the passport another commit gave Alice
     /// while this context deleted her (having read no passport) lets go of her.
     @Test(arguments: StoreKind.available)
