@@ -525,69 +525,78 @@ extension ConcurrentDeleteTests {
 }
 
 extension ConcurrentDeleteTests {
-    /// In one process, in the background: a commit to the root deletes the monk; another,
-    /// made by a context that read him before, gives Rex to him. The writer takes both in one
-    /// group. The second fails alone — `stack.onError` and `flush()` get its error, the main
-    /// context that was shown it has it undone — and the rest of the group is stored.
-    @Test(arguments: StoreKind.available) @MainActor
-    func inTheBackgroundTheCommitFailsAloneAndIsUndone(kind: StoreKind) async throws {
+    /// What a group with a commit that fails at the writer leaves: a store whose main context
+    /// (three-tier: its own updates' commits are what it is shown, and merges) commits `seed`
+    /// and has it written, holds what `hold` fetches, then, while the writer's queue is
+    /// suspended, makes `failing`'s commits and one of Ada, so that the writer takes them in
+    /// one group. Returns once the flush after it threw, and the main actor had a turn.
+    @MainActor static func aGroupWithACommitFailingInTheBackground<Held>(
+        _ kind: StoreKind, seed: (Update) throws -> Void, hold: (MainContext) throws -> Held,
+        failing: (MainContext) throws -> Void
+    ) async throws -> (store: TestStore, world: MainContext, held: Held, errors: [any Error]) {
         let store = try TestStore(kind)
         let queued = try #require(store.stack.store as? any QueuedStore)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
-        // Its own updates' commits are what a three-tier main context is shown (and merges).
         let world = try MainContext(stack: store.stack)
         try world.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Monk"
-            try update.create(Pet.self).name = "Rex"
+            try seed(update)
             try update.commit()
         }
         try await store.stack.flush()
-        let rex = try #require(try world.fetch(Pet.self, %"name" == "Rex"))
+        let held = try hold(world)
         queued.writeQueue.sync {}
         queued.writeQueue.suspend()
         var suspended = true
         defer { if suspended { queued.writeQueue.resume() } }
-        try world.beginUpdateAndWait { update in
-            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
-            try world.beginUpdateAndWait { update in
-                try update.delete(#require(try update.fetch(Person.self, %"name" == "Monk")))
-                try update.commit()
-            }
-            try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = monk
-            try update.commit()
-        }
+        try failing(world)
         try world.beginUpdateAndWait { update in
             try update.create(Person.self).name = "Ada"
             try update.commit()
         }
         queued.writeQueue.resume()
         suspended = false
-        await #expect(throws: SaveError.self) { try await store.stack.flush() }
+        await #expect(throws: (any Error).self) { try await store.stack.flush() }
         await mainQueueTurn()
-        #expect(recorder.all.map { ($0 as? SaveError)?.code } == [.relatesToDeletedObject])
+        return (store, world, held, recorder.all)
+    }
+
+    /// In one process, in the background: a commit to the root deletes the monk; another,
+    /// made by an update that read him before, gives Rex to him. The writer takes both in one
+    /// group. The second fails alone — `stack.onError` and `flush()` get its error, the main
+    /// context that was shown it has it undone — and the rest of the group is stored.
+    @Test(arguments: StoreKind.available) @MainActor
+    func inTheBackgroundTheCommitFailsAloneAndIsUndone(kind: StoreKind) async throws {
+        let (store, world, rex, errors) = try await Self.aGroupWithACommitFailingInTheBackground(kind, seed: { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Pet.self).name = "Rex"
+        }, hold: { world in
+            try #require(try world.fetch(Pet.self, %"name" == "Rex"))
+        }, failing: { world in
+            try world.beginUpdateAndWait { update in
+                let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+                try world.beginUpdateAndWait { update in
+                    try update.delete(#require(try update.fetch(Person.self, %"name" == "Monk")))
+                    try update.commit()
+                }
+                try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = monk
+                try update.commit()
+            }
+        })
+        #expect(errors.map { ($0 as? SaveError)?.code } == [.relatesToDeletedObject])
         #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Ada")]])
         #expect(try store.writtenRows("SELECT owner FROM \"Pet\"") == [[.null]])
         #expect(rex.owner == nil, "the main context has the failed commit undone")
         #expect(try world.fetchAll(Person.self).map(\.name) == ["Ada"])
     }
-}
 
-extension ConcurrentDeleteTests {
-    /// The same in the background (Docs/Writing.md, "A cascade does not delete an object moved
-    /// away meanwhile"): a commit to the root whose cascade would take a pet another commit
-    /// gave the knight meanwhile fails alone at the writer — `stack.onError` and `flush()` get
-    /// the `MergeConflictError`, and the main context that was shown it has it undone, the
-    /// monk back with the pet still his — while the rest of the group is stored.
+    /// The same for a cascade (Docs/Writing.md, "A cascade does not delete an object moved
+    /// away meanwhile"): a commit whose cascade would take a pet another commit gave the knight
+    /// meanwhile fails alone at the writer with `MergeConflictError`, and the main context that
+    /// was shown it has the monk back, with only the pet still his.
     @Test(arguments: StoreKind.available) @MainActor
     func inTheBackgroundACascadeOverAMovedPetFailsAloneAndIsUndone(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        let queued = try #require(store.stack.store as? any QueuedStore)
-        let recorder = ErrorRecorder()
-        store.stack.onError = { recorder.record($0) }
-        // Its own updates' commits are what a three-tier main context is shown (and merges).
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+        let (store, _, monk, errors) = try await Self.aGroupWithACommitFailingInTheBackground(kind, seed: { update in
             let monk = try update.create(Person.self)
             monk.name = "Monk"
             try update.create(Person.self).name = "Knight"
@@ -595,34 +604,23 @@ extension ConcurrentDeleteTests {
                 let pet = try update.create(Pet.self)
                 (pet.name, pet.owner) = (name, monk)
             }
-            try update.commit()
-        }
-        try await store.stack.flush()
-        let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
-        #expect(monk.pets.map(\.name).sorted() == ["Fido", "Rex"])
-        queued.writeQueue.sync {}
-        queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { queued.writeQueue.resume() } }
-        try world.beginUpdateAndWait { update in
-            let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
-            #expect(monk.pets.count == 2)
+        }, hold: { world in
+            let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
+            #expect(monk.pets.map(\.name).sorted() == ["Fido", "Rex"])
+            return monk
+        }, failing: { world in
             try world.beginUpdateAndWait { update in
-                try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = try update.fetch(Person.self, %"name" == "Knight")
+                let monk = try #require(try update.fetch(Person.self, %"name" == "Monk"))
+                #expect(monk.pets.count == 2)
+                try world.beginUpdateAndWait { update in
+                    try #require(try update.fetch(Pet.self, %"name" == "Rex")).owner = try update.fetch(Person.self, %"name" == "Knight")
+                    try update.commit()
+                }
+                try update.delete(monk)
                 try update.commit()
             }
-            try update.delete(monk)
-            try update.commit()
-        }
-        try world.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Ada"
-            try update.commit()
-        }
-        queued.writeQueue.resume()
-        suspended = false
-        await #expect(throws: MergeConflictError.self) { try await store.stack.flush() }
-        await mainQueueTurn()
-        #expect(recorder.all.count == 1 && recorder.all.first is MergeConflictError, "\(recorder.all)")
+        })
+        #expect(errors.count == 1 && errors.first is MergeConflictError, "\(errors)")
         #expect(try store.writtenRows("SELECT name FROM \"Person\" ORDER BY name") == [[.text("Ada")], [.text("Knight")], [.text("Monk")]])
         #expect(try store.writtenRows("""
             SELECT "Pet".name, "Person".name FROM "Pet" JOIN "Person" ON "Person"."Z_PK" = "Pet".owner ORDER BY "Pet".name
@@ -630,52 +628,31 @@ extension ConcurrentDeleteTests {
         #expect(!monk.isDeleted, "the main context has the failed commit undone")
         #expect(monk.pets.map(\.name) == ["Fido"])
     }
-}
 
-extension ConcurrentDeleteTests {
-    /// `.deny` found by the writer in the background (Docs/Writing.md, Errors.md): the update
-    /// read the vault's coins (none), another commit put a coin in meanwhile, and the vault's
-    /// delete, committed to the root, fails alone with `.deleteDenied` at `stack.onError` and
-    /// `flush()`; the main context that was shown it has the vault back, the coin in it, and
-    /// the rest of the group is stored.
+    /// The same for `.deny` (Docs/Errors.md): the update read the vault's coins (none),
+    /// another commit put a coin in meanwhile, and the vault's delete fails alone with
+    /// `.deleteDenied`; the main context that was shown it has the vault back, the coin in it.
     @Test(arguments: StoreKind.available) @MainActor
     func inTheBackgroundADeniedDeleteFailsAloneAndIsUndone(kind: StoreKind) async throws {
-        let store = try TestStore(kind)
-        let queued = try #require(store.stack.store as? any QueuedStore)
-        let recorder = ErrorRecorder()
-        store.stack.onError = { recorder.record($0) }
-        // Its own updates' commits are what a three-tier main context is shown (and merges).
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait { update in
+        let (store, _, vault, errors) = try await Self.aGroupWithACommitFailingInTheBackground(kind, seed: { update in
             try update.create(Vault.self).label = "gold"
-            try update.commit()
-        }
-        try await store.stack.flush()
-        let vault = try #require(try world.fetch(Vault.self))
-        #expect(vault.coins.isEmpty)
-        queued.writeQueue.sync {}
-        queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { queued.writeQueue.resume() } }
-        try world.beginUpdateAndWait { update in
-            let vault = try #require(try update.fetch(Vault.self))
+        }, hold: { world in
+            let vault = try #require(try world.fetch(Vault.self))
             #expect(vault.coins.isEmpty)
+            return vault
+        }, failing: { world in
             try world.beginUpdateAndWait { update in
-                try update.create(Coin.self).vault = try update.fetch(Vault.self)
+                let vault = try #require(try update.fetch(Vault.self))
+                #expect(vault.coins.isEmpty)
+                try world.beginUpdateAndWait { update in
+                    try update.create(Coin.self).vault = try update.fetch(Vault.self)
+                    try update.commit()
+                }
+                try update.delete(vault)
                 try update.commit()
             }
-            try update.delete(vault)
-            try update.commit()
-        }
-        try world.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Ada"
-            try update.commit()
-        }
-        queued.writeQueue.resume()
-        suspended = false
-        await #expect(throws: SaveError.self) { try await store.stack.flush() }
-        await mainQueueTurn()
-        #expect(recorder.all.map { ($0 as? SaveError)?.code } == [.deleteDenied], "\(recorder.all)")
+        })
+        #expect(errors.map { ($0 as? SaveError)?.code } == [.deleteDenied], "\(errors)")
         #expect(try store.writtenRows("SELECT label FROM \"Vault\"") == [[.text("gold")]])
         #expect(try store.writtenScalar("SELECT count(*) FROM \"Coin\" WHERE vault IS NOT NULL") == .integer(1))
         #expect(try store.writtenRows("SELECT name FROM \"Person\"") == [[.text("Ada")]])
