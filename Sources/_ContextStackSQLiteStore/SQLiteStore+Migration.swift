@@ -57,6 +57,7 @@ struct Migration {
 
     /// Runs the migration; the caller holds the write transaction.
     mutating func run() throws {
+        try refuseNameClashes()
         // Views and triggers another program added go out while tables are rebuilt and come
         // back after, as in SQLite's procedure for schema changes ALTER TABLE cannot make: a
         // view naming a table being rebuilt makes SQLite refuse the rebuild's rename, a trigger
@@ -65,13 +66,14 @@ struct Migration {
         // table and column it names before is checked again, and one SQLite already found
         // wrong is made again as it was. Another program's indexes on a rebuilt table, which
         // go with the old table, are made again too.
-        let others = dryRun ? [] : try Self.viewsAndTriggers(in: db)
-        let indexes = dryRun ? [] : try Self.othersIndexes(in: db)
-        for object in others.reversed() { try execute("DROP \(object.isView ? "VIEW" : "TRIGGER") IF EXISTS \(object.name.quotedIdentifier)") }
-        let resolved = try checkAlone(others)
+        let others = dryRun ? [] : try Self.othersObjects([.view, .trigger], in: db)
+        let indexes = dryRun ? [] : try Self.othersObjects([.index], in: db)
+        for object in others.reversed() { try Self.drop(object, in: db) }
+        let before = try verdicts(others)    // made the views again, to check them: out again
+        for view in others.reversed() where view.kind == .view { try Self.drop(view, in: db) }
         try migrateTables()
         try remake(indexes)
-        try restore(others, checking: resolved)
+        try restore(others, resolved: Set(before.compactMap { index, verdict in (try? verdict.get()) == true ? index : nil }))
     }
 
     /// Migrates every table, index and default, and records the model.
@@ -112,106 +114,112 @@ struct Migration {
         try execute(schema.metadataStatement())
     }
 
-    // MARK: - Other programs' views and triggers
+    // MARK: - Other programs' views, triggers and indexes
 
-    /// A view or trigger in the file. ContextStack makes none: they are another program's.
+    /// A view, trigger or index another program added to the file. ContextStack makes no
+    /// views or triggers, and names its own indexes `Z_…`.
     private struct SchemaObject {
-        let isView: Bool
+        enum Kind: String { case view, trigger, index }
+        let kind: Kind
         let name: String
-        /// The table (or view) a trigger is on; a view's own name.
+        /// The table (or view) a trigger or index is on; a view's own name.
         let table: String
         let sql: String
-    }
 
-    /// The views and triggers in the file, in the order they were made.
-    private static func viewsAndTriggers(in db: Connection) throws(SQLiteError) -> [SchemaObject] {
-        try db.rows("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE type IN ('view', 'trigger') AND sql IS NOT NULL ORDER BY rowid").compactMap { row in
-            guard let type = row[0].stringValue, let name = row[1].stringValue, let table = row[2].stringValue, let sql = row[3].stringValue else { return nil }
-            return SchemaObject(isView: type == "view", name: name, table: table, sql: sql)
+        /// `problem` of this object, as `ForeignObjectConflict` says it.
+        func conflict(_ problem: String, _ error: SQLiteError? = nil) -> ForeignObjectConflict {
+            ForeignObjectConflict(problem: "the \(kind.rawValue) \(name), which ContextStack did not create, does not fit the migrated store (error in \(kind.rawValue) \(name): \(problem))",
+                                  remedy: "drop or change it, then open the store again", underlying: error)
         }
     }
 
-    /// Another program's indexes: those with SQL (not a constraint's) that ContextStack did not
-    /// name (its own are `Z_…`).
-    private static func othersIndexes(in db: Connection) throws(SQLiteError) -> [SchemaObject] {
-        try db.rows("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND substr(name, 1, 2) <> 'Z_' ORDER BY rowid").compactMap { row in
-            guard let name = row[0].stringValue, let table = row[1].stringValue, let sql = row[2].stringValue else { return nil }
-            return SchemaObject(isView: false, name: name, table: table, sql: sql)
+    /// Another program's objects of `kinds`, in the order they were made.
+    private static func othersObjects(_ kinds: [SchemaObject.Kind], in db: Connection) throws(SQLiteError) -> [SchemaObject] {
+        let types = kinds.map { "'\($0.rawValue)'" }.joined(separator: ", ")
+        return try db.rows("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE type IN (\(types)) AND sql IS NOT NULL AND NOT (type = 'index' AND substr(name, 1, 2) = 'Z_') ORDER BY rowid").compactMap { row in
+            guard let kind = row[0].stringValue.flatMap(SchemaObject.Kind.init), let name = row[1].stringValue,
+                  let table = row[2].stringValue, let sql = row[3].stringValue else { return nil }
+            return SchemaObject(kind: kind, name: name, table: table, sql: sql)
+        }
+    }
+
+    /// Refuses a table the model adds (an entity's or a join table) whose name another
+    /// program's table, view or index in the file has: making it would fail, and that is not
+    /// the model's doing.
+    private func refuseNameClashes() throws {
+        let added = Set(schema.tables.map(\.name) + schema.joinTables.map(\.name))
+        let ours = old.tableNames.union(old.joinNames).union(["Z_METADATA", "Z_KEYS"])
+        for row in try db.rows("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view', 'index')") {
+            // ContextStack's own indexes (`Z_…`) go with their tables, or are dropped when not wanted.
+            guard let type = row[0].stringValue, let name = row[1].stringValue, added.contains(name), !ours.contains(name),
+                  !(type == "index" && name.hasPrefix("Z_")) else { continue }
+            throw ForeignObjectConflict(problem: "the model adds a table \(name), and another program's \(type) of that name already exists",
+                                        remedy: "rename the entity with @Entity(name:), or rename or drop the other \(type), then open the store again", underlying: nil)
         }
     }
 
     /// Makes again the indexes in `indexes` that went with a rebuilt (or dropped) table.
-    /// - Throws: SQLite's error as "error in index …", naming it.
-    private func remake(_ indexes: [SchemaObject]) throws(SQLiteError) {
-        for index in indexes where try db.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?", [.text(index.name)]) == .integer(0) {
+    private func remake(_ indexes: [SchemaObject]) throws {
+        let present = Set(try db.rows("SELECT name FROM sqlite_master WHERE type = 'index'").compactMap { $0[0].stringValue })
+        for index in indexes where !present.contains(index.name) { try Self.make(index, in: db) }
+    }
+
+    /// Checks each of `objects` (taken out of the file) as `check` does: the views made
+    /// together (one may read another), then each trigger made alone over them, checked, and
+    /// taken out again. Alone, a trigger's check compiles no other trigger, so one that is
+    /// wrong does not make the others beside it look wrong, and the order they were made in
+    /// does not matter. The views stay made.
+    /// - Returns: each object's verdict, by its index in `objects`: whether it resolves and,
+    ///   for a trigger, fires; or the error that says why not.
+    /// - Throws: any other failure of the checks (a busy file, an I/O error); a view that
+    ///   cannot be made (its name is now a table's), as `ForeignObjectConflict`.
+    private func verdicts(_ objects: [SchemaObject]) throws -> [Int: Result<Bool, SQLiteError>] {
+        var verdicts: [Int: Result<Bool, SQLiteError>] = [:]
+        for view in objects where view.kind == .view { try Self.make(view, in: db) }
+        for (index, object) in objects.enumerated() {
             do {
-                try db.execute(index.sql)
-            } catch {
-                throw SQLiteError(code: error.code, message: "error in index \(index.name): \(error.message)", sql: error.sql)
+                if object.kind == .trigger { try Self.make(object, in: db) }
+                defer { if object.kind == .trigger { try? Self.drop(object, in: db) } }
+                verdicts[index] = .success(try Self.check(object, in: db))
+            } catch let conflict as ForeignObjectConflict {
+                verdicts[index] = .failure(conflict.underlying ?? SQLiteError(code: .error, message: conflict.problem))
+            } catch let error as SQLiteError where error.code.primary == .error {
+                verdicts[index] = .failure(error)
             }
         }
+        return verdicts
     }
 
-    /// Which of the views and triggers (taken out of the file) find every table and column
-    /// they name, each checked alone: the views, made together (one may read another), then
-    /// each trigger made alone over them, checked, and taken out again. Alone, a trigger's
-    /// check compiles no other trigger, so one that is wrong does not make the others beside
-    /// it look wrong, and the order they were made in does not matter. Nothing of it stays.
-    /// - Returns: the indexes, in `objects`, of those that resolve.
-    /// - Throws: any other failure of the checks (a busy file, an I/O error).
-    private func checkAlone(_ objects: [SchemaObject]) throws(SQLiteError) -> Set<Int> {
-        var resolved: Set<Int> = []
-        let views = objects.indices.filter { objects[$0].isView }
-        for index in views { try Self.make(objects[index], in: db) }
-        for index in views where try Self.resolves(objects[index], in: db) { resolved.insert(index) }
-        for index in objects.indices where !objects[index].isView {
-            // Made over views that are there now: one on a table the migration drops is made
-            // again after, and fails there.
-            do { try Self.make(objects[index], in: db) } catch where error.code.primary == .error { continue }
-            // One that fires at nothing (`UPDATE OF` a column nobody has) is let be as well.
-            if try Self.resolves(objects[index], in: db) { resolved.insert(index) }
-            try db.execute("DROP TRIGGER \(objects[index].name.quotedIdentifier)")
-        }
-        for index in views.reversed() { try db.execute("DROP VIEW IF EXISTS \(objects[index].name.quotedIdentifier)") }
-        return resolved
-    }
-
-    /// Whether `object` finds every table and column it names, and, for a trigger, fires.
-    /// - Throws: any other failure of the check (a busy file, an I/O error).
-    private static func resolves(_ object: SchemaObject, in db: Connection) throws(SQLiteError) -> Bool {
-        do {
-            return try check(object, in: db)
-        } catch where error.code.primary == .error {
-            return false
-        }
-    }
-
-    /// Makes the views and triggers taken out for the migration again and checks those that
-    /// were `resolved` before it, as `checkAlone` did. One that now names a column or table
-    /// the migration removed or renamed fails the migration, naming it; the caller's rollback
-    /// then leaves the file, and it, as they were. Then every trigger is made, in the order
-    /// they were made.
-    private func restore(_ objects: [SchemaObject], checking resolved: Set<Int>) throws(SQLiteError) {
-        let views = objects.indices.filter { objects[$0].isView }
-        let triggers = objects.indices.filter { !objects[$0].isView }
-        for index in views { try Self.make(objects[index], in: db) }
-        for index in views where resolved.contains(index) { try Self.check(objects[index], in: db) }
-        for index in triggers where resolved.contains(index) {
-            try Self.make(objects[index], in: db)
-            guard try Self.check(objects[index], in: db) else {
-                throw Self.failure(SQLiteError(code: .error, message: "it no longer fires: the migration removes every column its UPDATE OF names"), in: objects[index])
+    /// Makes the views and triggers taken out for the migration again, and checks those that
+    /// were `resolved` before it, as `verdicts` does: one that now names a column or table the
+    /// migration removed or renamed, or no longer fires, fails the migration, naming it, and
+    /// the caller's rollback leaves the file, and it, as they were. Those that were wrong
+    /// before are made again as they were. Then every trigger is made, in the order they were
+    /// made.
+    private func restore(_ objects: [SchemaObject], resolved: Set<Int>) throws {
+        let after = try verdicts(objects)
+        for index in resolved.sorted() {
+            switch after[index] {
+            case .success(false)?: throw objects[index].conflict("it no longer fires: the migration removes every column its UPDATE OF names")
+            case .failure(let error)?: throw objects[index].conflict(error.message, error)
+            default: continue
             }
-            try db.execute("DROP TRIGGER \(objects[index].name.quotedIdentifier)")
         }
-        for index in triggers { try Self.make(objects[index], in: db) }
+        for trigger in objects where trigger.kind == .trigger { try Self.make(trigger, in: db) }
     }
 
-    private static func make(_ object: SchemaObject, in db: Connection) throws(SQLiteError) {
+    /// Makes `object` from its SQL.
+    /// - Throws: `ForeignObjectConflict` when SQLite refuses it; any other failure as it is.
+    private static func make(_ object: SchemaObject, in db: Connection) throws {
         do {
             try db.execute(object.sql)
-        } catch {
-            throw failure(error, in: object)
+        } catch where error.code.primary == .error {
+            throw object.conflict(error.message, error)
         }
+    }
+
+    private static func drop(_ object: SchemaObject, in db: Connection) throws(SQLiteError) {
+        try db.execute("DROP \(object.kind.rawValue.uppercased()) IF EXISTS \(object.name.quotedIdentifier)")
     }
 
     /// Prepares what reads a view, or what fires a trigger (an insert, an update of every
@@ -220,32 +228,26 @@ struct Migration {
     /// - Returns: for a trigger, whether one of those statements fires it (compiles it as a
     ///   sub-program: the trigger made alone is the only one); a trigger `UPDATE OF` columns
     ///   that are all gone fires at none. For a view, `true`.
-    /// - Throws: SQLite's error as "error in view …" or "error in trigger …", naming the object.
-    @discardableResult
     private static func check(_ object: SchemaObject, in db: Connection) throws(SQLiteError) -> Bool {
         let table = object.table.quotedIdentifier
-        do {
-            guard !object.isView else {
-                _ = try Statement(connection: db, sql: "SELECT * FROM \(table)")
-                return true
-            }
-            let columns = try db.rows("SELECT name FROM pragma_table_info(?)", [.text(object.table)]).compactMap { $0[0].stringValue?.quotedIdentifier }
-            var statements = ["INSERT INTO \(table) DEFAULT VALUES", "DELETE FROM \(table)"]
-            if !columns.isEmpty { statements.append("UPDATE \(table) SET \(columns.map { "\($0) = \($0)" }.joined(separator: ", "))") }
-            var fires = false
-            for sql in statements {
-                do {
-                    // The program is listed, never run: nothing changes.
-                    let listing = try Statement(connection: db, sql: "EXPLAIN " + sql)
-                    while !fires, try listing.step() { fires = listing.text(1) == "Program" }
-                } catch where isNotTaken(error) {
-                    continue
-                }
-            }
-            return fires
-        } catch {
-            throw failure(error, in: object)
+        guard object.kind == .trigger else {
+            _ = try Statement(connection: db, sql: "SELECT * FROM \(table)")
+            return true
         }
+        let columns = try Self.columns(of: object.table, in: db).keys.map(\.quotedIdentifier)
+        var statements = ["INSERT INTO \(table) DEFAULT VALUES", "DELETE FROM \(table)"]
+        if !columns.isEmpty { statements.append("UPDATE \(table) SET \(columns.map { "\($0) = \($0)" }.joined(separator: ", "))") }
+        var fires = false
+        for sql in statements {
+            do {
+                // The program is listed, never run: nothing changes.
+                let listing = try Statement(connection: db, sql: "EXPLAIN " + sql)
+                while !fires, try listing.step() { fires = listing.text(1) == "Program" }
+            } catch where isNotTaken(error) {
+                continue
+            }
+        }
+        return fires
     }
 
     /// Whether `error` says that a view takes no such statement: of a view, only the
@@ -254,12 +256,6 @@ struct Migration {
     /// then stops compiling that statement: what it did not reach is not checked.
     private static func isNotTaken(_ error: SQLiteError) -> Bool {
         error.message.hasPrefix("cannot modify ") && error.message.hasSuffix(" because it is a view")
-    }
-
-    /// SQLite's error for `object`, worded as SQLite words a view's or trigger's error when
-    /// it refuses a table's rename (`SQLiteStore.migrationFailure` reads it).
-    private static func failure(_ error: SQLiteError, in object: SchemaObject) -> SQLiteError {
-        SQLiteError(code: error.code, message: "error in \(object.isView ? "view" : "trigger") \(object.name): \(error.message)", sql: error.sql)
     }
 
     // MARK: - Tables
@@ -282,7 +278,8 @@ struct Migration {
             let declared = Set(table.columns.map(\.name))
             let added = oldColumns.keys.filter { !described.contains($0) && !declared.contains($0) && !$0.hasPrefix("Z_") }.sorted()
             if !added.isEmpty {
-                throw StoreError(.cannotOpen, "The table \(sourceName) has columns no model of this store described (\(added.joined(separator: ", "))): another program added them, and migrating the table would drop them with their values. The file is unchanged and is not reset, even with resetOnFailure. Declare them as attributes of \(table.name)'s entity (their values are kept), or move their values elsewhere and drop them, then open the store again.")
+                throw ForeignObjectConflict(problem: "the table \(sourceName) has columns no model of this store described (\(added.joined(separator: ", "))): another program added them, and migrating the table would drop them with their values",
+                                            remedy: "declare them as attributes of \(table.name)'s entity (their values are kept), or move their values elsewhere and drop them, then open the store again", underlying: nil)
             }
         }
 
@@ -390,7 +387,9 @@ struct Migration {
     }
 
     /// The columns of `table` in the file, with their declared types.
-    private func columns(of table: String) throws -> [String: String] {
+    private func columns(of table: String) throws -> [String: String] { try Self.columns(of: table, in: db) }
+
+    private static func columns(of table: String, in db: Connection) throws(SQLiteError) -> [String: String] {
         var result: [String: String] = [:]
         for row in try db.rows("SELECT name, type FROM pragma_table_info(?)", [.text(table)]) {
             if let name = row[0].stringValue { result[name] = row[1].stringValue ?? "" }
@@ -429,4 +428,17 @@ struct Migration {
         guard !dryRun else { return }
         for (sql, value) in schema.defaultFills { try db.execute(sql, [value]) }
     }
+}
+
+/// Another program's object stops the migration: a view, trigger or index that no longer fits
+/// the migrated store, a table or view in the way of a table the model adds, columns a rebuild
+/// would drop. None of it is the model's doing: `SQLiteStore.migrate` makes it `.cannotOpen`,
+/// which `resetOnFailure` never answers by erasing the file, the other program's data with it.
+struct ForeignObjectConflict: Error {
+    /// What stops the migration.
+    let problem: String
+    /// What the app's developer does about it.
+    let remedy: String
+    /// SQLite's error, when SQLite refused the object.
+    let underlying: SQLiteError?
 }

@@ -167,6 +167,8 @@ extension SQLiteStore {
             }
         } catch let error as SQLiteError {
             throw migrationFailure(error, path: path)
+        } catch let conflict as ForeignObjectConflict {
+            throw StoreError(.cannotOpen, "Migrating the store at \(path) failed: \(conflict.problem). The file is unchanged and is not reset, even with resetOnFailure; \(conflict.remedy).", underlying: conflict.underlying)
         }
         try db.execute("INSERT OR REPLACE INTO Z_METADATA (key, value) VALUES ('models', ?)", [.text(history.moved(to: schema.hash).text)])
     }
@@ -178,21 +180,11 @@ extension SQLiteStore {
     /// the store: erasing it for that (`resetOnFailure` answers `.cannotMigrate` so) would
     /// trade good data for an empty file. Those are `.cannotOpen` (`.permissionDenied` for a
     /// file that may not be written), and the next open, once the cause is gone, migrates.
-    /// Damage stays `.corrupt`. A view, trigger or index someone else added that names a
-    /// table or column the migration removes or renames, or whose name a new table takes
-    /// (`Migration.restore`), and another program's table or index of a new table's name, are
-    /// not the model either, and `resetOnFailure` would erase them with everything else in the
-    /// file: `.cannotOpen`, naming them. Every other failure comes from what the file holds (rows the new model
-    /// cannot take) and fails again at every open: `.cannotMigrate`, as before.
+    /// Damage stays `.corrupt`. Every other failure comes from what the file holds (rows the
+    /// new model cannot take) and fails again at every open: `.cannotMigrate`, as before.
+    /// (Another program's objects that stop a migration are not the model either: the
+    /// migration says so with `ForeignObjectConflict`, which is `.cannotOpen`.)
     private static func migrationFailure(_ error: SQLiteError, path: String) -> StoreError {
-        if error.code.primary == .error, ["error in view ", "error in trigger ", "error in index "].contains(where: error.message.hasPrefix) {
-            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: a view, trigger or index that ContextStack did not create does not fit the migrated store: it names a table or column the migration removes or renames, or its name is now a table's (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; drop or change it, then open the store again.", underlying: error)
-        }
-        // The migration makes no table or index of a name the old model's store had, so a
-        // name taken is another program's object.
-        if error.code.primary == .error, (error.message.hasPrefix("table ") && error.message.hasSuffix(" already exists")) || error.message.hasPrefix("there is already ") {
-            return StoreError(.cannotOpen, "Migrating the store at \(path) failed: the model adds a table whose name another program's table, view or index in the file already has (\(error.message)). The file is unchanged and is not reset, even with resetOnFailure; rename the entity with @Entity(name:), or rename or drop the other object, then open the store again.", underlying: error)
-        }
         switch error.code.primary {
         case .full, .ioError, .noMemory, .busy, .locked, .interrupt, .cantOpen:
             return StoreError(.cannotOpen, "Migrating the store at \(path) failed for a reason that is not the model (a full disk, an I/O error, too little memory, a lock another connection held too long: see underlying). The file is unchanged and is not reset, even with resetOnFailure; remove the cause and open it again.", underlying: error)
