@@ -535,7 +535,6 @@ extension ConcurrentDeleteTests {
         failing: (MainContext) throws -> Void
     ) async throws -> (store: TestStore, world: MainContext, held: Held, errors: [any Error]) {
         let store = try TestStore(kind)
-        let queued = try #require(store.stack.store as? any QueuedStore)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         let world = try MainContext(stack: store.stack)
@@ -545,17 +544,13 @@ extension ConcurrentDeleteTests {
         }
         try await store.stack.flush()
         let held = try hold(world)
-        queued.writeQueue.sync {}
-        queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { queued.writeQueue.resume() } }
-        try failing(world)
-        try world.beginUpdateAndWait { update in
-            try update.create(Person.self).name = "Ada"
-            try update.commit()
+        try store.withWriterQueueSuspended {
+            try failing(world)
+            try world.beginUpdateAndWait { update in
+                try update.create(Person.self).name = "Ada"
+                try update.commit()
+            }
         }
-        queued.writeQueue.resume()
-        suspended = false
         await #expect(throws: (any Error).self) { try await store.stack.flush() }
         await mainQueueTurn()
         return (store, world, held, recorder.all)
@@ -857,7 +852,6 @@ extension ConcurrentDeleteTests {
     @Test(arguments: StoreKind.available) @MainActor
     func anOverwriteQueuedBehindADeleteDoesNotRestoreAReferenceItsRuleCleared(kind: StoreKind) async throws {
         let store = try TestStore(kind)
-        let queued = try #require(store.stack.store as? any QueuedStore)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         let direct = try Context(stack: store.stack, updateTarget: .persistentStore)
@@ -892,17 +886,13 @@ extension ConcurrentDeleteTests {
             try update.commit()
         }
         try await store.stack.flush()
-        queued.writeQueue.sync {}
-        queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { queued.writeQueue.resume() } }
-        try deleting.performAndWait { update in try update.commit() }   // queued
-        try overwrite.performAndWait { update in
-            try #require(try update.fetch(Person.self, %"name" == "Knight")).location = "Camelot"
-            try update.commit()   // queued behind the delete
+        try store.withWriterQueueSuspended {
+            try deleting.performAndWait { update in try update.commit() }   // queued
+            try overwrite.performAndWait { update in
+                try #require(try update.fetch(Person.self, %"name" == "Knight")).location = "Camelot"
+                try update.commit()   // queued behind the delete
+            }
         }
-        queued.writeQueue.resume()
-        suspended = false
         await #expect(throws: SaveError.self) { try await store.stack.flush() }
         #expect(recorder.all.map { ($0 as? SaveError)?.code } == [.relatesToDeletedObject])
         #expect(try store.writtenRows("SELECT name, age, location, friend FROM \"Person\"") == [[.text("Knight"), .integer(9), .null, .null]])

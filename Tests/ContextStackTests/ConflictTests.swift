@@ -330,31 +330,26 @@ import Testing
     @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
     func theCheckSeesCommitsTheRootHasNotWrittenYet(kind: StoreKind) async throws {
         let store = try TestStore(kind)
-        let queued = try #require(store.stack.store as? any QueuedStore)
         let world = try MainContext(stack: store.stack, mergePolicy: .error)
         let id = try world.beginUpdateAndWait(Fixtures.monkAgedOne)
         try await store.stack.flush()
         let b = world.beginUpdateContext()
         let held = try b.performAndWait { update in try update.fetch(Person.self, id: id) }
-        queued.writeQueue.sync {}
-        queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { queued.writeQueue.resume() } }
-        try world.beginUpdateAndWait { update in
-            try #require(try update.fetch(Person.self, id: id)).age = 2
-            try update.commit()
-        }
-        #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(1)]], "A's commit waits in the queue")
-        let conflict = #expect(throws: MergeConflictError.self) {
-            try b.performAndWait { update in
-                try #require(held).age = 3
+        try store.withWriterQueueSuspended {
+            try world.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, id: id)).age = 2
                 try update.commit()
             }
+            #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(1)]], "A's commit waits in the queue")
+            let conflict = #expect(throws: MergeConflictError.self) {
+                try b.performAndWait { update in
+                    try #require(held).age = 3
+                    try update.commit()
+                }
+            }
+            #expect(conflict?.conflicts.contains { $0.key == "age" && $0.snapshot == .integer(1) && $0.stored == .integer(2) && $0.ours == .integer(3) } == true,
+                    "\(String(describing: conflict))")
         }
-        #expect(conflict?.conflicts.contains { $0.key == "age" && $0.snapshot == .integer(1) && $0.stored == .integer(2) && $0.ours == .integer(3) } == true,
-                "\(String(describing: conflict))")
-        queued.writeQueue.resume()
-        suspended = false
         try await store.stack.flush()
         #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(2)]])
     }
@@ -368,29 +363,24 @@ import Testing
     @Test(arguments: StoreKind.available.filter { $0 != .memory }, [MergePolicy.error, .storeTrump, .rollback, .overwrite]) @MainActor
     func anotherProcessChangeBetweenTheCheckAndTheWriteMeetsThePolicy(kind: StoreKind, policy: MergePolicy) async throws {
         let store = try TestStore(kind)
-        let queued = try #require(store.stack.store as? any QueuedStore)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         let world = try MainContext(stack: store.stack, mergePolicy: policy)
         let id = try world.beginUpdateAndWait(Fixtures.monkAgedOne)
         try await store.stack.flush()
         let other = try Context(stack: try store.reopen(), updateTarget: .persistentStore)
-        queued.writeQueue.sync {}
-        queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { queued.writeQueue.resume() } }
-        try world.beginUpdateAndWait { update in
-            let monk = try #require(try update.fetch(Person.self, id: id))
-            monk.age = 2
-            monk.name = "Abbot"
-            try update.commit()   // checked now, written once the queue resumes
+        try store.withWriterQueueSuspended {
+            try world.beginUpdateAndWait { update in
+                let monk = try #require(try update.fetch(Person.self, id: id))
+                monk.age = 2
+                monk.name = "Abbot"
+                try update.commit()   // checked now, written once the queue resumes
+            }
+            try other.beginUpdateAndWait { update in
+                try #require(try update.fetch(Person.self, id: id)).age = 40
+                try update.commit()
+            }
         }
-        try other.beginUpdateAndWait { update in
-            try #require(try update.fetch(Person.self, id: id)).age = 40
-            try update.commit()
-        }
-        queued.writeQueue.resume()
-        suspended = false
         if policy == .error {
             await #expect(throws: MergeConflictError.self) { try await store.stack.flush() }
             #expect(try store.writtenRows("SELECT name, age FROM \"Person\"") == [[.text(""), .integer(40)]])

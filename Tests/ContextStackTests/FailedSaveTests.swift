@@ -1040,7 +1040,6 @@ import Testing
     @Test(arguments: StoreKind.available.filter { $0 != .memory })
     func aManyToManyPairWithAFailedInsertFailsWithIt(kind: StoreKind) throws {
         let store = try TestStore(kind)
-        let queued = try #require(store.stack.store as? any QueuedStore)
         let recorder = ErrorRecorder()
         store.stack.onError = { recorder.record($0) }
         try store.refuseWrites(ofName: "refused", in: "Tag")
@@ -1052,24 +1051,21 @@ import Testing
             try update.commit()
         }
         try store.stack.flushAndWait()
-        queued.writeQueue.sync {}
-        queued.writeQueue.suspend()
-        var suspended = true
-        defer { if suspended { queued.writeQueue.resume() } }
-        let refused = try context.beginUpdateAndWait { update in
-            let tag = try update.create(Tag.self)
-            tag.name = "refused"
-            try update.commit()
-            return tag.objectID
+        let refused = try store.withWriterQueueSuspended {
+            let refused = try context.beginUpdateAndWait { update in
+                let tag = try update.create(Tag.self)
+                tag.name = "refused"
+                try update.commit()
+                return tag.objectID
+            }
+            try context.beginUpdateAndWait { update in
+                let article = try update.create(Article.self)
+                article.title = "tagged"
+                article.tags = [try #require(try update.fetch(Tag.self, id: refused))]
+                try update.commit()
+            }
+            return refused
         }
-        try context.beginUpdateAndWait { update in
-            let article = try update.create(Article.self)
-            article.title = "tagged"
-            article.tags = [try #require(try update.fetch(Tag.self, id: refused))]
-            try update.commit()
-        }
-        queued.writeQueue.resume()
-        suspended = false
         #expect(throws: (any Error).self) { try store.stack.flushAndWait() }
         let errors = recorder.all
         #expect(errors.count == 2 && errors.contains(where: TestStore.isRefusal), "\(errors)")

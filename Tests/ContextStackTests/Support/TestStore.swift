@@ -159,6 +159,17 @@ final class TestStore: Sendable {
         return try stack.sqliteStore.writer.withLock { _ in try body() }
     }
 
+    /// Runs `body` with the writer's queue suspended: the commits it hands over wait, to be
+    /// written together once the queue resumes, when `body` returns or throws. The drain that
+    /// wrote the commits before is waited for first: it would take one handed over meanwhile.
+    func withWriterQueueSuspended<T>(_ body: () throws -> T) rethrows -> T {
+        guard let queued = stack.store as? any QueuedStore else { preconditionFailure("withWriterQueueSuspended: a queued store (every kind) was expected.") }
+        queued.writeQueue.sync {}
+        queued.writeQueue.suspend()
+        defer { queued.writeQueue.resume() }
+        return try body()
+    }
+
     /// Holds the store's writer from outside, as another process's write would, until the
     /// closure it returns is called: on SQLite a `BEGIN IMMEDIATE` on a connection of its own;
     /// on PostgreSQL a lock on `person`'s row, which the writer waits for when a commit
