@@ -105,10 +105,13 @@ package final class Connection {
         var happened = false
     }
     private let preparations = Preparations()
+    /// Whether `watchPreparations` installed its authorizer (`columnsUsed` puts it back).
+    private var watchingPreparations = false
 
     /// Starts noting when this connection prepares statements (`takePrepared`), through
     /// SQLite's authorizer, which runs only while a statement is prepared: nothing per step.
     package func watchPreparations() {
+        watchingPreparations = true
         preparations.happened = true
         sqlite3_set_authorizer(handle, { context, _, _, _, _, _ in
             if let context { Unmanaged<Preparations>.fromOpaque(context).takeUnretainedValue().happened = true }
@@ -122,6 +125,47 @@ package final class Connection {
     package func takePrepared() -> Bool {
         defer { preparations.happened = false }
         return preparations.happened
+    }
+
+    /// A column of a table that a statement reads or writes, as SQLite's authorizer reports
+    /// it while it compiles the statement, the bodies of the views it reads and the triggers it
+    /// fires included.
+    package struct ColumnUse: Hashable, Comparable {
+        package let table: String
+        package let column: String
+        package let writes: Bool
+        /// The innermost view or trigger whose body uses the column; `nil` for the statement's
+        /// own text.
+        package let within: String?
+
+        package static func < (a: ColumnUse, b: ColumnUse) -> Bool {
+            (a.table, a.column, a.writes ? 1 : 0, a.within ?? "") < (b.table, b.column, b.writes ? 1 : 0, b.within ?? "")
+        }
+    }
+
+    private final class ColumnUses {
+        var uses: Set<ColumnUse> = []
+    }
+
+    /// The columns the statements `body` prepares read (`SQLITE_READ`) or write
+    /// (`SQLITE_UPDATE`): SQLite's authorizer sees them as it compiles each statement, so a
+    /// statement prepared and never run (an `EXPLAIN`, say) is enough, and nothing changes. The
+    /// authorizer `watchPreparations` installed, if it did, is back after.
+    package func columnsUsed<E: Error>(preparing body: () throws(E) -> Void) throws(E) -> Set<ColumnUse> {
+        let collected = ColumnUses()
+        sqlite3_set_authorizer(handle, { context, action, table, column, _, within in
+            guard let context, action == SQLITE_READ || action == SQLITE_UPDATE, let table, let column else { return SQLITE_OK }
+            Unmanaged<ColumnUses>.fromOpaque(context).takeUnretainedValue().uses.insert(
+                ColumnUse(table: String(cString: table), column: String(cString: column), writes: action == SQLITE_UPDATE,
+                          within: within.map { String(cString: $0) }))
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(collected).toOpaque())
+        defer {
+            // Statements were prepared meanwhile, which a watcher must hear of.
+            if watchingPreparations { watchPreparations() } else { sqlite3_set_authorizer(handle, nil, nil) }
+        }
+        try body()
+        return collected.uses    // after `body`: what the authorizer is handed lives until then
     }
 
     /// Whether the schema this connection holds in memory has the table `name` in `database`.

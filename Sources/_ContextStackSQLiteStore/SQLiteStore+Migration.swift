@@ -38,6 +38,21 @@ struct Migration {
     /// Old columns whose values a join table took (`OldSchema.joinFills`), by old table: their
     /// columns go, but not their data.
     private var movedToJoins: [String: Set<String>] = [:]
+    /// What became of each column of the old model's tables that the migration rebuilt or
+    /// dropped, by old table and column: what another program's view, trigger or index that
+    /// names one is checked against (`change(of:in:)`).
+    private var fates: [String: [String: ColumnFate]] = [:]
+
+    /// What a migration did to a column of the old model's tables.
+    private enum ColumnFate {
+        /// The same values, under the same name in the same table.
+        case kept
+        /// Its values are now in another column or table (a rename).
+        case moved(table: String, column: String)
+        /// The entity codes it holds change (`Z_ENT`).
+        case renumbered
+        case removed
+    }
 
     init(db: Connection, schema: StoreSchema, oldDescription: String, dryRun: Bool = false) throws {
         self.db = db
@@ -66,14 +81,39 @@ struct Migration {
         // table and column it names before is checked again, and one SQLite already found
         // wrong is made again as it was. Another program's indexes on a rebuilt table, which
         // go with the old table, are made again too.
+        //
+        // What each of them names must also mean after the migration what it meant before:
+        // SQLite's authorizer lists the columns a check compiles, and one the migration
+        // removes, renames (its old name may now be a new attribute's) or renumbers stops the
+        // migration, even where the object would still compile (a view's `SELECT *`).
         let others = dryRun ? [] : try Self.othersObjects([.view, .trigger], in: db)
         let indexes = dryRun ? [] : try Self.othersObjects([.index], in: db)
+        let indexColumns = try indexes.map { index throws(SQLiteError) in
+            try db.rows("SELECT name FROM pragma_index_info(?) WHERE name IS NOT NULL", [.text(index.name)]).compactMap { $0[0].stringValue }
+        }
         for object in others.reversed() { try Self.drop(object, in: db) }
         let before = try verdicts(others)    // made the views again, to check them: out again
         for view in others.reversed() where view.kind == .view { try Self.drop(view, in: db) }
         try migrateTables()
+        for (index, columns) in zip(indexes, indexColumns) {
+            for column in columns {
+                if let change = change(of: column, in: index.table) { throw index.conflict("it covers \(index.table).\(column), \(change)") }
+            }
+        }
         try remake(indexes)
-        try restore(others, resolved: Set(before.compactMap { index, verdict in (try? verdict.get()) == true ? index : nil }))
+        try restore(others, before: before)
+    }
+
+    /// Why `column` of the old model's `table` does not mean after the migration what it meant
+    /// before, said as the end of a sentence naming it; `nil` when it does (kept), or is no
+    /// column of the old model's tables that the migration rebuilt or dropped.
+    private func change(of column: String, in table: String) -> String? {
+        switch fates[table]?[column] {
+        case .removed?: "which the migration removes"
+        case .moved(let newTable, let newColumn)?: "which the migration moves to \(newTable).\(newColumn) (under its old name it would name another column, or none)"
+        case .renumbered?: "whose entity codes the migration renumbers"
+        case .kept?, nil: nil
+        }
     }
 
     /// Migrates every table, index and default, and records the model.
@@ -106,6 +146,7 @@ struct Migration {
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables[name] != nil {
             if !movedToColumns.contains(name) { lost.append("the table \(name)") }
+            fates[name] = try columns(of: name).mapValues { _ in .removed }
             try execute("DROP TABLE \(name.quotedIdentifier)")
             try execute("DELETE FROM Z_KEYS WHERE name = \(name.quotedLiteral)")
         }
@@ -169,37 +210,57 @@ struct Migration {
     /// taken out again. Alone, a trigger's check compiles no other trigger, so one that is
     /// wrong does not make the others beside it look wrong, and the order they were made in
     /// does not matter. The views stay made.
-    /// - Returns: each object's verdict, by its index in `objects`: whether it resolves and,
-    ///   for a trigger, fires; or the error that says why not.
+    /// - Returns: each object's verdict, by its index in `objects`.
     /// - Throws: any other failure of the checks (a busy file, an I/O error); a view that
     ///   cannot be made (its name is now a table's), as `ForeignObjectConflict`.
-    private func verdicts(_ objects: [SchemaObject]) throws -> [Int: Result<Bool, SQLiteError>] {
-        var verdicts: [Int: Result<Bool, SQLiteError>] = [:]
+    private func verdicts(_ objects: [SchemaObject]) throws -> [Int: Verdict] {
+        var verdicts: [Int: Verdict] = [:]
         for view in objects where view.kind == .view { try Self.make(view, in: db) }
         for (index, object) in objects.enumerated() {
             do {
                 if object.kind == .trigger { try Self.make(object, in: db) }
                 defer { if object.kind == .trigger { try? Self.drop(object, in: db) } }
-                verdicts[index] = .success(try Self.check(object, in: db))
+                var fires = false
+                let uses = try db.columnsUsed { () throws(SQLiteError) in fires = try Self.check(object, in: db) }
+                // A trigger's own: not the statement that fires it.
+                verdicts[index] = Verdict(outcome: .success(fires), uses: uses.filter { object.kind == .view || $0.within != nil }.sorted())
             } catch let conflict as ForeignObjectConflict {
-                verdicts[index] = .failure(conflict.underlying ?? SQLiteError(code: .error, message: conflict.problem))
+                verdicts[index] = Verdict(outcome: .failure(conflict.underlying ?? SQLiteError(code: .error, message: conflict.problem)), uses: [])
             } catch let error as SQLiteError where error.code.primary == .error {
-                verdicts[index] = .failure(error)
+                verdicts[index] = Verdict(outcome: .failure(error), uses: [])
             }
         }
         return verdicts
     }
 
+    /// What `verdicts` found of a view or trigger.
+    private struct Verdict {
+        /// Whether it resolves and, for a trigger, fires; or the error that says why not.
+        let outcome: Result<Bool, SQLiteError>
+        /// The columns of tables it reads or writes, in order.
+        let uses: [Connection.ColumnUse]
+
+        var resolves: Bool { (try? outcome.get()) == true }
+    }
+
     /// Makes the views and triggers taken out for the migration again, and checks those that
-    /// were `resolved` before it, as `verdicts` does: one that now names a column or table the
-    /// migration removed or renamed, or no longer fires, fails the migration, naming it, and
-    /// the caller's rollback leaves the file, and it, as they were. Those that were wrong
-    /// before are made again as they were. Then every trigger is made, in the order they were
-    /// made.
-    private func restore(_ objects: [SchemaObject], resolved: Set<Int>) throws {
+    /// resolved `before` it: one that used a column the migration removed, renamed or
+    /// renumbered (`change(of:in:)`), or that `verdicts` now finds wrong or no longer firing,
+    /// fails the migration, naming it, and the caller's rollback leaves the file, and it, as
+    /// they were. Those that were wrong before are made again as they were. Then every trigger
+    /// is made, in the order they were made.
+    private func restore(_ objects: [SchemaObject], before: [Int: Verdict]) throws {
+        let resolved = before.keys.filter { before[$0]!.resolves }.sorted()
+        for index in resolved {
+            for use in before[index]!.uses {
+                if let change = change(of: use.column, in: use.table) {
+                    throw objects[index].conflict("it \(use.writes ? "writes" : "reads") \(use.table).\(use.column), \(change)")
+                }
+            }
+        }
         let after = try verdicts(objects)
-        for index in resolved.sorted() {
-            switch after[index] {
+        for index in resolved {
+            switch after[index]?.outcome {
             case .success(false)?: throw objects[index].conflict("it no longer fires: the migration removes every column its UPDATE OF names")
             case .failure(let error)?: throw objects[index].conflict(error.message, error)
             default: continue
@@ -288,6 +349,11 @@ struct Migration {
         var names = ["\"Z_PK\""]
         var identity = sourceName == table.name
         var carried: Set<String> = ["Z_PK", "Z_ENT"]
+        var fate = oldColumns.mapValues { _ in ColumnFate.removed }
+        func carry(_ source: String, to column: String) -> ColumnFate {
+            sourceName == table.name && source == column ? .kept : .moved(table: table.name, column: column)
+        }
+        fate["Z_PK"] = carry("Z_PK", to: "Z_PK")
         // A column a property renames goes to that property alone: a new attribute given its
         // old name starts empty (`StoreSchema.RenameSources`). So does a to-one whose
         // destination changed: its old keys are another table's.
@@ -326,7 +392,12 @@ struct Migration {
                 selections.append("CASE \"Z_ENT\" \(cases.joined(separator: " ")) ELSE \(wide) END")
                 identity = false
             }
-            for source in [source] + split.map(\.source) { if let source { carried.insert(source) } }
+            for source in [source] + split.map(\.source) {
+                if let source {
+                    carried.insert(source)
+                    fate[source] = carry(source, to: column.name)
+                }
+            }
             if source != column.name { identity = false }
         }
         if Set(oldColumns.keys).subtracting(["Z_PK", "Z_ENT"]).count != table.columns.count { identity = false }
@@ -338,11 +409,15 @@ struct Migration {
             if oldColumns["Z_ENT"] != nil {
                 var cases: [String] = []
                 var kept: [Int64] = []
+                fate["Z_ENT"] = carry("Z_ENT", to: "Z_ENT")
                 for entity in family {
                     guard let code = old.entityCode(of: entity) else { continue }
                     cases.append("WHEN \(code) THEN \(entity.entityCode)")
                     kept.append(code)
-                    if code != entity.entityCode { identity = false }
+                    if code != entity.entityCode {
+                        identity = false
+                        fate["Z_ENT"] = .renumbered
+                    }
                 }
                 selections.append(cases.isEmpty ? "\(root.entityCode)" : "CASE \"Z_ENT\" \(cases.joined(separator: " ")) END")
                 filter = " WHERE \"Z_ENT\" IN (\(kept.map(String.init).joined(separator: ", ")))"
@@ -358,6 +433,7 @@ struct Migration {
             identity = false
         }
 
+        fates[sourceName] = fate
         let moved = movedToJoins[sourceName] ?? []
         lost += oldColumns.keys.sorted().filter { !carried.contains($0) && !moved.contains($0) }.map { "the column \(sourceName).\($0)" }
         if !filter.isEmpty, try db.scalar("SELECT EXISTS (SELECT 1 FROM \(sourceName.quotedIdentifier) WHERE NOT (\(filter.dropFirst(" WHERE ".count))))") == .integer(1) {

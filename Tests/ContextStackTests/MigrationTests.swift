@@ -1336,6 +1336,60 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         #expect(try db.rows("SELECT serial, label FROM Gadget") == [[.text("S1"), .text("plain")]])
     }
 
+    /// What another program's view, trigger or index names must mean after a migration what
+    /// it meant before (Docs/Stores.md, "Views, triggers and indexes of other programs"). Some
+    /// would still compile and mean something else: a view of every column (`SELECT *`) once a
+    /// column is gone, and a name the migration renames away and gives to another attribute
+    /// (`GadgetRelabelled` gives `label` to the old `serial`; `GadgetRelabelledWithSerial` adds
+    /// a new `serial`), whose values it would then read, write or index. SQLite's authorizer
+    /// lists the columns each one names before the migration, and one that names such a column
+    /// stops it with `.cannotOpen`, saying which; the file is left as it was, even with
+    /// `resetOnFailure: true`.
+    @Test(arguments: [
+        ("CREATE VIEW everything AS SELECT * FROM Gadget", "unlabelled", "view everything", "it reads Gadget.label, which the migration removes"),
+        ("CREATE VIEW labels AS SELECT label FROM Gadget", "relabelled", "view labels", "it reads Gadget.label, which the migration moves to Gadget.caption"),
+        ("CREATE VIEW serials AS SELECT serial FROM Gadget", "relabelledWithSerial", "view serials", "it reads Gadget.serial, which the migration moves to Gadget.label"),
+        ("CREATE TRIGGER noted AFTER INSERT ON Gadget BEGIN INSERT INTO notes VALUES (new.label); END", "relabelled", "trigger noted", "it reads Gadget.label, which the migration moves to Gadget.caption"),
+        ("CREATE TRIGGER noted AFTER INSERT ON notes BEGIN UPDATE Gadget SET label = new.text; END", "relabelled", "trigger noted", "it writes Gadget.label, which the migration moves to Gadget.caption"),
+        ("CREATE INDEX byLabel ON Gadget (label)", "relabelled", "index byLabel", "it covers Gadget.label, which the migration moves to Gadget.caption"),
+    ])
+    func whatAnotherProgramNamesMustMeanTheSameAfterAMigration(object: String, model: String, named: String, problem: String) throws {
+        defer { cleanUp() }
+        try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let db = try Connection(path: url.path)
+        try db.execute("CREATE TABLE notes (text TEXT); \(object)")
+        let before = storeBytes(url)
+        let types: [ManagedObject.Type] = switch model {
+        case "unlabelled": [GadgetUnlabelled.self]
+        case "relabelled": [GadgetRelabelled.self]
+        default: [GadgetRelabelledWithSerial.self]
+        }
+        let error = #expect(throws: StoreError.self) { _ = try openStore(types, at: url, resetOnFailure: true) }
+        #expect(error?.code == .cannotOpen && error?.message.contains("error in \(named): \(problem)") == true, "\(String(describing: error))")
+        #expect(storeBytes(url) == before)
+        #expect(try db.rows("SELECT serial, label FROM Gadget") == [[.text("S1"), .text("plain")]])
+    }
+
+    /// The other side of `whatAnotherProgramNamesMustMeanTheSameAfterAMigration`: a view of
+    /// every column outlives a migration that adds one (and shows it), and one whose columns
+    /// the model names as their own original names (kept in place, `GadgetSwapped`) outlives
+    /// it unchanged.
+    @Test func viewsOfColumnsTheMigrationKeepsOutliveIt() throws {
+        defer { cleanUp() }
+        try writeStore([LampV1.self, GadgetV1.self], at: url) { update in
+            try update.create(LampV1.self).power = 3
+            try update.create(GadgetV1.self).serial = "S1"
+        }
+        let db = try Connection(path: url.path)
+        try db.execute("CREATE VIEW lamps AS SELECT * FROM Lamp; CREATE VIEW gadgets AS SELECT serial, label FROM Gadget")
+        let context = try openStore([LampV2.self, GadgetSwapped.self], at: url)
+        #expect(try db.scalar("SELECT count(*) FROM pragma_table_info('Gadget') WHERE name = 'note'") == .integer(1), "migrated")
+        #expect(try db.rows("SELECT name FROM pragma_table_info('lamps') ORDER BY cid").compactMap { $0[0].stringValue }.contains("watts"))
+        #expect(try db.scalar("SELECT power FROM lamps") == .integer(3))
+        #expect(try db.rows("SELECT serial, label FROM gadgets") == [[.text("S1"), .text("plain")]])
+        _ = context
+    }
+
     /// A new entity whose table name another program's table already has is not the model's
     /// doing: `.cannotOpen`, and the file, the other table with its rows, is left as it was,
     /// even with `resetOnFailure: true` (the migration's `CREATE TABLE` failed as
