@@ -275,6 +275,47 @@ import Testing
         #expect(uuids?["high"] == UUID(uuid: (0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00)).storedValue)
     }
 
+    /// Docs/Queries.md, "Grouping": what `having:` takes — `BETWEEN`, `IN`, `NOT`, `AND`,
+    /// `OR`, a string operator with a constant pattern, an alias compared with another, a
+    /// default alias named with `%K` in a format string — gives one answer on every store; what
+    /// it does not take (a quantifier, an option on a comparison, `SELF`, a variable,
+    /// arithmetic, a string operator whose pattern is a key) throws `.unsupported`.
+    @Test(arguments: StoreKind.available) @MainActor
+    func havingTakesWhatQueriesMdListsAndRefusesTheRest(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for (age, location) in [(10, "Kyoto"), (20, "Kyoto"), (99, "Taipei"), (30, "Oslo"), (40, "Oslo"), (50, "Oslo")] {
+                let person = try update.create(Person.self)
+                (person.name, person.age, person.location) = ("P\(age)", age, location)
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let selection = Select.select("location") | .count("name", alias: "n") | .min("age", alias: "minAge") | .max("age", alias: "maxAge")
+        func locations(_ having: Condition, _ selection: Select = selection) throws -> [String] {
+            try world.query(Person.self, selection, orderBy: .ascending("location"), groupBy: %"location", having: having)
+                .compactMap { $0["location"]?.stringValue }
+        }
+        #expect(try locations((%"n").between(2, 3)) == ["Kyoto", "Oslo"])
+        #expect(try locations((%"n").in([1, 3])) == ["Oslo", "Taipei"])
+        #expect(try locations(!(%"n" >= 2)) == ["Taipei"])
+        #expect(try locations(%"n" == 1 || %"minAge" >= 30 && %"maxAge" < 60) == ["Oslo", "Taipei"])
+        #expect(try locations((%"location").beginsWith("O")) == ["Oslo"])
+        #expect(try locations(%"maxAge" > %"minAge") == ["Kyoto", "Oslo"])
+        #expect(try locations(.where("%K > %@", "average(age)", 20), .select("location") | .average("age")) == ["Oslo", "Taipei"])
+
+        func code(_ having: Condition) -> QueryError.Code? {
+            do { _ = try locations(having); return nil } catch { return (error as? QueryError)?.code }
+        }
+        #expect(code(.where("ANY location == 'Oslo'")) == .unsupported)
+        #expect(code(%"location"%.caseInsensitive == "oslo") == .unsupported)
+        #expect(code(.where("SELF == %@", 1)) == .unsupported)
+        #expect(code(.where("n > $limit")) == .unsupported)
+        #expect(code(.where("n + 1 > 2")) == .unsupported)
+        #expect(code(.where("location BEGINSWITH location")) == .unsupported)
+    }
+
     /// Docs/Queries.md, "What queries see": a query waits for the commits handed over before
     /// it to be written, with no `flush()`. Here the writer is held, so a commit to the root
     /// stays queued; a query started then waits, and counts it once the writer is let go.
@@ -343,5 +384,32 @@ import Testing
         // fetch takes the first match; a limit of nothing gives nothing.
         #expect(try world.fetch(Person.self, options: .limit(5)) != nil)
         #expect(try world.fetch(Person.self, options: .limit(0)) == nil)
+    }
+}
+
+/// The statements aggregate queries run, as Docs/Queries.md shows them: each query is exactly
+/// one statement, this one.
+@Suite struct AggregateSQLTests {
+    @Test @MainActor func queriesRunTheDocumentedSQL() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait(Fixtures.people)
+        try await store.stack.flush()
+        let average = try expectSQL(store.stack, [#"SELECT avg(t0."age") AS "average(age)" FROM "Person" AS t0"#]) {
+            try world.queryValue(Person.self, .average("age"))
+        }
+        #expect(average.doubleValue != nil)
+        let rows = try expectSQL(store.stack, [
+            #"SELECT t0."location" AS "location", avg(t0."age") AS "avgAge", cs_median(t0."age") AS "median(age)" FROM "Person" AS t0 WHERE t0."age" > ? GROUP BY t0."location" HAVING avg(t0."age") > ? ORDER BY "avgAge" DESC"#,
+        ]) {
+            try world.query(Person.self, .select("location") | .average("age", alias: "avgAge") | .median("age"),
+                            %"age" > 10, orderBy: .descending("avgAge"), groupBy: %"location", having: %"avgAge" > 20)
+        }
+        #expect(!rows.isEmpty)
+        _ = try expectSQL(store.stack, [
+            #"SELECT t0."location" AS "location", count(t0."name") AS "n" FROM "Person" AS t0 GROUP BY t0."location" HAVING (count(t0."name") >= ? AND t0."location" IS NOT NULL)"#,
+        ]) {
+            try world.query(Person.self, .select("location") | .count("name", alias: "n"), groupBy: %"location", having: %"n" >= 2 && %"location" != nil)
+        }
     }
 }

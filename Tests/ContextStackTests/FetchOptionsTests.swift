@@ -216,6 +216,27 @@ import Testing
         }
     }
 
+    /// Docs/Queries.md, "Walking many objects": `.prefetch` applies to each batch of a cursor.
+    /// Moving onto a batch reads its rows with the pets' memberships and rows (three
+    /// statements), and following `pets` then runs none, through the whole walk.
+    @Test(arguments: Setup.all) @MainActor
+    func aCursorPrefetchesWithEachBatch(setup: Setup) async throws {
+        let (store, world) = try await Self.populated(setup)
+        let counter = StatementCounter(store.stack)
+        var cursor = try world.fetchCursor(Person.self, orderBy: .ascending("age"), options: .batch(5) | .prefetch(["pets"]))
+        var petCounts: [Int] = []
+        var statementsPerPerson: [Int] = []
+        while true {
+            let (person, moving) = try counter.value { try cursor.next() }
+            guard let person else { break }
+            let following = counter.during { petCounts.append(person.pets.count) }
+            #expect(following.isEmpty, "\(following)")
+            statementsPerPerson.append(moving.count)
+        }
+        #expect(petCounts == (0..<25).map { $0 % 3 == 0 ? 2 : 0 })
+        #expect(statementsPerPerson == (0..<25).map { $0 % 5 == 0 ? 3 : 0 }, "\(statementsPerPerson)")
+    }
+
     /// In an update, rows and members read ahead by `.prefetch` never hide the update's own
     /// later changes: a pet related to the prefetched farmer is among its pets (and a delete
     /// cascades to it), and a farmer the update deleted and committed is not made again from
