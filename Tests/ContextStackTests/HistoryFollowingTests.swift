@@ -205,6 +205,33 @@ import Testing
         #expect(try world.fetchAll(Person.self).map(\.name) == ["Elsewhere"])
     }
 
+    /// Docs/History.md, "Remote commits": PostgreSQL rings on one channel per schema, so a
+    /// store's commits do not wake the listeners of stores in other schemas of the database
+    /// (other apps, or tests), and every stack of one schema rings on the same channel. A
+    /// connection listening on one store's channel hears that store's ring and not the ring of
+    /// a store in another schema, committed before it (notifications reach a listener in
+    /// commit order, so it would have come first).
+    @Test(.enabled(if: PostgresServer.isAvailable, "PostgreSQL suites need a server"))
+    func eachSchemaRingsOnAChannelOfItsOwn() async throws {
+        let mine = try TestStore(.postgres, tracksHistory: true)
+        let theirs = try TestStore(.postgres, tracksHistory: true)
+        let (myStore, theirStore) = (try #require(mine.stack.store as? PostgresStore), try #require(theirs.stack.store as? PostgresStore))
+        #expect(myStore.historyChannel != theirStore.historyChannel)
+        let again = try mine.reopen()
+        #expect((again.store as? PostgresStore)?.historyChannel == myStore.historyChannel)
+
+        let listening = try PostgresConnection(myStore.settings)
+        try listening.execute("LISTEN \(myStore.historyChannel.quotedIdentifier)")
+        try commitAPerson(in: theirs.stack, named: "Elsewhere")
+        try commitAPerson(in: mine.stack, named: "Here")
+        var heard: [String] = []
+        for _ in 0..<1000 where !heard.contains(myStore.instance) {
+            heard += try listening.takeNotifications()
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(heard == [myStore.instance], "\(heard); theirs: \(theirStore.instance)")
+    }
+
     /// PostgreSQL: another stack's transaction is held back at the listener's read by an older
     /// one still open, and this stack keeps committing (its own notifications wake the
     /// listener). Once the older one ends — which rings nobody — the catch-up reads the held

@@ -3,6 +3,7 @@ import _ContextStackCore
 @testable import _ContextStackModel
 import _ContextStackSQLite
 @testable import _ContextStackSQLiteStore
+@testable import _ContextStackPostgresStore
 import Foundation
 import Testing
 
@@ -623,6 +624,40 @@ import Testing
         _ = try #require(await commits.next())
         #expect(changes.withLock { $0 }.map(\.changedKeys) == [["name"]])
         #expect(await names.next()?.map(\.name) == ["Ada Lovelace", "Grace"])
+    }
+
+    /// Docs/History.md, "Remote commits": a stack follows its store's history from the moment
+    /// it has something to deliver remote commits to — a `MainContext`, a stack-wide
+    /// `observeCommit`, or `allCommits` — and once, however many want them. A stack with only
+    /// `Context`s, committing and reading, starts no watcher or listener (nor its connection).
+    @Test(arguments: kinds, ["MainContext", "observeCommit", "allCommits"]) @MainActor
+    func aStackFollowsTheHistoryOnlyOnceSomethingWantsRemoteCommits(kind: StoreKind, wanting: String) async throws {
+        let store = try TestStore(kind, tracksHistory: true)
+        func followers() -> Int? {
+            switch store.stack.store {
+            case let file as SQLiteStore: file.watchers.withLock { $0.count }
+            case let server as PostgresStore: server.listeners.withLock { $0.count }
+            default: nil
+            }
+        }
+        let context = try Context(stack: store.stack)
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(try context.beginUpdateAndWait { try $0.fetchAll(Person.self).map(\.name) } == ["Ada"])
+        #expect(followers() == 0)
+        var kept: [Any] = []
+        switch wanting {
+        case "MainContext": kept.append(try MainContext(stack: store.stack))
+        case "observeCommit": kept.append(store.stack.observeCommit { _ in })
+        default: kept.append(store.stack.allCommits)
+        }
+        #expect(followers() == 1)
+        kept += [try MainContext(stack: store.stack), store.stack.observeCommit { _ in }, store.stack.allCommits]
+        #expect(followers() == 1)
+        withExtendedLifetime(kept) {}
     }
 
     /// Following the history runs no statement that `stack.trace` shows.
