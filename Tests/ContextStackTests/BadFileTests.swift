@@ -75,6 +75,32 @@ import Testing
         #expect(FileManager.default.contents(atPath: url.path) == contents)
     }
 
+    /// Docs/Stores.md, "Bad files": bytes 16 to 99 of the header are SQLite's to judge. An
+    /// invalid page size (bytes 16–17: 3) is refused as `.corrupt`, and `resetOnFailure` empties
+    /// the store; the user version and the application ID (bytes 60–63 and 68–71), which SQLite
+    /// does not interpret, change nothing: the store opens with its rows.
+    @Test func headerFieldsAfterTheMarkAreSQLitesToJudge() throws {
+        defer { cleanUp() }
+        try writeGoodStore()
+        let good = try #require(FileManager.default.contents(atPath: url.path))
+        var versioned = good
+        versioned.replaceSubrange(60..<64, with: Data([0x12, 0x34, 0x56, 0x78]))
+        versioned.replaceSubrange(68..<72, with: Data([0x0B, 0xAD, 0xF0, 0x0D]))
+        try versioned.write(to: url)
+        do {
+            let stack = try open()
+            #expect(try Context(stack: stack, updateTarget: .persistentStore).beginUpdateAndWait { try $0.fetchCount(Person.self) } == 300)
+        }
+        #expect(!FileManager.default.fileExists(atPath: url.path + "-wal"), "the stack let the file go")
+
+        var damaged = good
+        damaged.replaceSubrange(16..<18, with: Data([0x00, 0x03]))
+        try damaged.write(to: url)
+        expectCode(.corrupt)
+        let reset = try open(resetOnFailure: true)
+        #expect(try Context(stack: reset, updateTarget: .persistentStore).beginUpdateAndWait { try $0.fetchCount(Person.self) } == 0)
+    }
+
     @Test func someoneElsesDatabaseIsLeftUntouched() throws {
         defer { cleanUp() }
         do {
