@@ -142,6 +142,26 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
     /// file's log cannot grow (the child process limits file sizes, `RLIMIT_FSIZE`) — leaves the
     /// first file with its part of the commit, while the commit throws. Each file is whole on
     /// its own.
+    /// Docs/Stores.md: a file store uses write-ahead logging with `synchronous=NORMAL` and a
+    /// ten-second busy timeout, and so does a second file, attached to the first's connections
+    /// (`synchronous` is set per attached database; SQLite's default is `FULL`).
+    @Test @MainActor func anAttachedFileIsWriteAheadLoggedAndSynchronousNormalToo() async throws {
+        let store = try Split.twoFiles.makeStore(.none)
+        try Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Monk"
+            try update.create(Session.self).token = "abc"
+            try update.commit()
+        }
+        let file = try #require(store.stack.store as? SQLiteStore)
+        let settings = try file.writer.withLock { state in
+            try ["main", "s1"].map { database in
+                [try state.connection.scalar("PRAGMA \(database).journal_mode"), try state.connection.scalar("PRAGMA \(database).synchronous")]
+            } + [[try state.connection.scalar("PRAGMA busy_timeout")]]
+        }
+        #expect(settings == [[.text("wal"), .integer(1)], [.text("wal"), .integer(1)], [.integer(10_000)]])
+        #expect(try file.writer.withLock { try $0.connection.scalar("SELECT file FROM pragma_database_list WHERE name = 's1'").stringValue }?.hasSuffix("sessions.sqlite") == true)
+    }
+
     @Test func aCommitOverTwoFilesWhoseCommitFailsPartWayKeepsTheFirstFilesPart() async throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
