@@ -1370,6 +1370,26 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         #expect(try db.rows("SELECT serial, label FROM Gadget") == [[.text("S1"), .text("plain")]])
     }
 
+    /// A view that picks a sub-entity's rows by ContextStack's entity code (`Z_ENT`) would pick
+    /// another entity's once a sub-entity added before it renumbers the codes: it stops the
+    /// migration as a renamed column does. A view that does not read the codes is kept.
+    @Test func aViewOfEntityCodesTheMigrationRenumbersStopsIt() throws {
+        defer { cleanUp() }
+        try writeStore([StaffV1.self, DriverV1.self], at: url) { update in try update.create(DriverV1.self).name = "Dee" }
+        let db = try Connection(path: url.path)
+        let code = try #require(try db.scalar("SELECT Z_ENT FROM Staff").int64Value)
+        try db.execute("CREATE VIEW names AS SELECT name FROM Staff")
+        try db.execute("CREATE VIEW drivers AS SELECT name FROM Staff WHERE Z_ENT = \(code)")
+        let error = #expect(throws: StoreError.self) { _ = try openStore([StaffV1.self, CookV1.self, DriverV1.self], at: url, resetOnFailure: true) }
+        #expect(error?.code == .cannotOpen && error?.message.contains("error in view drivers: it reads Staff.Z_ENT, whose entity codes the migration renumbers") == true,
+                "\(String(describing: error))")
+        try db.execute("DROP VIEW drivers")
+        let context = try openStore([StaffV1.self, CookV1.self, DriverV1.self], at: url)
+        #expect(try db.scalar("SELECT Z_ENT FROM Staff") != .integer(code), "renumbered")
+        #expect(try db.scalar("SELECT name FROM names") == .text("Dee"))
+        #expect(try context.beginUpdateAndWait { try $0.fetch(DriverV1.self)?.name } == "Dee")
+    }
+
     /// The other side of `whatAnotherProgramNamesMustMeanTheSameAfterAMigration`: a view of
     /// every column outlives a migration that adds one (and shows it), and one whose columns
     /// the model names as their own original names (kept in place, `GadgetSwapped`) outlives
