@@ -1009,7 +1009,7 @@ import Testing
                 _ = store
             }
         }
-        expectTrapMessage(result, contains: "no such object", "Check indexPath(for:")
+        expectTrapMessage(result, contains: "no such object", "the results have 1 sections of [5] objects", "Check indexPath(for:")
     }
 
     @Test(arguments: Setup.all) @MainActor func ownOrdersUpdateInPlaceAndKeyPathOrdersOrWindowsRefetch(setup: Setup) async throws {
@@ -1053,6 +1053,106 @@ import Testing
         #expect(change.movedRows.count == 2 && change.deletedRows.count == 1)
         #expect(results.sections.map { $0.objects.map(\.objectID) }
                 == (try Self.grouped(world.fetchAll(Person.self, %"age" >= 18, orderBy: .ascending("location") | .descending("age")))))
+    }
+
+    /// Docs/Observation.md, "Change batches": which objects a batch moves. Four people by age,
+    /// Ann, Bob, Cid and Dan; a commit raises Ann, Bob and Cid past Dan. Updated in place (a
+    /// merging context), an object the commit did not touch never moves: Dan stays, and the
+    /// three raised are three moves, not one. Refetched (a context that does not merge, at its
+    /// reset), the batch is the difference of old and new contents, with as few moves as it can:
+    /// Dan, untouched, is the one move, and the three raised are updates. Either way the lists
+    /// are sorted ascending, `movedRows` by `to`, and a touched object that lands back between
+    /// the same neighbours is an update.
+    @Test(arguments: Setup.all) @MainActor func aBatchMovesUntouchedObjectsOnlyWhenTheResultsRefetch(setup: Setup) async throws {
+        let harness = try TopologyHarness(setup)
+        try await harness.write { update in
+            for (name, age) in [("Ann", 1), ("Bob", 2), ("Cid", 3), ("Dan", 4)] {
+                let person = try update.create(Person.self)
+                (person.name, person.age) = (name, age)
+            }
+            try update.commit()
+        }
+        let results = try FetchedResults(context: harness.world, Person.self, orderBy: .ascending("age"))
+        var changes = results.changes.makeAsyncIterator()
+        try await harness.write { update in
+            for (name, age) in [("Ann", 5), ("Bob", 6), ("Cid", 7)] {
+                try #require(try update.fetch(Person.self, %"name" == name)).age = age
+            }
+            try update.commit()
+        }
+        let raised = try #require(await changes.next())
+        let merging = Setup.merging.contains { $0.topology == setup.topology }
+        #expect(results.objects.map(\.name) == ["Dan", "Ann", "Bob", "Cid"])
+        func row(_ item: Int) -> IndexPath { IndexPath(item: item, section: 0) }
+        if merging {
+            #expect(raised.movedRows == [.init(from: row(0), to: row(1)), .init(from: row(1), to: row(2)), .init(from: row(2), to: row(3))], "\(raised)")
+            #expect(raised.updatedRows.isEmpty, "\(raised)")
+        } else {
+            #expect(raised.movedRows == [.init(from: row(3), to: row(0))], "\(raised)")
+            #expect(raised.updatedRows == [row(0), row(1), row(2)], "\(raised)")
+        }
+        #expect(raised.movedRows.map(\.to) == raised.movedRows.map(\.to).sorted())
+
+        try await harness.write { update in
+            try #require(try update.fetch(Person.self, %"name" == "Bob")).age = 5    // still between Ann (5, first by key) and Cid
+            try update.commit()
+        }
+        let inPlace = try #require(await changes.next())
+        #expect(inPlace.movedRows.isEmpty && inPlace.updatedRows == [row(2)], "\(inPlace)")
+    }
+
+    /// Docs/Observation.md, "Observing one object": the block runs for each commit that changes
+    /// the object, whichever context made it, also in a context that does not merge it. In a
+    /// two-tier context without merge the held object keeps its old values (the pinned view),
+    /// and after `reset()` a fetch by `change.objectID` reads the new ones; the observation
+    /// goes on past the reset, since it follows the ID. In a per-consumer context the reset
+    /// before the block has invalidated the object, and a fetch by ID reads the new values.
+    @Test(arguments: Setup.all.filter { [.twoTierWithoutMerge, .perConsumer].contains($0.topology) }) @MainActor
+    func anObservationRunsInAContextThatDoesNotMergeAndOutlivesItsResets(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let world = harness.world
+        let monk = try #require(try world.fetch(Person.self, %"name" == "Monk"))
+        let id = monk.objectID
+        var seen: [(keys: Set<String>, held: Int?, fetched: Int?)] = []
+        let watch = world.observe(monk) { change in
+            let held = monk.state == .invalidated ? nil : monk.age
+            if setup.topology == .twoTierWithoutMerge { world.reset() }
+            seen.append((Set(change.changedKeys), held, (try? world.fetch(Person.self, id: change.objectID))?.age))
+        }
+        defer { watch.cancel() }
+        for age in [44, 45] {
+            // Not `write`: its `settle` would reset the two-tier context before the block.
+            try harness.update { update in
+                try #require(try update.fetch(Person.self, id: id)).age = age
+                try update.commit()
+            }
+            try await harness.stack.flush()
+            await mainQueueTurn()
+        }
+        #expect(seen.map(\.keys) == [["age"], ["age"]])
+        #expect(seen.map(\.fetched) == [44, 45])
+        // Two-tier without merge: the first block saw its held object as it was (63); the
+        // second, after the first's reset, an invalid one. Per-consumer: invalid both times.
+        #expect(seen.map(\.held) == (setup.topology == .twoTierWithoutMerge ? [63, nil] : [nil, nil]))
+    }
+
+    /// Docs/Observation.md, "What it costs": results that refetch read through another entity
+    /// (`pets.@count`), and a commit that touches only that entity (a pet given to Knight)
+    /// makes them refetch: Knight enters them.
+    @Test(arguments: Setup.merging) @MainActor func aCommitToAnEntityTheConditionReadsThroughRefetches(setup: Setup) async throws {
+        let harness = try await Self.world(setup)
+        let results = try FetchedResults(context: harness.world, Person.self, %"pets.@count" > 0, orderBy: .ascending("name"))
+        #expect(results.objects.isEmpty)
+        var changes = results.changes.makeAsyncIterator()
+        try await harness.write { update in
+            let rex = try update.create(Pet.self)
+            rex.name = "Rex"
+            rex.owner = try update.fetch(Person.self, %"name" == "Knight")
+            try update.commit()
+        }
+        let change = try #require(await changes.next())
+        #expect(change.insertedRows == [IndexPath(item: 0, section: 0)])
+        #expect(results.objects.map(\.name) == ["Knight"])
     }
 
     @MainActor static func grouped(_ people: [Person]) -> [[ObjectID]] {
