@@ -52,15 +52,21 @@ package struct PostgresSettings: Sendable {
         options.lowercased().replacingOccurrences(of: "-", with: "_").components(separatedBy: "statement_timeout").count > 2
     }
 
-    /// The URL without its password and query: `postgres://app@db:5432/app`. What error
-    /// messages and traces show of the server.
+    /// The URL without its password, and of its parameters only those that name the server
+    /// (`host`, `hostaddr`, `port`, `user`, `dbname`): `postgres://app@db:5432/app`, or
+    /// `postgres:///app?host=db1,db2&port=5432,5433&user=app` where the URL gives them there.
+    /// What error messages and traces show of the server.
     package var redactedURL: String {
         guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return "postgres://(unparsable URL)" }
         parts.password = nil
-        parts.query = nil
+        let naming = parts.percentEncodedQueryItems?.filter { Self.serverParameters.contains($0.name) } ?? []
+        parts.percentEncodedQueryItems = naming.isEmpty ? nil : naming
         parts.fragment = nil
         return parts.string ?? "postgres://(unparsable URL)"
     }
+
+    /// The URL parameters that say which server and database: kept in `redactedURL`.
+    private static let serverParameters: Set<String> = ["host", "hostaddr", "port", "user", "dbname"]
 
     /// `message` (libpq's) with the URL's password — of its user part or a `password`
     /// parameter — as written and as decoded, replaced by

@@ -119,6 +119,11 @@ struct PostgresSchemaTests {
     var aPropertyWhoseNameIsLongerThanTheSixtyThreeBytesPostgreSQLKeepsOnly: Int = 0
 }
 
+/// An entity whose property name is exactly as long as PostgreSQL keeps (63 bytes).
+@Entity final class EdgeNamed: ManagedObject {
+    var aPropertyNameOfExactlySixtyThreeBytesThatPostgreSQLKeepsWholexx: Int = 0
+}
+
 /// Opening a PostgreSQL store installs its schema once, however many servers open it at once,
 /// and never changes a database that another model or another program wrote.
 @Suite(.enabled(if: PostgresServer.isAvailable, "needs a PostgreSQL server: see PostgresServer"))
@@ -286,6 +291,9 @@ struct PostgresSchemaInstallerTests {
         #expect(error.code == .cannotOpen)
         #expect(error.message.contains("aPropertyWhoseNameIsLongerThanTheSixtyThreeBytesPostgreSQLKeepsOnly"))
         #expect(try tableNames().isEmpty)
+        // 63 bytes, the most PostgreSQL keeps, is a name like any other.
+        #expect(try PostgresSchemaInstaller.install(Self.schema(EdgeNamed.self), on: connect(), autoMigrating: true) == .created)
+        #expect(try connect().scalar("SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND column_name = 'aPropertyNameOfExactlySixtyThreeBytesThatPostgreSQLKeepsWholexx'") == .integer(1))
     }
 
     @Test func messagesNameTheServerWithoutItsPassword() throws {

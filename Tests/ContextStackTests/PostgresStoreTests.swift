@@ -95,6 +95,27 @@ struct PostgresStoreTests {
         #expect(try store.writtenRows("SELECT age FROM \"Person\"") == [[.integer(3)]])
     }
 
+    /// Docs/Postgres.md, "A commit waiting for another process's locks": a commit alone waits
+    /// for locks at most 50 ms, set in its own transaction (`SET LOCAL`); the store creates no
+    /// foreign key constraints ("What the store creates").
+    @Test func aCommitWaitsForLocksAtMostFiftyMillisecondsAndTheStoreHasNoForeignKeys() throws {
+        let store = try TestStore(.postgres)
+        let statements = Locked<[String]>([])
+        store.stack.trace { sql in statements.withLock { $0.append(sql) } }
+        try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
+            let rex = try update.create(Pet.self)
+            rex.owner = try update.create(Person.self)
+            try update.commit()
+        }
+        store.stack.trace(nil)
+        #expect(statements.withLock { $0 }.filter { $0.contains("lock_timeout") } == ["SET LOCAL lock_timeout = '50ms'"], "\(statements.withLock { $0 })")
+        let url = try #require(store.database?.url)
+        let admin = try PostgresConnection(PostgresSettings(url: url))
+        #expect(try admin.scalar("SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND connamespace = current_schema()::regnamespace") == .integer(0))
+        #expect(try admin.scalar("SELECT count(*) FROM pg_constraint WHERE contype = 'p' AND connamespace = current_schema()::regnamespace").int64Value ?? 0 >= 2,
+                "the query sees the store's schema: its tables' primary keys")
+    }
+
     /// Batch operations add one to the version of every row they change, as the writer's
     /// updates do, so that another process's commit that read a row before sees it changed.
     @Test @MainActor func batchOperationsAddOneToTheRowVersion() async throws {
@@ -329,6 +350,18 @@ struct PostgresStoreTests {
         }
         #expect(parameter.code == .cannotConnect && parameter.message.contains("forbidden value %00"), "\(parameter)")
         #expect(!"\(parameter)".contains("ter2"), "\(parameter)")
+        #expect(undecodable.message.contains("***") && parameter.message.contains("***"), "replaced, not cut: \(undecodable) \(parameter)")
+    }
+
+    /// Docs/Postgres.md, "Connection settings": messages name the server without the password,
+    /// with the parameters that name it where the URL gives them there (several hosts), and no
+    /// other parameter.
+    @Test func messagesNameTheServerWithoutThePassword() throws {
+        func named(_ url: String) throws -> String { PostgresSettings(url: try #require(URL(string: url))).redactedURL }
+        #expect(try named("postgres://app:hunter2@db:5432/app?sslmode=require&application_name=api") == "postgres://app@db:5432/app")
+        #expect(try named("postgres:///app?host=db1,db2&port=5432,5433&user=app&password=hunter2&target_session_attrs=read-write")
+                == "postgres:///app?host=db1,db2&port=5432,5433&user=app")
+        #expect(try named("postgres://app@db1,db2/app?sslpassword=hunter2") == "postgres://app@db1,db2/app")
     }
 
     /// A server that closes idle sessions (`idle_session_timeout`) tells each one `57P05` at
