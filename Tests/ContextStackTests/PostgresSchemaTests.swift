@@ -88,6 +88,29 @@ struct PostgresSchemaTests {
         #expect(schema.postgresIdentifiersTooLong.isEmpty)
     }
 
+    /// Docs/Postgres.md, "What the store creates": keys are reserved in blocks that double
+    /// from 32 up to 8,192 as a table's inserts go on. The sequence moves by a block at each
+    /// reservation: 32, then 64, … 8,192 (16,352 keys in all), then 8,192 at a time.
+    @Test func keyBlocksDoubleUpToEightThousandOneHundredNinetyTwo() throws {
+        let person = try #require(schema.tables.first { $0.name == "Person" })
+        let keys = PostgresKeys()
+        let sequence = "SELECT last_value FROM \(StoreSchema.sequenceName(of: person).quotedIdentifier)"
+        var reserved = 0
+        /// The sequence's last value once `count` keys are reserved in all.
+        func lastValue(after count: Int) throws -> Int64? {
+            while reserved < count {
+                _ = try keys.reserveKey(for: person) { connection }
+                reserved += 1
+            }
+            return try connection.scalar(sequence).int64Value
+        }
+        #expect(try lastValue(after: 1) == 32)
+        #expect(try lastValue(after: 33) == 32 + 64)
+        #expect(try lastValue(after: 16_352) == 16_352, "32 + 64 + … + 8,192")
+        #expect(try lastValue(after: 16_353) == 16_352 + 8_192)
+        #expect(try lastValue(after: 24_545) == 16_352 + 2 * 8_192, "and 8,192 at a time from then on")
+    }
+
     @Test func keysFromManyConnectionsNeverCollide() async throws {
         let person = try #require(schema.tables.first { $0.name == "Person" })
         let url = database.url

@@ -61,6 +61,15 @@ struct PostgresStoreTests {
         }
         let count = try context.beginUpdateAndWait { try $0.fetchCount(Person.self) }
         #expect(count == 1)
+
+        // Hosts sharing a port, in the URL's host part: 127.0.0.2 (loopback, where the test
+        // server does not listen), then the server.
+        var shared = given
+        shared.host = "127.0.0.2,\(given.host ?? "127.0.0.1")"
+        let sharedURL = try #require(shared.url)
+        let second = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
+        try second.addPostgresStore(url: sharedURL)
+        #expect(try Context(stack: second).beginUpdateAndWait { try $0.fetchCount(Person.self) } == 1)
     }
 
     /// Docs/Postgres.md, "Why libpq", and the README: under `.objectTrump`, the default, a save
