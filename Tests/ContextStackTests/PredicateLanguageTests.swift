@@ -87,6 +87,51 @@ import Testing
         return String(text[text.range(of: " WHERE ")!.upperBound...])
     }
 
+    /// Docs/Predicates.md's SQL, as written there: the quantifier table's `NONE` and a member
+    /// key through a to-one hop; a many-to-many's join table, which side is `source` and which
+    /// `target`; the joins of two hop chains, named in the order of their dotted names, not of
+    /// the condition; and the codes `cs_text` is bound with for each operator and option set.
+    @Test func theSQLPredicatesMdShows() throws {
+        #expect(try Self.whereSQL(%"pets.name"%.none == "Rex")
+                == #"(NOT EXISTS (SELECT 1 FROM "Pet" AS q1_t0 WHERE q1_t0."owner" = t0."Z_PK" AND q1_t0."name" IS ?))"#)
+        #expect(try Self.whereSQL(%"pets.owner.name"%.any == "Ann")
+                == #"EXISTS (SELECT 1 FROM "Pet" AS q1_t0 LEFT JOIN "Person" AS q1_t1 ON q1_t1."Z_PK" = q1_t0."owner" WHERE q1_t0."owner" = t0."Z_PK" AND q1_t1."name" IS ?)"#)
+
+        let graph = try Model(Article.self, Tag.self).graph
+        func sql<T: ManagedObject>(_ type: T.Type, _ condition: Condition) throws -> String {
+            try CompiledQuery(entity: graph.entity(for: type), condition: condition, orderBy: nil).fromWhere().text
+        }
+        #expect(try sql(Article.self, %"tags.name"%.any == "swift").hasSuffix(
+            #" WHERE EXISTS (SELECT 1 FROM "Tag" AS q1_t0 WHERE q1_t0."Z_PK" IN (SELECT target FROM "Z_Article_tags_Tag_articles" WHERE source = t0."Z_PK") AND q1_t0."name" IS ?)"#))
+        #expect(try sql(Tag.self, %"articles.@count" == 1).hasSuffix(
+            #" WHERE (SELECT count(*) FROM "Z_Article_tags_Tag_articles" WHERE target = t0."Z_PK") IS ?"#))
+
+        let joins = try Self.compiled(%"friend.friend.name" == "Farmer" && %"friend.name" == "Knight").fromWhere().text
+        #expect(joins.hasSuffix(#"FROM "Person" AS t0 LEFT JOIN "Person" AS t1 ON t1."Z_PK" = t0."friend" LEFT JOIN "Person" AS t2 ON t2."Z_PK" = t1."friend" WHERE (t2."name" IS ? AND t1."name" IS ?)"#),
+                "\(joins)")
+
+        let codes: [(Condition, [Value])] = [
+            (%"name"%.like("M?nk"), [.integer(0), .integer(0), .text("M?nk")]),
+            (%"name"%.contains("onk", options: .caseInsensitive), [.integer(1), .integer(1), .text("onk")]),
+            (%"name"%.beginsWith("M", options: .caseInsensitive), [.integer(2), .integer(1), .text("M")]),
+            (%"name"%.endsWith("k", options: [.caseInsensitive, .diacriticInsensitive]), [.integer(3), .integer(3), .text("k")]),
+            (%"name"%.matches("M.n.*"), [.integer(4), .integer(0), .text("M.n.*")]),
+        ]
+        for (condition, arguments) in codes {
+            #expect(try Self.whereSQL(condition) == #"cs_text(?, ?, t0."name", ?)"#)
+            #expect(try Self.compiled(condition).fromWhere().arguments == arguments, "\(condition)")
+        }
+    }
+
+    /// Docs/Predicates.md, "Format strings": `%li` and `%lli` take integers as `%d` does, and
+    /// `%@` takes an `ArraySlice` or a `ContiguousArray` as a list.
+    @Test func lengthModifiedIntegersAndSlicesAreFormatArguments() throws {
+        #expect(try Self.compiled(.where("age > %li AND age < %lli", 35, 60)).fromWhere().arguments == [.integer(35), .integer(60)])
+        #expect(try Self.whereSQL(.where("age IN %@", [18, 19, 20][1...])) == #"t0."age" IN (?, ?)"#)
+        #expect(try Self.compiled(.where("age IN %@", [18, 19, 20][1...])).fromWhere().arguments == [.integer(19), .integer(20)])
+        #expect(try Self.compiled(.where("age IN %@", ContiguousArray([7]))).fromWhere().arguments == [.integer(7)])
+    }
+
     @Test func optionsFoldTextOnEveryComparison() throws {
         #expect(try Self.whereSQL(.where("name ==[c] 'ADA'")) == #"cs_fold(1, t0."name") IS ?"#)
         #expect(try Self.compiled(.where("name ==[c] 'ADA'")).fromWhere().arguments == [.text("ada")])

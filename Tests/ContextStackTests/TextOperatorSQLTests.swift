@@ -73,20 +73,48 @@ struct TextOperatorSQLTests {
         }
     }
 
-    /// The index on `Tag.name` serves a prefix query: the statement the fetch runs is a range
-    /// on the column, and the database's plan for it reads the index. (The in-memory store
-    /// runs the same SQLite statement as the file.)
-    @Test(arguments: StoreKind.available.filter { $0 != .memory })
-    func anIndexServesAPrefixQuery(kind: StoreKind) throws {
+    /// Docs/Predicates.md: `like("")` matches only the empty string, and `matches("")` throws
+    /// `.unsupported`, as any expression that does not compile: `NSRegularExpression` refuses
+    /// an empty pattern ("String operators"). Sorting by a key through a to-many relationship
+    /// throws `.unknownKey` ("Errors").
+    @Test(arguments: StoreKind.available)
+    func anEmptyPatternAndAnEmptyExpression(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try ContextStack.Context(stack: store.stack)
+        let names = try world.beginUpdateAndWait { update -> (stored: [String], pending: [String]) in
+            for name in ["", "a", "Monk"] { try update.create(Person.self).name = name }
+            let pending = try update.fetchAll(Person.self, %"name"%.like("")).map(\.name)
+            try update.commit()
+            return (try update.fetchAll(Person.self, .where("name LIKE ''")).map(\.name), pending)
+        }
+        #expect(names.stored == [""] && names.pending == [""], "\(names)")
+        func code(_ body: @escaping (Update) throws -> Void) -> QueryError.Code? {
+            do { try world.beginUpdateAndWait(body); return nil } catch { return (error as? QueryError)?.code }
+        }
+        #expect(code { _ = try $0.fetchAll(Person.self, %"name"%.matches("")) } == .unsupported)
+        #expect(code { _ = try $0.fetchAll(Person.self, .where("name MATCHES[c] ''")) } == .unsupported)
+        #expect(code { _ = try $0.fetchAll(Person.self, orderBy: .ascending("pets.name")) } == .unknownKey)
+    }
+
+    /// The index on `Tag.name` serves a prefix query, and so does the unique constraint's
+    /// index on `Person.email` (Docs/Predicates.md, "String operators"): the statement the
+    /// fetch runs is a range on the column, and the database's plan for it reads the index.
+    /// (The in-memory store runs the same SQLite statement as the file.)
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }, ["Tag.name", "Person.email"])
+    func anIndexServesAPrefixQuery(kind: StoreKind, key: String) throws {
         let store = try TestStore(kind)
         let world = try ContextStack.Context(stack: store.stack)
         let counter = StatementCounter(store.stack)
+        let (table, column) = (String(key.split(separator: ".")[0]), String(key.split(separator: ".")[1]))
         let statements = try counter.during {
-            _ = try world.beginUpdateAndWait { update in try update.fetchAll(Tag.self, (%"name").beginsWith("Mo")) }
+            _ = try world.beginUpdateAndWait { update in
+                table == "Tag" ? try update.fetchAll(Tag.self, (%"name").beginsWith("Mo")).count
+                    : try update.fetchAll(Person.self, (%"email").beginsWith("Mo")).count
+            }
         }
         store.stack.trace(nil)
-        let sql = try #require(statements.first { $0.contains("FROM \"Tag\"") })
-        #expect(sql.contains("\"name\" >= ?") && sql.contains("\"name\" < ?"), "\(sql)")
+        let sql = try #require(statements.first { $0.contains("FROM \"\(table)\"") })
+        #expect(sql.contains("\"\(column)\" >= ?") && sql.contains("\"\(column)\" < ?"), "\(sql)")
         #expect(!sql.contains("cs_text") && !sql.contains("starts_with"), "\(sql)")
         let plan: String
         if let database = store.database {
