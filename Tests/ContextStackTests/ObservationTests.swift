@@ -292,6 +292,47 @@ import Testing
         #expect(await stream.next()?.insertedRows == [IndexPath(item: 1, section: 0)], "then Zed's")
     }
 
+    /// The same in a merging (three-tier) context, whose first batch comes from a merged
+    /// commit rather than a reset: the reset made inside `onChange` (after a commit the context
+    /// does not merge, another context's) is handed over after the merged batch.
+    @Test @MainActor func aResetInsideOnChangeOfAMergingContextComesAfterTheMergedBatch() async throws {
+        let store = try TestStore(.file)
+        let world = try MainContext(stack: store.stack)
+        let other = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
+        var stream = results.changes.makeAsyncIterator()
+        var handed: [[IndexPath]] = []
+        var inside = false
+        results.onChange = { change in
+            #expect(!inside, "onChange is not entered again while it runs")
+            inside = true
+            defer { inside = false }
+            handed.append(change.insertedRows)
+            guard handed.count == 1 else { return }
+            do {
+                try other.beginUpdateAndWait { update in
+                    try update.create(Person.self).name = "Zed"
+                    try update.commit()
+                }
+            } catch {
+                Issue.record(error)
+            }
+            world.reset()
+        }
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Abe"
+            try update.commit()
+        }
+        // The merged batch comes on the main actor's turn after the commit.
+        #expect(await stream.next()?.insertedRows == [IndexPath(item: 0, section: 0)], "Abe's batch first")
+        #expect(await stream.next()?.insertedRows == [IndexPath(item: 1, section: 0)], "then Zed's")
+        #expect(results.objects.map(\.name) == ["Abe", "Zed"])
+        // Zed's commit itself reaches the results after the reset that showed him: an update.
+        #expect(Array(handed.prefix(2)) == [[IndexPath(item: 0, section: 0)], [IndexPath(item: 1, section: 0)]])
+        let laterInsertNothing = handed.dropFirst(2).allSatisfy { $0.isEmpty }
+        #expect(laterInsertNothing, "\(handed)")
+    }
+
     @Test(arguments: Setup.merging) @MainActor func aChangeInPlaceIsAnUpdateAndAnUnrelatedEntityIsNothing(setup: Setup) async throws {
         let harness = try await Self.world(setup)
         let (store, world) = (harness.store, harness.world)
