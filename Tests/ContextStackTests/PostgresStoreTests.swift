@@ -537,6 +537,37 @@ struct PostgresStoreTests {
         #expect(open == .integer(2), "\(open) connections: the writer, the key connection and readers")
     }
 
+    /// Docs/Postgres.md, "Connection settings": up to eight members of a to-many relationship,
+    /// once their IDs are read, are read by key on the idle writer. Nine are one statement on a
+    /// reader, and the writer sees none of the read.
+    @Test(arguments: [8, 9]) func upToEightMembersAreReadOnTheIdleWriter(members: Int) throws {
+        let schema = try TestSchema()
+        defer { schema.drop() }
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        try stack.addPostgresStore(url: schema.url, tracksHistory: false)  // no doorbell on the writer (above)
+        let postgres = try #require(stack.store as? PostgresStore)
+        func roundTrips() -> Int { postgres.writer.withLock { $0?.roundTrips ?? 0 } }
+        let context = try Context(stack: stack, updateTarget: .persistentStore)
+        let id = try context.beginUpdateAndWait { update -> ObjectID in
+            let monk = try update.create(Person.self)
+            for index in 0..<members {
+                let pet = try update.create(Pet.self)
+                (pet.name, pet.owner) = ("Pet \(index)", monk)
+            }
+            try update.commit()
+            return monk.objectID
+        }
+        let reader = try Context(stack: stack, updateTarget: .persistentStore)
+        let (names, onTheWriter) = try reader.beginUpdateAndWait { update in
+            let monk = try #require(try update.fetch(Person.self, id: id))
+            let before = roundTrips()
+            let names = monk.pets.map(\.name)
+            return (names, roundTrips() - before)
+        }
+        #expect(names.count == members)
+        #expect(members <= 8 ? onTheWriter > 0 : onTheWriter == 0, "\(onTheWriter) round trips on the writer")
+    }
+
     /// A read by keys while a commit is queued for the writer does not take the writer (it
     /// would hold that write up): it runs on a reader, and shows the queued commit, as every
     /// read does. The background writer is held up, so the commit stays queued while the
