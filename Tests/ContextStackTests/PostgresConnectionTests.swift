@@ -298,9 +298,12 @@ struct PostgresConnectionTests {
         #expect(option(socket, tcp, TCP_USER_TIMEOUT) == 30_000)
 
         var parts = URLComponents(url: database.url, resolvingAgainstBaseURL: false)!
-        parts.queryItems = [URLQueryItem(name: "keepalives_idle", value: "60")]
+        // Each of the URL parameters Docs/Postgres.md names replaces its default.
+        parts.queryItems = (parts.queryItems ?? []) + [("keepalives_idle", "60"), ("keepalives_interval", "2"), ("keepalives_count", "7"), ("tcp_user_timeout", "5000")]
+            .map { URLQueryItem(name: $0.0, value: $0.1) }
         let tuned = try PostgresConnection(PostgresSettings(url: parts.url!))
-        #expect(option(tuned.socket, tcp, TCP_KEEPIDLE) == 60)
+        #expect(option(tuned.socket, tcp, TCP_KEEPIDLE) == 60 && option(tuned.socket, tcp, TCP_KEEPINTVL) == 2 && option(tuned.socket, tcp, TCP_KEEPCNT) == 7)
+        #expect(option(tuned.socket, tcp, TCP_USER_TIMEOUT) == 5_000)
     }
     #endif
 
