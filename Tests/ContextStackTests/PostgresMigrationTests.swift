@@ -210,6 +210,24 @@ struct PostgresMigrationTests {
         #expect(try indexes() == again)
     }
 
+    /// Docs/Postgres.md, "Migration": an index of ContextStack's without its comment (made by a
+    /// version before 2026-11-28) is made again once, at the next migration, with its comment;
+    /// the migration after keeps it.
+    @Test func anIndexWithoutItsCommentIsMadeAgainOnce() throws {
+        defer { schema.drop() }
+        try write([GadgetV1.self]) { update in try update.create(GadgetV1.self).serial = "S1" }
+        let oid = "SELECT ('\"Z_Gadget_size\"'::regclass)::oid::bigint"
+        let comment = "SELECT obj_description('\"Z_Gadget_size\"'::regclass, 'pg_class')"
+        try connection().execute("COMMENT ON INDEX \"Z_Gadget_size\" IS NULL")
+        let before = try connection().scalar(oid)
+        _ = try open([GadgetNoted.self])
+        let remade = try connection().scalar(oid)
+        #expect(remade != before, "made again")
+        #expect(try connection().scalar(comment) != .null)
+        _ = try open([GadgetNotedTwice.self])
+        #expect(try connection().scalar(oid) == remade, "kept once it has its comment")
+    }
+
     /// An index follows its column when the column is renamed. Renaming the indexed `size` to
     /// `dimension` and adding a new indexed `size` leaves each index on its own column: the
     /// index named for `size`, whose SQL is unchanged, was kept before, on the renamed column,
@@ -524,6 +542,15 @@ struct PostgresMigrationTests {
     @Attribute(.indexed) var size: Int = 0
     var label: String = "plain"
     var note: String?
+}
+
+/// `GadgetNoted` with one more attribute still: the same indexes.
+@Entity(name: "Gadget") final class GadgetNotedTwice: ManagedObject {
+    @Attribute(.unique) var serial: String = ""
+    @Attribute(.indexed) var size: Int = 0
+    var label: String = "plain"
+    var note: String?
+    var remark: String?
 }
 
 /// `GadgetV1` whose indexed `size` is renamed `dimension`, with a new indexed `size`.
