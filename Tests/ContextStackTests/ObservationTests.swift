@@ -875,6 +875,40 @@ import Testing
         #expect(changes.count == 2 && changes.last?.insertedRows == [.at(0, 0), .at(0, 1)])
     }
 
+    /// The same in a merging context, recovered by a commit rather than a reset: once the
+    /// refetch after the reset failed, the next commit that reaches the results fetches them
+    /// again whole, and reports every row as inserted.
+    @Test @MainActor func resultsWhoseRefetchAfterAResetFailedFetchAgainAtTheNextCommit() async throws {
+        let store = try TestStore(.file)
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for name in ["Ann", "Bob"] { try update.create(Person.self).name = name }
+            try update.commit()
+        }
+        try await store.stack.flush()
+        let results = try FetchedResults(context: world, Person.self, orderBy: .ascending("name"))
+        #expect(results.objects.map(\.name) == ["Ann", "Bob"])
+        var changes: [ResultsChange] = []
+        results.onChange = { changes.append($0) }
+
+        let raw = try store.rawConnection()
+        try raw.execute("ALTER TABLE Person RENAME TO PersonAway")
+        world.reset()
+        #expect(errors.all.count == 1, "the refetch did not fail: \(errors.all)")
+        #expect(results.objects.isEmpty && changes.map(\.isReload) == [true])
+
+        try raw.execute("ALTER TABLE PersonAway RENAME TO Person")
+        try world.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Cy"
+            try update.commit()
+        }
+        for _ in 0..<100 where changes.count < 2 { await mainQueueTurn() }
+        #expect(results.objects.map(\.name) == ["Ann", "Bob", "Cy"])
+        #expect(changes.count == 2 && changes.last?.insertedRows == [.at(0, 0), .at(0, 1), .at(0, 2)], "\(changes)")
+    }
+
     /// Commits a person named `name` through `writer` on another thread, and blocks this one
     /// until it is written (a minute at most): on the main actor, the commit's delivery waits
     /// behind what the caller does next. Whether it was written in time.
