@@ -316,6 +316,29 @@ import Testing
         #expect(code(.where("location BEGINSWITH location")) == .unsupported)
     }
 
+    /// Docs/Queries.md, "Selecting": `.expression(_:alias:)` selects a key through a to-one
+    /// relationship under its alias (required), and rows are keyed by that alias only; the
+    /// key itself names nothing in `having:` or `orderBy:` (`.unknownKey`).
+    @Test(arguments: StoreKind.available) @MainActor
+    func anExpressionIsSelectedUnderItsAlias(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            let (ann, bob) = (try update.create(Person.self), try update.create(Person.self))
+            (ann.name, bob.name) = ("Ann", "Bob")
+            bob.friend = ann
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let rows = try world.query(Person.self, .select("name") | .expression("friend.name", alias: "friendName"), orderBy: .ascending("name"))
+        #expect(rows.map { $0["friendName"] } == [.null, .text("Ann")])
+        #expect(rows.allSatisfy { $0["friend.name"] == nil })
+        let code: QueryError.Code?
+        do { _ = try world.query(Person.self, .select("name") | .expression("friend.name", alias: "friendName"), orderBy: .ascending("friend.name")); code = nil }
+        catch { code = (error as? QueryError)?.code }
+        #expect(code == .unknownKey)
+    }
+
     /// Docs/Queries.md, "What queries see": a query waits for the commits handed over before
     /// it to be written, with no `flush()`. Here the writer is held, so a commit to the root
     /// stays queued; a query started then waits, and counts it once the writer is let go.

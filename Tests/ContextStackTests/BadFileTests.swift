@@ -178,6 +178,34 @@ import Testing
         #expect(try context.beginUpdateAndWait { try $0.fetchAll(Person.self).map(\.name) } == ["Ada"])
     }
 
+    /// Docs/Stores.md, "Bad files": an SQLite database with no table, view, index or trigger
+    /// (someone's `PRAGMA user_version = 7` made it) becomes a new store; one with a view and
+    /// nothing else is someone else's, `.foreignDatabase`, and is left as it was.
+    @Test func anSQLiteDatabaseWithNoObjectsBecomesANewStoreAndOneWithAViewDoesNot() throws {
+        defer { cleanUp() }
+        do {
+            let db = try Connection(path: url.path)
+            try db.execute("PRAGMA user_version = 7")
+        }
+        let context = try openStore([Person.self, Pet.self], at: url)
+        try context.beginUpdateAndWait { update in
+            try update.create(Person.self).name = "Ada"
+            try update.commit()
+        }
+        #expect(try context.beginUpdateAndWait { try $0.fetchAll(Person.self).map(\.name) } == ["Ada"])
+
+        let viewOnly = directory.appendingPathComponent("view.sqlite")
+        do {
+            let db = try Connection(path: viewOnly.path)
+            try db.execute("CREATE VIEW one AS SELECT 1 AS one")
+        }
+        let before = FileManager.default.contents(atPath: viewOnly.path)
+        let stack = try Stack(model: Model(Person.self, Pet.self))
+        let error = #expect(throws: StoreError.self) { try stack.addDatabaseStore(at: viewOnly, resetOnFailure: true) }
+        #expect(error?.code == .foreignDatabase, "\(String(describing: error))")
+        #expect(FileManager.default.contents(atPath: viewOnly.path) == before)
+    }
+
     /// Another stack of this process holding the file sees the reset: an empty store, not a
     /// file deleted under it.
     @Test func aResetEmptiesTheFileThroughSQLite() throws {

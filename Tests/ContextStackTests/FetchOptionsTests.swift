@@ -395,7 +395,6 @@ import Testing
     @Test(arguments: Setup.all) @MainActor
     func tweakChangesTheRequestLast(setup: Setup) async throws {
         let (store, world) = try await Self.populated(setup)
-        _ = store
         let people = try world.fetchAll(Person.self, %"age" > 10, orderBy: .ascending("age"),
                                         options: .limit(10) | .tweak { request in
                                             request.limit = 3
@@ -406,6 +405,14 @@ import Testing
         _ = try world.fetchAll(Person.self, options: .batch(7) | .noSubEntities | .tweak { request in seen.withLock { $0 = request } })
         let request = try #require(seen.withLock { $0 })
         #expect(request.batchSize == 7 && !request.includesSubEntities && request.includesPendingChanges)
+        // Tweaks run in order: the last one's limit stands.
+        #expect(try world.fetchAll(Person.self, orderBy: .ascending("age"), options: .tweak { $0.limit = 5 } | .tweak { $0.limit = 2 }).map(\.age) == [0, 1])
+        // Docs/Queries.md: `fetch(_:id:)` runs no SQL when the context holds the object.
+        let held = try #require(people.first)
+        let counter = StatementCounter(store.stack)
+        let again = try counter.value { try world.fetch(Person.self, id: held.objectID) }
+        #expect(again.0 === held && again.1.isEmpty, "\(again.1)")
+        store.stack.trace(nil)
     }
 
     @Test(arguments: Setup.all) @MainActor
@@ -471,5 +478,45 @@ import Testing
         while let person = try cursor.next() { ages.append(person.age) }
         #expect(ages == Array(0..<25).filter { $0 != 20 })
         _ = held
+    }
+
+    /// Docs/Queries.md, "Fetch options": an update does not take in other contexts' commits
+    /// while it runs. An object it holds that another context deleted meanwhile is still
+    /// returned by `fetch(_:id:)` and by its cursor as it holds it, while `fetchAll` and
+    /// `fetchCount`, which read the store, leave it out; a change to it fails the commit under
+    /// `.error` (under `.objectTrump` the deletion wins: Docs/Concurrency.md).
+    @Test(arguments: StoreKind.available) @MainActor
+    func anUpdateReturnsAnObjectItHoldsThoughAnotherContextDeletedIt(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let writer = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        let ids = try writer.beginUpdateAndWait { update -> [ObjectID] in
+            let people = try ["Ann", "Bob"].map { name in
+                let person = try update.create(Person.self)
+                person.name = name
+                return person
+            }
+            try update.commit()
+            return people.map(\.objectID)
+        }
+        let other = try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore)
+        let conflict = try #require(throws: MergeConflictError.self) {
+            try ContextStack.Context(stack: store.stack, updateTarget: .persistentStore, mergePolicy: .error).beginUpdateAndWait { update in
+                let bob = try #require(try update.fetch(Person.self, id: ids[1]))
+                var cursor = try update.fetchCursor(Person.self, orderBy: .ascending("name"))    // made before the delete
+                try other.beginUpdateAndWait { elsewhere in
+                    try elsewhere.delete(#require(try elsewhere.fetch(Person.self, id: ids[1])))
+                    try elsewhere.commit()
+                }
+                #expect(try update.fetch(Person.self, id: ids[1]) === bob)
+                var names: [String] = []
+                while let person = try cursor.next() { names.append(person.name) }
+                #expect(names == ["Ann", "Bob"])
+                #expect(try update.fetchAll(Person.self).map(\.name) == ["Ann"])
+                #expect(try update.fetchCount(Person.self) == 1)
+                bob.age = 40
+                try update.commit()
+            }
+        }
+        #expect(conflict.conflicts.contains { $0.key == "<deleted>" }, "\(conflict)")
     }
 }

@@ -1874,6 +1874,34 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         #expect(names == (newCrate ? [["Crate"], ["Carton"]] : [[], ["Carton"]]), "\(names)")
     }
 
+    /// Docs/History.md, "What is recorded": a name is read as what has it now, so renames
+    /// chained in one version read wrongly across it — the known limit this test pins: a
+    /// change written to a Box before `Crate` became `Box` and `Box` became `Carton` reads as a
+    /// Box's. The names of attributes the model no longer has are left out of `changedKeys`.
+    @Test func renamesChainedInOneVersionReadHistoryAsTheNamesNow() throws {
+        defer { cleanUp() }
+        func stack(_ types: [ManagedObject.Type]) throws -> Stack {
+            let stack = try Stack(model: try Model(types), rootContext: .none)
+            try stack.addDatabaseStore(at: url, tracksHistory: true)
+            return stack
+        }
+        let (box, gadget) = try Context(stack: try stack([CrateV1.self, BoxV1.self, GadgetV1.self, Bin.self]), updateTarget: .persistentStore)
+            .beginUpdateAndWait { update -> (ObjectID, ObjectID) in
+                let box = try update.create(BoxV1.self)
+                let gadget = try update.create(GadgetV1.self)
+                try update.commit()
+                gadget.serial = "S1"
+                gadget.label = "new"
+                try update.commit()
+                return (box.objectID, gadget.objectID)
+            }
+        let last = try stack([BoxFromCrate.self, CartonFromBox.self, GadgetUnlabelled.self, Bin.self])
+        let history = try last.history(after: nil)
+        let written = try #require(history.first?.changes.first { $0.objectID.primaryKey == box.primaryKey && $0.entityName != "Gadget" })
+        #expect(written.entityName == "Box", "read as the name has it now, not as the Carton it became")
+        #expect(history.last?.changes.first { $0.objectID.primaryKey == gadget.primaryKey }?.changedKeys == ["serial"])
+    }
+
     @Test func resetOnFailureReplacesAStoreThatCannotMigrate() throws {
         defer { cleanUp() }
         try writeStore([GadgetV1.self], at: url) { update in try update.create(GadgetV1.self).serial = "S1" }

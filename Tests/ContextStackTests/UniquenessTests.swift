@@ -153,12 +153,14 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
     @Test(arguments: Setup.all) @MainActor
     func aDuplicateThrowsNamingEntityKeyAndValueAndSavesNothingOfTheCommit(setup: Setup) async throws {
         let harness = try TopologyHarness(setup)
-        try harness.update { update in
+        let monkID = try harness.update { update in
             let monk = try update.create(Person.self)
             monk.name = "Monk"
             monk.email = "monk@example.com"
             try update.commit()
+            return monk.objectID
         }
+        var impostorID: ObjectID?
         let error = #expect(throws: SaveError.self) {
             try harness.update { update in
                 let pet = try update.create(Pet.self)
@@ -166,6 +168,7 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
                 let impostor = try update.create(Person.self)
                 impostor.name = "Impostor"
                 impostor.email = "monk@example.com"
+                impostorID = impostor.objectID
                 try update.commit()
             }
         }
@@ -173,7 +176,8 @@ let uniquenessTypes: [ManagedObject.Type] = fullModelTypes + [Member.self, Devic
         #expect(error?.entityName == "Person")
         #expect(error?.keys == ["email"])
         #expect(error?.values == [.text("monk@example.com")])
-        #expect(error?.objects.count == 2)
+        // Docs/Writing.md: the impostor first, then the holder of the value.
+        #expect(error?.objects.count == 2 && error?.objects == [impostorID, monkID].compactMap { $0 })
         #expect(error?.message.contains("the same Person.email") == true)
         #expect(error?.message.contains("monk@example.com") == false)
         try await harness.stack.flush()

@@ -10,6 +10,15 @@ import Testing
     static let texts = ["", "a", "a\u{0}", "a\u{0}b", "ab", "abc", "abd", "B", "b", "é", "e\u{301}", "z", "Ω",
                         "a string longer than fifteen bytes", "a string longer than fifteen bytez", "🙂"]
 
+    /// Docs/Queries.md, "Rows": doubles give integers truncated toward zero; equality is SQL's
+    /// `IS`, so an integer equals the double of the same value, and the two hash alike.
+    @Test func numbersCompareAsSQLDoesAndTruncateTowardZero() {
+        #expect(Value.double(-2.7).int64Value == -2 && Value.double(2.7).intValue == 2)
+        #expect(Value.integer(2) == .double(2.0) && Value.integer(2) != .double(2.5))
+        #expect(Set<Value>([.integer(2), .double(2)]).count == 1)
+        #expect(Value.text("2").int64Value == nil && Value.integer(1).stringValue == nil)
+    }
+
     @Test func textsCompareByTheirBytes() {
         for a in Self.texts {
             for b in Self.texts {

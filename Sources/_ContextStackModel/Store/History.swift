@@ -279,13 +279,13 @@ package enum HistoryEncoding {
                 let count = Int(try integer(UInt32.self))
                 guard offset + count * 8 <= raw.count else { throw fail() }
                 // Named as the model names them now: written before a migration, the entity
-                // or its attributes may have had other names (`originalName`).
+                // or its properties may have had other names (`originalName`), or be gone (left
+                // out: a consumer is never told of a key the entity does not have).
                 let entity = graph.entity(namedOrRenamedFrom: entityName)
-                let changed = Set(keys.split(separator: ",").map { key in
+                let changed = Set(keys.split(separator: ",").compactMap { key -> String? in
                     let key = String(key)
-                    guard let entity, entity.property(named: key) == nil,
-                          let renamed = entity.properties.first(where: { $0.declared.originalName == key }) else { return key }
-                    return renamed.name
+                    guard let entity, entity.property(named: key) == nil else { return key }
+                    return entity.properties.first(where: { $0.declared.originalName == key })?.name
                 })
                 changes.reserveCapacity(changes.count + count)
                 for _ in 0..<count {
