@@ -134,8 +134,9 @@ package final class Connection {
         package let table: String
         package let column: String
         package let writes: Bool
-        /// The innermost view or trigger whose body uses the column; `nil` for the statement's
-        /// own text.
+        /// The innermost view or trigger responsible for the use: the one whose body uses the
+        /// column, or, for an `UPDATE` or `DELETE` of a view, that view; `nil` for the rest of
+        /// the statement's own text.
         package let within: String?
 
         package static func < (a: ColumnUse, b: ColumnUse) -> Bool {
@@ -147,10 +148,12 @@ package final class Connection {
         var uses: Set<ColumnUse> = []
     }
 
-    /// The columns the statements `body` prepares read (`SQLITE_READ`) or write
+    /// The columns the statements `body` prepares read (`SQLITE_READ`) or update
     /// (`SQLITE_UPDATE`): SQLite's authorizer sees them as it compiles each statement, so a
-    /// statement prepared and never run (an `EXPLAIN`, say) is enough, and nothing changes. The
-    /// authorizer `watchPreparations` installed, if it did, is back after.
+    /// statement prepared and never run (an `EXPLAIN`, say) is enough, and nothing changes. An
+    /// `INSERT`'s columns are not among them (the authorizer names only its table), nor the
+    /// columns of a trigger's `UPDATE OF`. The authorizer `watchPreparations` installed, if it
+    /// did, is back after, also when `body` throws.
     package func columnsUsed<E: Error>(preparing body: () throws(E) -> Void) throws(E) -> Set<ColumnUse> {
         let collected = ColumnUses()
         sqlite3_set_authorizer(handle, { context, action, table, column, _, within in

@@ -47,10 +47,12 @@ struct Migration {
     private enum ColumnFate {
         /// The same values, under the same name in the same table.
         case kept
-        /// Its values are now in another column or table (a rename).
-        case moved(table: String, column: String)
-        /// The entity codes it holds change (`Z_ENT`).
+        /// Its values are now in other columns or another table (a rename; or, of a column
+        /// sub-entities shared, some entities' values in a column of their own).
+        case moved(table: String, columns: [String])
+        /// The entity codes it holds change, or a code now means another entity (`Z_ENT`).
         case renumbered
+        /// Its values are gone from the table.
         case removed
     }
 
@@ -96,12 +98,24 @@ struct Migration {
         for view in others.reversed() where view.kind == .view { try Self.drop(view, in: db) }
         try migrateTables()
         for (index, columns) in zip(indexes, indexColumns) {
-            for column in columns {
-                if let change = change(of: column, in: index.table) { throw index.conflict("it covers \(index.table).\(column), \(change)") }
-            }
+            // Renumbering is one to one: an index on the codes orders and keeps apart the same
+            // rows as before.
+            try refuseChanged(columns.map { ("covers", index.table, $0) }, of: index, ignoringRenumbered: true)
         }
         try remake(indexes)
         try restore(others, before: before)
+    }
+
+    /// Throws `object`'s conflict for the first of `uses` (what it does to a table's column)
+    /// that does not mean after the migration what it meant before (`change(of:in:)`).
+    private func refuseChanged(_ uses: [(verb: String, table: String, column: String)], of object: SchemaObject,
+                               ignoringRenumbered: Bool = false) throws {
+        for use in uses {
+            if ignoringRenumbered, case .renumbered? = fates[use.table]?[use.column] { continue }
+            if let change = change(of: use.column, in: use.table) {
+                throw object.conflict("it \(use.verb) \(use.table).\(use.column), \(change)")
+            }
+        }
     }
 
     /// Why `column` of the old model's `table` does not mean after the migration what it meant
@@ -110,8 +124,9 @@ struct Migration {
     private func change(of column: String, in table: String) -> String? {
         switch fates[table]?[column] {
         case .removed?: "which the migration removes"
-        case .moved(let newTable, let newColumn)?: "which the migration moves to \(newTable).\(newColumn) (under its old name it would name another column, or none)"
-        case .renumbered?: "whose entity codes the migration renumbers"
+        case .moved(let newTable, let newColumns)?:
+            "which the migration moves to \(newColumns.map { "\(newTable).\($0)" }.joined(separator: " and ")) (under its old name it would name other values, or none)"
+        case .renumbered?: "whose entity codes the migration renumbers or gives to another entity"
         case .kept?, nil: nil
         }
     }
@@ -237,7 +252,8 @@ struct Migration {
     private struct Verdict {
         /// Whether it resolves and, for a trigger, fires; or the error that says why not.
         let outcome: Result<Bool, SQLiteError>
-        /// The columns of tables it reads or writes, in order.
+        /// The columns of tables it reads or writes, sorted, so that the conflict a migration
+        /// reports for it is the same each time.
         let uses: [Connection.ColumnUse]
 
         var resolves: Bool { (try? outcome.get()) == true }
@@ -250,16 +266,12 @@ struct Migration {
     /// they were. Those that were wrong before are made again as they were. Then every trigger
     /// is made, in the order they were made.
     private func restore(_ objects: [SchemaObject], before: [Int: Verdict]) throws {
-        let resolved = before.keys.filter { before[$0]!.resolves }.sorted()
-        for index in resolved {
-            for use in before[index]!.uses {
-                if let change = change(of: use.column, in: use.table) {
-                    throw objects[index].conflict("it \(use.writes ? "writes" : "reads") \(use.table).\(use.column), \(change)")
-                }
-            }
+        let resolved = before.filter(\.value.resolves).sorted { $0.key < $1.key }
+        for (index, verdict) in resolved {
+            try refuseChanged(verdict.uses.map { ($0.writes ? "writes" : "reads", $0.table, $0.column) }, of: objects[index])
         }
         let after = try verdicts(objects)
-        for index in resolved {
+        for index in resolved.map(\.key) {
             switch after[index]?.outcome {
             case .success(false)?: throw objects[index].conflict("it no longer fires: the migration removes every column its UPDATE OF names")
             case .failure(let error)?: throw objects[index].conflict(error.message, error)
@@ -349,11 +361,8 @@ struct Migration {
         var names = ["\"Z_PK\""]
         var identity = sourceName == table.name
         var carried: Set<String> = ["Z_PK", "Z_ENT"]
-        var fate = oldColumns.mapValues { _ in ColumnFate.removed }
-        func carry(_ source: String, to column: String) -> ColumnFate {
-            sourceName == table.name && source == column ? .kept : .moved(table: table.name, column: column)
-        }
-        fate["Z_PK"] = carry("Z_PK", to: "Z_PK")
+        // The new columns each old one feeds: what `fates` records of it.
+        var targets: [String: Set<String>] = ["Z_PK": ["Z_PK"]]
         // A column a property renames goes to that property alone: a new attribute given its
         // old name starts empty (`StoreSchema.RenameSources`). So does a to-one whose
         // destination changed: its old keys are another table's.
@@ -395,7 +404,7 @@ struct Migration {
             for source in [source] + split.map(\.source) {
                 if let source {
                     carried.insert(source)
-                    fate[source] = carry(source, to: column.name)
+                    targets[source, default: []].insert(column.name)
                 }
             }
             if source != column.name { identity = false }
@@ -409,16 +418,24 @@ struct Migration {
             if oldColumns["Z_ENT"] != nil {
                 var cases: [String] = []
                 var kept: [Int64] = []
-                fate["Z_ENT"] = carry("Z_ENT", to: "Z_ENT")
+                var renumbered = false
                 for entity in family {
                     guard let code = old.entityCode(of: entity) else { continue }
                     cases.append("WHEN \(code) THEN \(entity.entityCode)")
                     kept.append(code)
                     if code != entity.entityCode {
                         identity = false
-                        fate["Z_ENT"] = .renumbered
+                        renumbered = true
                     }
                 }
+                // A new entity's code that a removed one's rows, or a kept one, had: it now means
+                // another entity.
+                let added = family.filter { old.entityCode(of: $0) == nil }.map(\.entityCode)
+                if !renumbered, !added.isEmpty {
+                    let used = Set(kept + (try db.rows("SELECT DISTINCT \"Z_ENT\" FROM \(sourceName.quotedIdentifier)").compactMap { $0[0].int64Value }))
+                    renumbered = added.contains(where: used.contains)
+                }
+                if !renumbered { targets["Z_ENT"] = ["Z_ENT"] }
                 selections.append(cases.isEmpty ? "\(root.entityCode)" : "CASE \"Z_ENT\" \(cases.joined(separator: " ")) END")
                 filter = " WHERE \"Z_ENT\" IN (\(kept.map(String.init).joined(separator: ", ")))"
             } else {
@@ -433,7 +450,12 @@ struct Migration {
             identity = false
         }
 
-        fates[sourceName] = fate
+        fates[sourceName] = Dictionary(uniqueKeysWithValues: oldColumns.keys.map { column in
+            guard let into = targets[column] else { return (column, column == "Z_ENT" && table.hasEntityColumn ? .renumbered : .removed) }
+            // Kept: the one column of its name, here, and no sub-entity's values taken out of it.
+            let kept = sourceName == table.name && into == [column] && splits[column] == nil
+            return (column, kept ? .kept : .moved(table: table.name, columns: into.sorted()))
+        })
         let moved = movedToJoins[sourceName] ?? []
         lost += oldColumns.keys.sorted().filter { !carried.contains($0) && !moved.contains($0) }.map { "the column \(sourceName).\($0)" }
         if !filter.isEmpty, try db.scalar("SELECT EXISTS (SELECT 1 FROM \(sourceName.quotedIdentifier) WHERE NOT (\(filter.dropFirst(" WHERE ".count))))") == .integer(1) {
