@@ -137,14 +137,10 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try again.fetchCount(Session.self) == 0)
     }
 
-    /// Docs/Stores.md, "Several stores": SQLite commits a transaction over several files one
-    /// file after the other in WAL mode, so a `COMMIT` that fails part-way — here the second
-    /// file's log cannot grow (the child process limits file sizes, `RLIMIT_FSIZE`) — leaves the
-    /// first file with its part of the commit, while the commit throws. Each file is whole on
-    /// its own.
     /// Docs/Stores.md: a file store uses write-ahead logging with `synchronous=NORMAL` and a
-    /// ten-second busy timeout, and so does a second file, attached to the first's connections
-    /// (`synchronous` is set per attached database; SQLite's default is `FULL`).
+    /// ten-second busy timeout, and so does a second file, attached to the writer's connection
+    /// (`synchronous` is set per attached database; SQLite's default is `FULL`). Readers attach
+    /// it read-only, where neither setting applies.
     @Test @MainActor func anAttachedFileIsWriteAheadLoggedAndSynchronousNormalToo() async throws {
         let store = try Split.twoFiles.makeStore(.none)
         try Context(stack: store.stack, updateTarget: .persistentStore).beginUpdateAndWait { update in
@@ -162,6 +158,11 @@ enum Split: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try file.writer.withLock { try $0.connection.scalar("SELECT file FROM pragma_database_list WHERE name = 's1'").stringValue }?.hasSuffix("sessions.sqlite") == true)
     }
 
+    /// Docs/Stores.md, "Several stores": SQLite commits a transaction over several files one
+    /// file after the other in WAL mode, so a `COMMIT` that fails part-way — here the second
+    /// file's log cannot grow (the child process limits file sizes, `RLIMIT_FSIZE`) — leaves the
+    /// first file with its part of the commit, while the commit throws. Each file is whole on
+    /// its own.
     @Test func aCommitOverTwoFilesWhoseCommitFailsPartWayKeepsTheFirstFilesPart() async throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -70,6 +70,12 @@ struct PostgresStoreTests {
         let second = try Stack(model: Model(Person.self, Pet.self), rootContext: .none)
         try second.addPostgresStore(url: sharedURL)
         #expect(try Context(stack: second).beginUpdateAndWait { try $0.fetchCount(Person.self) } == 1)
+        // The second host answered (with CONTEXTSTACK_POSTGRES_URL on a server listening on
+        // every address, the first would, and the fallback is not shown).
+        if given.host == "127.0.0.1" {
+            let answered = try PostgresConnection(PostgresSettings(url: sharedURL)).scalar("SELECT host(inet_server_addr())")
+            #expect(answered == .text("127.0.0.1"), "\(answered)")
+        }
     }
 
     /// Docs/Postgres.md, "Why libpq", and the README: under `.objectTrump`, the default, a save

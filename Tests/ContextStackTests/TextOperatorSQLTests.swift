@@ -73,10 +73,9 @@ struct TextOperatorSQLTests {
         }
     }
 
-    /// Docs/Predicates.md: `like("")` matches only the empty string, and `matches("")` throws
-    /// `.unsupported`, as any expression that does not compile: `NSRegularExpression` refuses
-    /// an empty pattern ("String operators"). Sorting by a key through a to-many relationship
-    /// throws `.unknownKey` ("Errors").
+    /// Docs/Predicates.md, "String operators": `like("")` matches only the empty string, and
+    /// `matches("")` throws `.unsupported`, as any expression that does not compile:
+    /// `NSRegularExpression` refuses an empty pattern.
     @Test(arguments: StoreKind.available)
     func anEmptyPatternAndAnEmptyExpression(kind: StoreKind) throws {
         let store = try TestStore(kind)
@@ -93,7 +92,17 @@ struct TextOperatorSQLTests {
         }
         #expect(code { _ = try $0.fetchAll(Person.self, %"name"%.matches("")) } == .unsupported)
         #expect(code { _ = try $0.fetchAll(Person.self, .where("name MATCHES[c] ''")) } == .unsupported)
-        #expect(code { _ = try $0.fetchAll(Person.self, orderBy: .ascending("pets.name")) } == .unknownKey)
+    }
+
+    /// Docs/Predicates.md, "Errors": sorting by a key through a to-many relationship throws
+    /// `.unknownKey`, on every store.
+    @Test(arguments: StoreKind.available)
+    func anOrderThroughAToManyIsAnUnknownKey(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let error = #expect(throws: QueryError.self) {
+            try ContextStack.Context(stack: store.stack).beginUpdateAndWait { try $0.fetchAll(Person.self, orderBy: .ascending("pets.name")) }
+        }
+        #expect(error?.code == .unknownKey, "\(String(describing: error))")
     }
 
     /// The index on `Tag.name` serves a prefix query, and so does the unique constraint's
