@@ -411,8 +411,50 @@ import Testing
 }
 
 /// The statements aggregate queries run, as Docs/Queries.md shows them: each query is exactly
-/// one statement, this one.
+/// one statement, this one. And the fetches of its first examples.
 @Suite struct AggregateSQLTests {
+    @Test @MainActor func fetchesRunTheSQLQueriesMdShows() async throws {
+        let store = try TestStore(.memory)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait(Fixtures.people)
+        try await store.stack.flush()
+        let select = try #require(store.stack.graph.entity(for: Person.self).table?.wholeRowSelectList)
+        let monk = try expectSQL(store.stack, [#"SELECT \#(select) FROM "Person" AS t0 WHERE t0."name" IS ? ORDER BY t0."age" ASC, t0."Z_PK" ASC LIMIT ? OFFSET ?"#]) {
+            try world.fetch(Person.self, %"name" == "Monk", orderBy: .ascending("age"))
+        }
+        #expect(monk?.age == 63)
+        _ = try expectSQL(store.stack, [#"SELECT \#(select) FROM "Person" AS t0 WHERE t0."age" >= ? ORDER BY t0."name" ASC, t0."Z_PK" ASC LIMIT ? OFFSET ?"#]) {
+            try world.fetchAll(Person.self, %"age" >= 18, orderBy: .ascending("name"), options: .limit(20) | .offset(40))
+        }
+        #expect(try expectSQL(store.stack, [#"SELECT count(*) FROM "Person" AS t0 WHERE t0."location" IS ?"#]) {
+            try world.fetchCount(Person.self, %"location" == "Taipei")
+        } == 2)
+        world.reset()
+        let ordered = try expectSQL(store.stack, [#"SELECT \#(select) FROM "Person" AS t0 LEFT JOIN "Person" AS t1 ON t1."Z_PK" = t0."friend" ORDER BY t0."location" ASC, t0."age" DESC, t1."name" ASC, t0."Z_PK" ASC"#]) {
+            try world.fetchAll(Person.self, orderBy: .ascending("location") | .descending(\Person.age) | .ascending(%"friend.name"))
+        }
+        #expect(ordered.map(\.name) == ["Élise", "Knight", "monk", "Monk", "Warrior", "Farmer"])
+    }
+
+    /// Docs/Queries.md, "Selecting": `.select("pets.@count")` reads each object's number of
+    /// pets, and `orderBy:` sorts by its alias.
+    @Test(arguments: StoreKind.available) @MainActor func countsOfMembersAreSelectedAndOrderedBy(kind: StoreKind) throws {
+        let store = try TestStore(kind)
+        let world = try MainContext(stack: store.stack)
+        try world.beginUpdateAndWait { update in
+            for (name, pets) in [("Ann", 1), ("Bob", 0), ("Cy", 2)] {
+                let person = try update.create(Person.self)
+                person.name = name
+                for _ in 0..<pets { try update.create(Pet.self).owner = person }
+            }
+            try update.commit()
+        }
+        try store.stack.flushAndWait()
+        let rows = try world.query(Person.self, .select("name", "pets.@count"), orderBy: .descending("pets.@count"))
+        #expect(rows.map { $0["name"] } == [.text("Cy"), .text("Ann"), .text("Bob")])
+        #expect(rows.map { $0["pets.@count"] } == [.integer(2), .integer(1), .integer(0)])
+    }
+
     @Test @MainActor func queriesRunTheDocumentedSQL() async throws {
         let store = try TestStore(.memory)
         let world = try MainContext(stack: store.stack)
