@@ -480,6 +480,35 @@ import Testing
         _ = held
     }
 
+    /// Docs/Queries.md, "Faults": a fault loads its values through the context's view, so in a
+    /// main context that does not merge it loads them from the pinned view: a commit made after
+    /// the pin does not show until `reset()`.
+    @Test(arguments: StoreKind.available.filter { $0 != .memory }) @MainActor
+    func aFaultOfAContextThatDoesNotMergeLoadsFromItsPinnedView(kind: StoreKind) async throws {
+        let store = try TestStore(kind)
+        let quiet = try MainContext(stack: store.stack, updateTarget: .rootContext(autoMerge: false))
+        let id = try quiet.beginUpdateAndWait { update -> ObjectID in
+            let ann = try update.create(Person.self)
+            (ann.name, ann.age) = ("Ann", 30)
+            try update.commit()
+            return ann.objectID
+        }
+        try await store.stack.flush()
+        quiet.reset()
+        let faults = try quiet.fetchAll(Person.self, options: .noPropertyValues)    // pins the view
+        let ann = try #require(faults.first)
+        #expect(ann.isFault)
+        try quiet.beginUpdateAndWait { update in
+            try #require(try update.fetch(Person.self, id: id)).age = 31
+            try update.commit()
+        }
+        try await store.stack.flush()
+        #expect(try store.writtenScalar("SELECT age FROM \"Person\"") == .integer(31))
+        #expect(ann.age == 30, "the fault fired through the pinned view")
+        quiet.reset()
+        #expect(try quiet.fetch(Person.self, id: id)?.age == 31)
+    }
+
     /// Docs/Queries.md, "Fetch options": an update does not take in other contexts' commits
     /// while it runs. An object it holds that another context deleted meanwhile is still
     /// returned by `fetch(_:id:)` and by its cursor as it holds it, while `fetchAll` and
