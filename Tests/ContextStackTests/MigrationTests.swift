@@ -157,6 +157,21 @@ import Testing
     var priority: Int = 5
 }
 
+/// A badge held by a member of the staff; in version 2, by a driver (a sub-entity of the same
+/// hierarchy, whose rows share its table).
+@Entity(name: "StaffBadge") final class StaffBadgeV1: ManagedObject {
+    @Relationship var holder: StaffV1?
+}
+
+@Entity(name: "StaffBadge") final class StaffBadgeV2: ManagedObject {
+    @Relationship var holder: DriverV1?
+}
+
+/// `DriverV1` taken out of the staff's hierarchy: an entity of its own.
+@Entity(name: "Driver") final class DriverAlone: ManagedObject {
+    var name: String = ""
+}
+
 /// `serial` changed from String to Int: not inferable.
 @Entity(name: "Gadget") final class GadgetRetyped: ManagedObject {
     var serial: Int = 0
@@ -1415,6 +1430,37 @@ func migrateToOnesWhoseDestinationChanged(_ open: ([ManagedObject.Type]) throws 
         #expect(divided?.code == .cannotOpen && divided?.message.contains("error in view names: it reads Animal.name, which the migration moves to Animal.label and Animal.name and Animal.title") == true,
                 "\(String(describing: divided))")
         #expect(try db.scalar("SELECT name FROM names") == .text("Rex"))
+    }
+
+    /// Docs/Stores.md, "What is inferred": a to-one whose destination becomes another entity of
+    /// the same hierarchy (staff → drivers) keeps its keys, as the rows share the table.
+    @Test func aToOneWhoseDestinationMovesWithinItsHierarchyKeepsItsKeys() throws {
+        defer { cleanUp() }
+        try writeStore([StaffV1.self, DriverV1.self, StaffBadgeV1.self], at: url) { update in
+            let dee = try update.create(DriverV1.self)
+            dee.name = "Dee"
+            try update.create(StaffBadgeV1.self).holder = dee
+        }
+        let context = try openStore([StaffV1.self, DriverV1.self, StaffBadgeV2.self], at: url)
+        #expect(try context.beginUpdateAndWait { try $0.fetch(StaffBadgeV2.self)?.holder?.name } == "Dee")
+    }
+
+    /// Docs/Stores.md, "What is inferred": an entity taken out of its hierarchy is not
+    /// inferred: its table is new and empty, and the hierarchy's rows of it are dropped (the
+    /// staff's own rows stay).
+    @Test func anEntityTakenOutOfItsHierarchyStartsEmpty() throws {
+        defer { cleanUp() }
+        try writeStore([StaffV1.self, DriverV1.self], at: url) { update in
+            try update.create(DriverV1.self).name = "Dee"
+            try update.create(StaffV1.self).name = "Sam"
+        }
+        let context = try openStore([StaffV1.self, DriverAlone.self], at: url)
+        let (drivers, staff) = try context.beginUpdateAndWait { update in
+            (try update.fetchCount(DriverAlone.self), try update.fetchAll(StaffV1.self).map(\.name))
+        }
+        #expect(drivers == 0 && staff == ["Sam"])
+        let db = try Connection(path: url.path)
+        #expect(try db.scalar("SELECT count(*) FROM Staff") == .integer(1))
     }
 
     /// The other side of `whatAnotherProgramNamesMustMeanTheSameAfterAMigration`: a view of
