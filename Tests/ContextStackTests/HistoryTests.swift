@@ -77,6 +77,18 @@ import Testing
         let changes = try #require(try store.stack.history(after: nil).last).changes
         #expect(Set(changes) == [HistoryChange(kind: .update, objectID: guest, entityName: "Guest", changedKeys: ["clubs"]),
                                  HistoryChange(kind: .update, objectID: club, entityName: "Club", changedKeys: ["members"])])
+
+        // A pair removed without loading the member: the guest is named by its root entity.
+        world.reset()
+        try ContextStack.Context(stack: store.stack).beginUpdateAndWait { update in
+            try #require(try update.fetch(Club.self, id: club)).members = []
+            try update.commit()
+        }
+        try await store.stack.flush()
+        try await store.settleHistory()
+        let removed = try #require(try store.stack.history(after: nil).last).changes
+        #expect(Set(removed) == [HistoryChange(kind: .update, objectID: guest, entityName: "ClubMember", changedKeys: ["clubs"]),
+                                 HistoryChange(kind: .update, objectID: club, entityName: "Club", changedKeys: ["members"])], "\(removed)")
     }
 
     @Test(arguments: kinds) @MainActor
