@@ -1163,6 +1163,11 @@ extension ConcurrentDeleteTests {
             }
         }
         #expect(conflict?.objectIDs == [moved], "\(String(describing: conflict))")
+        // Docs/Writing.md: the key of the moved object's side; `stored` its value now (the
+        // other locker's key), `.null` across a pair; `snapshot` the deleted object's key.
+        let entry = try #require(conflict?.conflicts.first)
+        #expect(entry.key == (oneToOne ? "locker" : "crates") && entry.snapshot.int64Value != nil, "\(entry)")
+        #expect(oneToOne ? entry.stored.int64Value != nil && entry.stored != entry.snapshot : entry.stored == .null, "\(entry)")
         if oneToOne {
             #expect(try fixture.stored("SELECT label FROM \"Locker\" ORDER BY label") == [[.text("A1")], [.text("A2")]])
             #expect(try fixture.stored("SELECT count(*) FROM \"LockerKey\"") == [[.integer(1)]])
