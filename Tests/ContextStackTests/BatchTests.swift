@@ -524,7 +524,8 @@ import Testing
         #expect(try world.query(Sample.self, .select("float"), options: .distinct).count == 2, "0.1 and 1")
         // An enum takes its cases' raw values: another would read back as the default.
         // (They were stored, and `.calm` read where "furious" was written.)
-        for (key, value) in [("mood", Value.text("furious")), ("level", .integer(3)), ("optionalMood", "Calm")] {
+        // A URL's text is checked as `URL(string:)` reads it.
+        for (key, value) in [("mood", Value.text("furious")), ("level", .integer(3)), ("optionalMood", "Calm"), ("optionalURL", "http://[::1")] {
             let error = #expect(throws: QueryError.self, "\(key)") {
                 try world.beginUpdateAndWait { update in _ = try update.batchUpdate(Sample.self, set: [key: value]) }
             }
