@@ -238,6 +238,31 @@ import Testing
         #expect(try context.beginUpdateAndWait { try $0.fetchCount(Person.self) } == 0)
     }
 
+    /// Docs/Stores.md, "Bad files": a file shorter than the database it holds, whose
+    /// write-ahead log still holds the missing pages (copied with its `-wal` while a stack
+    /// wrote it: the pages since the last checkpoint are only in the log), opens with every
+    /// row — it is not `.corrupt`.
+    @Test func aShortFileWhoseLogHoldsTheMissingPagesOpensWithEveryRow() throws {
+        defer { cleanUp() }
+        let stack = try open()
+        let context = try Context(stack: stack, updateTarget: .persistentStore)
+        try context.beginUpdateAndWait { update in
+            for index in 0..<300 { try update.create(Person.self).name = String(repeating: "n", count: 100) + "\(index)" }
+            try update.commit()
+        }
+        let copy = directory.appendingPathComponent("copy.sqlite")
+        for suffix in ["", "-wal"] {
+            try FileManager.default.copyItem(atPath: url.path + suffix, toPath: copy.path + suffix)
+        }
+        let pages = try #require(try Connection(path: url.path, readOnly: true).scalar("SELECT page_count * page_size FROM pragma_page_count, pragma_page_size").int64Value)
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: copy.path)[.size] as? Int)
+        try #require(Int64(size) < pages, "the copy's main file is short: \(size) bytes of \(pages)")
+        let reopened = try Stack(model: Model(Person.self, Pet.self))
+        try reopened.addDatabaseStore(at: copy)
+        #expect(try Context(stack: reopened).beginUpdateAndWait { try $0.fetchCount(Person.self) } == 300)
+        withExtendedLifetime(stack) {}
+    }
+
     @Test func aStoreWithADamagedSchemaPageThrowsOrIsReset() throws {
         defer { cleanUp() }
         try writeGoodStore()
