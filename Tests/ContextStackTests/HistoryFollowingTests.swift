@@ -205,6 +205,30 @@ import Testing
         #expect(try world.fetchAll(Person.self).map(\.name) == ["Elsewhere"])
     }
 
+    /// Docs/History.md, "Failure modes": a stack that could not start following tries again by
+    /// itself (after half a second, then longer), with nothing else asking: once the history
+    /// can be read, it follows, and a remote commit reaches a main context's live results. The
+    /// failure went to `onError` once. (The waits bound a hang; they time nothing.)
+    @Test @MainActor func aFollowerThatCouldNotStartTriesAgainByItself() async throws {
+        let store = try TestStore(.file, tracksHistory: true)
+        let errors = ErrorRecorder()
+        store.stack.onError = { errors.record($0) }
+        let raw = try store.rawConnection()
+        try raw.execute("ALTER TABLE Z_HISTORY RENAME TO Z_HISTORY_AWAY")
+        let world = try MainContext(stack: store.stack)
+        let results = try FetchedResults(context: world, Person.self)
+        #expect(errors.all.count == 1, "the failure to start reached onError")
+        try raw.execute("ALTER TABLE Z_HISTORY_AWAY RENAME TO Z_HISTORY")
+        for _ in 0..<1000 where store.stack.sqliteStore.watchers.withLock({ $0.isEmpty }) {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(store.stack.sqliteStore.watchers.withLock { $0.count } == 1, "it started by itself")
+        try commitAPerson(in: try store.reopen(), named: "Elsewhere")
+        for _ in 0..<1000 where results.objects.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(results.objects.map(\.name) == ["Elsewhere"], "the remote commit reached the results")
+        #expect(errors.all.count == 1, "\(errors.all)")
+    }
+
     /// Docs/History.md, "Remote commits": PostgreSQL rings on one channel per schema, so a
     /// store's commits do not wake the listeners of stores in other schemas of the database
     /// (other apps, or tests), and every stack of one schema rings on the same channel. A
