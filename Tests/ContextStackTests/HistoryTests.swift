@@ -301,6 +301,54 @@ import Testing
         #expect(try store.writtenScalar("SELECT count(*) FROM Person") == .integer(3))
     }
 
+    /// The same for a commit a unique value fails and one a `.deny` rule fails, each
+    /// between two that are stored in the same group: neither leaves history.
+    @Test @MainActor func aCommitAUniqueValueOrADenyRuleFailsLeavesNoHistory() async throws {
+        let store = try TestStore(.file, tracksHistory: true)
+        store.stack.onError = { _ in }
+        let world = try MainContext(stack: store.stack)
+        let vault = try world.beginUpdateAndWait { update in
+            let monk = try update.create(Person.self)
+            (monk.name, monk.email) = ("Monk", "monk@example.org")
+            let vault = try update.create(Vault.self)
+            try update.create(Coin.self).vault = vault
+            try update.commit()
+            return vault.objectID
+        }
+        try await store.stack.flush()
+        let stored = try store.stack.history(after: nil).count
+        let written = try store.stack.sqliteStore.holdingWriter { () -> [ObjectID] in
+            var written: [ObjectID] = []
+            for step in 0..<5 {
+                do {
+                    try world.beginUpdateAndWait { update in
+                        switch step {
+                        case 1:
+                            let copy = try update.create(Person.self)
+                            (copy.name, copy.email) = ("Copy", "monk@example.org")
+                        case 3:
+                            // A vault denies its deletion while it holds coins.
+                            try update.delete(#require(try update.fetch(Vault.self, id: vault)))
+                        default:
+                            let person = try update.create(Person.self)
+                            person.name = "Step \(step)"
+                            written.append(person.objectID)
+                        }
+                        try update.commit()
+                    }
+                } catch {
+                    #expect(step == 1 || step == 3, "step \(step): \(error)")
+                }
+            }
+            return written
+        }
+        try? await store.stack.flush()
+        let history = try store.stack.history(after: nil).dropFirst(stored)
+        #expect(history.map { $0.changes.map(\.objectID) } == written.map { [$0] }, "\(history)")
+        #expect(try store.writtenScalar("SELECT count(*) FROM Person") == .integer(4))
+        #expect(try store.writtenScalar("SELECT count(*) FROM Vault") == .integer(1))
+    }
+
     /// Without history — an in-memory store, a file or a PostgreSQL database that never had
     /// it — reading history or its last token throws `.notTracked` (Docs/History.md).
     @Test(arguments: StoreKind.available) func everyStoreWithoutHistorySaysSo(kind: StoreKind) throws {
