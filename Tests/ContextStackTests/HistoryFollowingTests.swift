@@ -184,9 +184,9 @@ import Testing
         #expect(errors.all.filter { ($0 as? HistoryError)?.code == .expired }.count == 1, "\(errors.all)")
     }
 
-    /// A stack that cannot start following (the newest transaction cannot be read) says so
-    /// through `onError`, and the next thing that wants remote commits starts it.
-    @Test @MainActor func aFollowerThatCouldNotStartStartsWhenNextWanted() async throws {
+    /// A store whose stack's main context could not start following (its history table was
+    /// away when the context was made; it is back now), and what reached `onError`: one error.
+    @MainActor private func aMainContextThatCouldNotStartFollowing() throws -> (TestStore, ErrorRecorder, MainContext) {
         let store = try TestStore(.file, tracksHistory: true)
         let errors = ErrorRecorder()
         store.stack.onError = { errors.record($0) }
@@ -195,6 +195,13 @@ import Testing
         let world = try MainContext(stack: store.stack)
         #expect(errors.all.count == 1, "the failure to start reached onError")
         try raw.execute("ALTER TABLE Z_HISTORY_AWAY RENAME TO Z_HISTORY")
+        return (store, errors, world)
+    }
+
+    /// A stack that cannot start following (the newest transaction cannot be read) says so
+    /// through `onError`, and the next thing that wants remote commits starts it.
+    @Test @MainActor func aFollowerThatCouldNotStartStartsWhenNextWanted() async throws {
+        let (store, _, world) = try aMainContextThatCouldNotStartFollowing()
 
         var commits = store.stack.allCommits.makeAsyncIterator()
         #expect(store.stack.sqliteStore.watchers.withLock { $0.count } == 1, "asking for the commits started following")
@@ -210,15 +217,8 @@ import Testing
     /// can be read, it follows, and a remote commit reaches a main context's live results. The
     /// failure went to `onError` once. (The waits bound a hang; they time nothing.)
     @Test @MainActor func aFollowerThatCouldNotStartTriesAgainByItself() async throws {
-        let store = try TestStore(.file, tracksHistory: true)
-        let errors = ErrorRecorder()
-        store.stack.onError = { errors.record($0) }
-        let raw = try store.rawConnection()
-        try raw.execute("ALTER TABLE Z_HISTORY RENAME TO Z_HISTORY_AWAY")
-        let world = try MainContext(stack: store.stack)
+        let (store, errors, world) = try aMainContextThatCouldNotStartFollowing()
         let results = try FetchedResults(context: world, Person.self)
-        #expect(errors.all.count == 1, "the failure to start reached onError")
-        try raw.execute("ALTER TABLE Z_HISTORY_AWAY RENAME TO Z_HISTORY")
         for _ in 0..<1000 where store.stack.sqliteStore.watchers.withLock({ $0.isEmpty }) {
             try await Task.sleep(for: .milliseconds(10))
         }
