@@ -238,10 +238,10 @@ import Testing
         #expect(try context.beginUpdateAndWait { try $0.fetchCount(Person.self) } == 0)
     }
 
-    /// Docs/Stores.md, "Bad files": a file shorter than the database it holds, whose
-    /// write-ahead log still holds the missing pages (copied with its `-wal` while a stack
-    /// wrote it: the pages since the last checkpoint are only in the log), opens with every
-    /// row — it is not `.corrupt`.
+    /// Docs/Stores.md, "Bad files": a file copied with its `-wal` after a write and before a
+    /// checkpoint, whose main file holds fewer pages than the database (the rest are only in
+    /// the log), opens with every row: ContextStack neither ignores the log nor takes the short
+    /// file for `.corrupt`.
     @Test func aShortFileWhoseLogHoldsTheMissingPagesOpensWithEveryRow() throws {
         defer { cleanUp() }
         let stack = try open()

@@ -1165,9 +1165,12 @@ extension ConcurrentDeleteTests {
         #expect(conflict?.objectIDs == [moved], "\(String(describing: conflict))")
         // Docs/Writing.md: the key of the moved object's side; `stored` its value now (the
         // other locker's key), `.null` across a pair; `snapshot` the deleted object's key.
+        #expect(conflict?.conflicts.count == 1, "\(String(describing: conflict))")
         let entry = try #require(conflict?.conflicts.first)
-        #expect(entry.key == (oneToOne ? "locker" : "crates") && entry.snapshot.int64Value != nil, "\(entry)")
-        #expect(oneToOne ? entry.stored.int64Value != nil && entry.stored != entry.snapshot : entry.stored == .null, "\(entry)")
+        let key = { (sql: String) in try fixture.stored(sql).first?.first ?? .null }
+        let deleted = try key(oneToOne ? #"SELECT "Z_PK" FROM "Locker" WHERE label = 'A1'"# : #"SELECT "Z_PK" FROM "Crate" WHERE name = 'first'"#)
+        let other = oneToOne ? try key(#"SELECT "Z_PK" FROM "Locker" WHERE label = 'A2'"#) : .null
+        #expect(entry.key == (oneToOne ? "locker" : "crates") && entry.snapshot == deleted && entry.stored == other, "\(entry)")
         if oneToOne {
             #expect(try fixture.stored("SELECT label FROM \"Locker\" ORDER BY label") == [[.text("A1")], [.text("A2")]])
             #expect(try fixture.stored("SELECT count(*) FROM \"LockerKey\"") == [[.integer(1)]])
