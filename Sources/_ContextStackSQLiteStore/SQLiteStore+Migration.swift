@@ -42,6 +42,10 @@ struct Migration {
     /// dropped, by old table and column: what another program's view, trigger or index that
     /// names one is checked against (`change(of:in:)`).
     private var fates: [String: [String: ColumnFate]] = [:]
+    /// Whether another program's view, trigger or index is there to check against `fates`:
+    /// without one, the reads only fates need (a table's codes in use, a dropped table's
+    /// columns) are not made.
+    private var recordsFates = false
 
     /// What a migration did to a column of the old model's tables.
     private enum ColumnFate {
@@ -90,6 +94,7 @@ struct Migration {
         // migration, even where the object would still compile (a view's `SELECT *`).
         let others = dryRun ? [] : try Self.othersObjects([.view, .trigger], in: db)
         let indexes = dryRun ? [] : try Self.othersObjects([.index], in: db)
+        recordsFates = !others.isEmpty || !indexes.isEmpty
         let indexColumns = try indexes.map { index throws(SQLiteError) in
             try db.rows("SELECT name FROM pragma_index_info(?) WHERE name IS NOT NULL", [.text(index.name)]).compactMap { $0[0].stringValue }
         }
@@ -161,7 +166,7 @@ struct Migration {
         // relationships. Only tables the old model described are dropped: never anyone else's.
         for name in old.tableNames.union(old.joinNames).sorted() where !claimed.contains(name) && existingTables[name] != nil {
             if !movedToColumns.contains(name) { lost.append("the table \(name)") }
-            fates[name] = try columns(of: name).mapValues { _ in .removed }
+            if recordsFates { fates[name] = try columns(of: name).mapValues { _ in .removed } }
             try execute("DROP TABLE \(name.quotedIdentifier)")
             try execute("DELETE FROM Z_KEYS WHERE name = \(name.quotedLiteral)")
         }
@@ -360,8 +365,8 @@ struct Migration {
         var selections = ["\"Z_PK\""]
         var names = ["\"Z_PK\""]
         var identity = sourceName == table.name
-        var carried: Set<String> = ["Z_PK", "Z_ENT"]
-        // The new columns each old one feeds: what `fates` records of it.
+        // The new columns each old one feeds: the old columns carried, and what `fates`
+        // records of each.
         var targets: [String: Set<String>] = ["Z_PK": ["Z_PK"]]
         // A column a property renames goes to that property alone: a new attribute given its
         // old name starts empty (`StoreSchema.RenameSources`). So does a to-one whose
@@ -402,10 +407,7 @@ struct Migration {
                 identity = false
             }
             for source in [source] + split.map(\.source) {
-                if let source {
-                    carried.insert(source)
-                    targets[source, default: []].insert(column.name)
-                }
+                if let source { targets[source, default: []].insert(column.name) }
             }
             if source != column.name { identity = false }
         }
@@ -431,7 +433,7 @@ struct Migration {
                 // A new entity's code that a removed one's rows, or a kept one, had: it now means
                 // another entity.
                 let added = family.filter { old.entityCode(of: $0) == nil }.map(\.entityCode)
-                if !renumbered, !added.isEmpty {
+                if recordsFates, !renumbered, !added.isEmpty {
                     let used = Set(kept + (try db.rows("SELECT DISTINCT \"Z_ENT\" FROM \(sourceName.quotedIdentifier)").compactMap { $0[0].int64Value }))
                     renumbered = added.contains(where: used.contains)
                 }
@@ -450,14 +452,17 @@ struct Migration {
             identity = false
         }
 
-        fates[sourceName] = Dictionary(uniqueKeysWithValues: oldColumns.keys.map { column in
-            guard let into = targets[column] else { return (column, column == "Z_ENT" && table.hasEntityColumn ? .renumbered : .removed) }
-            // Kept: the one column of its name, here, and no sub-entity's values taken out of it.
-            let kept = sourceName == table.name && into == [column] && splits[column] == nil
-            return (column, kept ? .kept : .moved(table: table.name, columns: into.sorted()))
-        })
+        if recordsFates {
+            fates[sourceName] = Dictionary(uniqueKeysWithValues: oldColumns.keys.map { column in
+                guard let into = targets[column] else { return (column, column == "Z_ENT" && table.hasEntityColumn ? .renumbered : .removed) }
+                // Kept: the one column of its name, here, and no sub-entity's values taken out of it.
+                let kept = sourceName == table.name && into == [column] && splits[column] == nil
+                return (column, kept ? .kept : .moved(table: table.name, columns: into.sorted()))
+            })
+        }
         let moved = movedToJoins[sourceName] ?? []
-        lost += oldColumns.keys.sorted().filter { !carried.contains($0) && !moved.contains($0) }.map { "the column \(sourceName).\($0)" }
+        // `Z_ENT` is carried as codes (or dropped with the sub-entities, whose rows are counted below).
+        lost += oldColumns.keys.sorted().filter { targets[$0] == nil && $0 != "Z_ENT" && !moved.contains($0) }.map { "the column \(sourceName).\($0)" }
         if !filter.isEmpty, try db.scalar("SELECT EXISTS (SELECT 1 FROM \(sourceName.quotedIdentifier) WHERE NOT (\(filter.dropFirst(" WHERE ".count))))") == .integer(1) {
             lost.append("the rows of \(sourceName) whose entities the model no longer has")
         }
