@@ -414,11 +414,7 @@ import Testing
 /// one statement, this one. And the fetches of its first examples.
 @Suite struct AggregateSQLTests {
     @Test @MainActor func fetchesRunTheSQLQueriesMdShows() async throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait(Fixtures.people)
-        try await store.stack.flush()
-        let select = try #require(store.stack.graph.entity(for: Person.self).table?.wholeRowSelectList)
+        let (store, world, select) = try await peopleForDocumentedSQL()
         let monk = try expectSQL(store.stack, [#"SELECT \#(select) FROM "Person" AS t0 WHERE t0."name" IS ? ORDER BY t0."age" ASC, t0."Z_PK" ASC LIMIT ? OFFSET ?"#]) {
             try world.fetch(Person.self, %"name" == "Monk", orderBy: .ascending("age"))
         }
@@ -458,10 +454,7 @@ import Testing
     }
 
     @Test @MainActor func queriesRunTheDocumentedSQL() async throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait(Fixtures.people)
-        try await store.stack.flush()
+        let (store, world, _) = try await peopleForDocumentedSQL()
         let average = try expectSQL(store.stack, [#"SELECT avg(t0."age") AS "average(age)" FROM "Person" AS t0"#]) {
             try world.queryValue(Person.self, .average("age"))
         }

@@ -174,11 +174,7 @@ import Testing
 /// The statements fetches run, as `Docs/Predicates.md` shows them.
 @Suite struct PredicateSQLTests {
     @Test @MainActor func fetchesRunTheDocumentedSQL() async throws {
-        let store = try TestStore(.memory)
-        let world = try MainContext(stack: store.stack)
-        try world.beginUpdateAndWait(Fixtures.people)
-        try await store.stack.flush()
-        let select = try #require(store.stack.graph.entity(for: Person.self).table?.wholeRowSelectList)
+        let (store, world, select) = try await peopleForDocumentedSQL()
         let friends = try expectSQL(store.stack, [
             "SELECT \(select) FROM \"Person\" AS t0 LEFT JOIN \"Person\" AS t1 ON t1.\"Z_PK\" = t0.\"friend\" WHERE t1.\"age\" > ?",
         ]) {

@@ -33,6 +33,16 @@ final class StatementCounter: Sendable {
     }
 }
 
+/// `Fixtures.people` in an in-memory store, shown by a main context, and the select list of a
+/// whole person's row: what the docs' SQL examples run against.
+@MainActor func peopleForDocumentedSQL() async throws -> (store: TestStore, world: MainContext, wholeRow: String) {
+    let store = try TestStore(.memory)
+    let world = try MainContext(stack: store.stack)
+    try world.beginUpdateAndWait(Fixtures.people)
+    try await store.stack.flush()
+    return (store, world, try #require(store.stack.graph.entity(for: Person.self).table?.wholeRowSelectList))
+}
+
 /// Checks that `body` runs exactly the statements `expected` (transaction bookkeeping left
 /// out, see `StatementCounter`), in order, and returns what `body` returns: the SQL a fetch,
 /// count or query produces is part of what the docs promise.
