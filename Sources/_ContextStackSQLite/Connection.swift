@@ -166,9 +166,11 @@ package final class Connection {
         defer {
             // Statements were prepared meanwhile, which a watcher must hear of.
             if watchingPreparations { watchPreparations() } else { sqlite3_set_authorizer(handle, nil, nil) }
+            // What the authorizer was handed lives until it is taken back.
+            withExtendedLifetime(collected) {}
         }
         try body()
-        return collected.uses    // after `body`: what the authorizer is handed lives until then
+        return collected.uses
     }
 
     /// Whether the schema this connection holds in memory has the table `name` in `database`.
